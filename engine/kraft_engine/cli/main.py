@@ -1,0 +1,61 @@
+"""Entry point of the `kraft` command.
+
+Each tool lives in its own module under `kraft_engine.cli` and exposes `register(subparsers)`,
+which adds its sub-command and sets `func` on the parsed namespace. Tools are imported lazily by
+name so that a broken or heavy tool never slows or breaks the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (sub-command, module under kraft_engine.cli). Kept in the order `kraft --help` lists them.
+_TOOLS: tuple[tuple[str, str], ...] = (
+    ("quickstart", "quickstart"),
+    ("storage", "storage"),
+    ("dump-log", "dump_log"),
+    ("server", "server"),
+    ("metadata-quorum", "metadata_quorum"),
+    ("features", "features"),
+    ("topics", "topics"),
+    ("sim", "sim"),
+)
+
+
+class CliError(Exception):
+    """A refusal the user should read: printed without a traceback, exit code 1."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kraft", description="kraftwerk's KRaft engine tools")
+    sub = parser.add_subparsers(dest="tool", metavar="TOOL")
+    sub.required = True
+    for _name, module_name in _TOOLS:
+        try:
+            module = importlib.import_module(f"kraft_engine.cli.{module_name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"kraft_engine.cli.{module_name}":
+                continue  # that tool has not been written yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc = args.func(args)
+    except CliError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
