@@ -1,4 +1,6 @@
 """The quorum controller: a single-threaded event loop over timeline state and the control
 managers that generate records and, separately, replay them. Pure."""
 
-__all__: list[str] = []
+from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet, TimelineValue
+
+__all__ = ["SnapshotRegistry", "TimelineHashMap", "TimelineHashSet", "TimelineValue"]

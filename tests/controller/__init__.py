@@ -1,0 +1,1 @@
+"""Tests of the quorum controller (kraft_engine.controller)."""
