@@ -1,0 +1,541 @@
+"""A node's `server.properties`, read with Kafka's keys, defaults and validation rules.
+
+Operators carry their Kafka habits and files over, so the engine accepts the same keys
+(`process.roles`, `controller.quorum.voters`, ...) with the same defaults and refuses the same
+broken combinations that Kafka's `KafkaConfig` refuses, with an error that names the key. Keys we
+do not know are kept (Kafka only warns about them), so a Kafka file with tuning we ignore still
+loads.
+
+One key is ours: `kraftwerk.metrics.port`, the port of the Prometheus metrics and health HTTP
+endpoint (default 0: disabled).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
+
+__all__ = [
+    "ConfigError",
+    "Endpoint",
+    "HostPort",
+    "KafkaConfig",
+    "ProcessRole",
+    "QuorumVoter",
+    "load_config",
+    "parse_config",
+    "parse_quorum_voters",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration the node refuses to run with; the message names the key and the reason."""
+
+
+class ProcessRole(StrEnum):
+    BROKER = "broker"
+    CONTROLLER = "controller"
+
+
+class Endpoint(BaseModel):
+    """One listener: `NAME://host:port`. An empty host means every interface."""
+
+    model_config = ConfigDict(frozen=True)
+
+    listener_name: str
+    host: str
+    port: int
+    security_protocol: str
+
+    def connection_string(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+
+class QuorumVoter(BaseModel):
+    """One entry of `controller.quorum.voters`: `id@host:port`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    voter_id: int
+    host: str
+    port: int
+
+
+class HostPort(BaseModel):
+    """One entry of `controller.quorum.bootstrap.servers`: `host:port`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    port: int
+
+
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_DEFAULT_LISTENERS = "PLAINTEXT://:9092"
+_DEFAULT_SECURITY_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in _SECURITY_PROTOCOLS)
+_DEFAULT_LOG_DIR = "/tmp/kafka-logs"
+# Kafka's own LogConfig defaults, which the metadata log inherits.
+_DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024
+_DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+_LOG_OVERHEAD_BYTES = 12  # offset (8) + size (4): the smallest a segment can be
+
+# Kafka's listener grammar: NAME://host:port, where host may be empty or a bracketed IPv6 literal.
+_ENDPOINT_RE = re.compile(r"^(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)$")
+
+
+class KafkaConfig(BaseModel):
+    """The typed, validated view of a `server.properties` file.
+
+    Field names are Kafka's keys with '.' turned into '_'; `originals` keeps every key as written
+    and `unknown_keys` lists the ones this engine does not interpret.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    process_roles: frozenset[ProcessRole]
+    node_id: int
+    listeners: tuple[Endpoint, ...]
+    advertised_listeners: tuple[Endpoint, ...]
+    listener_security_protocol_map: dict[str, str]
+    controller_listener_names: tuple[str, ...]
+    inter_broker_listener_name: str
+    controller_quorum_voters: tuple[QuorumVoter, ...]
+    controller_quorum_bootstrap_servers: tuple[HostPort, ...]
+    controller_quorum_election_timeout_ms: int = 1000
+    controller_quorum_election_backoff_max_ms: int = 1000
+    controller_quorum_fetch_timeout_ms: int = 2000
+    controller_quorum_request_timeout_ms: int = 2000
+    controller_quorum_retry_backoff_ms: int = 20
+    controller_quorum_append_linger_ms: int = 25
+    controller_quorum_auto_join_enable: bool = False
+    log_dirs: tuple[str, ...]
+    metadata_log_dir: str
+    metadata_log_segment_bytes: int = _DEFAULT_SEGMENT_BYTES
+    metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
+    metadata_log_max_snapshot_interval_ms: int = 60 * 60 * 1000
+    metadata_max_retention_bytes: int = 100 * 1024 * 1024
+    metadata_max_retention_ms: int = _DEFAULT_RETENTION_MS
+    broker_heartbeat_interval_ms: int = 2000
+    broker_session_timeout_ms: int = 9000
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    connections_max_idle_ms: int = 600_000
+    unstable_feature_versions_enable: bool = False
+    kraftwerk_metrics_port: int = 0
+    originals: dict[str, str] = Field(default_factory=dict)
+    unknown_keys: tuple[str, ...] = ()
+
+    @property
+    def is_controller(self) -> bool:
+        return ProcessRole.CONTROLLER in self.process_roles
+
+    @property
+    def is_broker(self) -> bool:
+        return ProcessRole.BROKER in self.process_roles
+
+    @property
+    def controller_listeners(self) -> tuple[Endpoint, ...]:
+        return tuple(e for e in self.listeners if e.listener_name in self.controller_listener_names)
+
+    @property
+    def effective_advertised_controller_listeners(self) -> tuple[Endpoint, ...]:
+        """Per controller listener name: its advertised endpoint, else its bound one (Kafka's order)."""
+        found: list[Endpoint] = []
+        for name in self.controller_listener_names:
+            match = next((e for e in self.advertised_listeners if e.listener_name == name), None)
+            match = match or next((e for e in self.listeners if e.listener_name == name), None)
+            if match is not None:
+                found.append(match)
+        return tuple(found)
+
+    @property
+    def effective_advertised_broker_listeners(self) -> tuple[Endpoint, ...]:
+        return tuple(e for e in self.advertised_listeners if e.listener_name not in self.controller_listener_names)
+
+    @property
+    def all_log_dirs(self) -> tuple[str, ...]:
+        """`log.dirs` plus `metadata.log.dir`, sorted and distinct: what `kraft storage` formats."""
+        return tuple(sorted({*self.log_dirs, self.metadata_log_dir}))
+
+
+# Every key the engine interprets, with its field and Kafka's type (for Kafka-style errors).
+_INT_KEYS: dict[str, tuple[str, int, int]] = {
+    # key: (field, minimum, maximum)
+    "controller.quorum.election.timeout.ms": ("controller_quorum_election_timeout_ms", 0, _INT_MAX),
+    "controller.quorum.election.backoff.max.ms": ("controller_quorum_election_backoff_max_ms", 0, _INT_MAX),
+    "controller.quorum.fetch.timeout.ms": ("controller_quorum_fetch_timeout_ms", 0, _INT_MAX),
+    "controller.quorum.request.timeout.ms": ("controller_quorum_request_timeout_ms", 0, _INT_MAX),
+    "controller.quorum.retry.backoff.ms": ("controller_quorum_retry_backoff_ms", 0, _INT_MAX),
+    "controller.quorum.append.linger.ms": ("controller_quorum_append_linger_ms", 0, _INT_MAX),
+    "metadata.log.segment.bytes": ("metadata_log_segment_bytes", _LOG_OVERHEAD_BYTES, _INT_MAX),
+    "metadata.log.max.record.bytes.between.snapshots": (
+        "metadata_log_max_record_bytes_between_snapshots",
+        1,
+        _LONG_MAX,
+    ),
+    "metadata.log.max.snapshot.interval.ms": ("metadata_log_max_snapshot_interval_ms", 0, _LONG_MAX),
+    "metadata.max.retention.bytes": ("metadata_max_retention_bytes", -1, _LONG_MAX),
+    "metadata.max.retention.ms": ("metadata_max_retention_ms", -1, _LONG_MAX),
+    "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", 1, _INT_MAX),
+    "broker.session.timeout.ms": ("broker_session_timeout_ms", 1, _INT_MAX),
+    "socket.request.max.bytes": ("socket_request_max_bytes", 1, _INT_MAX),
+    "connections.max.idle.ms": ("connections_max_idle_ms", -1, _LONG_MAX),
+    "kraftwerk.metrics.port": ("kraftwerk_metrics_port", 0, 65535),
+}
+_BOOL_KEYS: dict[str, str] = {
+    "controller.quorum.auto.join.enable": "controller_quorum_auto_join_enable",
+    "unstable.feature.versions.enable": "unstable_feature_versions_enable",
+}
+_STRUCTURED_KEYS = frozenset(
+    {
+        "process.roles",
+        "node.id",
+        "listeners",
+        "advertised.listeners",
+        "listener.security.protocol.map",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "security.inter.broker.protocol",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "log.dirs",
+        "log.dir",
+        "metadata.log.dir",
+    }
+)
+_KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS})
+
+
+def load_config(path: str | Path) -> KafkaConfig:
+    """Read and validate a `server.properties` file; ConfigError names the file on any problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"Cannot read configuration file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"Cannot read configuration file {path}: not UTF-8 text ({e.reason})") from None
+    try:
+        properties = parse_properties(text)
+    except JavaPropertiesError as e:
+        raise ConfigError(f"Cannot parse configuration file {path}: {e}") from None
+    return parse_config(properties)
+
+
+def parse_config(properties: Mapping[str, str]) -> KafkaConfig:
+    """Validate raw key/value pairs the way Kafka's `KafkaConfig` does."""
+    props = {k: v.strip() for k, v in properties.items()}
+    values: dict[str, Any] = {
+        "originals": dict(properties),
+        "unknown_keys": tuple(sorted(k for k in props if k not in _KNOWN_KEYS)),
+    }
+    for key, (field, low, high) in _INT_KEYS.items():
+        if key in props:
+            values[field] = _parse_int(key, props[key], low=low, high=high)
+    for key, field in _BOOL_KEYS.items():
+        if key in props:
+            values[field] = _parse_bool(key, props[key])
+
+    roles = _parse_process_roles(props.get("process.roles", ""))
+    values["process_roles"] = roles
+    if "node.id" not in props or props["node.id"] == "":
+        raise ConfigError("Missing required configuration `node.id` which has no default value.")
+    values["node_id"] = _parse_int("node.id", props["node.id"], low=0, high=_INT_MAX)
+
+    controller_names = tuple(_csv(props.get("controller.listener.names", "")))
+    values["controller_listener_names"] = controller_names
+    protocol_map = _security_protocol_map(props, controller_names)
+    values["listener_security_protocol_map"] = protocol_map
+    listeners = _parse_listeners(
+        "listeners", props.get("listeners", _DEFAULT_LISTENERS), protocol_map, require_distinct_ports=True
+    )
+    values["listeners"] = listeners
+    if "advertised.listeners" in props:
+        values["advertised_listeners"] = _parse_listeners(
+            "advertised.listeners", props["advertised.listeners"], protocol_map, require_distinct_ports=False
+        )
+    else:
+        values["advertised_listeners"] = listeners
+    values["inter_broker_listener_name"] = _inter_broker_listener_name(props)
+    values["controller_quorum_voters"] = parse_quorum_voters(props.get("controller.quorum.voters", ""))
+    values["controller_quorum_bootstrap_servers"] = _parse_bootstrap_servers(
+        props.get("controller.quorum.bootstrap.servers", "")
+    )
+
+    if props.get("log.dirs"):
+        log_dirs = tuple(_csv(props["log.dirs"]))
+    else:
+        log_dirs = tuple(_csv(props.get("log.dir", _DEFAULT_LOG_DIR)))
+    if not log_dirs:
+        raise ConfigError("At least one log directory must be defined via log.dirs or log.dir.")
+    values["log_dirs"] = log_dirs
+    values["metadata_log_dir"] = props.get("metadata.log.dir") or log_dirs[0]
+
+    try:
+        config = KafkaConfig(**values)
+    except ValidationError as e:  # our parsing above already produced the right types
+        raise ConfigError(str(e)) from None
+    _validate(config)
+    return config
+
+
+def parse_quorum_voters(text: str) -> tuple[QuorumVoter, ...]:
+    """Parse `controller.quorum.voters` (`id@host:port,...`) with Kafka's error messages."""
+    voters: list[QuorumVoter] = []
+    for entry in _csv(text):
+        id_and_address = entry.split("@")
+        if len(id_and_address) != 2:
+            raise ConfigError(
+                f"Invalid configuration value for controller.quorum.voters. Expected entry {entry!r} "
+                "to be of the form {id}@{host}:{port}"
+            )
+        id_text, address = id_and_address
+        try:
+            voter_id = int(id_text)
+        except ValueError:
+            raise ConfigError(
+                f"Invalid configuration value for controller.quorum.voters: "
+                f"failed to parse voter ID as an integer from {id_text!r}"
+            ) from None
+        host, port = _split_host_port("controller.quorum.voters", entry, address)
+        if any(v.voter_id == voter_id for v in voters):
+            raise ConfigError(f"Invalid configuration value for controller.quorum.voters: voter id {voter_id} appears twice")
+        voters.append(QuorumVoter(voter_id=voter_id, host=host, port=port))
+    return tuple(voters)
+
+
+def _validate(config: KafkaConfig) -> None:
+    """The cross-key rules of Kafka's `KafkaConfig.validateValues` for KRaft nodes."""
+    voter_ids = {v.voter_id for v in config.controller_quorum_voters}
+    if not voter_ids and not config.controller_quorum_bootstrap_servers:
+        raise ConfigError(
+            "If using process.roles, either controller.quorum.bootstrap.servers must contain the set of "
+            "bootstrap controllers or controller.quorum.voters must contain a parseable set of controllers."
+        )
+    listener_names = {e.listener_name for e in config.listeners}
+    if config.process_roles == {ProcessRole.BROKER}:
+        if config.node_id in voter_ids:
+            raise ConfigError(
+                f"node.id: if process.roles contains just the 'broker' role, the node id {config.node_id} must "
+                f"not be included in the set of voters controller.quorum.voters={sorted(voter_ids)}"
+            )
+        if not config.controller_listener_names:
+            raise ConfigError(
+                "controller.listener.names must contain at least one value when running KRaft with just the "
+                "broker role"
+            )
+        if config.controller_listeners:
+            raise ConfigError(
+                "controller.listener.names must not contain a value appearing in the 'listeners' configuration "
+                "when running KRaft with just the broker role"
+            )
+        for name in config.controller_listener_names:
+            if name not in config.listener_security_protocol_map:
+                raise ConfigError(
+                    f"Controller listener with name {name} defined in controller.listener.names not found in "
+                    "listener.security.protocol.map (an explicit security mapping for each controller listener "
+                    "is required if listener.security.protocol.map is non-empty, or if there are security "
+                    "protocols other than PLAINTEXT in use)"
+                )
+    if config.is_controller:
+        if not config.controller_listener_names:
+            raise ConfigError(
+                "controller.listener.names must contain at least one value appearing in the 'listeners' "
+                "configuration when running the KRaft controller role"
+            )
+        if config.process_roles == {ProcessRole.CONTROLLER} and len(config.controller_listeners) != len(
+            config.listeners
+        ):
+            raise ConfigError(
+                "The listeners config must only contain KRaft controller listeners from "
+                "controller.listener.names when process.roles=controller"
+            )
+        if voter_ids and config.node_id not in voter_ids:
+            raise ConfigError(
+                f"node.id: if process.roles contains the 'controller' role, the node id {config.node_id} must be "
+                f"included in the set of voters controller.quorum.voters={sorted(voter_ids)}"
+            )
+        if not config.effective_advertised_controller_listeners:
+            raise ConfigError(
+                "controller.listener.names must contain at least one value appearing in the 'listeners' "
+                "configuration when running the KRaft controller role"
+            )
+        if not all(name in listener_names for name in config.controller_listener_names):
+            raise ConfigError(
+                "controller.listener.names must only contain values appearing in the 'listeners' "
+                "configuration when running the KRaft controller role"
+            )
+    if config.is_broker:
+        advertised_names = {e.listener_name for e in config.effective_advertised_broker_listeners}
+        if not advertised_names:
+            raise ConfigError(
+                "advertised.listeners: there must be at least one broker advertised listener. "
+                "Perhaps all listeners appear in controller.listener.names?"
+            )
+        if config.inter_broker_listener_name not in advertised_names:
+            raise ConfigError(
+                "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid "
+                f"options based on currently configured listeners are {','.join(sorted(advertised_names))}"
+            )
+        if not advertised_names <= listener_names:
+            raise ConfigError(
+                "advertised.listeners listener names must be equal to or a subset of the ones defined in "
+                f"listeners. Found {','.join(sorted(advertised_names))}. The valid options based on the current "
+                f"configuration are {','.join(sorted(listener_names))}"
+            )
+    advertised = (*config.effective_advertised_broker_listeners, *config.effective_advertised_controller_listeners)
+    if any(e.host == "0.0.0.0" for e in advertised):
+        raise ConfigError(
+            "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address."
+        )
+    if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms:
+        # Kafka does not check this, but a broker configured this way is fenced between heartbeats.
+        raise ConfigError(
+            f"broker.heartbeat.interval.ms ({config.broker_heartbeat_interval_ms}) must be less than "
+            f"broker.session.timeout.ms ({config.broker_session_timeout_ms})"
+        )
+
+
+def _csv(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _parse_int(key: str, text: str, *, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"Invalid value {text} for configuration {key}: Not a number") from None
+    if value < low:
+        raise ConfigError(f"Invalid value {text} for configuration {key}: Value must be at least {low}")
+    if value > high:
+        raise ConfigError(f"Invalid value {text} for configuration {key}: Value must be no more than {high}")
+    return value
+
+
+def _parse_bool(key: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(f"Invalid value {text} for configuration {key}: Expected value to be either true or false")
+    return lowered == "true"
+
+
+def _parse_process_roles(text: str) -> frozenset[ProcessRole]:
+    names = _csv(text)
+    if not names:
+        raise ConfigError(
+            "Missing required configuration `process.roles`: this engine runs KRaft only, so each node must be "
+            "a broker, a controller, or both (process.roles=broker,controller)"
+        )
+    roles: set[ProcessRole] = set()
+    for name in names:
+        try:
+            role = ProcessRole(name)
+        except ValueError:
+            raise ConfigError(
+                f"Invalid value {text} for configuration process.roles: String must be one of: broker, controller"
+            ) from None
+        if role in roles:
+            raise ConfigError(f"Invalid value {text} for configuration process.roles: Duplicate role names found")
+        roles.add(role)
+    return frozenset(roles)
+
+
+def _security_protocol_map(props: Mapping[str, str], controller_names: tuple[str, ...]) -> dict[str, str]:
+    explicit = "listener.security.protocol.map" in props
+    text = props.get("listener.security.protocol.map", _DEFAULT_SECURITY_PROTOCOL_MAP)
+    mapping: dict[str, str] = {}
+    for entry in _csv(text):
+        name, sep, protocol = entry.partition(":")
+        if not sep or not name.strip() or not protocol.strip():
+            raise ConfigError(
+                f"Invalid value {text} for configuration listener.security.protocol.map: "
+                f"entry {entry!r} is not of the form LISTENER_NAME:SECURITY_PROTOCOL"
+            )
+        protocol = protocol.strip().upper()
+        if protocol not in _SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"Invalid value {text} for configuration listener.security.protocol.map: unknown security "
+                f"protocol {protocol} (known: {', '.join(_SECURITY_PROTOCOLS)})"
+            )
+        mapping[name.strip().upper()] = protocol
+    if not explicit:
+        # Like Kafka: with the default map, controller listeners get PLAINTEXT unless SSL/SASL is in use.
+        listener_names = [_listener_name_of(v) for v in _csv(props.get("listeners", _DEFAULT_LISTENERS))]
+        if not any(n in _SECURITY_PROTOCOLS[1:] for n in (*controller_names, *listener_names)):
+            for name in controller_names:
+                mapping.setdefault(name.upper(), "PLAINTEXT")
+    return mapping
+
+
+def _listener_name_of(text: str) -> str:
+    return text.partition("://")[0].strip().upper()
+
+
+def _parse_listeners(
+    key: str, text: str, protocol_map: Mapping[str, str], *, require_distinct_ports: bool
+) -> tuple[Endpoint, ...]:
+    endpoints: list[Endpoint] = []
+    for entry in _csv(text):
+        m = _ENDPOINT_RE.match(entry)
+        if m is None:
+            raise ConfigError(f"Invalid value {text} for configuration {key}: Unable to parse {entry} to a broker endpoint")
+        name, host, port_text = m.group(1).upper(), m.group(2), m.group(3)
+        port = int(port_text)
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"Invalid value {text} for configuration {key}: port {port} of {entry} is out of range")
+        if name not in protocol_map:
+            raise ConfigError(
+                f"Invalid value {text} for configuration {key}: No security protocol defined for listener {name} "
+                "(add it to listener.security.protocol.map)"
+            )
+        endpoints.append(
+            Endpoint(listener_name=name, host=host, port=port, security_protocol=protocol_map[name])
+        )
+    names = [e.listener_name for e in endpoints]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"Invalid value {text} for configuration {key}: Each listener must have a different name")
+    ports = [e.port for e in endpoints if e.port != 0]
+    if require_distinct_ports and len(set(ports)) != len(ports):
+        raise ConfigError(f"Invalid value {text} for configuration {key}: Each listener must have a different port")
+    return tuple(endpoints)
+
+
+def _inter_broker_listener_name(props: Mapping[str, str]) -> str:
+    name = props.get("inter.broker.listener.name")
+    protocol = props.get("security.inter.broker.protocol")
+    if name and protocol:
+        raise ConfigError(
+            "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."
+        )
+    return (name or protocol or "PLAINTEXT").upper()
+
+
+def _parse_bootstrap_servers(text: str) -> tuple[HostPort, ...]:
+    return tuple(
+        HostPort(host=host, port=port)
+        for host, port in (
+            _split_host_port("controller.quorum.bootstrap.servers", entry, entry) for entry in _csv(text)
+        )
+    )
+
+
+def _split_host_port(key: str, entry: str, address: str) -> tuple[str, int]:
+    host, sep, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host:
+        raise ConfigError(f"Invalid configuration value for {key}: failed to parse host name from entry {entry!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"Invalid configuration value for {key}: failed to parse host port from entry {entry!r}") from None
+    if not 0 < port <= 65535:
+        raise ConfigError(f"Invalid configuration value for {key}: port {port} of entry {entry!r} is out of range")
+    return host, port
