@@ -1,0 +1,246 @@
+"""The controller's write → apply → commit discipline, independent of any particular manager.
+
+Kafka's QuorumController runs every operation on one event thread: a write event generates
+records, applies ("replays") them to memory at once, schedules their append bound to the claim
+epoch, and parks its completion in a purgatory until the stable offset reaches it. Commits
+advance the offsets and release the purgatory; standbys replay what the leader wrote. Losing
+leadership fails the purgatory with NOT_CONTROLLER and reverts memory to the stable offset.
+
+`EventHandling` is that loop without the thread: the shell calls one method per event, in the
+order its single asyncio task dequeues them, and collects the resulting effects. The quorum
+controller builds on it by registering each manager's replay methods per record type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from kraft_engine.controller.offset_control import OffsetControlManager
+from kraft_engine.controller.periodic_tasks import PeriodicTask, PeriodicTaskControl
+from kraft_engine.controller.purgatory import Purgatory
+from kraft_engine.controller.results import (
+    MAX_RECORDS_PER_BATCH,
+    CommittedBatch,
+    ControllerApiError,
+    ControllerEffects,
+    ControllerResult,
+    FailedWrite,
+    ScheduledAppend,
+)
+from kraft_engine.controller.timeline import SnapshotRegistry
+from kraft_engine.invariant import InvariantViolation, require
+
+__all__ = ["ControllerFault", "EventHandling", "ReplayFunction"]
+
+R = TypeVar("R")
+
+ReplayFunction = Callable[[Any, int], None]
+"""Applies one record of a given type at its offset."""
+
+
+class ControllerFault(RuntimeError):
+    """A fatal controller fault (Kafka's fatalFaultHandler): the process must not go on."""
+
+
+def _not_controller() -> ControllerApiError:
+    return ControllerApiError(ErrorCode.not_controller, "This node is not the active controller.")
+
+
+class EventHandling:
+    def __init__(self, *, node_id: int, max_records_per_batch: int = MAX_RECORDS_PER_BATCH) -> None:
+        self.node_id = node_id
+        self.max_records_per_batch = max_records_per_batch
+        self.snapshot_registry = SnapshotRegistry()
+        self.offset_control = OffsetControlManager(self.snapshot_registry)
+        self.periodic = PeriodicTaskControl()
+        self._purgatory: Purgatory[object] = Purgatory()
+        self._replayers: dict[type, ReplayFunction] = {}
+        self._effects = ControllerEffects()
+        self._next_token = 0
+        self.cur_claim_epoch = -1
+        self.leader_id: int | None = None
+        self.leader_epoch = -1
+        self.new_active_controllers_count = 0
+        self.log_replayed_any_record = False
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def register_replayer(self, record_type: type, replay: ReplayFunction) -> None:
+        require(record_type not in self._replayers, f"two replayers for {record_type.__name__}")
+        self._replayers[record_type] = replay
+
+    def register_periodic_task(self, task: PeriodicTask) -> None:
+        self.periodic.register(task)
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def take_effects(self) -> ControllerEffects:
+        """Hand the accumulated effects to the shell (and forget them)."""
+        effects, self._effects = self._effects, ControllerEffects()
+        return effects
+
+    # -- state -----------------------------------------------------------------------------
+
+    def is_active(self) -> bool:
+        return self.cur_claim_epoch != -1
+
+    def active_controller_count(self) -> int:
+        """Kafka's ActiveControllerCount metric: 1 on the active controller, 0 elsewhere."""
+        return 1 if self.is_active() else 0
+
+    def last_stable_offset(self) -> int:
+        return self.offset_control.last_stable_offset
+
+    # -- replay ----------------------------------------------------------------------------
+
+    def replay(self, record: object, offset: int) -> None:
+        replay = self._replayers.get(type(record))
+        if replay is None:
+            # An unknown record type is never skipped: every node must apply the same log.
+            raise ControllerFault(f"Unhandled record type {type(record).__name__} at offset {offset}")
+        replay(record, offset)
+        self.log_replayed_any_record = True
+
+    # -- writes and reads ------------------------------------------------------------------
+
+    def _new_token(self) -> int:
+        self._next_token += 1
+        return self._next_token
+
+    def write(self, name: str, operation: Callable[[], ControllerResult[R]]) -> int:
+        """Run a write operation; return the token its completion (or failure) will carry."""
+        token = self._new_token()
+        if not self.is_active():
+            self._effects.failed.append(FailedWrite(token, _not_controller()))
+            return token
+        try:
+            result = operation()
+        except ControllerApiError as error:
+            self._effects.failed.append(FailedWrite(token, error))
+            return token
+        self._complete_or_park(token, result)
+        return token
+
+    def _complete_or_park(self, token: int, result: ControllerResult[R]) -> int:
+        if not result.records:
+            # A write that wrote nothing is a read of the latest (maybe uncommitted) state: it
+            # may only complete once every write before it has.
+            pending = self._purgatory.highest_pending_offset()
+            if pending is None:
+                self._effects.completed.append((token, result.response))
+            else:
+                self._purgatory.add(offset=pending, token=token, response=result.response)
+            return self.offset_control.next_write_offset - 1
+        offset = self.append_records(result)
+        self._purgatory.add(offset=offset, token=token, response=result.response)
+        return offset
+
+    def append_records(self, result: ControllerResult[Any]) -> int:
+        """Apply and schedule `result`'s records; return the offset of the last one."""
+        records = list(result.records)
+        if result.is_atomic:
+            if len(records) > self.max_records_per_batch:
+                raise ControllerFault(
+                    f"Attempted to atomically commit {len(records)} records, but maxRecordsPerBatch "
+                    f"is {self.max_records_per_batch}"
+                )
+            return self._append_batch(records)
+        # Each batch gets its own in-memory snapshot, so any prefix can be reverted.
+        offset = -1
+        for start in range(0, len(records), self.max_records_per_batch):
+            offset = self._append_batch(records[start : start + self.max_records_per_batch])
+        return offset
+
+    def _append_batch(self, records: Sequence[object]) -> int:
+        base_offset = self.offset_control.next_write_offset
+        # Apply before the append is scheduled: a record the controller itself cannot apply
+        # is a bug that must be found before the record is replicated.
+        for index, record in enumerate(records):
+            try:
+                self.replay(record, base_offset + index)
+            except Exception as error:
+                raise ControllerFault(
+                    f"Unable to apply {type(record).__name__} record at offset {base_offset + index} "
+                    f"on active controller, from the batch with baseOffset {base_offset}"
+                ) from error
+        append = ScheduledAppend(self.cur_claim_epoch, base_offset, tuple(records))
+        self._effects.appends.append(append)
+        self.offset_control.handle_schedule_append(append.last_offset)
+        return append.last_offset
+
+    def read(self, operation: Callable[[int], R]) -> R:
+        """Run a read against the stable state: `operation` gets the offset to read at."""
+        return operation(self.offset_control.last_stable_offset)
+
+    # -- raft listener ---------------------------------------------------------------------
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        """A batch became committed. The raft layer delivers every batch exactly once, in order."""
+        if not batch.records:
+            # Control batches carry no metadata; they do not move the controller's offsets.
+            return
+        if self.is_active() and batch.epoch == self.cur_claim_epoch:
+            # Our own write: it was applied when it was generated.
+            self.offset_control.handle_commit_batch(last_offset=batch.last_offset, epoch=batch.epoch)
+            for token, response in self._purgatory.complete_up_to(self.offset_control.last_stable_offset):
+                self._effects.completed.append((token, response))
+            return
+        require(
+            not self.is_active(),
+            f"the active controller at epoch {self.cur_claim_epoch} got a commit from epoch {batch.epoch}",
+        )
+        for index, record in enumerate(batch.records):
+            try:
+                self.replay(record, batch.base_offset + index)
+            except (InvariantViolation, ControllerFault):
+                raise
+            except Exception as error:
+                raise ControllerFault(
+                    f"Unable to apply {type(record).__name__} record at offset {batch.base_offset + index} "
+                    f"on standby controller, from the batch with baseOffset {batch.base_offset}"
+                ) from error
+        self.offset_control.handle_commit_batch(last_offset=batch.last_offset, epoch=batch.epoch)
+
+    def handle_load_snapshot(self, *, last_contained_offset: int, epoch: int, records: Sequence[object]) -> None:
+        if self.is_active():
+            raise ControllerFault(
+                f"Asked to load snapshot at offset {last_contained_offset}, but we are the active "
+                f"controller at epoch {self.cur_claim_epoch}"
+            )
+        self.offset_control.begin_load_snapshot()
+        for record in records:
+            self.replay(record, last_contained_offset)
+        self.offset_control.end_load_snapshot(last_contained_offset=last_contained_offset, epoch=epoch)
+
+    def claim(self, *, epoch: int, log_end_offset: int) -> None:
+        require(not self.is_active(), "Cannot claim leadership because we are already the active controller.")
+        self.cur_claim_epoch = epoch
+        self.new_active_controllers_count += 1
+        self.offset_control.activate(log_end_offset)
+
+    def renounce(self) -> None:
+        """Stop being the active controller: fail everything parked, revert uncommitted state."""
+        require(self.is_active(), "Cannot renounce leadership because we are not the current leader.")
+        self._effects.resign_epoch = self.cur_claim_epoch
+        self.cur_claim_epoch = -1
+        for token in self._purgatory.fail_all():
+            self._effects.failed.append(FailedWrite(token, _not_controller()))
+        self.offset_control.deactivate()
+        self.periodic.deactivate()
+
+    # -- periodic tasks --------------------------------------------------------------------
+
+    def next_deadline_ms(self) -> int | None:
+        return self.periodic.next_deadline_ms() if self.is_active() else None
+
+    def run_due_tasks(self, now_ms: int) -> None:
+        if not self.is_active():
+            return
+        for task in self.periodic.due(now_ms):
+            result, again = task.run(now_ms)
+            if result.records:
+                self.append_records(result)
+            self.periodic.reschedule(task, now_ms=now_ms, immediately=again)

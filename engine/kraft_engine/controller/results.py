@@ -1,0 +1,120 @@
+"""What a controller operation produces, and what the controller hands back to its shell.
+
+Control managers never touch the log: an operation returns a `ControllerResult` (the records to
+append and the response to give once they are stable). The quorum controller turns results into
+`ScheduledAppend`s and completions, collected in `ControllerEffects` for the shell to perform —
+the pure core's only way to act on the world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "MAX_RECORDS_PER_BATCH",
+    "MAX_RECORDS_PER_USER_OP",
+    "CommittedBatch",
+    "ControllerApiError",
+    "ControllerEffects",
+    "ControllerResult",
+    "FailedWrite",
+    "ScheduledAppend",
+    "check_user_op_size",
+]
+
+R = TypeVar("R")
+
+MAX_RECORDS_PER_BATCH = 10000
+"""Kafka's maxRecordsPerBatch: the most records in one Raft batch (and so in an atomic result)."""
+
+MAX_RECORDS_PER_USER_OP = 10000
+"""Kafka's MAX_RECORDS_PER_USER_OP: the most records any single client request may generate."""
+
+
+class ControllerApiError(Exception):
+    """An expected refusal of a client request: the shell answers it with `error_code`.
+
+    Anything else raised by an operation is a bug, not a client error."""
+
+    def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or error_code.name)
+        self.error_code = error_code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerResult(Generic[R]):
+    """Records to append plus the response to complete once they are stable.
+
+    An atomic result is written as one Raft batch (all or nothing) and may not exceed
+    MAX_RECORDS_PER_BATCH; a non-atomic one is split across as many batches as it needs."""
+
+    records: Sequence[object]
+    response: R
+    is_atomic: bool = False
+
+    def without_records(self) -> ControllerResult[R]:
+        """The same response with no records: what validate-only requests return."""
+        return ControllerResult((), self.response, self.is_atomic)
+
+
+def check_user_op_size(records: Sequence[object]) -> None:
+    """Refuse a client operation that would generate too many records (Kafka's BoundedList)."""
+    if len(records) > MAX_RECORDS_PER_USER_OP:
+        # Kafka's message for a BoundedListTooLongException surfacing from an operation.
+        raise ControllerApiError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledAppend:
+    """Append `records` to the metadata log at `base_offset`, only while leader at `epoch`.
+
+    The shell hands these to the raft layer's prepare/schedule append in order. If the raft
+    layer refuses (not leader at `epoch`) or would place them at a different offset, the shell
+    must call `QuorumController.renounce()`: the controller already applied them."""
+
+    epoch: int
+    base_offset: int
+    records: tuple[object, ...]
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + len(self.records) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class FailedWrite:
+    """A write that will never complete successfully: answer the client with `error`."""
+
+    token: int
+    error: ControllerApiError
+
+
+@dataclass(slots=True)
+class ControllerEffects:
+    """Everything the shell must do after feeding the controller events, in order."""
+
+    appends: list[ScheduledAppend] = field(default_factory=list)
+    completed: list[tuple[int, object]] = field(default_factory=list)
+    failed: list[FailedWrite] = field(default_factory=list)
+    resign_epoch: int | None = None
+    """Set when the controller renounced leadership: tell the raft layer to resign this epoch."""
+
+    def is_empty(self) -> bool:
+        return not (self.appends or self.completed or self.failed) and self.resign_epoch is None
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    """One committed batch as the raft layer delivers it: data records in offset order from
+    `base_offset`, or none for a control batch (then `last_offset` says where it ended)."""
+
+    base_offset: int
+    epoch: int
+    records: tuple[object, ...]
+    last_offset: int
+    append_timestamp_ms: int = -1
