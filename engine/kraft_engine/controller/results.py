@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 __all__ = [
     "MAX_RECORDS_PER_BATCH",
     "MAX_RECORDS_PER_USER_OP",
+    "ApiError",
     "CommittedBatch",
     "ControllerApiError",
     "ControllerEffects",
@@ -44,6 +45,23 @@ class ControllerApiError(Exception):
         super().__init__(message or error_code.name)
         self.error_code = error_code
         self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ApiError:
+    """An error code and message carried inside a successful write's response (Kafka's
+    ApiError): per-item results of batch requests, or UpdateFeatures' top-level error."""
+
+    error_code: ErrorCode
+    message: str | None = None
+
+    NONE: ClassVar[ApiError]
+
+    def is_success(self) -> bool:
+        return self.error_code == ErrorCode.none
+
+
+ApiError.NONE = ApiError(ErrorCode.none)
 
 
 @dataclass(frozen=True, slots=True)
