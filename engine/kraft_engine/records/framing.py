@@ -1,0 +1,91 @@
+"""Kafka's `ApiMessageAndVersion` framing: how a metadata record sits in a record's value.
+
+Every record in the `__cluster_metadata` log (and in its snapshots) has a null key and a value of
+
+    unsigned varint  frame version   (always 1)
+    unsigned varint  api key         (which metadata record)
+    unsigned varint  record version
+    ...              the record body in flexible encoding at that version
+
+as written by Kafka's `AbstractApiMessageSerde`. The checks on read follow that class too: frame
+version 0 (the 2.8 KRaft preview) and unknown frame versions are refused, and trailing bytes after
+the body are an error rather than being ignored.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
+from kio.serial.readers import read_unsigned_varint
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import uvarint
+
+from kraft_engine.records.metadata_records import MetadataRecord
+from kraft_engine.records.metadata_registry import (
+    MetadataRecordError,
+    normalise_decoded,
+    record_type_for_api_key,
+    record_type_of,
+    record_version_of,
+    to_latest,
+    to_version,
+)
+
+FRAME_VERSION = 1
+_SHORT_MAX = 32767
+
+
+def encode_metadata_record(record: object, version: int | None = None) -> bytes:
+    """The framed bytes of `record` at `version` (default: the version of the record's class, i.e.
+    the latest for `TopicRecord`). Raises UnsupportedRecordVersionError when `version` does not
+    exist or cannot hold one of the record's non-default values."""
+    record_type = record_type_of(record)
+    if version is None:
+        version = record_version_of(record)
+    entity = to_version(record, version)
+    with io.BytesIO() as buffer:
+        write_unsigned_varint(buffer, uvarint(FRAME_VERSION))
+        write_unsigned_varint(buffer, uvarint(record_type.api_key))
+        write_unsigned_varint(buffer, uvarint(version))
+        entity_writer(type(entity))(buffer, entity)
+        return buffer.getvalue()
+
+
+def _read_short(data: bytes | bytearray | memoryview, offset: int, what: str) -> tuple[int, int]:
+    try:
+        value, size = read_unsigned_varint(data, offset)
+    except (ValueError, DecodeError) as error:
+        raise MetadataRecordError(f"metadata record is truncated while reading the {what}") from error
+    if value > _SHORT_MAX:
+        raise MetadataRecordError(f"metadata record {what} {value} is too large")
+    return value, offset + size
+
+
+def decode_metadata_record(data: bytes | bytearray | memoryview) -> tuple[MetadataRecord, int]:
+    """The record in a framed value, as the latest version's class, and the version it was written at."""
+    frame_version, offset = _read_short(data, 0, "frame version")
+    if frame_version == 0:
+        raise MetadataRecordError(
+            "metadata record has frame version 0, from the KRaft preview in Kafka 2.8, which is not supported"
+        )
+    if frame_version != FRAME_VERSION:
+        raise MetadataRecordError(
+            f"metadata record has unknown frame version {frame_version} (only {FRAME_VERSION} is supported)"
+        )
+    api_key, offset = _read_short(data, offset, "api key")
+    version, offset = _read_short(data, offset, "version")
+    record_type = record_type_for_api_key(api_key)
+    cls: type[Any] = record_type.class_for_version(version)
+    try:
+        entity, size = entity_reader(cls)(data, offset)
+    except (ValueError, DecodeError) as error:
+        raise MetadataRecordError(
+            f"{record_type.name} version {version} body does not decode (truncated or corrupt): {error}"
+        ) from error
+    trailing = len(data) - offset - size
+    if trailing:
+        raise MetadataRecordError(f"found {trailing} byte(s) of garbage after {record_type.name}")
+    return to_latest(normalise_decoded(entity)), version

@@ -1,0 +1,270 @@
+"""Which metadata record is which: api keys, versions, conversions between versions, and Kafka's JSON.
+
+The engine builds and replays the latest version of every record (`TopicRecord`, `PartitionRecord`,
+...), while the log holds whatever version the metadata.version of the day required. This module is
+the bridge, following the rules of Kafka's generated message code:
+
+- writing at an older version drops the fields that version lacks, but refuses a non-default value
+  in such a field (Kafka's "Attempted to write a non-default ... at version N"), because dropping it
+  would silently lose metadata;
+- reading an older version fills the missing fields with their defaults.
+
+It also renders records as Kafka's `kafka-dump-log --cluster-metadata-decoder` does:
+`{"type":"TOPIC_RECORD","version":0,"data":{...}}` with camelCase field names, Uuids in Kafka's
+base64 form, bytes in base64, and tagged fields only when they differ from their default.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import types
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin
+
+from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
+from kraft_engine.records.metadata_records import METADATA_RECORD_VERSIONS, MetadataRecord
+
+
+class MetadataRecordError(ValueError):
+    """A metadata record that cannot be encoded or decoded; the message says why."""
+
+
+class UnknownRecordTypeError(MetadataRecordError):
+    pass
+
+
+class UnsupportedRecordVersionError(MetadataRecordError):
+    pass
+
+
+def _kafka_type_name(name: str) -> str:
+    """Kafka's MetadataRecordType constant: toSnakeCase(name).toUpperCase()."""
+    out = []
+    previous_capital = True
+    for char in name:
+        if char.isupper():
+            if not previous_capital:
+                out.append("_")
+            previous_capital = True
+        else:
+            previous_capital = False
+        out.append(char.upper())
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataRecordType:
+    api_key: int
+    name: str
+    """The schema name, e.g. "TopicRecord"."""
+    type_name: str
+    """Kafka's MetadataRecordType constant, e.g. "TOPIC_RECORD", as dump-log prints it."""
+    version_classes: tuple[type[Any], ...]
+    """The class of each version, index = version; the last is the latest."""
+
+    @property
+    def lowest_version(self) -> int:
+        return 0
+
+    @property
+    def highest_version(self) -> int:
+        return len(self.version_classes) - 1
+
+    @property
+    def latest_class(self) -> type[Any]:
+        return self.version_classes[-1]
+
+    def class_for_version(self, version: int) -> type[Any]:
+        if not 0 <= version <= self.highest_version:
+            raise UnsupportedRecordVersionError(
+                f"{self.name} version {version} is not supported (versions 0..{self.highest_version})"
+            )
+        return self.version_classes[version]
+
+
+METADATA_RECORD_TYPES: Mapping[int, MetadataRecordType] = types.MappingProxyType(
+    {
+        api_key: MetadataRecordType(
+            api_key=api_key,
+            name=classes[-1].__name__,
+            type_name=_kafka_type_name(classes[-1].__name__),
+            version_classes=classes,
+        )
+        for api_key, classes in METADATA_RECORD_VERSIONS.items()
+    }
+)
+"""api key -> record type, for every metadata record Kafka defines."""
+
+_VERSION_OF_CLASS: dict[type[Any], tuple[MetadataRecordType, int]] = {
+    cls: (record_type, version)
+    for record_type in METADATA_RECORD_TYPES.values()
+    for version, cls in enumerate(record_type.version_classes)
+}
+
+
+def record_type_for_api_key(api_key: int) -> MetadataRecordType:
+    try:
+        return METADATA_RECORD_TYPES[api_key]
+    except KeyError:
+        raise UnknownRecordTypeError(f"unknown metadata record api key {api_key}") from None
+
+
+def record_type_of(record: object) -> MetadataRecordType:
+    """The record type of a record of any version."""
+    return _class_version(record)[0]
+
+
+def record_version_of(record: object) -> int:
+    """The version a record object models: the latest for `TopicRecord`, n for `...V<n>`."""
+    return _class_version(record)[1]
+
+
+def _class_version(record: object) -> tuple[MetadataRecordType, int]:
+    try:
+        return _VERSION_OF_CLASS[type(record)]
+    except KeyError:
+        raise TypeError(f"{type(record).__name__} is not a metadata record") from None
+
+
+def to_version(record: object, version: int) -> Any:
+    """`record` as an instance of the class of `version`, refusing to drop non-default values."""
+    record_type, current = _class_version(record)
+    target = record_type.class_for_version(version)
+    if current == version:
+        return record
+    latest = to_latest(record)
+    target_names = {field.name for field in dataclasses.fields(target)}
+    values = {}
+    for field in dataclasses.fields(latest):
+        value = getattr(latest, field.name)
+        if field.name in target_names:
+            values[field.name] = value
+        elif value != field.default:
+            raise UnsupportedRecordVersionError(
+                f"{record_type.name} version {version} has no field {field.metadata['kafka_name']}; "
+                f"cannot write the non-default value {value!r}"
+            )
+    return target(**values)
+
+
+def to_latest(record: object) -> MetadataRecord:
+    """A record of any version as the latest version's class, missing fields at their defaults."""
+    record_type, version = _class_version(record)
+    if version == record_type.highest_version:
+        latest: MetadataRecord = record  # type: ignore[assignment]
+        return latest
+    values = {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}  # type: ignore[arg-type]
+    upgraded: MetadataRecord = record_type.latest_class(**values)
+    return upgraded
+
+
+# --- Normalising what kio's reader returns -----------------------------------------------------
+
+# kio's reader returns None for an all-zero Uuid even where the schema does not allow null. Kafka
+# reads such a field as Uuid.ZERO_UUID, and so does the engine, so decoded records compare equal to
+# the records that were encoded.
+
+
+def _struct_class(annotation: Any) -> type[Any] | None:
+    """The dataclass in an annotation like `S`, `S | None`, `tuple[S, ...]`, if any."""
+    if get_origin(annotation) in (types.UnionType, tuple):
+        for argument in get_args(annotation):
+            found = _struct_class(argument)
+            if found is not None:
+                return found
+        return None
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return annotation
+    return None
+
+
+def _is_nullable(annotation: Any) -> bool:
+    return get_origin(annotation) is types.UnionType and type(None) in get_args(annotation)
+
+
+def _needs_normalising(cls: type[Any]) -> bool:
+    for field in dataclasses.fields(cls):
+        if field.metadata.get("kafka_type") == "uuid":
+            return True
+        nested = _struct_class(field.type)
+        if nested is not None and _needs_normalising(nested):
+            return True
+    return False
+
+
+_NORMALISE_CACHE: dict[type[Any], bool] = {}
+
+
+def normalise_decoded(entity: Any) -> Any:
+    """Replace kio's None-for-zero Uuids with ZERO_UUID where the field is not nullable."""
+    cls = type(entity)
+    needed = _NORMALISE_CACHE.get(cls)
+    if needed is None:
+        needed = _NORMALISE_CACHE[cls] = _needs_normalising(cls)
+    if not needed:
+        return entity
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        value = getattr(entity, field.name)
+        if value is None:
+            if field.metadata.get("kafka_type") == "uuid" and not _is_nullable(field.type):
+                changes[field.name] = ZERO_UUID
+            continue
+        if field.metadata.get("kafka_type") == "uuid":
+            if isinstance(value, tuple):
+                changes[field.name] = tuple(ZERO_UUID if item is None else item for item in value)
+        elif _struct_class(field.type) is not None:
+            if isinstance(value, tuple):
+                changes[field.name] = tuple(normalise_decoded(item) for item in value)
+            else:
+                changes[field.name] = normalise_decoded(value)
+    return dataclasses.replace(entity, **changes)
+
+
+# --- Kafka's JSON rendering --------------------------------------------------------------------
+
+
+def _lower_first(name: str) -> str:
+    return name[:1].lower() + name[1:]
+
+
+def _json_value(value: object) -> object:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, uuid.UUID):
+        return to_kafka_str(value)
+    if isinstance(value, bytes):
+        # Jackson renders a BinaryNode as standard base64 with padding.
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, tuple):
+        return [_json_value(item) for item in value]
+    if dataclasses.is_dataclass(value):
+        return _entity_json(value)
+    raise TypeError(f"cannot render {type(value).__name__} as Kafka JSON")
+
+
+def _entity_json(entity: Any) -> dict[str, object]:
+    rendered: dict[str, object] = {}
+    for field in dataclasses.fields(entity):
+        value = getattr(entity, field.name)
+        if "tag" in field.metadata and value == field.default:
+            continue
+        rendered[_lower_first(field.metadata["kafka_name"])] = _json_value(value)
+    return rendered
+
+
+def record_to_json(record: object, version: int | None = None) -> dict[str, object]:
+    """The JSON object Kafka's dump-log prints for `record` written at `version` (default: the
+    version of the record's class). Serialise it compactly, e.g.
+    `json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`, to match Jackson's output."""
+    record_type, own_version = _class_version(record)
+    if version is None:
+        version = own_version
+    return {
+        "type": record_type.type_name,
+        "version": version,
+        "data": _entity_json(to_version(record, version)),
+    }
