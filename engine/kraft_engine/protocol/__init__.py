@@ -1,4 +1,98 @@
 """Kafka's wire protocol over asyncio streams: framing, request dispatch by api key and version,
-and the client connection. Every message body is a kio entity."""
+and the client connection. Every message body is a kio entity.
 
-__all__: list[str] = []
+Serving (`Listener`)::
+
+    listener = Listener("CONTROLLER", registry=registry, features_provider=features)
+    listener.register(VOTE_KEY, min_version=0, max_version=2, handler=handle_vote)
+    await listener.start("127.0.0.1", 9093)        # port 0 picks a free port: listener.port
+    ...
+    await listener.close()
+
+    async def handle_vote(request, ctx: RequestContext):
+        return ctx.response_class(...)               # the response of the request's version
+
+- Frames are a 4-byte size, request header v1 or v2 (as the request class's `__header_schema__`
+  says), and the kio body; responses use the response class's header version, and ApiVersions
+  responses always use response header v0.
+- ApiVersions is built in: it lists exactly what was registered (plus itself), with features from
+  `features_provider() -> Features(supported, finalized, finalized_epoch)`. An unsupported
+  ApiVersions version gets Kafka's v0 UNSUPPORTED_VERSION answer.
+- Requests on one connection may be pipelined: handlers start in arrival order and may overlap,
+  responses are written in request order, at most `max_in_flight_requests` outstanding.
+- `socket.request.max.bytes` (`request_max_bytes`), `connections.max.idle.ms`
+  (`connections_max_idle_ms`); bad input or an unknown api/version closes that connection with a
+  WARNING log and a `kafka_network_connections_closed{reason}` count (`CloseReason` values).
+  A handler that raises closes its connection (logged at ERROR), the server keeps serving.
+- Metrics (on the registry passed in, else a private one): `kafka_network_requests_total
+  {listener,request}`, `kafka_network_errors_total{listener,request,error}`,
+  `kafka_network_connections_accepted_total{listener}`,
+  `kafka_network_connections_closed_total{listener,reason}`.
+
+Calling (`KafkaConnection`, `KafkaClient`)::
+
+    async with KafkaConnection(host, port, config=ConnectionConfig(...), rng=rng) as conn:
+        await conn.connect()
+        version = conn.negotiated_version(VOTE_KEY)
+        response = await conn.send(request_class(VOTE_KEY, version)(...), timeout_ms=2000)
+
+- Correlation ids, pipelining (many concurrent `send`s), per-request timeouts
+  (`RequestTimedOut`; a late answer is discarded), reconnect with exponential backoff and jitter
+  (`reconnect.backoff.ms` .. `reconnect.backoff.max.ms`, from an injected `random.Random`), and
+  ApiVersions negotiation on every connect (`negotiated_version(api_key)`,
+  `peer_api_versions`, `api_versions_response` for features).
+- `send()` refuses with `UnsupportedApi` / `UnsupportedVersion` before sending what the peer does
+  not serve. `KafkaClient(bootstrap_servers)` fails over between bootstrap addresses.
+
+Helpers: `request_class(api_key, version)` / `response_class(api_key, version)` load kio's
+classes (cached); `kio_version_range(api_key)` is what kio can encode; `api_name(api_key)`.
+"""
+
+from kraft_engine.protocol.backoff import ExponentialBackoff
+from kraft_engine.protocol.client import KafkaClient, parse_bootstrap_servers
+from kraft_engine.protocol.connection import ConnectionConfig, KafkaConnection
+from kraft_engine.protocol.entities import (
+    API_VERSIONS_KEY,
+    api_name,
+    kio_version_range,
+    request_class,
+    response_class,
+)
+from kraft_engine.protocol.errors import (
+    ConnectionFailed,
+    ConnectionLost,
+    KafkaProtocolError,
+    MalformedFrame,
+    RequestTimedOut,
+    UnsupportedApi,
+    UnsupportedVersion,
+)
+from kraft_engine.protocol.features import NO_FEATURES, Features, FeaturesProvider
+from kraft_engine.protocol.listener import CloseReason, Handler, Listener, RequestContext
+
+__all__ = [
+    "API_VERSIONS_KEY",
+    "CloseReason",
+    "ConnectionConfig",
+    "ConnectionFailed",
+    "ConnectionLost",
+    "ExponentialBackoff",
+    "Features",
+    "FeaturesProvider",
+    "Handler",
+    "KafkaClient",
+    "KafkaConnection",
+    "KafkaProtocolError",
+    "Listener",
+    "MalformedFrame",
+    "NO_FEATURES",
+    "RequestContext",
+    "RequestTimedOut",
+    "UnsupportedApi",
+    "UnsupportedVersion",
+    "api_name",
+    "kio_version_range",
+    "parse_bootstrap_servers",
+    "request_class",
+    "response_class",
+]

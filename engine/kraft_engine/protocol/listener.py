@@ -1,0 +1,559 @@
+"""An asyncio TCP listener that speaks Kafka's wire protocol and dispatches requests to handlers.
+
+A listener owns the parts of Kafka's SocketServer and request channel that every api shares:
+framing, header versions, the `socket.request.max.bytes` limit, `connections.max.idle.ms`, the
+ApiVersions answer (computed from what is registered here, so it never lies), ordering, and the
+metrics. Handlers only see decoded kio entities and return kio entities.
+
+Ordering and pipelining. A client may send many requests before reading any response. The
+listener keeps decoding while handlers run, starts handlers in arrival order, lets them overlap
+(a long-polling Fetch does not stall the reads behind it), and writes responses strictly in
+request order. At most `max_in_flight_requests` requests per connection are outstanding; beyond
+that the listener stops reading that socket until responses drain (TCP backpressure). Setting it to
+1 gives Kafka's own behaviour of muting a channel while one request is processed.
+
+Bad input never costs other connections anything: a frame over the size limit (refused from its
+size prefix, before the body is read), a negative size, a truncated frame, a malformed header or
+body, an api this listener does not serve, or an unsupported version closes that one connection
+after logging the reason at WARNING and counting it in `kafka_network_connections_closed`.
+ApiVersions is the exception Kafka makes: an unsupported ApiVersions version is answered with a v0
+response carrying UNSUPPORTED_VERSION and the ApiVersions range, so the client can retry lower.
+
+A handler that raises is a bug in that handler. We log it with its traceback and close the
+connection, after the responses before it were written. Kafka instead answers with an error code
+filled in at every level of the response schema; kio gives no generic way to do that for every
+api, and an invented partial answer could mislead a client, so a closed connection (which every
+Kafka client already treats as retriable) is the honest response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i64
+from prometheus_client import CollectorRegistry
+
+from kraft_engine.invariant import require
+from kraft_engine.protocol.entities import (
+    API_VERSIONS_KEY,
+    api_name,
+    error_codes_of,
+    kio_version_range,
+    request_class,
+    response_class,
+)
+from kraft_engine.protocol.errors import MalformedFrame
+from kraft_engine.protocol.features import NO_FEATURES, FeaturesProvider
+from kraft_engine.protocol.framing import (
+    SIZE_PREFIX,
+    decode_request,
+    encode_response,
+    peek_api,
+    peek_correlation_id,
+)
+from kraft_engine.protocol.metrics import ListenerMetrics, metrics_for
+
+__all__ = [
+    "CloseReason",
+    "Handler",
+    "Listener",
+    "RequestContext",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_REQUEST_MAX_BYTES = 104857600  # socket.request.max.bytes
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000  # connections.max.idle.ms
+DEFAULT_MAX_IN_FLIGHT_REQUESTS = 64
+
+
+class CloseReason:
+    """Values of the `reason` label of `kafka_network_connections_closed`."""
+
+    PEER_CLOSED = "peer_closed"
+    IDLE = "idle"
+    REQUEST_TOO_LARGE = "request_too_large"
+    INVALID_SIZE = "invalid_size"
+    TRUNCATED_FRAME = "truncated_frame"
+    MALFORMED_HEADER = "malformed_header"
+    MALFORMED_BODY = "malformed_body"
+    UNKNOWN_API_KEY = "unknown_api_key"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    HANDLER_ERROR = "handler_error"
+    SOCKET_ERROR = "socket_error"
+    LISTENER_CLOSED = "listener_closed"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request and how: everything from the header and the socket a handler may need."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: tuple[str, int]
+    listener_name: str
+
+    @property
+    def response_class(self) -> type[Any]:
+        """The kio response class of the same api and version as the request."""
+        return response_class(self.api_key, self.api_version)
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[Any]]
+"""`async def handler(request, ctx) -> response`: the response must be of `ctx.response_class`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    handler: Handler
+    request_cls: type[Any]
+    response_cls: type[Any]
+
+
+class _Close(Exception):
+    """Internal: stop reading this connection for `reason` (logged at `level`)."""
+
+    def __init__(self, reason: str, detail: str, *, level: int = logging.WARNING) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.level = level
+
+
+# Kafka validates the client software name and version of ApiVersions v3+ with this pattern.
+_SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+_ZERO_THROTTLE = timedelta(0)
+_END = object()  # sentinel queued after the last response of a connection
+
+
+class Listener:
+    """One listener (Kafka's `listeners` entry): a name, a socket, and the apis it serves."""
+
+    def __init__(
+        self,
+        name: str = "PLAINTEXT",
+        *,
+        request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES,
+        connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+        max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+        features_provider: FeaturesProvider | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        require(request_max_bytes > 0, "socket.request.max.bytes must be positive")
+        require(connections_max_idle_ms > 0, "connections.max.idle.ms must be positive")
+        require(max_in_flight_requests > 0, "max_in_flight_requests must be positive")
+        self.name = name
+        self.request_max_bytes = request_max_bytes
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.max_in_flight_requests = max_in_flight_requests
+        self._features_provider = features_provider or (lambda: NO_FEATURES)
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics: ListenerMetrics = metrics_for(self.registry)
+        self._routes: dict[tuple[int, int], _Route] = {}
+        self._ranges: dict[int, tuple[int, int]] = {}
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._request_counters: dict[int, Any] = {}
+        self._error_counters: dict[tuple[int, ErrorCode], Any] = {}
+        self._close_counters: dict[str, Any] = {}
+        api_versions_range = kio_version_range(API_VERSIONS_KEY)
+        require(api_versions_range is not None, "kio lacks ApiVersions")
+        assert api_versions_range is not None  # for mypy; require() above raises first
+        self._add_routes(API_VERSIONS_KEY, api_versions_range, self._handle_api_versions)
+
+    # --- registry ------------------------------------------------------------------------------
+
+    def register(self, api_key: int, *, min_version: int, max_version: int, handler: Handler) -> None:
+        """Serve `api_key` versions [min_version, max_version] with `handler`.
+
+        An api may be registered in several ranges (different handlers per range), but the union
+        must stay contiguous because ApiVersions advertises one range per api. ApiVersions itself
+        is built in.
+        """
+        if api_key == API_VERSIONS_KEY:
+            raise ValueError("ApiVersions is served by the listener itself")
+        known = kio_version_range(api_key)
+        if known is None:
+            raise ValueError(f"unknown api key {api_key}")
+        if not known[0] <= min_version <= max_version <= known[1]:
+            raise ValueError(
+                f"{api_name(api_key)} versions {min_version}..{max_version} are outside what kio "
+                f"encodes ({known[0]}..{known[1]})"
+            )
+        if self._server is not None:
+            raise RuntimeError("register handlers before the listener starts")
+        current = self._ranges.get(api_key)
+        if current is not None:
+            if min_version <= current[1] and current[0] <= max_version:
+                raise ValueError(f"{api_name(api_key)} versions {min_version}..{max_version} overlap {current}")
+            if max_version + 1 != current[0] and current[1] + 1 != min_version:
+                raise ValueError(f"{api_name(api_key)} ranges must be contiguous for ApiVersions")
+        self._add_routes(api_key, (min_version, max_version), handler)
+
+    def _add_routes(self, api_key: int, versions: tuple[int, int], handler: Handler) -> None:
+        for version in range(versions[0], versions[1] + 1):
+            self._routes[(api_key, version)] = _Route(
+                handler=handler,
+                request_cls=request_class(api_key, version),
+                response_cls=response_class(api_key, version),
+            )
+        current = self._ranges.get(api_key)
+        if current is None:
+            self._ranges[api_key] = versions
+        else:
+            self._ranges[api_key] = (min(current[0], versions[0]), max(current[1], versions[1]))
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """The (min, max) version of every api this listener serves, ApiVersions included."""
+        return dict(sorted(self._ranges.items()))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Bind and start accepting. Port 0 picks a free port; read it back from `port`."""
+        if self._server is not None:
+            raise RuntimeError(f"listener {self.name} already started")
+        self._server = await asyncio.start_server(self._accept, host, port)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) the listener is bound to."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError(f"listener {self.name} is not started")
+        sockname = self._server.sockets[0].getsockname()
+        return sockname[0], sockname[1]
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection, and wait until they are gone."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        await server.wait_closed()
+
+    async def __aenter__(self) -> Listener:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- metrics -------------------------------------------------------------------------------
+
+    def _count_request(self, api_key: int) -> None:
+        counter = self._request_counters.get(api_key)
+        if counter is None:
+            counter = self.metrics.requests.labels(self.name, api_name(api_key))
+            self._request_counters[api_key] = counter
+        counter.inc()
+
+    def _count_errors(self, api_key: int, response: Any) -> None:
+        for code, n in error_codes_of(response).items():
+            counter = self._error_counters.get((api_key, code))
+            if counter is None:
+                counter = self.metrics.errors.labels(self.name, api_name(api_key), code.name.upper())
+                self._error_counters[(api_key, code)] = counter
+            counter.inc(n)
+
+    def _count_close(self, reason: str) -> None:
+        counter = self._close_counters.get(reason)
+        if counter is None:
+            counter = self.metrics.connections_closed.labels(self.name, reason)
+            self._close_counters[reason] = counter
+        counter.inc()
+
+    # --- connections ---------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        require(task is not None, "connection callback runs outside a task")
+        assert task is not None
+        self._connections.add(task)
+        self.metrics.connections_accepted.labels(self.name).inc()
+        try:
+            await _Connection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            # Only close() cancels connection tasks. asyncio's stream callback would report a
+            # cancelled task as an error, so the cancellation ends here.
+            pass
+        finally:
+            self._connections.discard(task)
+
+    # --- ApiVersions ---------------------------------------------------------------------------
+
+    async def _handle_api_versions(self, request: Any, ctx: RequestContext) -> Any:
+        cls = ctx.response_class
+        if ctx.api_version >= 3 and not (
+            _SOFTWARE_NAME_VERSION.fullmatch(request.client_software_name)
+            and _SOFTWARE_NAME_VERSION.fullmatch(request.client_software_version)
+        ):
+            return _api_versions_response(cls, error_code=ErrorCode.invalid_request, api_keys=())
+        nested = sys.modules[cls.__module__].ApiVersion
+        api_keys = tuple(
+            nested(api_key=i16(key), min_version=i16(low), max_version=i16(high))
+            for key, (low, high) in sorted(self._ranges.items())
+        )
+        if ctx.api_version < 3:
+            return _api_versions_response(cls, error_code=ErrorCode.none, api_keys=api_keys)
+        module = sys.modules[cls.__module__]
+        features = self._features_provider()
+        supported = tuple(
+            module.SupportedFeatureKey(name=name, min_version=i16(low), max_version=i16(high))
+            for name, (low, high) in sorted(features.supported.items())
+            # ApiVersions v0-v3 omit features whose minimum supported version is 0: older
+            # clients fail to parse a range starting at 0.
+            if ctx.api_version >= 4 or low != 0
+        )
+        finalized = tuple(
+            module.FinalizedFeatureKey(name=name, max_version_level=i16(level), min_version_level=i16(level))
+            for name, level in sorted(features.finalized.items())
+        )
+        return cls(
+            error_code=ErrorCode.none,
+            api_keys=api_keys,
+            throttle_time=_ZERO_THROTTLE,
+            supported_features=supported,
+            finalized_features_epoch=i64(features.finalized_epoch),
+            finalized_features=finalized,
+        )
+
+    def _unsupported_api_versions_frame(self, correlation_id: int) -> bytes:
+        """Kafka's answer to an ApiVersions request of a version it does not speak: a v0
+        response with UNSUPPORTED_VERSION that lists the ApiVersions range it does speak."""
+        cls = response_class(API_VERSIONS_KEY, 0)
+        low, high = self._ranges[API_VERSIONS_KEY]
+        nested = sys.modules[cls.__module__].ApiVersion
+        response = cls(
+            error_code=ErrorCode.unsupported_version,
+            api_keys=(nested(api_key=i16(API_VERSIONS_KEY), min_version=i16(low), max_version=i16(high)),),
+        )
+        self._count_errors(API_VERSIONS_KEY, response)
+        return encode_response(response, correlation_id=correlation_id)
+
+
+def _api_versions_response(cls: type[Any], *, error_code: ErrorCode, api_keys: tuple[Any, ...]) -> Any:
+    if cls.__version__ == 0:
+        return cls(error_code=error_code, api_keys=api_keys)
+    return cls(error_code=error_code, api_keys=api_keys, throttle_time=_ZERO_THROTTLE)
+
+
+class _Connection:
+    """One accepted socket: a read loop that decodes and dispatches, a write loop that sends
+    responses in request order."""
+
+    def __init__(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.listener = listener
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer: tuple[str, int] = (str(peer[0]), int(peer[1])) if peer else ("?", 0)
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        # A slot is taken when a request is dispatched and given back once its response is
+        # written, so at most max_in_flight_requests are outstanding per connection.
+        self.slots = asyncio.Semaphore(listener.max_in_flight_requests)
+        self.aborted = False
+        self.in_flight = 0
+        self.idle_s = listener.connections_max_idle_ms / 1000
+        self.idle: asyncio.Timeout | None = None
+        self.close_reason: str | None = None
+
+    async def run(self) -> None:
+        write_task = self.loop.create_task(self._write_loop())
+        try:
+            try:
+                await self._read_loop()
+            except _Close as close:
+                self._note_close(close.reason, close.detail, level=close.level)
+            except TimeoutError:
+                self._note_close(
+                    CloseReason.IDLE,
+                    f"idle for more than {self.listener.connections_max_idle_ms} ms",
+                    level=logging.INFO,
+                )
+            except (ConnectionError, OSError) as e:
+                self._note_close(CloseReason.SOCKET_ERROR, f"socket error: {e}", level=logging.INFO)
+            if not write_task.done():
+                # Responses already owed are still delivered, then the writer ends the connection.
+                self.queue.put_nowait(_END)
+                await write_task
+        except asyncio.CancelledError:
+            self._note_close(CloseReason.LISTENER_CLOSED, "listener closing", level=logging.DEBUG)
+            raise
+        finally:
+            if not write_task.done():
+                write_task.cancel()
+            with contextlib.suppress(BaseException):
+                await write_task
+            self._drain_queue()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+            self.listener._count_close(self.close_reason or CloseReason.PEER_CLOSED)
+
+    def _note_close(self, reason: str, detail: str, *, level: int) -> None:
+        if self.close_reason is not None:
+            return
+        self.close_reason = reason
+        logger.log(level, "Closing connection from %s:%s on listener %s: %s (reason %s)",
+                   self.peer[0], self.peer[1], self.listener.name, detail, reason)
+
+    def _drain_queue(self) -> None:
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if isinstance(item, asyncio.Task):
+                item.cancel()
+
+    # --- reading -------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        listener = self.listener
+        reader = self.reader
+        max_bytes = listener.request_max_bytes
+        async with asyncio.timeout(self.loop.time() + self.idle_s) as idle:
+            self.idle = idle
+            while True:
+                prefix = await reader.read(4)
+                if not prefix:
+                    self._note_close(CloseReason.PEER_CLOSED, "peer closed the connection", level=logging.DEBUG)
+                    return
+                if len(prefix) < 4:
+                    try:
+                        prefix += await reader.readexactly(4 - len(prefix))
+                    except asyncio.IncompleteReadError as e:
+                        raise _Close(CloseReason.TRUNCATED_FRAME, "connection closed inside a size prefix") from e
+                (size,) = SIZE_PREFIX.unpack(prefix)
+                if size < 0:
+                    raise _Close(CloseReason.INVALID_SIZE, f"negative request size {size}")
+                if size > max_bytes:
+                    raise _Close(
+                        CloseReason.REQUEST_TOO_LARGE,
+                        f"request size {size} exceeds socket.request.max.bytes {max_bytes}",
+                    )
+                try:
+                    frame = await reader.readexactly(size)
+                except asyncio.IncompleteReadError as e:
+                    raise _Close(
+                        CloseReason.TRUNCATED_FRAME,
+                        f"connection closed after {len(e.partial)} of {size} request bytes",
+                    ) from e
+                self.in_flight += 1
+                idle.reschedule(None)
+                await self.slots.acquire()
+                if self.aborted:
+                    return
+                self.queue.put_nowait(self._dispatch(frame))
+
+    def _dispatch(self, frame: bytes) -> Any:
+        """Decode one request and start its handler; returns what the writer awaits or writes."""
+        listener = self.listener
+        try:
+            api_key, api_version = peek_api(frame)
+        except MalformedFrame as e:
+            raise _Close(CloseReason.MALFORMED_HEADER, str(e)) from e
+        route = listener._routes.get((api_key, api_version))
+        if route is None:
+            if api_key == API_VERSIONS_KEY:
+                try:
+                    correlation_id = peek_correlation_id(frame)
+                except MalformedFrame as e:
+                    raise _Close(CloseReason.MALFORMED_HEADER, str(e)) from e
+                listener._count_request(api_key)
+                return listener._unsupported_api_versions_frame(correlation_id)
+            if api_key in listener._ranges:
+                low, high = listener._ranges[api_key]
+                raise _Close(
+                    CloseReason.UNSUPPORTED_VERSION,
+                    f"{api_name(api_key)} (api key {api_key}) version {api_version} is not supported "
+                    f"(supported {low}..{high})",
+                )
+            raise _Close(
+                CloseReason.UNKNOWN_API_KEY,
+                f"api key {api_key} ({api_name(api_key)}) version {api_version} is not served by this listener",
+            )
+        try:
+            header, body = decode_request(frame, route.request_cls)
+        except MalformedFrame as e:
+            reason = CloseReason.MALFORMED_HEADER if e.part == "header" else CloseReason.MALFORMED_BODY
+            raise _Close(reason, f"{e} ({api_name(api_key)} api key {api_key} version {api_version})") from e
+        listener._count_request(api_key)
+        ctx = RequestContext(
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=header.correlation_id,
+            client_id=header.client_id,
+            peer=self.peer,
+            listener_name=listener.name,
+        )
+        return self.loop.create_task(self._handle(route, body, ctx))
+
+    async def _handle(self, route: _Route, body: Any, ctx: RequestContext) -> bytes:
+        response = await route.handler(body, ctx)
+        if type(response) is not route.response_cls:
+            raise TypeError(
+                f"handler for {api_name(ctx.api_key)} v{ctx.api_version} returned "
+                f"{type(response).__module__}.{type(response).__qualname__}, expected {route.response_cls.__module__}"
+            )
+        self.listener._count_errors(ctx.api_key, response)
+        return encode_response(response, correlation_id=ctx.correlation_id)
+
+    # --- writing -------------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        writer = self.writer
+        while True:
+            item = await self.queue.get()
+            if item is _END:
+                return
+            if isinstance(item, asyncio.Task):
+                try:
+                    frame = await item
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    self._note_close(CloseReason.HANDLER_ERROR, f"handler failed: {e!r}", level=logging.ERROR)
+                    logger.error("Handler on listener %s raised", self.listener.name, exc_info=e)
+                    self._abort()
+                    return
+            else:
+                frame = item
+            writer.write(frame)
+            self.in_flight -= 1
+            self.slots.release()
+            if self.queue.empty():
+                # Flush once per burst of ready responses, not once per response.
+                try:
+                    await writer.drain()
+                except (ConnectionError, OSError) as e:
+                    self._note_close(CloseReason.SOCKET_ERROR, f"socket error: {e}", level=logging.INFO)
+                    self._abort()
+                    return
+                if self.in_flight == 0 and self.idle is not None and not self.idle.expired():
+                    with contextlib.suppress(RuntimeError):
+                        self.idle.reschedule(self.loop.time() + self.idle_s)
+
+    def _abort(self) -> None:
+        """End the connection from the writer's side: drop queued work, and abort the transport,
+        which wakes the read loop with end-of-file and frees it if it waits on a full queue."""
+        self.aborted = True
+        self._drain_queue()
+        self.slots.release()  # a read loop waiting for a slot wakes, sees `aborted`, and ends
+        self.writer.transport.abort()

@@ -1,0 +1,57 @@
+"""The wire layer's Prometheus counters, named after Kafka's `kafka.network` request metrics.
+
+A node usually runs several listeners (controller, broker, internal) against one registry.
+prometheus-client refuses to register the same metric name twice in a registry, so the counters
+are created once per registry and shared, and every sample carries a `listener` label.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from prometheus_client import CollectorRegistry, Counter
+
+__all__ = ["ListenerMetrics", "metrics_for"]
+
+
+class ListenerMetrics:
+    """Counters shared by all listeners on one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "kafka_network_requests",
+            "Requests received and dispatched, by listener and api.",
+            ["listener", "request"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "kafka_network_errors",
+            "Error codes carried by responses (NONE included), by listener, api and error.",
+            ["listener", "request", "error"],
+            registry=registry,
+        )
+        self.connections_accepted = Counter(
+            "kafka_network_connections_accepted",
+            "Connections accepted, by listener.",
+            ["listener"],
+            registry=registry,
+        )
+        self.connections_closed = Counter(
+            "kafka_network_connections_closed",
+            "Connections closed, by listener and reason.",
+            ["listener", "reason"],
+            registry=registry,
+        )
+
+
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, ListenerMetrics] = weakref.WeakKeyDictionary()
+
+
+def metrics_for(registry: CollectorRegistry) -> ListenerMetrics:
+    """The one ListenerMetrics of `registry`, created on first use."""
+    metrics = _BY_REGISTRY.get(registry)
+    if metrics is None:
+        metrics = ListenerMetrics(registry)
+        _BY_REGISTRY[registry] = metrics
+    return metrics
