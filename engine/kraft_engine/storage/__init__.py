@@ -10,6 +10,9 @@ one can be opened by the other and Kafka's own tools can inspect ours. Public AP
   `MetaPropertiesEnsemble.load(dirs).verify(...)`.
 - `checkpoint_file`: Kafka's `version / count / entries` checkpoint text files.
 - `leader_epoch_cache`: `LeaderEpochCache` behind `leader-epoch-checkpoint`.
+- `offset_index`: the sparse `.index` beside each segment.
+- `partition_log`: `PartitionLog.open(dir, ...) -> (log, RecoveryReport)`; appends as leader or
+  follower, reads, truncation, retention, flush (API in that module's docstring).
 """
 
 from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
@@ -22,17 +25,31 @@ from kraft_engine.storage.meta_properties import (
     read_meta_properties,
     write_meta_properties,
 )
+from kraft_engine.storage.partition_log import (
+    AppendInfo,
+    DroppedBytes,
+    LogError,
+    OffsetOutOfRangeError,
+    PartitionLog,
+    RecoveryReport,
+)
 from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData, QuorumStateError
 
 __all__ = [
+    "AppendInfo",
     "CheckpointError",
+    "DroppedBytes",
     "FileQuorumStateStore",
     "LeaderEpochCache",
+    "LogError",
     "MetaProperties",
     "MetaPropertiesEnsemble",
     "MetaPropertiesError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
     "QuorumStateData",
     "QuorumStateError",
+    "RecoveryReport",
     "atomic_replace",
     "fsync_dir",
     "read_meta_properties",

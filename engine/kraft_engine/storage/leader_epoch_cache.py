@@ -65,7 +65,7 @@ class LeaderEpochCache:
         if self._entries and self._entries[-1][1] == start_offset:
             self._entries.pop()
         self._entries.append((epoch, start_offset))
-        self._write()
+        self.flush()
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
@@ -73,7 +73,7 @@ class LeaderEpochCache:
         kept = [(e, o) for e, o in self._entries if o < end_offset]
         if len(kept) != len(self._entries):
             self._entries = kept
-            self._write()
+            self.flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget epochs wholly below a new log start; the epoch covering it now starts there."""
@@ -83,12 +83,12 @@ class LeaderEpochCache:
         kept = [(below[-1][0], start_offset)] + [(e, o) for e, o in self._entries if o > start_offset]
         if kept != self._entries:
             self._entries = kept
-            self._write()
+            self.flush()
 
     def clear(self) -> None:
         if self._entries:
             self._entries = []
-            self._write()
+            self.flush()
 
     def end_offset_for(self, requested_epoch: int, *, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) answering OffsetsForLeaderEpoch / a diverging Fetch; see module doc."""
@@ -111,5 +111,6 @@ class LeaderEpochCache:
         index = bisect.bisect_right(starts, offset)
         return self._entries[index - 1][0] if index else None
 
-    def _write(self) -> None:
+    def flush(self) -> None:
+        """Write the entries to leader-epoch-checkpoint (atomically; changes already do this)."""
         write_leader_epoch_checkpoint(self.path, self._entries)

@@ -1,0 +1,792 @@
+"""One partition's log on disk: segments of v2 record batches, Kafka's layout, crash recovery.
+
+The raft layer needs an append-only log it can extend as leader, extend or truncate as follower,
+read back by offset, and trim below a snapshot — and it needs to know exactly what survived a
+crash. This module is that log, in the layout Apache Kafka uses, so Kafka's tools can read it:
+
+    <log dir>/<topic>-<partition>/            e.g. __cluster_metadata-0/
+        00000000000000000000.log              v2 record batches, back to back
+        00000000000000000000.index            sparse offset index (see offset_index)
+        00000000000000004711.log              next segment, named by its base offset
+        leader-epoch-checkpoint               epoch -> start offset (see leader_epoch_cache)
+
+API (all offsets are Kafka offsets; batches are raw bytes, never re-encoded):
+
+    log, report = PartitionLog.open(dir, segment_bytes=..., recovery_point=..., log_start_offset=...)
+    log.append_as_leader(batches, epoch=e) -> AppendInfo   # offsets assigned from the log end
+    log.append_as_follower(batches)        -> AppendInfo   # offsets already assigned, must follow
+    log.read(offset, max_bytes=n)          -> bytes        # whole batches, at least one
+    log.truncate_to(offset)                -> int          # the real new log end (batch boundary)
+    log.truncate_fully_and_start_at(offset)                # e.g. after downloading a snapshot
+    log.delete_below(offset)               -> [segment names deleted]
+    log.flush()                                            # fsync; flushed_offset = log end
+    log.end_offset_for_epoch(epoch)        -> (epoch, end offset)
+    log.log_start_offset / log_end_offset / flushed_offset / latest_epoch
+    log.close()
+
+Decisions worth knowing:
+
+- Leader appends patch each batch's base offset and partition leader epoch in place. Neither
+  field is covered by the batch CRC (it starts at `attributes`), which is why Kafka's leader can
+  do the same; the CRC still verifies on read.
+- A segment rolls before an append that would push it past `segment_bytes` (Kafka's
+  `segment.bytes`, 1 GiB; the metadata log's `metadata.log.segment.bytes`), or whose offsets
+  would no longer fit the index's 32-bit relative offsets. The old segment is fsynced before the
+  new one is created and the directory fsynced after, so only the last segment can be torn.
+- Recovery point and log start offset: like Kafka, these live at the log-directory level
+  (`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, see checkpoint_file) and
+  belong to whoever manages the log directory. `open()` takes them as arguments. Without a
+  recovery point every segment is CRC-checked; with one, segments wholly below it are only
+  walked header by header (lengths, offsets, epochs), and the rest — always including the last
+  segment — are CRC-checked. Without a log start offset it is the first segment's base offset.
+- Recovery truncates at the first batch that is torn, fails its CRC, breaks offset contiguity
+  (base offsets are outside the CRC; the engine never compacts, so a gap is damage) or lowers
+  the leader epoch. Everything after that point is dropped, later segments included, even if
+  intact — Kafka does the same, since a log with a hole is worse than a shorter one. The
+  RecoveryReport lists every drop with segment, byte position, byte count, reason and the
+  intact batches (offset ranges) that were lost behind the bad one, so nothing goes silently.
+- The leader-epoch cache is rebuilt from the batch headers on every open and compared with the
+  checkpoint file, which is rewritten (and the fact reported) when it is missing or differs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from kraft_engine.invariant import InvariantViolation, require
+from kraft_engine.records.batches import (
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    CorruptBatchError,
+    IncompleteBatchError,
+    read_batch_header,
+    validate_batch,
+)
+from kraft_engine.storage.atomic_file import fsync_dir
+from kraft_engine.storage.checkpoint_file import (
+    LEADER_EPOCH_CHECKPOINT_FILE_NAME,
+    CheckpointError,
+    EpochEntry,
+    read_leader_epoch_checkpoint,
+)
+from kraft_engine.storage.leader_epoch_cache import LeaderEpochCache
+from kraft_engine.storage.offset_index import OffsetIndex
+
+__all__ = [
+    "DEFAULT_INDEX_INTERVAL_BYTES",
+    "DEFAULT_SEGMENT_BYTES",
+    "AppendInfo",
+    "DroppedBytes",
+    "LogError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "RecoveryReport",
+    "index_file_name",
+    "segment_file_name",
+]
+
+DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+_LOG_SUFFIX = ".log"
+_INDEX_SUFFIX = ".index"
+_DELETED_SUFFIX = ".deleted"
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index)$")
+_INT32_MAX = 2**31 - 1
+# How far recovery searches a dropped tail for intact batches to report (it is a report, not a fix).
+_INTACT_SEARCH_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{_LOG_SUFFIX}"
+
+
+def index_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{_INDEX_SUFFIX}"
+
+
+class LogError(ValueError):
+    """Input the log refuses (bad batches, offsets that do not follow); the log is unchanged."""
+
+
+class OffsetOutOfRangeError(LogError):
+    """A read or truncation outside [log start offset, log end offset]."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedBytes:
+    """Bytes recovery removed from one segment file."""
+
+    segment: str
+    position: int
+    bytes_dropped: int
+    reason: str
+    # (base offset, last offset) of batches inside the dropped bytes that were themselves intact.
+    intact_batches: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What `PartitionLog.open` found and changed. Empty tuples mean a clean log."""
+
+    log_end_offset: int
+    validated_segments: tuple[str, ...] = ()
+    truncated: DroppedBytes | None = None
+    deleted_segments: tuple[DroppedBytes, ...] = ()
+    removed_files: tuple[str, ...] = ()
+    rebuilt_indexes: tuple[str, ...] = ()
+    leader_epoch_checkpoint: str = "up to date"
+
+    @property
+    def is_clean(self) -> bool:
+        return self.truncated is None and not self.deleted_segments
+
+    @property
+    def dropped_intact_batches(self) -> tuple[tuple[int, int], ...]:
+        drops = ([self.truncated] if self.truncated else []) + list(self.deleted_segments)
+        return tuple(batch for drop in drops for batch in drop.intact_batches)
+
+    @property
+    def offsets_dropped(self) -> tuple[int, int | None] | None:
+        """(first offset lost, last offset known lost or None when the damage hides it), or None."""
+        if self.is_clean:
+            return None
+        intact = self.dropped_intact_batches
+        return self.log_end_offset, max((last for _, last in intact), default=None)
+
+    def describe(self) -> list[str]:
+        lines = []
+        for drop in ([self.truncated] if self.truncated else []) + list(self.deleted_segments):
+            verb = "truncated" if drop is self.truncated else "deleted"
+            lines.append(
+                f"{verb} {drop.segment} at byte {drop.position}: {drop.bytes_dropped} bytes dropped ({drop.reason})"
+            )
+            if drop.intact_batches:
+                ranges = ", ".join(f"{b}..{e}" for b, e in drop.intact_batches)
+                lines.append(
+                    f"  intact batches dropped because they follow the damage (Kafka's behaviour): {ranges}"
+                )
+        lines.extend(f"removed leftover {name}" for name in self.removed_files)
+        lines.extend(f"rebuilt index {name}" for name in self.rebuilt_indexes)
+        if self.leader_epoch_checkpoint != "up to date":
+            lines.append(f"leader-epoch-checkpoint {self.leader_epoch_checkpoint}")
+        return lines
+
+
+class _Segment:
+    """One `.log` file (opened for append) and its index."""
+
+    def __init__(self, directory: Path, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self.log_path = directory / segment_file_name(base_offset)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size_bytes = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.bytes_since_index_entry = 0
+        self.index: OffsetIndex | None = None
+
+    @property
+    def name(self) -> str:
+        return self.log_path.name
+
+    def open_index(self, entries: list[tuple[int, int]]) -> None:
+        self.index = OffsetIndex(
+            self.log_path.with_suffix(_INDEX_SUFFIX), base_offset=self.base_offset, entries=entries
+        )
+
+    def header_at(self, position: int) -> BatchHeader:
+        return read_batch_header(os.pread(self.fd, RECORD_BATCH_OVERHEAD, position))
+
+    def append(self, batch: bytes | memoryview, header: BatchHeader, *, index_interval_bytes: int) -> None:
+        index = self.index
+        if index is None:
+            raise InvariantViolation(f"segment {self.log_path} appended to before its index was opened")
+        if self.bytes_since_index_entry > index_interval_bytes:
+            index.append(header.last_offset, self.size_bytes)
+            self.bytes_since_index_entry = 0
+        written = os.write(self.fd, batch)
+        require(written == len(batch), f"short write to {self.log_path}: {written} of {len(batch)} bytes")
+        self.size_bytes += len(batch)
+        self.bytes_since_index_entry += len(batch)
+        self.next_offset = header.next_offset
+
+    def position_of(self, offset: int) -> tuple[int, BatchHeader | None]:
+        """(position, header) of the batch holding `offset`, or (size, None) past the last batch."""
+        position = self.index.lookup(offset) if self.index is not None else 0
+        while position < self.size_bytes:
+            header = self.header_at(position)
+            if header.last_offset >= offset:
+                return position, header
+            position += header.size_bytes
+        return self.size_bytes, None
+
+    def truncate_to_position(self, position: int, *, next_offset: int) -> None:
+        os.ftruncate(self.fd, position)
+        os.fsync(self.fd)
+        if self.index is not None:
+            self.index.truncate_to_position(position)
+            self.index.flush()
+        self.size_bytes = position
+        self.next_offset = next_offset
+        # Conservative: the next append may index immediately, which only makes the index denser.
+        self.bytes_since_index_entry = 0 if position == 0 else self.bytes_since_index_entry
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        if self.index is not None:
+            self.index.flush()
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass
+class _Scan:
+    """Result of walking one segment during recovery."""
+
+    valid_bytes: int
+    next_offset: int
+    last_epoch: int
+    index_entries: list[tuple[int, int]]
+    bytes_since_index_entry: int
+    epochs: list[EpochEntry]
+    error: str | None = None
+
+
+def _scan_segment(
+    segment: _Segment,
+    *,
+    next_offset: int,
+    last_epoch: int,
+    verify_crc: bool,
+    index_interval_bytes: int,
+) -> _Scan:
+    scan = _Scan(0, next_offset, last_epoch, [], 0, [])
+    position = 0
+    size = segment.size_bytes
+    while position < size:
+        remaining = size - position
+        head = os.pread(segment.fd, min(remaining, RECORD_BATCH_OVERHEAD), position)
+        try:
+            if len(head) < LOG_OVERHEAD:
+                raise IncompleteBatchError(f"{len(head)} bytes left, need {LOG_OVERHEAD}")
+            (batch_length,) = struct.unpack_from(">i", head, 8)
+            declared = LOG_OVERHEAD + max(batch_length, 0)
+            if verify_crc:
+                header = validate_batch(os.pread(segment.fd, min(remaining, declared), position))
+            else:
+                header = read_batch_header(head)
+                if header.size_bytes < RECORD_BATCH_OVERHEAD:
+                    raise CorruptBatchError(f"batch_length {batch_length} is below the minimum")
+                if header.size_bytes > remaining:
+                    raise IncompleteBatchError(f"batch declares {header.size_bytes} bytes, {remaining} present")
+        except CorruptBatchError as e:
+            kind = "torn batch" if isinstance(e, IncompleteBatchError) else "corrupt batch"
+            scan.error = f"{kind}: {e.reason}"
+            return scan
+        if header.base_offset != scan.next_offset:
+            scan.error = f"batch base offset {header.base_offset} where {scan.next_offset} was expected"
+            return scan
+        if header.last_offset_delta < 0 or header.last_offset - segment.base_offset > _INT32_MAX:
+            scan.error = f"batch at offset {header.base_offset} has an invalid last offset delta"
+            return scan
+        if header.partition_leader_epoch < scan.last_epoch:
+            scan.error = (
+                f"batch at offset {header.base_offset} has leader epoch {header.partition_leader_epoch}"
+                f" below the preceding {scan.last_epoch}"
+            )
+            return scan
+        if header.partition_leader_epoch > scan.last_epoch:
+            scan.epochs.append((header.partition_leader_epoch, header.base_offset))
+            scan.last_epoch = header.partition_leader_epoch
+        if scan.bytes_since_index_entry > index_interval_bytes:
+            scan.index_entries.append((header.last_offset, position))
+            scan.bytes_since_index_entry = 0
+        scan.bytes_since_index_entry += header.size_bytes
+        position += header.size_bytes
+        scan.valid_bytes = position
+        scan.next_offset = header.next_offset
+    return scan
+
+
+def _intact_batches_in(segment: _Segment, start: int) -> tuple[tuple[int, int], ...]:
+    """Batches that still pass every batch-level check inside a segment's dropped bytes."""
+    end = min(segment.size_bytes, start + _INTACT_SEARCH_LIMIT_BYTES)
+    data = os.pread(segment.fd, end - start, start)
+    found = []
+    position = 0
+    # The bad batch's own length cannot be trusted, so look for the next valid batch byte by byte;
+    # a CRC-32C match by accident is negligible, and magic/length checks reject most positions cheaply.
+    while position + RECORD_BATCH_OVERHEAD <= len(data):
+        try:
+            header = validate_batch(data, position)
+        except CorruptBatchError:
+            position += 1
+            continue
+        found.append((header.base_offset, header.last_offset))
+        position += header.size_bytes
+    return tuple(found)
+
+
+def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
+    """Kafka's two-step delete of closed segments: rename to `.deleted`, fsync the directory, unlink.
+
+    A crash between the steps leaves `.deleted` files, which the next open removes.
+    """
+    if not segments:
+        return
+    renamed = []
+    for path in [p for s in segments for p in (s.log_path, s.log_path.with_suffix(_INDEX_SUFFIX))]:
+        if path.exists():
+            target = path.with_name(path.name + _DELETED_SUFFIX)
+            os.replace(path, target)
+            renamed.append(target)
+    fsync_dir(directory)
+    for target in renamed:
+        target.unlink(missing_ok=True)
+
+
+class PartitionLog:
+    """A partition's segmented log. Single-threaded: the caller serialises all calls."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segments: list[_Segment],
+        log_start_offset: int,
+        epochs: LeaderEpochCache,
+        segment_bytes: int,
+        index_interval_bytes: int,
+    ) -> None:
+        self.directory = directory
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._epochs = epochs
+        self._segment_bytes = segment_bytes
+        self._index_interval_bytes = index_interval_bytes
+        self._flushed_offset = self.log_end_offset
+
+    # ---- opening and recovery ---------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        recovery_point: int | None = None,
+        log_start_offset: int | None = None,
+    ) -> tuple[PartitionLog, RecoveryReport]:
+        """Open (creating if needed) and recover the log in `directory`; see the module doc."""
+        if segment_bytes < RECORD_BATCH_OVERHEAD:
+            raise ValueError(f"segment.bytes {segment_bytes} is smaller than one record batch")
+        if index_interval_bytes < 0:
+            raise ValueError(f"index.interval.bytes must be non-negative, got {index_interval_bytes}")
+        directory.mkdir(parents=True, exist_ok=True)
+        removed: list[str] = []
+        bases: set[int] = set()
+        for path in sorted(directory.iterdir()):
+            if path.name.endswith(_DELETED_SUFFIX) and _SEGMENT_NAME.match(path.name[: -len(_DELETED_SUFFIX)]):
+                path.unlink()
+                removed.append(path.name)
+                continue
+            match = _SEGMENT_NAME.match(path.name)
+            if match and match.group(2) == "log":
+                bases.add(int(match.group(1)))
+        for path in sorted(directory.glob(f"*{_INDEX_SUFFIX}")):
+            match = _SEGMENT_NAME.match(path.name)
+            if match and int(match.group(1)) not in bases:
+                path.unlink()
+                removed.append(path.name)
+
+        segments = [_Segment(directory, base) for base in sorted(bases)]
+        try:
+            return cls._recover(
+                directory,
+                segments=segments,
+                removed=removed,
+                segment_bytes=segment_bytes,
+                index_interval_bytes=index_interval_bytes,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+            )
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+
+    @classmethod
+    def _recover(
+        cls,
+        directory: Path,
+        *,
+        segments: list[_Segment],
+        removed: list[str],
+        segment_bytes: int,
+        index_interval_bytes: int,
+        recovery_point: int | None,
+        log_start_offset: int | None,
+    ) -> tuple[PartitionLog, RecoveryReport]:
+        validated: list[str] = []
+        rebuilt: list[str] = []
+        dropped: list[DroppedBytes] = []
+        truncated: DroppedBytes | None = None
+        epochs: list[EpochEntry] = []
+        kept: list[_Segment] = []
+        cut_in: str | None = None  # the segment where recovery cut the log, if it did
+        next_offset: int | None = None
+        last_epoch = -1
+        for i, segment in enumerate(segments):
+            is_last = i == len(segments) - 1
+            if cut_in is not None:
+                dropped.append(
+                    DroppedBytes(
+                        segment.name,
+                        0,
+                        segment.size_bytes,
+                        f"follows the point where {cut_in} was cut",
+                        _intact_batches_in(segment, 0),
+                    )
+                )
+                continue
+            if segment.size_bytes == 0 and not is_last:
+                # Holds nothing; if it leaves an offset gap, the gap check on the next segment cuts there.
+                removed.append(f"{segment.name} (zero-length segment before the last one)")
+                continue
+            if next_offset is not None and segment.base_offset != next_offset:
+                dropped.append(
+                    DroppedBytes(
+                        segment.name,
+                        0,
+                        segment.size_bytes,
+                        f"segment base offset {segment.base_offset} where {next_offset} was expected",
+                        _intact_batches_in(segment, 0),
+                    )
+                )
+                cut_in = segment.name
+                continue
+            next_base = segments[i + 1].base_offset if not is_last else None
+            verify_crc = recovery_point is None or next_base is None or next_base > recovery_point
+            scan = _scan_segment(
+                segment,
+                next_offset=segment.base_offset,
+                last_epoch=last_epoch,
+                verify_crc=verify_crc,
+                index_interval_bytes=index_interval_bytes,
+            )
+            if verify_crc:
+                validated.append(segment.name)
+            if scan.error is not None:
+                truncated = DroppedBytes(
+                    segment.name,
+                    scan.valid_bytes,
+                    segment.size_bytes - scan.valid_bytes,
+                    scan.error,
+                    _intact_batches_in(segment, scan.valid_bytes),
+                )
+                segment.truncate_to_position(scan.valid_bytes, next_offset=scan.next_offset)
+                cut_in = segment.name
+            segment.next_offset = scan.next_offset
+            segment.bytes_since_index_entry = scan.bytes_since_index_entry
+            index_path = segment.log_path.with_suffix(_INDEX_SUFFIX)
+            if OffsetIndex.read_entries(index_path, base_offset=segment.base_offset) != scan.index_entries:
+                rebuilt.append(index_path.name)
+            segment.open_index(scan.index_entries)
+            epochs.extend(scan.epochs)
+            next_offset = scan.next_offset
+            last_epoch = scan.last_epoch
+            kept.append(segment)
+
+        doomed = [s for s in segments if s not in kept]
+        for segment in doomed:
+            segment.close()
+        _delete_segment_files(directory, doomed)
+
+        log_end = kept[-1].next_offset if kept else (log_start_offset or 0)
+        start = max(log_start_offset or 0, kept[0].base_offset if kept else 0)
+        if start > log_end:
+            # Everything on disk is below the recorded log start: the log restarts there.
+            for segment in kept:
+                dropped.append(
+                    DroppedBytes(segment.name, 0, segment.size_bytes, f"below the log start offset {start}")
+                )
+                segment.close()
+            _delete_segment_files(directory, kept)
+            kept, epochs, log_end = [], [], start
+        if not kept:
+            first = _Segment(directory, start)
+            first.open_index([])
+            kept.append(first)
+            fsync_dir(directory)
+
+        cache_path = directory / LEADER_EPOCH_CHECKPOINT_FILE_NAME
+        cache = LeaderEpochCache(cache_path, epochs)
+        cache.truncate_from_start(start)
+        status = "up to date"
+        try:
+            if read_leader_epoch_checkpoint(cache_path) != cache.entries:
+                status = "differed from the log: rewritten"
+        except FileNotFoundError:
+            status = "missing: rebuilt from the log" if cache.entries else "up to date"
+        except CheckpointError as e:
+            status = f"malformed ({e}): rebuilt from the log"
+        if status != "up to date" or not cache_path.exists():
+            cache.flush()
+
+        # What was read back from the page cache is now made durable, so flushed_offset is honest.
+        kept[-1].flush()
+        log = cls(
+            directory,
+            segments=kept,
+            log_start_offset=start,
+            epochs=cache,
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+        )
+        report = RecoveryReport(
+            log_end_offset=log.log_end_offset,
+            validated_segments=tuple(validated),
+            truncated=truncated,
+            deleted_segments=tuple(dropped),
+            removed_files=tuple(removed),
+            rebuilt_indexes=tuple(rebuilt),
+            leader_epoch_checkpoint=status,
+        )
+        return log, report
+
+    # ---- state ----------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this is on stable storage."""
+        return self._flushed_offset
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._epochs.latest_epoch
+
+    @property
+    def epoch_entries(self) -> list[EpochEntry]:
+        return self._epochs.entries
+
+    @property
+    def segment_names(self) -> list[str]:
+        return [s.name for s in self._segments]
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self._epochs.end_offset_for(epoch, log_end_offset=self.log_end_offset)
+
+    # ---- appends ----------------------------------------------------------------------------
+
+    def append_as_leader(self, batches: bytes, *, epoch: int) -> AppendInfo:
+        """Append whole batches, assigning offsets from the log end and stamping `epoch`."""
+        headers = _whole_batches(batches)
+        latest = self._epochs.latest_epoch
+        if latest is not None and epoch < latest:
+            raise LogError(f"leader epoch {epoch} is below the log's latest epoch {latest}")
+        buffer = bytearray(batches)
+        offset = self.log_end_offset
+        position = 0
+        patched = []
+        for header in headers:
+            struct.pack_into(">q", buffer, position, offset)
+            struct.pack_into(">i", buffer, position + 12, epoch)
+            patched.append(read_batch_header(buffer, position))
+            offset += header.last_offset_delta + 1
+            position += header.size_bytes
+        return self._append(bytes(buffer), patched)
+
+    def append_as_follower(self, batches: bytes) -> AppendInfo:
+        """Append whole batches whose offsets the leader assigned; they must continue the log."""
+        headers = _whole_batches(batches)
+        expected = self.log_end_offset
+        epoch = self._epochs.latest_epoch if self._epochs.latest_epoch is not None else -1
+        for header in headers:
+            if header.base_offset != expected:
+                raise LogError(f"batch at offset {header.base_offset} does not follow the log end {expected}")
+            if header.partition_leader_epoch < epoch:
+                raise LogError(
+                    f"batch at offset {header.base_offset} has leader epoch {header.partition_leader_epoch},"
+                    f" below {epoch}"
+                )
+            expected = header.next_offset
+            epoch = header.partition_leader_epoch
+        return self._append(batches, headers)
+
+    def _append(self, data: bytes, headers: list[BatchHeader]) -> AppendInfo:
+        view = memoryview(data)
+        position = 0
+        for header in headers:
+            active = self._segments[-1]
+            too_big = active.size_bytes + header.size_bytes > self._segment_bytes
+            too_far = header.last_offset - active.base_offset > _INT32_MAX
+            if active.size_bytes > 0 and (too_big or too_far):
+                self._roll(header.base_offset)
+            self._epochs.assign(header.partition_leader_epoch, header.base_offset)
+            self._segments[-1].append(
+                view[position : position + header.size_bytes],
+                header,
+                index_interval_bytes=self._index_interval_bytes,
+            )
+            position += header.size_bytes
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset)
+
+    def _roll(self, base_offset: int) -> None:
+        self._segments[-1].flush()
+        segment = _Segment(self.directory, base_offset)
+        segment.open_index([])
+        self._segments.append(segment)
+        fsync_dir(self.directory)
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    def read(self, offset: int, *, max_bytes: int) -> bytes:
+        """Whole batches starting with the one holding `offset`, up to `max_bytes` (at least one
+        batch, as in Kafka), from a single segment. Empty at the log end."""
+        if offset == self.log_end_offset:
+            return b""
+        if not self._log_start_offset <= offset < self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the log [{self._log_start_offset}, {self.log_end_offset})"
+            )
+        index = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
+        for segment in self._segments[index:]:
+            start, header = segment.position_of(offset)
+            if header is None:
+                continue
+            end = start
+            while end < segment.size_bytes:
+                size = segment.header_at(end).size_bytes
+                if end > start and end - start + size > max_bytes:
+                    break
+                end += size
+            return os.pread(segment.fd, end - start, start)
+        return b""
+
+    # ---- truncation and retention ------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove everything at and after `offset`, cutting at a batch boundary.
+
+        When `offset` falls inside a batch, that whole batch goes too. Returns the new log end.
+        """
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        if offset < self._log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot truncate to {offset}, below the log start offset {self._log_start_offset}"
+            )
+        index = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
+        segment = self._segments[index]
+        position, header = segment.position_of(offset)
+        new_end = segment.next_offset if header is None else header.base_offset
+        if new_end < self._log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"truncating to {offset} would cut the batch holding the log start offset {self._log_start_offset}"
+            )
+        later = self._segments[index + 1 :]
+        for s in later:
+            s.close()
+        del self._segments[index + 1 :]
+        _delete_segment_files(self.directory, later)
+        segment.truncate_to_position(position, next_offset=new_end)
+        self._epochs.truncate_from_end(new_end)
+        self._flushed_offset = min(self._flushed_offset, new_end)
+        return new_end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and restart it, empty, at `offset` (e.g. below a fetched snapshot)."""
+        if offset < 0:
+            raise LogError(f"a log cannot start at negative offset {offset}")
+        old = self._segments
+        for s in old:
+            s.close()
+        _delete_segment_files(self.directory, old)
+        segment = _Segment(self.directory, offset)
+        segment.open_index([])
+        self._segments = [segment]
+        fsync_dir(self.directory)
+        self._epochs.clear()
+        self._log_start_offset = offset
+        self._flushed_offset = offset
+
+    def delete_below(self, offset: int) -> list[str]:
+        """Advance the log start offset to `offset` and delete segments wholly below it.
+
+        The active segment is never deleted. The caller persists the new log start offset
+        (log-start-offset-checkpoint) before relying on it across a restart.
+        """
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(f"log start offset {offset} is beyond the log end {self.log_end_offset}")
+        if offset <= self._log_start_offset:
+            return []
+        self._log_start_offset = offset
+        doomed = []
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            doomed.append(self._segments.pop(0))
+        for s in doomed:
+            s.close()
+        _delete_segment_files(self.directory, doomed)
+        self._epochs.truncate_from_start(offset)
+        return [s.name for s in doomed]
+
+    # ---- durability and lifetime --------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the active segment and its index (older ones were fsynced when they rolled)."""
+        self._segments[-1].flush()
+        self._flushed_offset = self.log_end_offset
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _whole_batches(data: bytes) -> list[BatchHeader]:
+    """Headers of the valid, complete batches that make up all of `data`, or LogError."""
+    if not data:
+        raise LogError("nothing to append: no record batches")
+    headers = []
+    position = 0
+    while position < len(data):
+        try:
+            header = validate_batch(data, position)
+        except CorruptBatchError as e:
+            raise LogError(f"cannot append: {e}") from None
+        if header.last_offset_delta < 0:
+            raise LogError(f"cannot append: batch at byte {position} has a negative last offset delta")
+        headers.append(header)
+        position += header.size_bytes
+    return headers
