@@ -66,6 +66,7 @@ from kraft_engine.records.metadata_registry import (
     MetadataRecordType,
     UnknownRecordTypeError,
     UnsupportedRecordVersionError,
+    lowest_version_holding,
     record_to_json,
     record_type_for_api_key,
     record_type_of,
@@ -73,6 +74,7 @@ from kraft_engine.records.metadata_registry import (
     to_latest,
     to_version,
 )
+from kraft_engine.records.metadata_version import MetadataVersion
 
 __all__ = [
     "AbortTransactionRecord",
@@ -102,6 +104,7 @@ __all__ = [
     "MetadataRecord",
     "MetadataRecordError",
     "MetadataRecordType",
+    "MetadataVersion",
     "NoOpRecord",
     "PartitionChangeRecord",
     "PartitionRecord",
@@ -132,6 +135,7 @@ __all__ = [
     "encode_control_record",
     "encode_metadata_record",
     "iter_batches",
+    "lowest_version_holding",
     "read_batch_header",
     "record_to_json",
     "record_type_for_api_key",

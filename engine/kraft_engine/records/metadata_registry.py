@@ -150,6 +150,23 @@ def to_version(record: object, version: int) -> Any:
     return target(**values)
 
 
+def lowest_version_holding(record: object) -> int:
+    """The lowest version that can carry every non-default value of `record`.
+
+    Kafka picks BrokerRegistrationChangeRecord's version this way (0 to fence or unfence, 1 for
+    controlled shutdown, 2 for log directories); records whose version follows metadata.version
+    take it from `MetadataVersion` instead.
+    """
+    record_type = record_type_of(record)
+    for version in range(record_type.highest_version):
+        try:
+            to_version(record, version)
+        except UnsupportedRecordVersionError:
+            continue
+        return version
+    return record_type.highest_version
+
+
 def to_latest(record: object) -> MetadataRecord:
     """A record of any version as the latest version's class, missing fields at their defaults."""
     record_type, version = _class_version(record)
