@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import struct
 import sys
 from datetime import timedelta
@@ -28,13 +29,15 @@ def metadata_response(ctx: RequestContext, topic_names: list[str], *, error: Err
     if ctx.api_version >= 10:
         topic_fields["topic_id"] = None
     topics = tuple(module.MetadataResponseTopic(name=TopicName(n), **topic_fields) for n in topic_names)
-    return cls(
-        throttle_time=timedelta(0),
-        brokers=(),
-        cluster_id=ctx.client_id,
-        controller_id=BrokerId(1),
-        topics=topics,
-    )
+    wanted: dict[str, Any] = {
+        "throttle_time": timedelta(0),
+        "brokers": (),
+        "cluster_id": ctx.client_id,
+        "controller_id": BrokerId(1),
+        "topics": topics,
+    }
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in wanted.items() if k in names})
 
 
 async def echo_metadata(request: Any, ctx: RequestContext) -> Any:
@@ -53,11 +56,14 @@ def metadata_request(version: int, topics: list[str] | None) -> Any:
     if topics is not None:
         extra: dict[str, Any] = {"topic_id": None} if version >= 10 else {}
         topic_objs = tuple(module.MetadataRequestTopic(name=TopicName(t), **extra) for t in topics)
-    kwargs: dict[str, Any] = {"topics": topic_objs, "allow_auto_topic_creation": False,
-                              "include_topic_authorized_operations": False}
-    if 8 <= version <= 10:
-        kwargs["include_cluster_authorized_operations"] = False
-    return cls(**kwargs)
+    wanted: dict[str, Any] = {
+        "topics": topic_objs,
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+        "include_cluster_authorized_operations": False,
+    }
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in wanted.items() if k in names})
 
 
 class RawPeer:
