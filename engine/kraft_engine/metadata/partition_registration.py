@@ -1,0 +1,238 @@
+"""One partition as the image holds it: replicas, ISR, ELR, leader and the two epochs.
+
+A `PartitionRegistration` is built from a `PartitionRecord` and evolved only by
+`merge(PartitionChangeRecord)`, exactly as every node replays them, so two nodes that replayed the
+same records hold equal registrations. The split between the leader epoch (bumped whenever a change
+record names a leader, even the same one) and the partition epoch (bumped on every change) is what
+lets a broker tell "I became leader" from "my ISR changed while I lead".
+
+When the *controller* must bump the leader epoch without electing anyone (an ISR shrink under
+metadata.version < 3.6-IV0, or a reassignment that drops replicas), it writes the current leader
+into the change record; `merge` then bumps the epoch. That decision belongs to the controller's
+partition-change builder; this module only gives the record its meaning.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kraft_engine.kafka_uuid import ONE_UUID
+from kraft_engine.metadata.errors import MetadataReplayError
+from kraft_engine.metadata.image_writer import ImageWriterOptions
+from kraft_engine.records.metadata_records import PartitionChangeRecord, PartitionRecord
+
+__all__ = [
+    "MIGRATING_DIRECTORY",
+    "NO_LEADER",
+    "NO_LEADER_CHANGE",
+    "LeaderRecoveryState",
+    "PartitionRegistration",
+]
+
+# Leader sentinels of PartitionRecord/PartitionChangeRecord: -1 is "no leader" (the partition is
+# offline), -2 (the change record's default) is "the leader is unchanged".
+NO_LEADER = -1
+NO_LEADER_CHANGE = -2
+
+# Kafka's DirectoryId.MIGRATING: the replica's directory is not known yet (records written before
+# metadata.version 3.7-IV2, or by a broker that has not reported its placement).
+MIGRATING_DIRECTORY = ONE_UUID
+
+# PartitionChangeRecord.LeaderRecoveryState default: the recovery state is unchanged.
+_RECOVERY_STATE_NO_CHANGE = -1
+
+
+class LeaderRecoveryState(enum.IntEnum):
+    """Whether the leader came from a clean election (RECOVERED) or is recovering from an unclean one."""
+
+    RECOVERED = 0
+    RECOVERING = 1
+
+    @classmethod
+    def of(cls, value: int) -> LeaderRecoveryState:
+        try:
+            return cls(value)
+        except ValueError:
+            raise MetadataReplayError(f"{value} is not a valid leader recovery state") from None
+
+
+def _directories(directories: Sequence[uuid.UUID] | None, replica_count: int) -> tuple[uuid.UUID, ...]:
+    # Kafka stores "no directory information" (a v0 record, or all-MIGRATING) as one MIGRATING
+    # entry per replica, so the two spellings of "unknown" compare equal after replay.
+    if not directories or all(d == MIGRATING_DIRECTORY for d in directories):
+        return (MIGRATING_DIRECTORY,) * replica_count
+    return tuple(directories)
+
+
+def _ints(values: Sequence[int] | None) -> tuple[int, ...]:
+    return () if values is None else tuple(int(v) for v in values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRegistration:
+    """The state of one partition. Immutable; equality is field-by-field."""
+
+    replicas: tuple[int, ...]
+    directories: tuple[uuid.UUID, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
+    leader: int
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+    leader_epoch: int
+    partition_epoch: int
+
+    def __post_init__(self) -> None:
+        if len(self.directories) != len(self.replicas):
+            raise MetadataReplayError(
+                f"partition has {len(self.replicas)} replicas {list(self.replicas)} but "
+                f"{len(self.directories)} directories"
+            )
+
+    @classmethod
+    def from_record(cls, record: PartitionRecord) -> PartitionRegistration:
+        replicas = _ints(record.replicas)
+        if record.directories and len(record.directories) != len(replicas):
+            raise MetadataReplayError(
+                f"PartitionRecord for {record.topic_id}:{record.partition_id} has "
+                f"{len(replicas)} replicas but {len(record.directories)} directories"
+            )
+        return cls(
+            replicas=replicas,
+            directories=_directories(record.directories, len(replicas)),
+            isr=_ints(record.isr),
+            removing_replicas=_ints(record.removing_replicas),
+            adding_replicas=_ints(record.adding_replicas),
+            elr=_ints(record.eligible_leader_replicas),
+            last_known_elr=_ints(record.last_known_elr),
+            leader=int(record.leader),
+            leader_recovery_state=LeaderRecoveryState.of(record.leader_recovery_state),
+            leader_epoch=int(record.leader_epoch),
+            partition_epoch=int(record.partition_epoch),
+        )
+
+    def merge(self, record: PartitionChangeRecord) -> PartitionRegistration:
+        """The registration after `record`: absent (None / sentinel) fields keep their value.
+
+        Naming any leader (including the current one, or -1 for "none") bumps the leader epoch;
+        every change record bumps the partition epoch.
+        """
+        replicas = self.replicas if record.replicas is None else _ints(record.replicas)
+        if record.directories is None:
+            # Unknown placements stretch to the new replica count; real ones must be restated by
+            # any record that changes the replica count (checked in __post_init__), as in Kafka.
+            directories = _directories(self.directories, len(replicas))
+            if len(directories) != len(replicas):
+                raise MetadataReplayError(
+                    f"PartitionChangeRecord for {record.topic_id}:{record.partition_id} sets "
+                    f"{len(replicas)} replicas but leaves {len(directories)} directories"
+                )
+        else:
+            if record.directories and len(record.directories) != len(replicas):
+                raise MetadataReplayError(
+                    f"PartitionChangeRecord for {record.topic_id}:{record.partition_id} has "
+                    f"{len(replicas)} replicas but {len(record.directories)} directories"
+                )
+            directories = _directories(record.directories, len(replicas))
+        if record.leader == NO_LEADER_CHANGE:
+            leader, leader_epoch = self.leader, self.leader_epoch
+        else:
+            leader, leader_epoch = int(record.leader), self.leader_epoch + 1
+        if record.leader_recovery_state == _RECOVERY_STATE_NO_CHANGE:
+            recovery = self.leader_recovery_state
+        else:
+            recovery = LeaderRecoveryState.of(record.leader_recovery_state)
+        return PartitionRegistration(
+            replicas=replicas,
+            directories=directories,
+            isr=self.isr if record.isr is None else _ints(record.isr),
+            removing_replicas=(
+                self.removing_replicas if record.removing_replicas is None else _ints(record.removing_replicas)
+            ),
+            adding_replicas=(
+                self.adding_replicas if record.adding_replicas is None else _ints(record.adding_replicas)
+            ),
+            elr=self.elr if record.eligible_leader_replicas is None else _ints(record.eligible_leader_replicas),
+            last_known_elr=(
+                self.last_known_elr if record.last_known_elr is None else _ints(record.last_known_elr)
+            ),
+            leader=leader,
+            leader_recovery_state=recovery,
+            leader_epoch=leader_epoch,
+            partition_epoch=self.partition_epoch + 1,
+        )
+
+    # -- predicates the controller and brokers use ------------------------------------------------
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    @property
+    def preferred_replica(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def has_preferred_leader(self) -> bool:
+        """True when the first replica leads. A leaderless partition never has its preferred leader."""
+        return self.has_leader and self.leader == self.preferred_replica
+
+    def directory(self, replica: int) -> uuid.UUID:
+        """The log directory assigned to `replica`; ValueError when it is not a replica here."""
+        for broker, directory in zip(self.replicas, self.directories, strict=True):
+            if broker == replica:
+                return directory
+        raise ValueError(f"broker {replica} is not a replica of this partition {list(self.replicas)}")
+
+    def has_same_assignment(self, other: PartitionRegistration) -> bool:
+        return (
+            self.replicas == other.replicas
+            and self.directories == other.directories
+            and self.adding_replicas == other.adding_replicas
+            and self.removing_replicas == other.removing_replicas
+        )
+
+    # -- back to records -------------------------------------------------------------------------
+
+    def to_record(
+        self, topic_id: uuid.UUID, partition_id: int, *, options: ImageWriterOptions
+    ) -> tuple[PartitionRecord, int]:
+        """The PartitionRecord (and its version) that recreates this registration under `options`.
+
+        ELR fields exist only from metadata.version 4.0-IV1 and directories from 3.7-IV2; below
+        that, real directory assignments cannot be written and are reported as a loss.
+        """
+        directories: tuple[uuid.UUID, ...] = ()
+        if options.directory_assignment_supported:
+            directories = self.directories
+        elif any(d != MIGRATING_DIRECTORY for d in self.directories):
+            options.handle_loss("the directory assignment state of one or more replicas")
+        elr: tuple[int, ...] | None = None
+        last_known_elr: tuple[int, ...] | None = None
+        if options.elr_supported:
+            # Tagged fields: written only when non-empty, as Kafka does, to keep records small.
+            elr = self.elr or None
+            last_known_elr = self.last_known_elr or None
+        elif self.elr or self.last_known_elr:
+            options.handle_loss("the eligible leader replicas of one or more partitions")
+        record = PartitionRecord(
+            partition_id=partition_id,
+            topic_id=topic_id,
+            replicas=self.replicas,
+            isr=self.isr,
+            removing_replicas=self.removing_replicas,
+            adding_replicas=self.adding_replicas,
+            leader=self.leader,
+            leader_recovery_state=int(self.leader_recovery_state),
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            directories=directories,
+            eligible_leader_replicas=elr,
+            last_known_elr=last_known_elr,
+        )
+        return record, options.partition_record_version

@@ -1,0 +1,358 @@
+"""The topics sub-image: topics by id and by name, their partitions, and reverse indexes by broker.
+
+Sharing is per topic: applying a delta that touches one partition builds one new `TopicImage` and
+new top-level maps, and every other `TopicImage` is the same object as before. The reverse indexes
+(broker -> partitions it leads / is in the ISR of / hosts) and the offline and preferred-leader
+imbalance counts are maintained incrementally from each delta's partition changes, so that the
+controller can find "every partition broker 3 leads" without scanning 100k partitions, and fencing
+one broker costs in proportion to that broker's partitions, not the cluster's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, NamedTuple
+
+from kraft_engine.metadata._maps import EMPTY_MAP, frozen_map
+from kraft_engine.metadata.errors import MetadataReplayError
+from kraft_engine.metadata.image_writer import ImageWriter, ImageWriterOptions
+from kraft_engine.metadata.partition_registration import PartitionRegistration
+from kraft_engine.records.metadata_records import (
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+
+__all__ = ["BrokerPartitionIndex", "TopicDelta", "TopicIdPartition", "TopicImage", "TopicsDelta", "TopicsImage"]
+
+
+class TopicIdPartition(NamedTuple):
+    topic_id: uuid.UUID
+    partition_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    """One topic: its name, id and partitions by partition id."""
+
+    name: str
+    id: uuid.UUID
+    partitions: Mapping[int, PartitionRegistration]
+
+    def write(self, writer: ImageWriter, options: ImageWriterOptions) -> None:
+        writer.write(TopicRecord(name=self.name, topic_id=self.id), 0)
+        for partition_id in sorted(self.partitions):
+            writer.write(*self.partitions[partition_id].to_record(self.id, partition_id, options=options))
+
+
+# broker id -> topic id -> partition ids. Two levels so that a change to one partition copies one
+# broker's topic map and one small set, not a set of every partition the broker holds.
+_Index = Mapping[int, Mapping[uuid.UUID, frozenset[int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerPartitionIndex:
+    """An immutable reverse index from broker id to the partitions it holds some role in."""
+
+    by_broker: _Index = field(default_factory=lambda: EMPTY_MAP)
+
+    def partitions(self, broker_id: int) -> Iterator[TopicIdPartition]:
+        """The broker's partitions, in (topic id, partition id) order."""
+        topics = self.by_broker.get(broker_id, EMPTY_MAP)
+        for topic_id in sorted(topics):
+            for partition_id in sorted(topics[topic_id]):
+                yield TopicIdPartition(topic_id, partition_id)
+
+    def count(self, broker_id: int) -> int:
+        return sum(len(p) for p in self.by_broker.get(broker_id, EMPTY_MAP).values())
+
+    def contains(self, broker_id: int, partition: TopicIdPartition) -> bool:
+        return partition.partition_id in self.by_broker.get(broker_id, EMPTY_MAP).get(partition.topic_id, ())
+
+    def brokers(self) -> list[int]:
+        return sorted(self.by_broker)
+
+
+class _IndexBuilder:
+    """Accumulates (broker, topic, partition) additions and removals, then builds a new index
+    copying only the brokers and topics that changed."""
+
+    def __init__(self, base: BrokerPartitionIndex) -> None:
+        self._base = base
+        self._touched: dict[int, dict[uuid.UUID, set[int]]] = {}
+
+    def _set(self, broker_id: int, topic_id: uuid.UUID) -> set[int]:
+        topics = self._touched.setdefault(broker_id, {})
+        found = topics.get(topic_id)
+        if found is None:
+            found = set(self._base.by_broker.get(broker_id, EMPTY_MAP).get(topic_id, ()))
+            topics[topic_id] = found
+        return found
+
+    def update(
+        self, topic_id: uuid.UUID, partition_id: int, *, old: tuple[int, ...], new: tuple[int, ...]
+    ) -> None:
+        if old == new:
+            return
+        old_set, new_set = set(old), set(new)
+        for broker_id in old_set - new_set:
+            self._set(broker_id, topic_id).discard(partition_id)
+        for broker_id in new_set - old_set:
+            self._set(broker_id, topic_id).add(partition_id)
+
+    def build(self) -> BrokerPartitionIndex:
+        if not self._touched:
+            return self._base
+        by_broker = dict(self._base.by_broker)
+        for broker_id, topics in self._touched.items():
+            inner = dict(by_broker.get(broker_id, EMPTY_MAP))
+            for topic_id, partitions in topics.items():
+                if partitions:
+                    inner[topic_id] = frozenset(partitions)
+                else:
+                    inner.pop(topic_id, None)
+            if inner:
+                by_broker[broker_id] = frozen_map(inner)
+            else:
+                by_broker.pop(broker_id, None)
+        return BrokerPartitionIndex(frozen_map(by_broker))
+
+
+def _leaders(partition: PartitionRegistration | None) -> tuple[int, ...]:
+    return () if partition is None or not partition.has_leader else (partition.leader,)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsImage:
+    """All topics, by id and by name, plus reverse indexes and partition-health counts."""
+
+    EMPTY: ClassVar[TopicsImage]
+
+    topics_by_id: Mapping[uuid.UUID, TopicImage]
+    topics_by_name: Mapping[str, TopicImage]
+    leaders: BrokerPartitionIndex = field(default_factory=BrokerPartitionIndex, compare=False)
+    isr_members: BrokerPartitionIndex = field(default_factory=BrokerPartitionIndex, compare=False)
+    replicas: BrokerPartitionIndex = field(default_factory=BrokerPartitionIndex, compare=False)
+    offline_partition_count: int = field(default=0, compare=False)
+    preferred_replica_imbalance_count: int = field(default=0, compare=False)
+
+    def is_empty(self) -> bool:
+        return not self.topics_by_id
+
+    def get_topic(self, topic_id: uuid.UUID) -> TopicImage | None:
+        return self.topics_by_id.get(topic_id)
+
+    def get_topic_by_name(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def get_partition(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
+        topic = self.topics_by_id.get(topic_id)
+        return None if topic is None else topic.partitions.get(partition_id)
+
+    def partitions_led_by(self, broker_id: int) -> Iterator[TopicIdPartition]:
+        return self.leaders.partitions(broker_id)
+
+    def partitions_with_isr_member(self, broker_id: int) -> Iterator[TopicIdPartition]:
+        return self.isr_members.partitions(broker_id)
+
+    def partitions_with_replica(self, broker_id: int) -> Iterator[TopicIdPartition]:
+        return self.replicas.partitions(broker_id)
+
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics_by_id.values())
+
+    def write(self, writer: ImageWriter, options: ImageWriterOptions) -> None:
+        # By name: deterministic on every node, and readable in a dump.
+        for name in sorted(self.topics_by_name):
+            self.topics_by_name[name].write(writer, options)
+
+
+TopicsImage.EMPTY = TopicsImage(EMPTY_MAP, EMPTY_MAP)
+
+
+class TopicDelta:
+    """Partition changes within one topic. `image` is the topic as the delta started it."""
+
+    def __init__(self, image: TopicImage, *, replaces_existing: bool = False) -> None:
+        self.image = image
+        self.partition_changes: dict[int, PartitionRegistration] = {}
+        # True when a TopicRecord re-declared a topic id the base image already held (a snapshot
+        # being loaded over an image): the topic's partitions start again from nothing.
+        self.replaces_existing = replaces_existing
+
+    @property
+    def name(self) -> str:
+        return self.image.name
+
+    @property
+    def id(self) -> uuid.UUID:
+        return self.image.id
+
+    def partition(self, partition_id: int) -> PartitionRegistration | None:
+        found = self.partition_changes.get(partition_id)
+        return found if found is not None else self.image.partitions.get(partition_id)
+
+    def replay_partition(self, record: PartitionRecord) -> None:
+        self.partition_changes[int(record.partition_id)] = PartitionRegistration.from_record(record)
+
+    def replay_partition_change(self, record: PartitionChangeRecord) -> None:
+        partition_id = int(record.partition_id)
+        current = self.partition(partition_id)
+        if current is None:
+            raise MetadataReplayError(
+                f"PartitionChangeRecord for unknown partition {partition_id} of topic "
+                f"{self.name!r} ({record.topic_id})"
+            )
+        self.partition_changes[partition_id] = current.merge(record)
+
+    def new_partitions(self) -> dict[int, PartitionRegistration]:
+        return {p: r for p, r in self.partition_changes.items() if p not in self.image.partitions}
+
+    def apply(self) -> TopicImage:
+        if not self.partition_changes:
+            return self.image
+        partitions = dict(self.image.partitions)
+        partitions.update(self.partition_changes)
+        return TopicImage(self.image.name, self.image.id, frozen_map(partitions))
+
+
+class TopicsDelta:
+    """Topic creations, partition changes and deletions on top of a `TopicsImage`."""
+
+    def __init__(self, image: TopicsImage) -> None:
+        self.image = image
+        self.changed_topics: dict[uuid.UUID, TopicDelta] = {}
+        # Topics of the base image that are gone. A topic created and deleted within this delta
+        # leaves no trace in either set.
+        self.deleted_topic_ids: set[uuid.UUID] = set()
+        self.created_topic_ids: set[uuid.UUID] = set()
+
+    def replay_topic(self, record: TopicRecord) -> None:
+        topic_id = record.topic_id
+        empty = TopicImage(record.name, topic_id, EMPTY_MAP)
+        existed = topic_id in self.image.topics_by_id and topic_id not in self.deleted_topic_ids
+        self.changed_topics[topic_id] = TopicDelta(empty, replaces_existing=existed)
+        self.created_topic_ids.add(topic_id)
+
+    def _topic_delta(self, topic_id: uuid.UUID, what: str) -> TopicDelta:
+        delta = self.changed_topics.get(topic_id)
+        if delta is None:
+            topic = self.image.topics_by_id.get(topic_id)
+            if topic is None or topic_id in self.deleted_topic_ids:
+                raise MetadataReplayError(f"{what} for unknown topic id {topic_id}")
+            delta = TopicDelta(topic)
+            self.changed_topics[topic_id] = delta
+        return delta
+
+    def replay_partition(self, record: PartitionRecord) -> None:
+        self._topic_delta(record.topic_id, f"PartitionRecord {record.partition_id}").replay_partition(record)
+
+    def replay_partition_change(self, record: PartitionChangeRecord) -> None:
+        delta = self._topic_delta(record.topic_id, f"PartitionChangeRecord {record.partition_id}")
+        delta.replay_partition_change(record)
+
+    def replay_remove_topic(self, record: RemoveTopicRecord) -> str:
+        """Delete the topic; returns its name (its configs go with it)."""
+        topic_id = record.topic_id
+        delta = self.changed_topics.pop(topic_id, None)
+        if delta is not None:
+            if topic_id in self.image.topics_by_id:
+                self.deleted_topic_ids.add(topic_id)
+            self.created_topic_ids.discard(topic_id)
+            return delta.name
+        topic = self.image.topics_by_id.get(topic_id)
+        if topic is None or topic_id in self.deleted_topic_ids:
+            raise MetadataReplayError(f"RemoveTopicRecord for unknown topic id {topic_id}")
+        self.deleted_topic_ids.add(topic_id)
+        return topic.name
+
+    def changed_topic(self, topic_id: uuid.UUID) -> TopicDelta | None:
+        return self.changed_topics.get(topic_id)
+
+    def topic_was_deleted(self, name: str) -> bool:
+        """True when the base image's topic called `name` was deleted (even if a new one took the name)."""
+        topic = self.image.topics_by_name.get(name)
+        return topic is not None and topic.id in self.deleted_topic_ids
+
+    def finish_snapshot(self) -> None:
+        for topic_id in self.image.topics_by_id:
+            if topic_id not in self.changed_topics:
+                self.deleted_topic_ids.add(topic_id)
+
+    def apply(self) -> TopicsImage:
+        base = self.image
+        by_id = dict(base.topics_by_id)
+        by_name = dict(base.topics_by_name)
+        leaders = _IndexBuilder(base.leaders)
+        isr_members = _IndexBuilder(base.isr_members)
+        replicas = _IndexBuilder(base.replicas)
+        offline = base.offline_partition_count
+        imbalanced = base.preferred_replica_imbalance_count
+
+        def account(
+            topic_id: uuid.UUID,
+            partition_id: int,
+            old: PartitionRegistration | None,
+            new: PartitionRegistration | None,
+        ) -> None:
+            nonlocal offline, imbalanced
+            leaders.update(topic_id, partition_id, old=_leaders(old), new=_leaders(new))
+            isr_members.update(
+                topic_id, partition_id, old=() if old is None else old.isr, new=() if new is None else new.isr
+            )
+            replicas.update(
+                topic_id,
+                partition_id,
+                old=() if old is None else old.replicas,
+                new=() if new is None else new.replicas,
+            )
+            if old is not None:
+                offline -= not old.has_leader
+                imbalanced -= not old.has_preferred_leader
+            if new is not None:
+                offline += not new.has_leader
+                imbalanced += not new.has_preferred_leader
+
+        for topic_id in self.deleted_topic_ids:
+            topic = by_id.pop(topic_id)
+            if by_name.get(topic.name) is topic:
+                del by_name[topic.name]
+            for partition_id, partition in topic.partitions.items():
+                account(topic_id, partition_id, partition, None)
+
+        for topic_id, delta in self.changed_topics.items():
+            previous = base.topics_by_id.get(topic_id) if topic_id not in self.deleted_topic_ids else None
+            topic = delta.apply()
+            if previous is not None and previous.name != topic.name and by_name.get(previous.name) is previous:
+                del by_name[previous.name]
+            holder = by_name.get(topic.name)
+            if holder is not None and holder.id != topic_id and holder.id in by_id:
+                raise MetadataReplayError(
+                    f"topic {topic.name!r} ({topic_id}) collides with existing topic id {holder.id}"
+                )
+            by_id[topic_id] = topic
+            by_name[topic.name] = topic
+            if delta.replaces_existing and previous is not None:
+                for partition_id in previous.partitions.keys() | topic.partitions.keys():
+                    account(
+                        topic_id,
+                        partition_id,
+                        previous.partitions.get(partition_id),
+                        topic.partitions.get(partition_id),
+                    )
+            else:
+                for partition_id, partition in delta.partition_changes.items():
+                    account(topic_id, partition_id, delta.image.partitions.get(partition_id), partition)
+
+        return TopicsImage(
+            frozen_map(by_id),
+            frozen_map(by_name),
+            leaders=leaders.build(),
+            isr_members=isr_members.build(),
+            replicas=replicas.build(),
+            offline_partition_count=offline,
+            preferred_replica_imbalance_count=imbalanced,
+        )

@@ -1,0 +1,104 @@
+"""Record builders shared by the metadata tests: brokers, topics and partitions as the controller writes them."""
+
+from __future__ import annotations
+
+import uuid
+
+from kraft_engine.metadata import CommittedBatch, MetadataDelta, MetadataImage, MetadataProvenance
+from kraft_engine.records.metadata_records import (
+    BrokerEndpoint,
+    BrokerFeature,
+    FeatureLevelRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
+
+
+def topic_id(n: int) -> uuid.UUID:
+    # Above Kafka's 100 reserved Uuids.
+    return uuid.UUID(int=1000 + n)
+
+
+def dir_id(n: int) -> uuid.UUID:
+    return uuid.UUID(int=5000 + n)
+
+
+def mv_record(level: int) -> FeatureLevelRecord:
+    return FeatureLevelRecord(name="metadata.version", feature_level=level)
+
+
+def register_broker(
+    broker_id: int, *, epoch: int = 100, fenced: bool = False, log_dirs: tuple[uuid.UUID, ...] = ()
+) -> RegisterBrokerRecord:
+    return RegisterBrokerRecord(
+        broker_id=broker_id,
+        incarnation_id=uuid.UUID(int=9000 + broker_id),
+        broker_epoch=epoch,
+        end_points=(
+            BrokerEndpoint(name="PLAINTEXT", host=f"b{broker_id}.local", port=9092, security_protocol=0),
+        ),
+        features=(BrokerFeature(name="metadata.version", min_supported_version=7, max_supported_version=25),),
+        rack=None,
+        fenced=fenced,
+        log_dirs=log_dirs,
+    )
+
+
+def topic(name: str, n: int) -> TopicRecord:
+    return TopicRecord(name=name, topic_id=topic_id(n))
+
+
+def partition(n: int, partition_id: int, replicas: tuple[int, ...], *, leader: int | None = None) -> PartitionRecord:
+    return PartitionRecord(
+        partition_id=partition_id,
+        topic_id=topic_id(n),
+        replicas=replicas,
+        isr=replicas,
+        removing_replicas=(),
+        adding_replicas=(),
+        leader=replicas[0] if leader is None else leader,
+        leader_epoch=0,
+        partition_epoch=0,
+    )
+
+
+def change(n: int, partition_id: int, **fields: object) -> PartitionChangeRecord:
+    return PartitionChangeRecord(partition_id=partition_id, topic_id=topic_id(n), **fields)  # type: ignore[arg-type]
+
+
+def image_of(*records: object, base: MetadataImage = MetadataImage.EMPTY, offset: int = 0) -> MetadataImage:
+    delta = MetadataDelta(base)
+    for record in records:
+        delta.replay(record)
+    return delta.apply(
+        MetadataProvenance(
+            last_contained_offset=offset, last_contained_epoch=1, last_contained_log_time_ms=0, is_offset_batch_aligned=True
+        )
+    )
+
+
+def batches_of(records: list[object], sizes: list[int], *, base_offset: int = 0, epoch: int = 1) -> list[CommittedBatch]:
+    """Split `records` into consecutive batches of the given sizes (the last takes the rest)."""
+    out: list[CommittedBatch] = []
+    offset, start = base_offset, 0
+    for size in [*sizes, len(records)]:
+        chunk = records[start : start + size]
+        if not chunk:
+            if start >= len(records):
+                break
+            continue
+        out.append(
+            CommittedBatch(
+                base_offset=offset,
+                last_offset=offset + len(chunk) - 1,
+                epoch=epoch,
+                append_time_ms=1_700_000_000_000 + offset,
+                size_bytes=100 * len(chunk),
+                records=tuple(chunk),
+            )
+        )
+        offset += len(chunk)
+        start += len(chunk)
+    return out

@@ -1,0 +1,164 @@
+"""PartitionRegistration: built from PartitionRecord, evolved by PartitionChangeRecord, written back."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from metadata_log_helpers import change, dir_id, partition, topic_id
+
+from kraft_engine.metadata import (
+    MIGRATING_DIRECTORY,
+    NO_LEADER,
+    ImageWriterOptions,
+    LeaderRecoveryState,
+    MetadataReplayError,
+    PartitionRegistration,
+    UnwritableMetadataError,
+)
+from kraft_engine.records.framing import decode_metadata_record, encode_metadata_record
+from kraft_engine.records.metadata_records import PartitionRecord
+
+
+def registration(**overrides: object) -> PartitionRegistration:
+    fields: dict[str, object] = {
+        "replicas": (1, 2, 3),
+        "directories": (dir_id(1), dir_id(2), dir_id(3)),
+        "isr": (1, 2, 3),
+        "leader": 1,
+        "leader_epoch": 5,
+        "partition_epoch": 9,
+    }
+    fields.update(overrides)
+    return PartitionRegistration(**fields)  # type: ignore[arg-type]
+
+
+def test_from_record_without_directories_marks_every_replica_migrating() -> None:
+    reg = PartitionRegistration.from_record(partition(1, 0, (4, 5, 6)))
+    assert reg.replicas == (4, 5, 6)
+    assert reg.directories == (MIGRATING_DIRECTORY,) * 3
+    assert reg.leader == 4
+    assert reg.leader_recovery_state is LeaderRecoveryState.RECOVERED
+    assert (reg.leader_epoch, reg.partition_epoch) == (0, 0)
+
+
+def test_from_record_refuses_directories_that_do_not_match_replicas() -> None:
+    record = PartitionRecord(
+        partition_id=0,
+        topic_id=topic_id(1),
+        replicas=(1, 2),
+        isr=(1, 2),
+        removing_replicas=(),
+        adding_replicas=(),
+        directories=(dir_id(1),),
+    )
+    with pytest.raises(MetadataReplayError, match="2 replicas but 1 directories"):
+        PartitionRegistration.from_record(record)
+
+
+def test_merge_with_no_fields_set_changes_only_the_partition_epoch() -> None:
+    reg = registration()
+    merged = reg.merge(change(1, 0))
+    assert merged.partition_epoch == reg.partition_epoch + 1
+    assert merged.leader_epoch == reg.leader_epoch
+    assert (merged.replicas, merged.isr, merged.leader, merged.directories) == (
+        reg.replicas,
+        reg.isr,
+        reg.leader,
+        reg.directories,
+    )
+
+
+def test_isr_change_without_leader_field_keeps_the_leader_epoch() -> None:
+    merged = registration().merge(change(1, 0, isr=(1, 2)))
+    assert merged.isr == (1, 2)
+    assert merged.leader == 1
+    assert merged.leader_epoch == 5
+    assert merged.partition_epoch == 10
+
+
+def test_naming_the_same_leader_bumps_the_leader_epoch() -> None:
+    # This is how the controller forces a leader epoch bump (ISR shrink before 3.6-IV0, replicas
+    # removed by a reassignment) without electing anyone new.
+    merged = registration().merge(change(1, 0, leader=1, isr=(1, 2)))
+    assert merged.leader == 1
+    assert merged.leader_epoch == 6
+    assert merged.partition_epoch == 10
+
+
+def test_leader_minus_one_means_no_leader_and_bumps_the_epoch() -> None:
+    merged = registration().merge(change(1, 0, leader=NO_LEADER, isr=(2,)))
+    assert merged.leader == NO_LEADER
+    assert not merged.has_leader
+    assert merged.leader_epoch == 6
+
+
+def test_leader_recovery_state_minus_one_is_unchanged_and_other_values_apply() -> None:
+    reg = registration()
+    assert reg.merge(change(1, 0)).leader_recovery_state is LeaderRecoveryState.RECOVERED
+    recovering = reg.merge(change(1, 0, leader=3, leader_recovery_state=1))
+    assert recovering.leader_recovery_state is LeaderRecoveryState.RECOVERING
+    assert recovering.merge(change(1, 0)).leader_recovery_state is LeaderRecoveryState.RECOVERING
+    with pytest.raises(MetadataReplayError, match="7 is not a valid leader recovery state"):
+        reg.merge(change(1, 0, leader_recovery_state=7))
+
+
+def test_replica_change_with_real_directories_must_restate_them() -> None:
+    reg = registration()
+    with pytest.raises(MetadataReplayError, match="sets 4 replicas but leaves 3 directories"):
+        reg.merge(change(1, 0, replicas=(1, 2, 3, 4)))
+    grown = reg.merge(change(1, 0, replicas=(1, 2, 3, 4), directories=(dir_id(1), dir_id(2), dir_id(3), dir_id(4))))
+    assert grown.directory(4) == dir_id(4)
+
+
+def test_replica_change_with_unknown_directories_stretches_them() -> None:
+    reg = registration(directories=(MIGRATING_DIRECTORY,) * 3)
+    grown = reg.merge(change(1, 0, replicas=(1, 2, 3, 4), adding_replicas=(4,)))
+    assert grown.directories == (MIGRATING_DIRECTORY,) * 4
+    assert grown.adding_replicas == (4,)
+
+
+def test_elr_fields_merge_independently() -> None:
+    merged = registration().merge(change(1, 0, eligible_leader_replicas=(2,), last_known_elr=(3,)))
+    assert (merged.elr, merged.last_known_elr) == ((2,), (3,))
+    assert merged.merge(change(1, 0, isr=(1,))).elr == (2,)
+
+
+def test_preferred_leader_predicates() -> None:
+    assert registration().has_preferred_leader
+    assert not registration(leader=2).has_preferred_leader
+    assert not registration(leader=NO_LEADER).has_preferred_leader
+    assert registration().preferred_replica == 1
+
+
+def test_directory_of_a_non_replica_is_an_error() -> None:
+    with pytest.raises(ValueError, match="broker 9 is not a replica"):
+        registration().directory(9)
+
+
+@pytest.mark.parametrize(("level", "version"), [(7, 0), (16, 0), (17, 1), (22, 1), (23, 2), (25, 2)])
+def test_to_record_round_trips_at_the_version_the_metadata_version_allows(level: int, version: int) -> None:
+    reg = registration(directories=(MIGRATING_DIRECTORY,) * 3) if level < 17 else registration()
+    record, record_version = reg.to_record(topic_id(1), 0, options=ImageWriterOptions(level))
+    assert record_version == version
+    decoded, decoded_version = decode_metadata_record(encode_metadata_record(record, record_version))
+    assert decoded_version == version
+    assert PartitionRegistration.from_record(decoded) == reg  # type: ignore[arg-type]
+
+
+def test_to_record_refuses_to_drop_directories_or_elr_unless_told_to() -> None:
+    with pytest.raises(UnwritableMetadataError, match="directory assignment"):
+        registration().to_record(topic_id(1), 0, options=ImageWriterOptions(16))
+    with pytest.raises(UnwritableMetadataError, match="eligible leader replicas"):
+        registration(elr=(2,)).to_record(topic_id(1), 0, options=ImageWriterOptions(22))
+    lost: list[str] = []
+    record, _ = registration(elr=(2,)).to_record(topic_id(1), 0, options=ImageWriterOptions(16, lost.append))
+    assert record.directories == ()
+    assert record.eligible_leader_replicas is None
+    assert len(lost) == 2
+
+
+def test_registrations_are_values() -> None:
+    assert registration() == registration()
+    assert registration() != registration(isr=(1, 2))
+    assert uuid.UUID(int=1) == MIGRATING_DIRECTORY
