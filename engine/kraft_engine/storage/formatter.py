@@ -1,0 +1,418 @@
+"""Formatting a node's log directories: where a KRaft cluster's identity and seed metadata are minted.
+
+A KRaft node never starts on blank disks. `kraft storage format` (Kafka's `kafka-storage format`,
+StorageTool + Formatter) first writes `meta.properties` (cluster id, node id, a fresh directory id)
+into every empty log directory and, on controllers, the bootstrap snapshot
+`__cluster_metadata-0/00000000000000000000-0000000000.checkpoint` that pins the initial
+`metadata.version` and, for a dynamic (KIP-853) quorum, `kraft.version=1` and the initial voter set.
+
+The snapshot is laid out as Kafka's `RecordsSnapshotWriter` lays it out, so Kafka's own tools read
+it: one control batch holding the SnapshotHeader (then KRaftVersionRecord and VotersRecord when
+the quorum is dynamic), one batch of metadata records starting with the FeatureLevelRecord for
+`metadata.version`, and a control batch holding the SnapshotFooter.
+
+The refusals are Kafka's, with Kafka's messages: a missing cluster id, mutually exclusive quorum
+flags, dynamic flags next to `controller.quorum.voters`, a controller with no voters and no flag,
+already-formatted directories without `--ignore-formatted`, and release versions the engine does
+not implement. `FormatRequest.from_config` applies the tool's rules; `format_storage` does the I/O,
+so the quickstart and the operator's format jobs reuse both.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from kio.schema.k_raft_version_record.v0 import KRaftVersionRecord
+from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
+from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
+from kio.schema.types import BrokerId
+from kio.schema.voters_record.v0 import VotersRecord
+from kio.schema.voters_record.v0.data import Endpoint as VoterEndpoint
+from kio.schema.voters_record.v0.data import KRaftVersionFeature, Voter
+from kio.static.primitive import i16, i64, u16
+
+from kraft_engine.kafka_uuid import from_kafka_str, random_uuid, to_kafka_str
+from kraft_engine.records import (
+    ControlRecord,
+    FeatureLevelRecord,
+    build_batch,
+    build_control_batch,
+    encode_metadata_record,
+    metadata_version,
+)
+from kraft_engine.server.config import KafkaConfig
+from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
+from kraft_engine.storage.meta_properties import (
+    MetaProperties,
+    MetaPropertiesEnsemble,
+    MetaPropertiesError,
+    write_meta_properties,
+)
+
+__all__ = [
+    "BOOTSTRAP_SNAPSHOT_NAME",
+    "CLUSTER_METADATA_DIR_NAME",
+    "DirectoryType",
+    "DynamicVoter",
+    "FormatRequest",
+    "FormatResult",
+    "FormatterError",
+    "build_bootstrap_snapshot",
+    "format_storage",
+    "parse_dynamic_voters",
+]
+
+CLUSTER_METADATA_DIR_NAME = "__cluster_metadata-0"
+BOOTSTRAP_SNAPSHOT_NAME = "00000000000000000000-0000000000.checkpoint"
+KRAFT_VERSION_STATIC = 0
+KRAFT_VERSION_DYNAMIC = 1
+
+
+class FormatterError(Exception):
+    """A format the tool refuses; nothing on disk has been changed when it is raised."""
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicVoter:
+    """One `--initial-controllers` entry: `id@host:port:directoryId` (Kafka's DynamicVoter)."""
+
+    node_id: int
+    host: str
+    port: int
+    directory_id: uuid.UUID
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.node_id}@{host}:{self.port}:{to_kafka_str(self.directory_id)}"
+
+
+def parse_dynamic_voters(text: str) -> tuple[DynamicVoter, ...]:
+    """Parse `--initial-controllers`, refusing what Kafka's DynamicVoters.parse refuses."""
+    voters: dict[int, DynamicVoter] = {}
+    for entry in text.strip().split(","):
+        if not entry:
+            continue
+        voter = _parse_dynamic_voter(entry.strip())
+        if voter.node_id in voters:
+            raise FormatterError(f"Node id {voter.node_id} was specified more than once.")
+        voters[voter.node_id] = voter
+    if not voters:
+        raise FormatterError("No voters given.")
+    return tuple(voters[node_id] for node_id in sorted(voters))
+
+
+def _parse_dynamic_voter(text: str) -> DynamicVoter:
+    def refuse(reason: str) -> FormatterError:
+        return FormatterError(f"Invalid --initial-controllers entry {text!r}: {reason}")
+
+    id_text, at, rest = text.partition("@")
+    if not at:
+        raise refuse("No @ found in dynamic voter string.")
+    if not id_text:
+        raise refuse("Invalid @ at beginning of dynamic voter string.")
+    try:
+        node_id = int(id_text)
+    except ValueError:
+        raise refuse("Failed to parse node id in dynamic voter string.") from None
+    if node_id < 0:
+        raise refuse(f"Invalid negative node id {node_id} in dynamic voter string.")
+    if not rest:
+        raise refuse("No hostname found after node id.")
+    if rest.startswith("["):
+        host, bracket, rest = rest[1:].partition("]")
+        if not bracket:
+            raise refuse("Hostname began with left bracket, but no right bracket was found.")
+    else:
+        host, colon, tail = rest.partition(":")
+        if not colon:
+            raise refuse("No colon following hostname could be found.")
+        rest = ":" + tail
+    if not rest.startswith(":"):
+        raise refuse("Port section must start with a colon.")
+    port_text, colon, directory_text = rest[1:].partition(":")
+    if not colon:
+        raise refuse("No colon following port could be found.")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise refuse("Failed to parse port in dynamic voter string.") from None
+    if not 0 <= port <= 65535:
+        raise refuse(f"Invalid port {port} in dynamic voter string.")
+    try:
+        directory_id = from_kafka_str(directory_text)
+    except ValueError:
+        raise refuse("Failed to parse directory ID in dynamic voter string.") from None
+    return DynamicVoter(node_id=node_id, host=host, port=port, directory_id=directory_id)
+
+
+class DirectoryType(enum.Enum):
+    """What a log directory becomes, which decides its directory id and its bootstrap snapshot."""
+
+    LOG_DIRECTORY = "data directory"
+    STATIC_METADATA_DIRECTORY = "metadata directory"
+    DYNAMIC_METADATA_NON_VOTER_DIRECTORY = "dynamic metadata directory"
+    DYNAMIC_METADATA_VOTER_DIRECTORY = "dynamic metadata voter directory"
+
+    @property
+    def is_metadata_directory(self) -> bool:
+        return self is not DirectoryType.LOG_DIRECTORY
+
+
+@dataclass(frozen=True, slots=True)
+class FormatRequest:
+    """Everything `format_storage` needs, already checked against the tool's rules."""
+
+    cluster_id: str
+    node_id: int
+    directories: tuple[Path, ...]
+    metadata_log_dir: Path
+    controller_listener_name: str
+    is_controller: bool
+    metadata_version_level: int
+    metadata_version_name: str
+    dynamic_quorum: bool
+    initial_controllers: tuple[DynamicVoter, ...] | None
+    ignore_formatted: bool
+
+    @classmethod
+    def from_config(
+        cls,
+        config: KafkaConfig,
+        *,
+        cluster_id: str | None,
+        release_version: str | None = None,
+        standalone: bool = False,
+        initial_controllers: str | None = None,
+        no_initial_controllers: bool = False,
+        ignore_formatted: bool = False,
+    ) -> FormatRequest:
+        """Apply `kafka-storage format`'s rules to a node's config and the command-line flags."""
+        # Like Kafka, any non-blank string is a cluster id (`kraft storage random-uuid` makes good ones):
+        # refusing other forms would lock out clusters Kafka formatted with a chosen name.
+        if not cluster_id or not cluster_id.strip():
+            raise FormatterError("You must specify the cluster id.")
+        chosen = [
+            flag
+            for flag, given in (
+                ("--standalone", standalone),
+                ("--initial-controllers", initial_controllers is not None),
+                ("--no-initial-controllers", no_initial_controllers),
+            )
+            if given
+        ]
+        if len(chosen) > 1:
+            raise FormatterError(f"{' and '.join(chosen)} are mutually exclusive: choose one.")
+        static_voters = bool(config.controller_quorum_voters)
+        if static_voters and chosen:
+            raise FormatterError(
+                "You cannot specify controller.quorum.voters and format the node with "
+                f"{chosen[0]}. If you want to use dynamic quorum, please remove "
+                "controller.quorum.voters and specify controller.quorum.bootstrap.servers instead."
+            )
+        voters: tuple[DynamicVoter, ...] | None = None
+        if initial_controllers is not None:
+            voters = parse_dynamic_voters(initial_controllers)
+        if standalone:
+            voters = (_standalone_voter(config),)
+        if config.is_controller and not static_voters and not chosen:
+            raise FormatterError(
+                "Because controller.quorum.voters is not set on this controller, you must specify one of "
+                "the following: --standalone, --initial-controllers, or --no-initial-controllers."
+            )
+        if not config.controller_listener_names:
+            raise FormatterError("You must specify the name of the initial controller listener.")
+        level, name = _metadata_version(
+            release_version, unstable_enabled=config.unstable_feature_versions_enable
+        )
+        return cls(
+            cluster_id=cluster_id,
+            node_id=config.node_id,
+            directories=tuple(Path(d) for d in config.all_log_dirs),
+            metadata_log_dir=Path(config.metadata_log_dir),
+            controller_listener_name=config.controller_listener_names[0],
+            is_controller=config.is_controller,
+            metadata_version_level=level,
+            metadata_version_name=name,
+            dynamic_quorum=not static_voters,
+            initial_controllers=voters,
+            ignore_formatted=ignore_formatted,
+        )
+
+    @property
+    def kraft_version(self) -> int:
+        return KRAFT_VERSION_DYNAMIC if self.dynamic_quorum else KRAFT_VERSION_STATIC
+
+    def directory_type(self, log_dir: Path) -> DirectoryType:
+        if log_dir != self.metadata_log_dir:
+            return DirectoryType.LOG_DIRECTORY
+        if self.initial_controllers is None:
+            return DirectoryType.STATIC_METADATA_DIRECTORY
+        if any(v.node_id == self.node_id for v in self.initial_controllers):
+            return DirectoryType.DYNAMIC_METADATA_VOTER_DIRECTORY
+        return DirectoryType.DYNAMIC_METADATA_NON_VOTER_DIRECTORY
+
+
+def _standalone_voter(config: KafkaConfig) -> DynamicVoter:
+    if not config.is_controller:
+        raise FormatterError("You can only use --standalone on a controller.")
+    listeners = config.effective_advertised_controller_listeners
+    if not listeners:
+        raise FormatterError("No controller listeners found.")
+    listener = listeners[0]
+    # Kafka advertises "localhost" for a listener bound to every interface.
+    host = listener.host or "localhost"
+    return DynamicVoter(node_id=config.node_id, host=host, port=listener.port, directory_id=random_uuid())
+
+
+def _metadata_version(release_version: str | None, *, unstable_enabled: bool) -> tuple[int, str]:
+    try:
+        if release_version is None:
+            version = metadata_version.latest(unstable_enabled=unstable_enabled)
+        else:
+            version = metadata_version.from_version_string(release_version, unstable_enabled=unstable_enabled)
+    except ValueError as e:
+        raise FormatterError(str(e)) from None
+    if not unstable_enabled and not version.is_production:
+        raise FormatterError(
+            f"metadata.version {version} is not yet stable. Set unstable.feature.versions.enable=true to use it."
+        )
+    return version.level, str(version)
+
+
+@dataclass(frozen=True, slots=True)
+class FormatResult:
+    """What `format_storage` did: the directories it formatted and the snapshot it wrote, if any."""
+
+    formatted: tuple[Path, ...]
+    bootstrap_snapshot: Path | None
+
+
+def format_storage(request: FormatRequest, *, out: TextIO, now_ms: int) -> FormatResult:
+    """Write meta.properties into every empty directory and, on a controller, the bootstrap snapshot.
+
+    Checks come first and write nothing: an ensemble that disagrees with this node (another
+    cluster's or another node's disk), or already-formatted directories without ignore_formatted.
+    Each directory's snapshot is written before its meta.properties, so a crash in between leaves
+    a directory that still counts as empty and is formatted again on the next run.
+    """
+    ensemble = MetaPropertiesEnsemble.load(request.directories, metadata_log_dir=request.metadata_log_dir)
+    try:
+        ensemble.verify(expected_cluster_id=request.cluster_id, expected_node_id=request.node_id)
+    except MetaPropertiesError as e:
+        raise FormatterError(str(e)) from None
+    if ensemble.formatted and not request.ignore_formatted:
+        first = sorted(ensemble.formatted)[0]
+        raise FormatterError(
+            f"Log directory {first} is already formatted. Use --ignore-formatted to ignore this directory "
+            "and format the others."
+        )
+    for log_dir in sorted(ensemble.errors):
+        print(f"I/O error trying to read log directory {log_dir}. Ignoring...", file=out)
+    writable = sorted(ensemble.empty | ensemble.missing)
+    if not writable:
+        if not ensemble.formatted:
+            raise FormatterError("No available log directories to format.")
+        print("All of the log directories are already formatted.", file=out)
+        return FormatResult(formatted=(), bootstrap_snapshot=None)
+
+    used_ids = {m.directory_id for m in ensemble.formatted.values() if m.directory_id is not None}
+    snapshot_path: Path | None = None
+    for log_dir in writable:
+        directory_type = request.directory_type(log_dir)
+        directory_id = _directory_id(request, directory_type, used_ids)
+        used_ids.add(directory_id)
+        print(
+            f"Formatting {directory_type.value} {log_dir} with metadata.version {request.metadata_version_name}.",
+            file=out,
+        )
+        log_dir.mkdir(parents=True, exist_ok=True)
+        if request.is_controller and directory_type.is_metadata_directory:
+            snapshot_path = _write_bootstrap_snapshot(request, log_dir=log_dir, now_ms=now_ms)
+        write_meta_properties(
+            log_dir,
+            MetaProperties(
+                version=1, cluster_id=request.cluster_id, node_id=request.node_id, directory_id=directory_id
+            ),
+        )
+    return FormatResult(formatted=tuple(writable), bootstrap_snapshot=snapshot_path)
+
+
+def _directory_id(request: FormatRequest, directory_type: DirectoryType, used: set[uuid.UUID]) -> uuid.UUID:
+    if directory_type is DirectoryType.DYNAMIC_METADATA_VOTER_DIRECTORY and request.initial_controllers:
+        return next(v.directory_id for v in request.initial_controllers if v.node_id == request.node_id)
+    while True:
+        candidate = random_uuid()
+        if candidate not in used:
+            return candidate
+
+
+def _write_bootstrap_snapshot(request: FormatRequest, *, log_dir: Path, now_ms: int) -> Path:
+    partition_dir = log_dir / CLUSTER_METADATA_DIR_NAME
+    partition_dir.mkdir(parents=True, exist_ok=True)
+    path = partition_dir / BOOTSTRAP_SNAPSHOT_NAME
+    data = build_bootstrap_snapshot(
+        metadata_version_level=request.metadata_version_level,
+        kraft_version=request.kraft_version,
+        voters=request.initial_controllers,
+        controller_listener_name=request.controller_listener_name,
+        now_ms=now_ms,
+    )
+    atomic_replace(path, data)
+    fsync_dir(log_dir)
+    return path
+
+
+def build_bootstrap_snapshot(
+    *,
+    metadata_version_level: int,
+    kraft_version: int,
+    voters: Sequence[DynamicVoter] | None,
+    controller_listener_name: str,
+    now_ms: int,
+) -> bytes:
+    """The bytes of the bootstrap snapshot (id 0-0), laid out as Kafka's RecordsSnapshotWriter does."""
+    control: list[ControlRecord] = [
+        SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(now_ms))
+    ]
+    if kraft_version >= KRAFT_VERSION_DYNAMIC:
+        control.append(KRaftVersionRecord(version=i16(0), k_raft_version=i16(kraft_version)))
+        # A node formatted with --no-initial-controllers learns the voters from the quorum it joins.
+        if voters is not None:
+            control.append(_voters_record(voters, controller_listener_name=controller_listener_name))
+    elif voters is not None:
+        raise FormatterError("A voter set cannot be written when kraft.version is 0")
+    head = build_control_batch(base_offset=0, partition_leader_epoch=0, timestamp_ms=now_ms, records=control)
+    features = [
+        encode_metadata_record(FeatureLevelRecord(name="metadata.version", feature_level=metadata_version_level))
+    ]
+    body = build_batch(
+        base_offset=len(control), partition_leader_epoch=0, values=features, timestamp_ms=now_ms
+    )
+    foot = build_control_batch(
+        base_offset=len(control) + len(features),
+        partition_leader_epoch=0,
+        timestamp_ms=now_ms,
+        records=[SnapshotFooterRecord(version=i16(0))],
+    )
+    return head + body + foot
+
+
+def _voters_record(voters: Sequence[DynamicVoter], *, controller_listener_name: str) -> VotersRecord:
+    return VotersRecord(
+        version=i16(0),
+        voters=tuple(
+            Voter(
+                voter_id=BrokerId(v.node_id),
+                voter_directory_id=v.directory_id,
+                endpoints=(VoterEndpoint(name=controller_listener_name, host=v.host, port=u16(v.port)),),
+                # Every voter this engine formats speaks kraft.version 0 and 1 (Kafka's DynamicVoter).
+                k_raft_version_feature=KRaftVersionFeature(min_supported_version=i16(0), max_supported_version=i16(1)),
+            )
+            for v in voters
+        ),
+    )

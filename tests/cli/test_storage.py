@@ -1,0 +1,415 @@
+"""`kraft storage`: random-uuid, info and format behave like Kafka's kafka-storage, including every
+refusal, and a refused format leaves the disks untouched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kio.schema.k_raft_version_record.v0 import KRaftVersionRecord
+from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
+from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
+from kio.schema.voters_record.v0 import VotersRecord
+
+from kraft_engine.cli.main import main
+from kraft_engine.kafka_uuid import from_kafka_str, to_kafka_str
+from kraft_engine.records import (
+    FeatureLevelRecord,
+    decode_control_batch,
+    decode_metadata_record,
+    decode_records,
+    iter_batches,
+    metadata_version,
+)
+from kraft_engine.storage.formatter import BOOTSTRAP_SNAPSHOT_NAME, CLUSTER_METADATA_DIR_NAME
+from kraft_engine.storage.meta_properties import read_meta_properties
+
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
+DIR_1 = "JEXY6aqzQY-32P5TStzaFg"
+DIR_2 = "MvDxzVmcRsaTz33bUuRU6A"
+DIR_3 = "07R5amHmR32VDA6jHkGbTA"
+INITIAL = f"1@localhost:19093:{DIR_1},2@localhost:19094:{DIR_2},3@localhost:19095:{DIR_3}"
+
+
+def write_config(tmp_path: Path, *, roles: str = "controller", node_id: int = 1, **extra: str | None) -> Path:
+    props = {
+        "process.roles": roles,
+        "node.id": str(node_id),
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": f"{tmp_path}/meta,{tmp_path}/data",
+        "metadata.log.dir": f"{tmp_path}/meta",
+    }
+    if "controller" in roles:
+        props["listeners"] = f"CONTROLLER://localhost:{19092 + node_id}"
+        if roles != "controller":
+            props["listeners"] = f"PLAINTEXT://localhost:{29092 + node_id}," + props["listeners"]
+    else:
+        props["listeners"] = f"PLAINTEXT://localhost:{29092 + node_id}"
+    if "controller.quorum.voters" not in extra:
+        props["controller.quorum.bootstrap.servers"] = "localhost:19093"
+    for key, value in extra.items():
+        if value is None:
+            props.pop(key, None)
+        else:
+            props[key] = value
+    path = tmp_path / "server.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def storage(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(["storage", *args])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def fmt(capsys: pytest.CaptureFixture[str], config: Path, *flags: str) -> tuple[int, str, str]:
+    return storage(capsys, "format", "-c", str(config), "-t", CLUSTER_ID, *flags)
+
+
+def snapshot_records(meta_dir: Path) -> list[object]:
+    data = (meta_dir / CLUSTER_METADATA_DIR_NAME / BOOTSTRAP_SNAPSHOT_NAME).read_bytes()
+    records: list[object] = []
+    for header, raw in iter_batches(data):
+        if header.is_control:
+            records.extend(r.record for r in decode_control_batch(raw))
+        else:
+            records.extend(decode_metadata_record(r.value or b"")[0] for r in decode_records(raw))
+    return records
+
+
+def on_disk(tmp_path: Path) -> list[str]:
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.name != "server.properties")
+
+
+# --- random-uuid --------------------------------------------------------------------------------
+
+
+def test_random_uuid_prints_a_kafka_uuid(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = storage(capsys, "random-uuid")
+    text = out.strip()
+    assert rc == 0
+    assert len(text) == 22 and not text.startswith("-")
+    assert to_kafka_str(from_kafka_str(text)) == text
+
+
+# --- format: static quorum -------------------------------------------------------------------------
+
+
+def test_static_controller_gets_meta_properties_everywhere_and_a_snapshot_in_the_metadata_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, **{"controller.quorum.voters": "1@localhost:19093"})
+    rc, out, err = fmt(capsys, config, "--release-version", "3.9-IV0")
+    assert rc == 0, err
+    assert out.splitlines() == [
+        f"Formatting data directory {tmp_path}/data with metadata.version 3.9-IV0.",
+        f"Formatting metadata directory {tmp_path}/meta with metadata.version 3.9-IV0.",
+    ]
+    metas = {d: read_meta_properties(tmp_path / d) for d in ("meta", "data")}
+    for meta in metas.values():
+        assert (meta.version, meta.cluster_id, meta.node_id) == (1, CLUSTER_ID, 1)
+        assert meta.directory_id is not None
+    assert metas["meta"].directory_id != metas["data"].directory_id
+    assert not (tmp_path / "data" / CLUSTER_METADATA_DIR_NAME).exists()
+    records = snapshot_records(tmp_path / "meta")
+    assert isinstance(records[0], SnapshotHeaderRecord)
+    assert records[1] == FeatureLevelRecord(name="metadata.version", feature_level=21)
+    assert isinstance(records[2], SnapshotFooterRecord)
+    assert len(records) == 3  # kraft.version 0: no KRaftVersionRecord, no voters
+
+
+def test_default_release_version_is_the_latest_production_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, **{"controller.quorum.voters": "1@localhost:19093"})
+    rc, out, _ = fmt(capsys, config)
+    latest = metadata_version.latest()
+    assert rc == 0
+    assert f"with metadata.version {latest}." in out
+    assert FeatureLevelRecord(name="metadata.version", feature_level=latest.level) in snapshot_records(tmp_path / "meta")
+
+
+@pytest.mark.parametrize(("given", "level"), [("3.9", 21), ("3.9-IV0", 21), ("21", 21), ("3.3-IV3", 7)])
+def test_release_version_accepts_names_releases_and_levels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, level: int
+) -> None:
+    config = write_config(tmp_path, **{"controller.quorum.voters": "1@localhost:19093"})
+    rc, _, err = fmt(capsys, config, "-r", given)
+    assert rc == 0, err
+    assert FeatureLevelRecord(name="metadata.version", feature_level=level) in snapshot_records(tmp_path / "meta")
+
+
+@pytest.mark.parametrize("given", ["3.2-IV0", "9.9", "6", "banana"])
+def test_release_version_out_of_range_is_refused_with_the_supported_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    config = write_config(tmp_path, **{"controller.quorum.voters": "1@localhost:19093"})
+    rc, _, err = fmt(capsys, config, "-r", given)
+    assert rc == 1
+    assert "3.3-IV3" in err and str(metadata_version.latest(unstable_enabled=True)) in err
+    assert on_disk(tmp_path) == []
+
+
+def test_a_broker_gets_meta_properties_but_no_bootstrap_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, roles="broker", node_id=4)
+    rc, out, err = fmt(capsys, config)
+    assert rc == 0, err
+    assert read_meta_properties(tmp_path / "meta").node_id == 4
+    assert not (tmp_path / "meta" / CLUSTER_METADATA_DIR_NAME).exists()
+    assert "Formatting metadata directory" in out
+
+
+# --- format: dynamic quorum ------------------------------------------------------------------------
+
+
+def test_initial_controllers_pin_the_voter_set_and_this_nodes_directory_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, node_id=2)
+    rc, out, err = fmt(capsys, config, "--initial-controllers", INITIAL, "-r", "3.9")
+    assert rc == 0, err
+    assert f"Formatting dynamic metadata voter directory {tmp_path}/meta with metadata.version 3.9-IV0." in out
+    assert to_kafka_str(read_meta_properties(tmp_path / "meta").directory_id) == DIR_2  # type: ignore[arg-type]
+    assert to_kafka_str(read_meta_properties(tmp_path / "data").directory_id) not in (DIR_1, DIR_2, DIR_3)  # type: ignore[arg-type]
+    header, kraft_version, voters, feature, footer = snapshot_records(tmp_path / "meta")
+    assert isinstance(header, SnapshotHeaderRecord) and isinstance(footer, SnapshotFooterRecord)
+    assert kraft_version == KRaftVersionRecord(version=0, k_raft_version=1)  # type: ignore[arg-type]
+    assert feature == FeatureLevelRecord(name="metadata.version", feature_level=21)
+    assert isinstance(voters, VotersRecord)
+    assert [(v.voter_id, to_kafka_str(v.voter_directory_id)) for v in voters.voters] == [  # type: ignore[arg-type]
+        (1, DIR_1),
+        (2, DIR_2),
+        (3, DIR_3),
+    ]
+    for voter, port in zip(voters.voters, (19093, 19094, 19095), strict=True):
+        assert [(e.name, e.host, e.port) for e in voter.endpoints] == [("CONTROLLER", "localhost", port)]
+        assert (voter.k_raft_version_feature.min_supported_version, voter.k_raft_version_feature.max_supported_version) == (0, 1)
+
+
+def test_a_controller_missing_from_initial_controllers_is_a_non_voter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, node_id=4)
+    rc, out, err = fmt(capsys, config, "-I", INITIAL)
+    assert rc == 0, err
+    assert f"Formatting dynamic metadata directory {tmp_path}/meta" in out
+    assert to_kafka_str(read_meta_properties(tmp_path / "meta").directory_id) not in (DIR_1, DIR_2, DIR_3)  # type: ignore[arg-type]
+
+
+def test_standalone_makes_this_node_the_only_voter_at_its_advertised_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, node_id=1, **{"advertised.listeners": "CONTROLLER://c1.example:9999"})
+    rc, out, err = fmt(capsys, config, "--standalone")
+    assert rc == 0, err
+    assert "Formatting dynamic metadata voter directory" in out
+    records = snapshot_records(tmp_path / "meta")
+    voters = next(r for r in records if isinstance(r, VotersRecord))
+    (voter,) = voters.voters
+    assert voter.voter_id == 1
+    assert voter.voter_directory_id == read_meta_properties(tmp_path / "meta").directory_id
+    assert [(e.name, e.host, e.port) for e in voter.endpoints] == [("CONTROLLER", "c1.example", 9999)]
+
+
+def test_no_initial_controllers_writes_kraft_version_1_without_voters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, node_id=5)
+    rc, _, err = fmt(capsys, config, "--no-initial-controllers")
+    assert rc == 0, err
+    records = snapshot_records(tmp_path / "meta")
+    assert KRaftVersionRecord(version=0, k_raft_version=1) in records  # type: ignore[arg-type]
+    assert not any(isinstance(r, VotersRecord) for r in records)
+
+
+# --- format: refusals (nothing is written) ------------------------------------------------------
+
+
+def test_cluster_id_is_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path)
+    with pytest.raises(SystemExit) as excinfo:
+        main(["storage", "format", "-c", str(config), "-s"])
+    assert excinfo.value.code == 2
+    assert "--cluster-id" in capsys.readouterr().err
+    rc, _, err = storage(capsys, "format", "-c", str(config), "-t", " ", "-s")
+    assert rc == 1 and "You must specify the cluster id." in err
+    assert on_disk(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--standalone", "--no-initial-controllers"],
+        ["--standalone", "--initial-controllers", INITIAL],
+        ["-N", "-I", INITIAL],
+    ],
+)
+def test_quorum_flags_are_mutually_exclusive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    config = write_config(tmp_path)
+    with pytest.raises(SystemExit) as excinfo:
+        main(["storage", "format", "-c", str(config), "-t", CLUSTER_ID, *flags])
+    assert excinfo.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert on_disk(tmp_path) == []
+
+
+@pytest.mark.parametrize("flags", [["--standalone"], ["--initial-controllers", INITIAL], ["--no-initial-controllers"]])
+def test_dynamic_flags_are_refused_next_to_static_voters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    config = write_config(tmp_path, **{"controller.quorum.voters": "1@localhost:19093"})
+    rc, _, err = fmt(capsys, config, *flags)
+    assert rc == 1
+    assert f"You cannot specify controller.quorum.voters and format the node with {flags[0]}" in err
+    assert on_disk(tmp_path) == []
+
+
+def test_a_controller_without_voters_needs_a_quorum_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path)
+    rc, _, err = fmt(capsys, config)
+    assert rc == 1
+    assert (
+        "Because controller.quorum.voters is not set on this controller, you must specify one of the following: "
+        "--standalone, --initial-controllers, or --no-initial-controllers." in err
+    )
+    assert on_disk(tmp_path) == []
+
+
+def test_standalone_on_a_broker_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, roles="broker", node_id=4)
+    rc, _, err = fmt(capsys, config, "-s")
+    assert rc == 1 and "You can only use --standalone on a controller." in err
+    assert on_disk(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("", "No voters given."),
+        (f"1localhost:19093:{DIR_1}", "No @ found"),
+        (f"x@localhost:19093:{DIR_1}", "Failed to parse node id"),
+        (f"1@localhost:x:{DIR_1}", "Failed to parse port"),
+        ("1@localhost:19093:not-a-uuid", "Failed to parse directory ID"),
+        ("1@localhost:19093", "No colon following port"),
+        (f"1@[::1:19093:{DIR_1}", "no right bracket"),
+        (f"1@localhost:19093:{DIR_1},1@localhost:19094:{DIR_2}", "Node id 1 was specified more than once."),
+    ],
+)
+def test_malformed_initial_controllers_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, reason: str
+) -> None:
+    config = write_config(tmp_path)
+    rc, _, err = fmt(capsys, config, "-I", value)
+    assert rc == 1 and reason in err
+    assert on_disk(tmp_path) == []
+
+
+def test_an_invalid_config_is_refused_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, **{"node.id": "abc"})
+    rc, _, err = fmt(capsys, config, "-s")
+    assert rc == 1 and "node.id" in err
+    assert on_disk(tmp_path) == []
+
+
+def test_formatted_directories_are_refused_unless_ignored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, node_id=1)
+    assert fmt(capsys, config, "-I", INITIAL)[0] == 0
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    rc, _, err = fmt(capsys, config, "-I", INITIAL)
+    assert rc == 1
+    assert f"Log directory {tmp_path}/data is already formatted. Use --ignore-formatted" in err
+
+    rc, out, _ = fmt(capsys, config, "-I", INITIAL, "--ignore-formatted")
+    assert rc == 0
+    assert out.strip() == "All of the log directories are already formatted."
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_ignore_formatted_formats_only_the_new_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, node_id=1)
+    assert fmt(capsys, config, "-I", INITIAL)[0] == 0
+    old_ids = {read_meta_properties(tmp_path / d).directory_id for d in ("meta", "data")}
+    config = write_config(
+        tmp_path, node_id=1, **{"log.dirs": f"{tmp_path}/meta,{tmp_path}/data,{tmp_path}/data2"}
+    )
+    rc, out, _ = fmt(capsys, config, "-I", INITIAL, "-g")
+    assert rc == 0
+    assert out.strip() == f"Formatting data directory {tmp_path}/data2 with metadata.version {metadata_version.latest()}."
+    assert read_meta_properties(tmp_path / "data2").directory_id not in old_ids
+
+
+def test_another_clusters_disk_is_refused_even_with_ignore_formatted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, node_id=1)
+    assert fmt(capsys, config, "-I", INITIAL)[0] == 0
+    rc, _, err = storage(capsys, "format", "-c", str(config), "-t", "AAAAAAAAAAAAAAAAAAAAAA", "-I", INITIAL, "-g")
+    assert rc == 1 and "cluster.id" in err
+
+
+# --- info ---------------------------------------------------------------------------------------
+
+
+def test_info_on_formatted_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, node_id=2)
+    assert fmt(capsys, config, "-I", INITIAL)[0] == 0
+    rc, out, _ = storage(capsys, "info", "-c", str(config))
+    data_id = to_kafka_str(read_meta_properties(tmp_path / "data").directory_id)  # type: ignore[arg-type]
+    assert rc == 0
+    assert out.splitlines() == [
+        "Found log directories:",
+        f"  {tmp_path}/data",
+        f"  {tmp_path}/meta",
+        "",
+        f"Found metadata: {{cluster.id={CLUSTER_ID}, directory.id={data_id}, node.id=2, version=1}}",
+        "",
+        "Log directory states:",
+        f"  {tmp_path}/data: formatted {{cluster.id={CLUSTER_ID}, directory.id={data_id}, node.id=2, version=1}}",
+        f"  {tmp_path}/meta: formatted {{cluster.id={CLUSTER_ID}, directory.id={DIR_2}, node.id=2, version=1}}",
+    ]
+
+
+def test_info_reports_missing_empty_and_broken_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, **{"log.dirs": f"{tmp_path}/a,{tmp_path}/b,{tmp_path}/c", "metadata.log.dir": None})
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "meta.properties").write_text("version=1\ncluster.id=x\n")
+    rc, out, _ = storage(capsys, "info", "-c", str(config))
+    assert rc == 1
+    assert "Found problems:" in out
+    assert f"  {tmp_path}/a does not exist" in out
+    assert f"  {tmp_path}/b is not formatted." in out
+    assert f"  Error loading {tmp_path}/c/meta.properties:" in out
+    assert f"  {tmp_path}/a: missing (does not exist)" in out
+    assert f"  {tmp_path}/b: empty (not formatted)" in out
+    assert f"  {tmp_path}/c: error (" in out
+
+
+def test_info_reports_mismatched_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, node_id=1, **{"controller.quorum.voters": "1@localhost:19093"})
+    assert fmt(capsys, config)[0] == 0
+    meta = tmp_path / "meta" / "meta.properties"
+    meta.write_text(meta.read_text().replace(f"cluster.id={CLUSTER_ID}", "cluster.id=other"))
+    rc, out, _ = storage(capsys, "info", "-c", str(config))
+    assert rc == 1
+    assert "Mismatched cluster IDs between storage directories." in out
+
+
+def test_info_reports_a_node_id_that_differs_from_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, node_id=1, **{"controller.quorum.voters": "1@localhost:19093"})
+    assert fmt(capsys, config)[0] == 0
+    config = write_config(tmp_path, node_id=2, **{"controller.quorum.voters": "2@localhost:19094"})
+    rc, out, _ = storage(capsys, "info", "-c", str(config))
+    assert rc == 1
+    assert "The directories belong to node.id 1, but the configuration says node.id 2." in out
+
+
+def test_info_with_a_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = storage(capsys, "info", "-c", str(tmp_path / "nope.properties"))
+    assert rc == 1 and "Cannot read configuration file" in err

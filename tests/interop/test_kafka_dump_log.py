@@ -1,0 +1,153 @@
+"""Apache Kafka's own DumpLogSegments reads what we write, and prints exactly what `kraft dump-log`
+prints for it.
+
+Runs Kafka's `kafka.tools.DumpLogSegments --cluster-metadata-decoder` from the jars that
+`scripts/fetch-kafka-jars` caches under `.kafka-jars/<version>/` (or `$KAFKA_JARS_DIR`), on a
+bootstrap checkpoint made by `kraft storage format` and on a metadata log segment built from our
+records. Skips when the jars or a JDK are absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from kio.schema.leader_change_message.v0 import LeaderChangeMessage
+from kio.schema.leader_change_message.v0.data import Voter as LeaderChangeVoter
+from kio.static.primitive import i16, i32
+
+from kraft_engine.cli.main import main
+from kraft_engine.records import (
+    ConfigRecord,
+    FeatureLevelRecord,
+    NoOpRecord,
+    PartitionRecord,
+    TopicRecord,
+    build_batch,
+    build_control_batch,
+    encode_metadata_record,
+)
+from kraft_engine.storage.formatter import BOOTSTRAP_SNAPSHOT_NAME, CLUSTER_METADATA_DIR_NAME
+
+pytestmark = pytest.mark.kafka_jars
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _kafka_classpath() -> str | None:
+    root = Path(os.environ.get("KAFKA_JARS_DIR", REPO / ".kafka-jars"))
+    if not root.is_dir() or shutil.which("java") is None:
+        return None
+    for version_dir in sorted(root.iterdir(), reverse=True):
+        if any(version_dir.glob("kafka_2.13-*.jar")):
+            return f"{version_dir}/*"
+    return None
+
+
+CLASSPATH = _kafka_classpath()
+needs_jars = pytest.mark.skipif(
+    CLASSPATH is None, reason="Kafka jars not cached (run scripts/fetch-kafka-jars) or no java on PATH"
+)
+
+
+def kafka_dump(*files: Path) -> str:
+    assert CLASSPATH is not None
+    result = subprocess.run(
+        [
+            "java",
+            "-cp",
+            CLASSPATH,
+            "kafka.tools.DumpLogSegments",
+            "--cluster-metadata-decoder",
+            "--files",
+            ",".join(str(f) for f in files),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Exception" not in result.stdout + result.stderr, result.stderr
+    return result.stdout
+
+
+def our_dump(capsys: pytest.CaptureFixture[str], *files: Path) -> str:
+    assert main(["dump-log", "--cluster-metadata-decoder", "--files", *map(str, files)]) == 0
+    return capsys.readouterr().out
+
+
+@needs_jars
+def test_kafka_reads_our_bootstrap_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "process.roles=controller\nnode.id=1\nlisteners=CONTROLLER://localhost:19093\n"
+        "controller.listener.names=CONTROLLER\ncontroller.quorum.bootstrap.servers=localhost:19093\n"
+        f"log.dirs={tmp_path}/meta\n"
+    )
+    initial = "1@localhost:19093:JEXY6aqzQY-32P5TStzaFg,2@localhost:19094:MvDxzVmcRsaTz33bUuRU6A"
+    assert main(["storage", "format", "-c", str(config), "-t", "MkU3OEVBNTcwNTJENDM2Qk", "-I", initial]) == 0
+    capsys.readouterr()
+    checkpoint = tmp_path / "meta" / CLUSTER_METADATA_DIR_NAME / BOOTSTRAP_SNAPSHOT_NAME
+
+    kafka = kafka_dump(checkpoint)
+
+    assert "SnapshotHeader {" in kafka
+    assert 'KRaftVersion {"version":0,"kRaftVersion":1}' in kafka
+    assert '"voterId":2,"voterDirectoryId":"MvDxzVmcRsaTz33bUuRU6A"' in kafka
+    assert '"type":"FEATURE_LEVEL_RECORD"' in kafka and '"name":"metadata.version"' in kafka
+    assert 'SnapshotFooter {"version":0}' in kafka
+    assert "Error at" not in kafka and "invalid bytes" not in kafka
+    assert our_dump(capsys, checkpoint) == kafka
+
+
+@needs_jars
+def test_kafka_reads_our_metadata_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topic_id = uuid.UUID("8f1c2d3e-4b5a-4c6d-8e7f-901a2b3c4d5e")
+    directory = uuid.UUID("11111111-2222-4333-8444-555555555555")
+    records = [
+        FeatureLevelRecord(name="metadata.version", feature_level=21),
+        TopicRecord(name="orders", topic_id=topic_id),
+        PartitionRecord(
+            partition_id=0,
+            topic_id=topic_id,
+            replicas=(1, 2, 3),
+            isr=(1, 2),
+            removing_replicas=(),
+            adding_replicas=(),
+            leader=1,
+            leader_epoch=4,
+            partition_epoch=7,
+            directories=(directory, directory, directory),
+            eligible_leader_replicas=(3,),
+        ),
+        ConfigRecord(resource_type=2, resource_name="orders", name="retention.ms", value="86400000"),
+        NoOpRecord(),
+    ]
+    change = LeaderChangeMessage(
+        version=i16(0),
+        leader_id=i32(1),
+        voters=(LeaderChangeVoter(voter_id=i32(1)), LeaderChangeVoter(voter_id=i32(2))),
+        granting_voters=(LeaderChangeVoter(voter_id=i32(1)),),
+    )
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(
+        build_control_batch(base_offset=0, partition_leader_epoch=3, timestamp_ms=1_795_214_642_077, records=[change])
+        + build_batch(
+            base_offset=1,
+            partition_leader_epoch=3,
+            values=[encode_metadata_record(r) for r in records],
+            timestamp_ms=1_795_214_642_123,
+        )
+    )
+
+    kafka = kafka_dump(segment)
+
+    for name in ("FEATURE_LEVEL_RECORD", "TOPIC_RECORD", "PARTITION_RECORD", "CONFIG_RECORD", "NO_OP_RECORD"):
+        assert f'"type":"{name}"' in kafka
+    assert "Error at" not in kafka and "invalid bytes" not in kafka
+    assert our_dump(capsys, segment) == kafka
