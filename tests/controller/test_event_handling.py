@@ -11,7 +11,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kraft_engine.controller.event_handling import ControllerFault, EventHandling
-from kraft_engine.controller.results import CommittedBatch, ControllerApiError, ControllerResult
+from kraft_engine.controller.results import (
+    CommittedBatch,
+    ControllerApiError,
+    ControllerResult,
+    RecordAndVersion,
+)
 from kraft_engine.controller.timeline import TimelineHashMap
 
 
@@ -35,14 +40,13 @@ class _Loop:
         self.state.put(record.key, record.value)
 
     def put(self, *pairs: tuple[str, int], atomic: bool = True) -> int:
-        records = [_Put(k, v) for k, v in pairs]
+        records = [RecordAndVersion(_Put(k, v), 0) for k, v in pairs]
         return self.events.write("put", lambda: ControllerResult(records, f"ok {len(records)}", atomic))
 
     def commit_appends(self) -> None:
         for append in self.events.take_effects().appends:
-            self.events.handle_commit(
-                CommittedBatch(append.base_offset, append.epoch, append.records, append.last_offset)
-            )
+            records = tuple(r.record for r in append.records)
+            self.events.handle_commit(CommittedBatch(append.base_offset, append.epoch, records, append.last_offset))
 
     def stable_view(self) -> dict[str, int]:
         return self.events.read(self.state.snapshot)
@@ -57,9 +61,9 @@ def test_a_write_is_applied_at_once_but_completes_and_becomes_readable_only_when
     effects = loop.events.take_effects()
     assert effects.completed == []
     [append] = effects.appends
-    assert (append.epoch, append.base_offset, append.records) == (3, 10, (_Put("a", 1),))
+    assert (append.epoch, append.base_offset, append.records) == (3, 10, (RecordAndVersion(_Put("a", 1), 0),))
 
-    loop.events.handle_commit(CommittedBatch(10, 3, append.records, 10))
+    loop.events.handle_commit(CommittedBatch(10, 3, (_Put("a", 1),), 10))
     assert loop.events.take_effects().completed == [(token, "ok 1")]
     assert loop.stable_view() == {"a": 1}
 
@@ -92,7 +96,7 @@ def test_a_write_that_writes_nothing_waits_for_the_writes_before_it() -> None:
     second = loop.events.write("noop", lambda: ControllerResult((), "after"))
     effects = loop.events.take_effects()
     assert effects.completed == []
-    loop.events.handle_commit(CommittedBatch(0, 1, effects.appends[0].records, 0))
+    loop.events.handle_commit(CommittedBatch(0, 1, (_Put("a", 1),), 0))
     assert loop.events.take_effects().completed == [(first, "ok 1"), (second, "after")]
 
 

@@ -1,6 +1,50 @@
 """The quorum controller: a single-threaded event loop over timeline state and the control
 managers that generate records and, separately, replay them. Pure."""
 
+from kraft_engine.controller.broker_heartbeat import (
+    BrokerControlState,
+    BrokerHeartbeatManager,
+    BrokerHeartbeatTracker,
+)
+from kraft_engine.controller.event_handling import ControllerFault
+from kraft_engine.controller.feature_control import FeatureControlManager, UpgradeType, VersionRange
+from kraft_engine.controller.partition_change import Election, PartitionChange, PartitionChangeBuilder
+from kraft_engine.controller.quorum_controller import QuorumController, bootstrap_metadata_version
+from kraft_engine.controller.results import (
+    ApiError,
+    CommittedBatch,
+    ControllerApiError,
+    ControllerEffects,
+    ControllerResult,
+    FailedWrite,
+    RecordAndVersion,
+    ScheduledAppend,
+)
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet, TimelineValue
 
-__all__ = ["SnapshotRegistry", "TimelineHashMap", "TimelineHashSet", "TimelineValue"]
+__all__ = [
+    "ApiError",
+    "BrokerControlState",
+    "BrokerHeartbeatManager",
+    "BrokerHeartbeatTracker",
+    "CommittedBatch",
+    "ControllerApiError",
+    "ControllerEffects",
+    "ControllerFault",
+    "ControllerResult",
+    "Election",
+    "FailedWrite",
+    "FeatureControlManager",
+    "PartitionChange",
+    "PartitionChangeBuilder",
+    "QuorumController",
+    "RecordAndVersion",
+    "ScheduledAppend",
+    "SnapshotRegistry",
+    "TimelineHashMap",
+    "TimelineHashSet",
+    "TimelineValue",
+    "UpgradeType",
+    "VersionRange",
+    "bootstrap_metadata_version",
+]

@@ -28,6 +28,7 @@ from kraft_engine.controller.results import (
     ControllerEffects,
     ControllerResult,
     FailedWrite,
+    RecordAndVersion,
     ScheduledAppend,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry
@@ -154,17 +155,17 @@ class EventHandling:
             offset = self._append_batch(records[start : start + self.max_records_per_batch])
         return offset
 
-    def _append_batch(self, records: Sequence[object]) -> int:
+    def _append_batch(self, records: Sequence[RecordAndVersion]) -> int:
         base_offset = self.offset_control.next_write_offset
         # Apply before the append is scheduled: a record the controller itself cannot apply
         # is a bug that must be found before the record is replicated.
-        for index, record in enumerate(records):
+        for index, (record, _) in enumerate(records):
             try:
                 self.replay(record, base_offset + index)
             except Exception as error:
                 raise ControllerFault(
                     f"Unable to apply {type(record).__name__} record at offset {base_offset + index} "
-                    f"on active controller, from the batch with baseOffset {base_offset}"
+                    f"on active controller, from the batch with baseOffset {base_offset}: {error}"
                 ) from error
         append = ScheduledAppend(self.cur_claim_epoch, base_offset, tuple(records))
         self._effects.appends.append(append)
@@ -200,7 +201,7 @@ class EventHandling:
             except Exception as error:
                 raise ControllerFault(
                     f"Unable to apply {type(record).__name__} record at offset {batch.base_offset + index} "
-                    f"on standby controller, from the batch with baseOffset {batch.base_offset}"
+                    f"on standby controller, from the batch with baseOffset {batch.base_offset}: {error}"
                 ) from error
         self.offset_control.handle_commit_batch(last_offset=batch.last_offset, epoch=batch.epoch)
 

@@ -19,6 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kraft_engine.controller.metadata_version_gates import (
+    is_directory_assignment_supported,
+    is_leader_epoch_bump_required_on_isr_shrink,
+)
+
 __all__ = [
     "NO_LEADER",
     "NO_LEADER_CHANGE",
@@ -35,9 +40,6 @@ NO_LEADER_CHANGE = -2
 _RECOVERED = 0
 _RECOVERING = 1
 
-# metadata.version levels at which the builder's behaviour changes (Kafka's MetadataVersion).
-_MV_3_6_IV0 = 12  # from here on an ISR shrink no longer needs a leader epoch bump (KAFKA-15021)
-_MV_3_7_IV2 = 17  # directory assignment (JBOD): change records carry replica directories
 
 
 class Election(enum.Enum):
@@ -241,7 +243,7 @@ class PartitionChangeBuilder:
             isr = tuple(self.target_isr)
 
         if (
-            self._metadata_version < _MV_3_6_IV0
+            is_leader_epoch_bump_required_on_isr_shrink(self._metadata_version)
             and leader == NO_LEADER_CHANGE
             and isr is not None
             and not set(partition.isr) <= set(isr)
@@ -252,7 +254,7 @@ class PartitionChangeBuilder:
         replicas: tuple[int, ...] | None = None
         directories: tuple[uuid.UUID, ...] | None = None
         if self.target_replicas:
-            if self._metadata_version >= _MV_3_7_IV2:
+            if is_directory_assignment_supported(self._metadata_version):
                 target_directories = tuple(self._directory_of(r) for r in self.target_replicas)
                 if target_directories != tuple(partition.directories):
                     directories = target_directories

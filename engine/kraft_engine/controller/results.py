@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -18,6 +18,7 @@ __all__ = [
     "MAX_RECORDS_PER_BATCH",
     "MAX_RECORDS_PER_USER_OP",
     "ApiError",
+    "RecordAndVersion",
     "CommittedBatch",
     "ControllerApiError",
     "ControllerEffects",
@@ -47,6 +48,15 @@ class ControllerApiError(Exception):
         self.message = message
 
 
+class RecordAndVersion(NamedTuple):
+    """A metadata record and the version to write it at (Kafka's ApiMessageAndVersion).
+
+    The record is an instance of the latest record class; metadata.version decides the version."""
+
+    record: object
+    version: int
+
+
 @dataclass(frozen=True, slots=True)
 class ApiError:
     """An error code and message carried inside a successful write's response (Kafka's
@@ -71,7 +81,7 @@ class ControllerResult(Generic[R]):
     An atomic result is written as one Raft batch (all or nothing) and may not exceed
     MAX_RECORDS_PER_BATCH; a non-atomic one is split across as many batches as it needs."""
 
-    records: Sequence[object]
+    records: Sequence[RecordAndVersion]
     response: R
     is_atomic: bool = False
 
@@ -80,7 +90,7 @@ class ControllerResult(Generic[R]):
         return ControllerResult((), self.response, self.is_atomic)
 
 
-def check_user_op_size(records: Sequence[object]) -> None:
+def check_user_op_size(records: Sequence[RecordAndVersion]) -> None:
     """Refuse a client operation that would generate too many records (Kafka's BoundedList)."""
     if len(records) > MAX_RECORDS_PER_USER_OP:
         # Kafka's message for a BoundedListTooLongException surfacing from an operation.
@@ -97,7 +107,7 @@ class ScheduledAppend:
 
     epoch: int
     base_offset: int
-    records: tuple[object, ...]
+    records: tuple[RecordAndVersion, ...]
 
     @property
     def last_offset(self) -> int:

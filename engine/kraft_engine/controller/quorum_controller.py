@@ -1,0 +1,212 @@
+"""The quorum controller: the raft listener that turns admin requests into metadata records.
+
+`QuorumController` wires the control managers onto the event-handling core. The shell feeds it
+events in the order its single asyncio task dequeues them — raft callbacks (`handle_commit`,
+`handle_load_snapshot`, `handle_leader_change`), client requests, ticks of the clock — and after
+each one performs `take_effects()`: appends to schedule on the raft layer (bound to the claim
+epoch), completions to hand to waiting clients, and a resignation when leadership is lost.
+
+Contract with the raft layer (as Kafka's RaftClient gives it):
+- `handle_leader_change` naming this node arrives only once every batch before the new epoch's
+  start has been delivered through `handle_commit`; the log end offset it carries is where this
+  controller's first append will land.
+- The bootstrap checkpoint (`00000000000000000000-0000000000.checkpoint`) is not delivered as a
+  snapshot: the shell reads its records and passes them as `bootstrap_records`.
+- If an append is refused or placed at another offset than `ScheduledAppend.base_offset`, the
+  shell calls `renounce()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from kio.schema.update_features.v1.request import UpdateFeaturesRequest
+
+from kraft_engine.controller.event_handling import ControllerFault, EventHandling
+from kraft_engine.controller.feature_control import (
+    METADATA_VERSION_FEATURE,
+    FeatureControlManager,
+    KRaftVersionUpgrader,
+    UpgradeType,
+    VersionRange,
+)
+from kraft_engine.controller.metadata_version_gates import is_metadata_transaction_supported
+from kraft_engine.controller.results import (
+    MAX_RECORDS_PER_BATCH,
+    ApiError,
+    CommittedBatch,
+    ControllerEffects,
+    ControllerResult,
+    RecordAndVersion,
+)
+from kraft_engine.records import (
+    AbortTransactionRecord,
+    BeginTransactionRecord,
+    EndTransactionRecord,
+    FeatureLevelRecord,
+    NoOpRecord,
+    ZkMigrationStateRecord,
+)
+
+__all__ = ["QuorumController", "bootstrap_metadata_version"]
+
+
+def bootstrap_metadata_version(records: Sequence[RecordAndVersion]) -> int:
+    """The metadata.version the bootstrap records pin. Kafka refuses to start without one."""
+    for record, _ in records:
+        if isinstance(record, FeatureLevelRecord) and record.name == METADATA_VERSION_FEATURE:
+            return int(record.feature_level)
+    raise ValueError("The bootstrap metadata does not set metadata.version; format the storage first.")
+
+
+class QuorumController:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        quorum_node_ids: Sequence[int],
+        bootstrap_records: Sequence[RecordAndVersion],
+        local_supported_features: Mapping[str, VersionRange],
+        metadata_version_changed: Callable[[int, int], bool],
+        kraft_version_upgrader: KRaftVersionUpgrader | None = None,
+        max_records_per_batch: int = MAX_RECORDS_PER_BATCH,
+    ) -> None:
+        self.node_id = node_id
+        self._bootstrap_records = list(bootstrap_records)
+        self._bootstrap_metadata_version = bootstrap_metadata_version(self._bootstrap_records)
+        self.events = EventHandling(node_id=node_id, max_records_per_batch=max_records_per_batch)
+        registry = self.events.snapshot_registry
+        self.feature_control = FeatureControlManager(
+            registry,
+            node_id=node_id,
+            local_supported=local_supported_features,
+            quorum_node_ids=quorum_node_ids,
+            metadata_version_changed=metadata_version_changed,
+            broker_supported=lambda: iter(()),
+            controller_supported=lambda: iter(()),
+            kraft_version_upgrader=kraft_version_upgrader,
+        )
+        self._register_replayers()
+
+    def _register_replayers(self) -> None:
+        events = self.events
+        offsets = events.offset_control
+        events.register_replayer(FeatureLevelRecord, self.feature_control.replay)
+        events.register_replayer(BeginTransactionRecord, lambda _, offset: offsets.replay_begin_transaction(offset))
+        events.register_replayer(EndTransactionRecord, lambda _, offset: offsets.replay_end_transaction(offset))
+        events.register_replayer(AbortTransactionRecord, lambda _, offset: offsets.replay_abort_transaction(offset))
+        # Records that carry no state: the no-op keeps the log moving, and the ZK migration
+        # state is a vestige kept so logs of clusters migrated under 3.x still replay.
+        events.register_replayer(NoOpRecord, lambda _, __: None)
+        events.register_replayer(ZkMigrationStateRecord, lambda _, __: None)
+
+    # -- shell interface -------------------------------------------------------------------
+
+    def take_effects(self) -> ControllerEffects:
+        return self.events.take_effects()
+
+    def is_active(self) -> bool:
+        return self.events.is_active()
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        self.events.handle_commit(batch)
+
+    def handle_load_snapshot(self, *, last_contained_offset: int, epoch: int, records: Sequence[object]) -> None:
+        self.events.handle_load_snapshot(last_contained_offset=last_contained_offset, epoch=epoch, records=records)
+
+    def handle_leader_change(self, *, leader_id: int | None, epoch: int, log_end_offset: int, now_ms: int) -> None:
+        """Raft elected `leader_id` (None: no leader known) for `epoch`."""
+        self.events.leader_id = leader_id
+        self.events.leader_epoch = epoch
+        if self.events.is_active() and epoch > self.events.cur_claim_epoch:
+            self.renounce()
+        if leader_id == self.node_id and not self.events.is_active():
+            self._claim(epoch=epoch, log_end_offset=log_end_offset, now_ms=now_ms)
+
+    def renounce(self) -> None:
+        """Give up leadership (lost it, or the raft layer refused an append)."""
+        self.events.renounce()
+
+    def next_deadline_ms(self) -> int | None:
+        return self.events.next_deadline_ms()
+
+    def tick(self, now_ms: int) -> None:
+        self.events.run_due_tasks(now_ms)
+
+    # -- activation ------------------------------------------------------------------------
+
+    def _claim(self, *, epoch: int, log_end_offset: int, now_ms: int) -> None:
+        self.events.claim(epoch=epoch, log_end_offset=log_end_offset)
+        # Nothing else runs between the claim and the activation records: this is Kafka's
+        # "prepend the activation event".
+        try:
+            result = self._activation_records()
+        except Exception as error:
+            raise ControllerFault(f"exception while completing controller activation: {error}") from error
+        if result.records:
+            self.events.append_records(result)
+        self.events.periodic.activate(now_ms)
+
+    def _activation_records(self) -> ControllerResult[None]:
+        transaction_start = self.events.offset_control.transaction_start_offset
+        if not self.events.log_replayed_any_record:
+            level = self._bootstrap_metadata_version
+            transactional = is_metadata_transaction_supported(level)
+            records: list[RecordAndVersion] = []
+            if transaction_start != -1:
+                # A previous leader died inside the bootstrap transaction: abort and redo it.
+                if not transactional:
+                    raise RuntimeError(
+                        f"Detected partial bootstrap records transaction at {transaction_start}, but the "
+                        f"metadata.version {level} does not support transactions. Cannot continue."
+                    )
+                records.append(RecordAndVersion(AbortTransactionRecord(reason="Controller failover"), 0))
+            if transactional:
+                records.append(RecordAndVersion(BeginTransactionRecord(name="Bootstrap records"), 0))
+            records.extend(self._bootstrap_records)
+            if transactional:
+                records.append(RecordAndVersion(EndTransactionRecord(), 0))
+                return ControllerResult(records, None)
+            return ControllerResult(records, None, is_atomic=True)
+        if transaction_start != -1:
+            level = self.feature_control.metadata_version_or_raise()
+            if not is_metadata_transaction_supported(level):
+                raise RuntimeError(
+                    f"Detected in-progress transaction at offset {transaction_start}, but the "
+                    f"metadata.version {level} does not support transactions. Cannot continue."
+                )
+            return ControllerResult([RecordAndVersion(AbortTransactionRecord(reason="Controller failover"), 0)], None,
+                                    is_atomic=True)
+        return ControllerResult((), None)
+
+    # -- metrics (plain data; the shell exports them) --------------------------------------
+
+    def active_controller_count(self) -> int:
+        return self.events.active_controller_count()
+
+    def new_active_controllers_count(self) -> int:
+        return self.events.new_active_controllers_count
+
+    def last_committed_record_offset(self) -> int:
+        return self.events.offset_control.last_committed_offset
+
+    def last_stable_offset(self) -> int:
+        return self.events.offset_control.last_stable_offset
+
+    # -- UpdateFeatures --------------------------------------------------------------------
+
+    def update_features(self, request: UpdateFeaturesRequest) -> int:
+        """Returns the token; its completion carries an ApiError (NONE on success)."""
+
+        def operation() -> ControllerResult[ApiError]:
+            updates = {u.feature: int(u.max_version_level) for u in request.feature_updates}
+            upgrade_types = {u.feature: UpgradeType.of(int(u.upgrade_type)) for u in request.feature_updates}
+            return self.feature_control.update_features(
+                updates, upgrade_types=upgrade_types, validate_only=bool(request.validate_only)
+            )
+
+        return self.events.write("updateFeatures", operation)
+
+    def finalized_features(self) -> dict[str, int]:
+        """Finalized feature levels as of the stable offset."""
+        return self.events.read(self.feature_control.finalized_features)
