@@ -124,7 +124,7 @@ def test_segment_names_give_the_starting_offset_and_leader_changes_print(
     assert lines[1] == "Log starting offset: 42"
     assert "partitionLeaderEpoch: 7" in lines[2]
     assert lines[3].endswith(
-        'LeaderChange {"version":0,"leaderId":2,"voters":[{"voterId":1},{"voterId":2}],"grantingVoters":[{"voterId":2}]}'
+        'LeaderChange: {"version":0,"leaderId":2,"voters":[{"voterId":1},{"voterId":2}],"grantingVoters":[{"voterId":2}]}'
     )
 
 

@@ -45,9 +45,10 @@ _LOG_NAME = re.compile(r"^(\d{20})\.log$")
 _COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _TIMESTAMP_TYPE_MASK = 0x08
 _DELETE_HORIZON_MASK = 0x40
-# How Kafka's DumpLogSegments labels each KRaft control record before its JSON form.
+# How Kafka's DumpLogSegments labels each KRaft control record before its JSON form (sic: only the
+# leader change has a colon).
 _CONTROL_LABELS = {
-    ControlRecordType.LEADER_CHANGE: "LeaderChange",
+    ControlRecordType.LEADER_CHANGE: "LeaderChange:",
     ControlRecordType.SNAPSHOT_HEADER: "SnapshotHeader",
     ControlRecordType.SNAPSHOT_FOOTER: "SnapshotFooter",
     ControlRecordType.KRAFT_VERSION: "KRaftVersion",
