@@ -13,6 +13,8 @@ one can be opened by the other and Kafka's own tools can inspect ours. Public AP
 - `offset_index`: the sparse `.index` beside each segment.
 - `partition_log`: `PartitionLog.open(dir, ...) -> (log, RecoveryReport)`; appends as leader or
   follower, reads, truncation, retention, flush (API in that module's docstring).
+- `snapshots`: `SnapshotWriter`, `DownloadedSnapshotWriter`, `SnapshotReader`, listing/deleting
+  `<offset>-<epoch>.checkpoint` files.
 """
 
 from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
@@ -34,10 +36,18 @@ from kraft_engine.storage.partition_log import (
     RecoveryReport,
 )
 from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData, QuorumStateError
+from kraft_engine.storage.snapshots import (
+    DownloadedSnapshotWriter,
+    SnapshotError,
+    SnapshotId,
+    SnapshotReader,
+    SnapshotWriter,
+)
 
 __all__ = [
     "AppendInfo",
     "CheckpointError",
+    "DownloadedSnapshotWriter",
     "DroppedBytes",
     "FileQuorumStateStore",
     "LeaderEpochCache",
@@ -50,6 +60,10 @@ __all__ = [
     "QuorumStateData",
     "QuorumStateError",
     "RecoveryReport",
+    "SnapshotError",
+    "SnapshotId",
+    "SnapshotReader",
+    "SnapshotWriter",
     "atomic_replace",
     "fsync_dir",
     "read_meta_properties",

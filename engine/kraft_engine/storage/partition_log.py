@@ -69,6 +69,7 @@ from kraft_engine.records.batches import (
     validate_batch,
 )
 from kraft_engine.storage.atomic_file import fsync_dir
+from kraft_engine.storage.batch_sequence import restamp, whole_batches
 from kraft_engine.storage.checkpoint_file import (
     LEADER_EPOCH_CHECKPOINT_FILE_NAME,
     CheckpointError,
@@ -610,17 +611,8 @@ class PartitionLog:
         latest = self._epochs.latest_epoch
         if latest is not None and epoch < latest:
             raise LogError(f"leader epoch {epoch} is below the log's latest epoch {latest}")
-        buffer = bytearray(batches)
-        offset = self.log_end_offset
-        position = 0
-        patched = []
-        for header in headers:
-            struct.pack_into(">q", buffer, position, offset)
-            struct.pack_into(">i", buffer, position + 12, epoch)
-            patched.append(read_batch_header(buffer, position))
-            offset += header.last_offset_delta + 1
-            position += header.size_bytes
-        return self._append(bytes(buffer), patched)
+        data, stamped = restamp(batches, headers, base_offset=self.log_end_offset, epoch=epoch)
+        return self._append(data, stamped)
 
     def append_as_follower(self, batches: bytes) -> AppendInfo:
         """Append whole batches whose offsets the leader assigned; they must continue the log."""
@@ -775,18 +767,7 @@ class PartitionLog:
 
 
 def _whole_batches(data: bytes) -> list[BatchHeader]:
-    """Headers of the valid, complete batches that make up all of `data`, or LogError."""
-    if not data:
-        raise LogError("nothing to append: no record batches")
-    headers = []
-    position = 0
-    while position < len(data):
-        try:
-            header = validate_batch(data, position)
-        except CorruptBatchError as e:
-            raise LogError(f"cannot append: {e}") from None
-        if header.last_offset_delta < 0:
-            raise LogError(f"cannot append: batch at byte {position} has a negative last offset delta")
-        headers.append(header)
-        position += header.size_bytes
-    return headers
+    try:
+        return whole_batches(data)
+    except ValueError as e:
+        raise LogError(f"cannot append: {e}") from None
