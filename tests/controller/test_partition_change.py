@@ -12,8 +12,14 @@ from kraft_engine.controller.partition_change import (
     PartitionChange,
     PartitionChangeBuilder,
 )
+from kraft_engine.records import MetadataVersion
 
 _MV_LATEST = 25
+
+
+def _mv(level: int) -> MetadataVersion:
+    return MetadataVersion.from_feature_level(level)
+
 _MIGRATING = uuid.UUID(int=1)
 
 
@@ -35,7 +41,7 @@ class _Partition:
 
 
 def _builder(partition: _Partition, *, alive: set[int], mv: int = _MV_LATEST) -> PartitionChangeBuilder:
-    return PartitionChangeBuilder(partition, is_acceptable_leader=alive.__contains__, metadata_version=mv)
+    return PartitionChangeBuilder(partition, is_acceptable_leader=alive.__contains__, metadata_version=_mv(mv))
 
 
 def test_nothing_to_change_builds_nothing() -> None:

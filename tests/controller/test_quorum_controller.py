@@ -8,22 +8,15 @@ from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeatur
 from kio.static.primitive import i8, i16
 
 from kraft_engine.controller.event_handling import ControllerFault
-from kraft_engine.controller.feature_control import VersionRange
 from kraft_engine.controller.quorum_controller import QuorumController
 from kraft_engine.controller.results import ApiError, CommittedBatch, RecordAndVersion
+from kraft_engine.metadata import VersionRange
 from kraft_engine.records import (
     AbortTransactionRecord,
     BeginTransactionRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
 )
-
-# Levels at which metadata changed (shared reference metadata-versions.md).
-_CHANGED = {1, 3, 5, 6, 7, 8, 11, 13, 14, 15, 17, 23}
-
-
-def _metadata_version_changed(current: int, new: int) -> bool:
-    return any(level in _CHANGED for level in range(new + 1, current + 1))
 
 
 def _controller(*, mv: int = 25, quorum: tuple[int, ...] = (1,), kraft_hook=None) -> QuorumController:
@@ -36,7 +29,6 @@ def _controller(*, mv: int = 25, quorum: tuple[int, ...] = (1,), kraft_hook=None
             "kraft.version": VersionRange(0, 1),
             "group.version": VersionRange(0, 1),
         },
-        metadata_version_changed=_metadata_version_changed,
         kraft_version_upgrader=kraft_hook,
     )
 
@@ -177,5 +169,4 @@ def test_a_feature_level_this_controller_cannot_run_is_a_fatal_replay_error() ->
 
 def test_bootstrap_without_metadata_version_is_refused() -> None:
     with pytest.raises(ValueError, match=r"does not set metadata\.version"):
-        QuorumController(node_id=1, quorum_node_ids=(1,), bootstrap_records=[], local_supported_features={},
-                         metadata_version_changed=_metadata_version_changed)
+        QuorumController(node_id=1, quorum_node_ids=(1,), bootstrap_records=[], local_supported_features={})

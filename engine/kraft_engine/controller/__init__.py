@@ -7,7 +7,7 @@ from kraft_engine.controller.broker_heartbeat import (
     BrokerHeartbeatTracker,
 )
 from kraft_engine.controller.event_handling import ControllerFault
-from kraft_engine.controller.feature_control import FeatureControlManager, UpgradeType, VersionRange
+from kraft_engine.controller.feature_control import FeatureControlManager, UpgradeType
 from kraft_engine.controller.partition_change import Election, PartitionChange, PartitionChangeBuilder
 from kraft_engine.controller.quorum_controller import QuorumController, bootstrap_metadata_version
 from kraft_engine.controller.results import (
@@ -45,6 +45,5 @@ __all__ = [
     "TimelineHashSet",
     "TimelineValue",
     "UpgradeType",
-    "VersionRange",
     "bootstrap_metadata_version",
 ]

@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from kraft_engine.controller.metadata_version_gates import is_controller_registration_supported
 from kraft_engine.controller.results import ApiError, ControllerResult, RecordAndVersion, check_user_op_size
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineValue
-from kraft_engine.records import FeatureLevelRecord
+from kraft_engine.metadata import VersionRange
+from kraft_engine.records import FeatureLevelRecord, MetadataVersion
+from kraft_engine.records.metadata_version import is_metadata_changed
 
 __all__ = [
     "KRAFT_VERSION_FEATURE",
     "METADATA_VERSION_FEATURE",
     "FeatureControlManager",
     "UpgradeType",
-    "VersionRange",
 ]
 
 METADATA_VERSION_FEATURE = "metadata.version"
@@ -50,23 +49,13 @@ class UpgradeType(enum.IntEnum):
             return cls.UNKNOWN
 
 
-@dataclass(frozen=True, slots=True)
-class VersionRange:
-    """An inclusive range of feature levels a node supports."""
-
-    min_version: int
-    max_version: int
-
-    def contains(self, level: int) -> bool:
-        return self.min_version <= level <= self.max_version
-
-    def __str__(self) -> str:
-        # Kafka's VersionRange.toString.
-        if self.min_version == self.max_version:
-            return str(self.min_version)
-        if self.max_version == 0x7FFF:
-            return f"{self.min_version}+"
-        return f"{self.min_version}-{self.max_version}"
+def _range_text(supported: VersionRange) -> str:
+    """Kafka's VersionRange.toString."""
+    if supported.min_version == supported.max_version:
+        return str(supported.min_version)
+    if supported.max_version == 0x7FFF:
+        return f"{supported.min_version}+"
+    return f"{supported.min_version}-{supported.max_version}"
 
 
 DISABLED = VersionRange(0, 0)
@@ -81,7 +70,7 @@ def _reason_not_supported(level: int, what: str, supported: VersionRange) -> str
         return None
     if supported.max_version == 0:
         return f"{what} does not support this feature."
-    return f"{what} only supports versions {supported}"
+    return f"{what} only supports versions {_range_text(supported)}"
 
 
 def _invalid_update_version(feature: str, level: int, message: str) -> ApiError:
@@ -105,7 +94,6 @@ class FeatureControlManager:
         node_id: int,
         local_supported: Mapping[str, VersionRange],
         quorum_node_ids: Iterable[int],
-        metadata_version_changed: Callable[[int, int], bool],
         broker_supported: Callable[[], Iterable[tuple[int, Mapping[str, VersionRange]]]],
         controller_supported: Callable[[], Iterable[tuple[int, Mapping[str, VersionRange]]]],
         kraft_version_upgrader: KRaftVersionUpgrader | None = None,
@@ -113,7 +101,6 @@ class FeatureControlManager:
         self._node_id = node_id
         self._local_supported = dict(local_supported)
         self._quorum_node_ids = sorted(set(quorum_node_ids))
-        self._metadata_version_changed = metadata_version_changed
         self._broker_supported = broker_supported
         self._controller_supported = controller_supported
         self._kraft_version_upgrader = kraft_version_upgrader
@@ -126,11 +113,11 @@ class FeatureControlManager:
         """The finalized metadata.version level, or None before the bootstrap records."""
         return self._metadata_version.get(epoch)
 
-    def metadata_version_or_raise(self) -> int:
+    def metadata_version_or_raise(self) -> MetadataVersion:
         level = self._metadata_version.get()
         if level is None:
             raise RuntimeError("metadata.version has not been set: the bootstrap records were never replayed")
-        return level
+        return MetadataVersion.from_feature_level(level)
 
     def finalized_features(self, epoch: int | None = None) -> dict[str, int]:
         """Every finalized feature, metadata.version included."""
@@ -181,7 +168,7 @@ class FeatureControlManager:
 
     def _current_level(self, feature: str) -> int:
         if feature == METADATA_VERSION_FEATURE:
-            return self.metadata_version_or_raise()
+            return self.metadata_version_or_raise().feature_level
         return self._finalized.get(feature) or 0
 
     def _update_feature(self, feature: str, level: int, upgrade_type: UpgradeType, records: list[RecordAndVersion]) -> ApiError | None:
@@ -212,10 +199,14 @@ class FeatureControlManager:
     def _update_metadata_version(
         self, level: int, current: int, upgrade_type: UpgradeType, records: list[RecordAndVersion]
     ) -> ApiError | None:
-        minimum = self.local_supported(METADATA_VERSION_FEATURE).min_version
-        if level < minimum:
-            return _invalid_metadata_version(level, f"Unable to set a metadata.version less than {minimum}")
-        if level < current and self._metadata_version_changed(current, level):
+        try:
+            new_version = MetadataVersion.from_feature_level(level)
+        except ValueError:
+            return _invalid_metadata_version(level, "Unknown metadata.version.")
+        if new_version < MetadataVersion.MINIMUM:
+            return _invalid_metadata_version(level, f"Unable to set a metadata.version less than {MetadataVersion.MINIMUM}")
+        current_version = MetadataVersion.from_feature_level(current)
+        if new_version < current_version and is_metadata_changed(current_version, new_version):
             if upgrade_type is UpgradeType.UNSAFE_DOWNGRADE:
                 return _invalid_metadata_version(level, "Unsafe metadata downgrade is not supported in this version.")
             return _invalid_metadata_version(
@@ -232,7 +223,7 @@ class FeatureControlManager:
             reason = _reason_not_supported(level, f"Broker {broker_id}", supported.get(feature, DISABLED))
             if reason is not None:
                 return reason
-        if not is_controller_registration_supported(self.metadata_version_or_raise()):
+        if not self.metadata_version_or_raise().is_controller_registration_supported:
             # Controllers could not register before 3.7-IV0: their support cannot be verified.
             return None
         found = {self._node_id}
@@ -255,7 +246,8 @@ class FeatureControlManager:
         if not supported.contains(record.feature_level):
             # Applying a level this software cannot implement would silently diverge.
             raise RuntimeError(
-                f"Tried to apply FeatureLevelRecord {record}, but this controller only supports versions {supported}"
+                f"Tried to apply FeatureLevelRecord {record}, but this controller only supports versions "
+                f"{_range_text(supported)}"
             )
         if record.name == METADATA_VERSION_FEATURE:
             self._metadata_version.set(record.feature_level)

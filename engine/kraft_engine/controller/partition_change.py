@@ -19,10 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kraft_engine.controller.metadata_version_gates import (
-    is_directory_assignment_supported,
-    is_leader_epoch_bump_required_on_isr_shrink,
-)
+from kraft_engine.records import MetadataVersion
 
 __all__ = [
     "NO_LEADER",
@@ -123,7 +120,7 @@ class PartitionChangeBuilder:
         partition: PartitionLike,
         *,
         is_acceptable_leader: Callable[[int], bool],
-        metadata_version: int,
+        metadata_version: MetadataVersion,
         default_directory: Callable[[int], uuid.UUID] | None = None,
     ) -> None:
         self._partition = partition
@@ -243,7 +240,7 @@ class PartitionChangeBuilder:
             isr = tuple(self.target_isr)
 
         if (
-            is_leader_epoch_bump_required_on_isr_shrink(self._metadata_version)
+            self._metadata_version.is_leader_epoch_bump_required_on_isr_shrink
             and leader == NO_LEADER_CHANGE
             and isr is not None
             and not set(partition.isr) <= set(isr)
@@ -254,7 +251,7 @@ class PartitionChangeBuilder:
         replicas: tuple[int, ...] | None = None
         directories: tuple[uuid.UUID, ...] | None = None
         if self.target_replicas:
-            if is_directory_assignment_supported(self._metadata_version):
+            if self._metadata_version.is_directory_assignment_supported:
                 target_directories = tuple(self._directory_of(r) for r in self.target_replicas)
                 if target_directories != tuple(partition.directories):
                     directories = target_directories

@@ -18,7 +18,7 @@ Contract with the raft layer (as Kafka's RaftClient gives it):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from kio.schema.update_features.v1.request import UpdateFeaturesRequest
 
@@ -28,9 +28,7 @@ from kraft_engine.controller.feature_control import (
     FeatureControlManager,
     KRaftVersionUpgrader,
     UpgradeType,
-    VersionRange,
 )
-from kraft_engine.controller.metadata_version_gates import is_metadata_transaction_supported
 from kraft_engine.controller.results import (
     MAX_RECORDS_PER_BATCH,
     ApiError,
@@ -39,11 +37,13 @@ from kraft_engine.controller.results import (
     ControllerResult,
     RecordAndVersion,
 )
+from kraft_engine.metadata import VersionRange
 from kraft_engine.records import (
     AbortTransactionRecord,
     BeginTransactionRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
+    MetadataVersion,
     NoOpRecord,
     ZkMigrationStateRecord,
 )
@@ -51,11 +51,11 @@ from kraft_engine.records import (
 __all__ = ["QuorumController", "bootstrap_metadata_version"]
 
 
-def bootstrap_metadata_version(records: Sequence[RecordAndVersion]) -> int:
+def bootstrap_metadata_version(records: Sequence[RecordAndVersion]) -> MetadataVersion:
     """The metadata.version the bootstrap records pin. Kafka refuses to start without one."""
     for record, _ in records:
         if isinstance(record, FeatureLevelRecord) and record.name == METADATA_VERSION_FEATURE:
-            return int(record.feature_level)
+            return MetadataVersion.from_feature_level(int(record.feature_level))
     raise ValueError("The bootstrap metadata does not set metadata.version; format the storage first.")
 
 
@@ -67,7 +67,6 @@ class QuorumController:
         quorum_node_ids: Sequence[int],
         bootstrap_records: Sequence[RecordAndVersion],
         local_supported_features: Mapping[str, VersionRange],
-        metadata_version_changed: Callable[[int, int], bool],
         kraft_version_upgrader: KRaftVersionUpgrader | None = None,
         max_records_per_batch: int = MAX_RECORDS_PER_BATCH,
     ) -> None:
@@ -81,7 +80,6 @@ class QuorumController:
             node_id=node_id,
             local_supported=local_supported_features,
             quorum_node_ids=quorum_node_ids,
-            metadata_version_changed=metadata_version_changed,
             broker_supported=lambda: iter(()),
             controller_supported=lambda: iter(()),
             kraft_version_upgrader=kraft_version_upgrader,
@@ -151,7 +149,7 @@ class QuorumController:
         transaction_start = self.events.offset_control.transaction_start_offset
         if not self.events.log_replayed_any_record:
             level = self._bootstrap_metadata_version
-            transactional = is_metadata_transaction_supported(level)
+            transactional = level.is_metadata_transaction_supported
             records: list[RecordAndVersion] = []
             if transaction_start != -1:
                 # A previous leader died inside the bootstrap transaction: abort and redo it.
@@ -170,7 +168,7 @@ class QuorumController:
             return ControllerResult(records, None, is_atomic=True)
         if transaction_start != -1:
             level = self.feature_control.metadata_version_or_raise()
-            if not is_metadata_transaction_supported(level):
+            if not level.is_metadata_transaction_supported:
                 raise RuntimeError(
                     f"Detected in-progress transaction at offset {transaction_start}, but the "
                     f"metadata.version {level} does not support transactions. Cannot continue."
