@@ -280,3 +280,10 @@ async def test_response_with_unknown_correlation_id_closes_the_connection(connec
         server.close()
         await server.wait_closed()
         await real.close()
+
+
+async def test_refused_api_versions_handshake_is_a_clear_connection_failure(make_listener, connect):
+    listener = await make_listener()
+    conn = connect(listener, client_software_name="not valid!", reconnect_backoff_ms=1, reconnect_backoff_max_ms=2)
+    with pytest.raises(ConnectionFailed, match=r"ApiVersions to .* failed: invalid_request"):
+        await conn.connect(timeout_ms=100)

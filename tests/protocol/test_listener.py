@@ -461,3 +461,22 @@ def test_adjacent_ranges_merge_into_one_advertised_range():
     listener.register(METADATA, min_version=8, max_version=12, handler=echo_metadata)
     listener.register(METADATA, min_version=0, max_version=3, handler=echo_metadata)
     assert listener.api_versions()[METADATA] == (0, 12)
+
+
+async def test_handler_context_describes_the_request_and_its_peer(make_listener, raw_peer):
+    seen: list[RequestContext] = []
+
+    async def handler(request: Any, ctx: RequestContext) -> Any:
+        seen.append(ctx)
+        return metadata_response(ctx, [])
+
+    listener = await make_listener(name="CONTROLLER", handler=handler)
+    peer = await raw_peer(listener)
+    await peer.send_request(metadata_request(11, []), correlation_id=31, client_id="raft-1")
+    await peer.read_frame()
+    (ctx,) = seen
+    local = peer.writer.get_extra_info("sockname")
+    assert (ctx.api_key, ctx.api_version, ctx.correlation_id, ctx.client_id) == (3, 11, 31, "raft-1")
+    assert ctx.peer == (local[0], local[1])
+    assert ctx.listener_name == "CONTROLLER"
+    assert ctx.response_class is response_class(3, 11)

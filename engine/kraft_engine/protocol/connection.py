@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import random
 import struct
@@ -58,6 +59,11 @@ __all__ = ["ConnectionConfig", "KafkaConnection"]
 
 logger = logging.getLogger(__name__)
 
+try:
+    _SOFTWARE_VERSION = importlib.metadata.version("kraftwerk")
+except importlib.metadata.PackageNotFoundError:  # running from a source tree without install
+    _SOFTWARE_VERSION = "0.0.0"
+
 _INT32_MAX = 2**31 - 1
 _ERROR_CODE_AFTER_HEADER_V0 = struct.Struct(">4xh")
 # Correlation ids of timed-out requests we still recognise. Bounded so a peer that never
@@ -71,7 +77,7 @@ class ConnectionConfig:
 
     client_id: str | None = "kraft-engine"
     client_software_name: str = "kraft-engine"
-    client_software_version: str = "0.1.0"
+    client_software_version: str = _SOFTWARE_VERSION
     request_timeout_ms: int = 30000  # request.timeout.ms
     socket_connection_setup_timeout_ms: int = 10000  # socket.connection.setup.timeout.ms
     reconnect_backoff_ms: int = 50  # reconnect.backoff.ms
