@@ -1,0 +1,131 @@
+"""The leader's write buffer: it groups state-machine appends into batches and assigns offsets.
+
+Appends are accepted at once (their offsets are fixed when accepted, so the state machine can
+wait for exactly that offset to commit) but reach the log only when the linger time has passed
+or a batch is full, which amortises the flush over many writes (Kafka's BatchAccumulator with
+`controller.quorum.append.linger.ms`). Each append call lands in a single batch, so a group of
+records the state machine must apply together is committed together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from kraft_engine.raft.errors import BufferFullError, RecordBatchTooLargeError
+from kraft_engine.records.control import ControlRecord
+
+__all__ = ["BatchAccumulator", "PendingBatch"]
+
+# Per-record framing overhead in a v2 batch (length, attributes, deltas, key/value lengths,
+# header count) plus the 61-byte batch header, used to keep batches under the size cap.
+_RECORD_OVERHEAD_BYTES: Final = 21
+_BATCH_OVERHEAD_BYTES: Final = 61
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    """A batch waiting to be written: data values, or control records."""
+
+    base_offset: int
+    append_time_ms: int
+    values: list[bytes] = field(default_factory=list)
+    control_records: list[ControlRecord] = field(default_factory=list)
+    size_bytes: int = _BATCH_OVERHEAD_BYTES
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.control_records)
+
+    @property
+    def record_count(self) -> int:
+        return len(self.control_records) if self.control_records else len(self.values)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+
+class BatchAccumulator:
+    """Buffers one leader epoch's appends until they are drained into the log."""
+
+    def __init__(
+        self,
+        *,
+        epoch: int,
+        next_offset: int,
+        linger_ms: int,
+        max_batch_size_bytes: int,
+        max_number_of_batches: int,
+    ) -> None:
+        self.epoch = epoch
+        self._next_offset = next_offset
+        self._linger_ms = linger_ms
+        self._max_batch_size_bytes = max_batch_size_bytes
+        self._max_number_of_batches = max_number_of_batches
+        self._completed: list[PendingBatch] = []
+        self._current: PendingBatch | None = None
+        self._drain_deadline_ms: int | None = None
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    def append(self, values: list[bytes], *, now_ms: int) -> int:
+        """Accept `values` as one atomic group; returns the offset of the last one."""
+        if not values:
+            raise ValueError("cannot append an empty list of records")
+        size = sum(len(v) + _RECORD_OVERHEAD_BYTES for v in values)
+        if size + _BATCH_OVERHEAD_BYTES > self._max_batch_size_bytes:
+            raise RecordBatchTooLargeError(
+                f"{len(values)} records of {size} bytes exceed the maximum batch size {self._max_batch_size_bytes}"
+            )
+        current = self._current
+        if current is not None and current.size_bytes + size > self._max_batch_size_bytes:
+            self._complete_current()
+            current = None
+        if current is None:
+            if len(self._completed) >= self._max_number_of_batches:
+                raise BufferFullError(f"{len(self._completed)} batches are already waiting to be written")
+            current = PendingBatch(base_offset=self._next_offset, append_time_ms=now_ms)
+            self._current = current
+        current.values.extend(values)
+        current.size_bytes += size
+        self._next_offset += len(values)
+        if self._drain_deadline_ms is None:
+            self._drain_deadline_ms = now_ms + self._linger_ms
+        return self._next_offset - 1
+
+    def append_control(self, records: list[ControlRecord], *, now_ms: int) -> int:
+        """Queue a control batch behind everything accepted so far; it forces a drain."""
+        self._complete_current()
+        batch = PendingBatch(base_offset=self._next_offset, append_time_ms=now_ms, control_records=list(records))
+        self._completed.append(batch)
+        self._next_offset += len(records)
+        self._drain_deadline_ms = now_ms
+        return self._next_offset - 1
+
+    def _complete_current(self) -> None:
+        if self._current is not None:
+            self._completed.append(self._current)
+            self._current = None
+
+    def is_empty(self) -> bool:
+        return self._current is None and not self._completed
+
+    def needs_drain(self, now_ms: int) -> bool:
+        if self._completed:
+            return True
+        return self._drain_deadline_ms is not None and now_ms >= self._drain_deadline_ms
+
+    def drain_deadline_ms(self) -> int | None:
+        if self._completed:
+            return 0
+        return self._drain_deadline_ms
+
+    def drain(self) -> list[PendingBatch]:
+        """Everything accepted so far, in offset order."""
+        self._complete_current()
+        drained, self._completed = self._completed, []
+        self._drain_deadline_ms = None
+        return drained

@@ -1,0 +1,489 @@
+"""The KRaft RPCs as kio entities at the wire versions a Kafka 4.x controller speaks.
+
+Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v18 (KIP-1166: the follower reports its high watermark), FetchSnapshot v1, DescribeQuorum v2,
+AddRaftVoter v1, RemoveRaftVoter v0, UpdateRaftVoter v0 and ApiVersions v3. Building them in one
+place keeps the single-partition framing (`__cluster_metadata`-0, topic id AAAAAAAAAAAAAAAAAAAAAQ)
+and the leader-endpoint plumbing out of the consensus logic.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Final
+
+from kio.schema.add_raft_voter.v1 import request as add_voter_req
+from kio.schema.add_raft_voter.v1 import response as add_voter_resp
+from kio.schema.api_versions.v3 import request as api_versions_req
+from kio.schema.begin_quorum_epoch.v1 import request as begin_req
+from kio.schema.begin_quorum_epoch.v1 import response as begin_resp
+from kio.schema.describe_quorum.v2 import request as describe_req
+from kio.schema.describe_quorum.v2 import response as describe_resp
+from kio.schema.end_quorum_epoch.v1 import request as end_req
+from kio.schema.end_quorum_epoch.v1 import response as end_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v18 import request as fetch_req
+from kio.schema.fetch.v18 import response as fetch_resp
+from kio.schema.fetch_snapshot.v1 import request as snap_req
+from kio.schema.fetch_snapshot.v1 import response as snap_resp
+from kio.schema.remove_raft_voter.v0 import request as remove_voter_req
+from kio.schema.remove_raft_voter.v0 import response as remove_voter_resp
+from kio.schema.types import BrokerId, TopicName
+from kio.schema.update_raft_voter.v0 import request as update_voter_req
+from kio.schema.update_raft_voter.v0 import response as update_voter_resp
+from kio.schema.vote.v2 import request as vote_req
+from kio.schema.vote.v2 import response as vote_resp
+from kio.static.primitive import Records, i16, i32, i32Timedelta, i64, u16
+
+from kraft_engine.kafka_uuid import ONE_UUID, ZERO_UUID
+from kraft_engine.raft.log import OffsetAndEpoch
+from kraft_engine.raft.voter_set import Endpoint, ReplicaKey
+
+__all__ = [
+    "METADATA_PARTITION",
+    "METADATA_TOPIC",
+    "METADATA_TOPIC_ID",
+]
+
+METADATA_TOPIC: Final = TopicName("__cluster_metadata")
+METADATA_PARTITION: Final = 0
+METADATA_TOPIC_ID: Final = ONE_UUID
+
+_ZERO_DELTA: Final = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def wire_directory(directory_id: uuid.UUID | None) -> uuid.UUID:
+    return ZERO_UUID if directory_id is None else directory_id
+
+
+def _millis(value: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+
+
+def _leader_hint(endpoints: tuple[Endpoint, ...], leader_id: int | None, listener: str) -> tuple[int, str, int] | None:
+    if leader_id is None or not endpoints:
+        return None
+    chosen = next((e for e in endpoints if e.name == listener), endpoints[0])
+    return leader_id, chosen.host, chosen.port
+
+
+# -- Vote ------------------------------------------------------------------------------------------
+def vote_request(
+    *, cluster_id: str, voter: ReplicaKey, replica: ReplicaKey, epoch: int, last: OffsetAndEpoch, pre_vote: bool
+) -> vote_req.VoteRequest:
+    return vote_req.VoteRequest(
+        cluster_id=cluster_id,
+        voter_id=BrokerId(voter.id),
+        topics=(
+            vote_req.TopicData(
+                topic_name=METADATA_TOPIC,
+                partitions=(
+                    vote_req.PartitionData(
+                        partition_index=i32(METADATA_PARTITION),
+                        replica_epoch=i32(epoch),
+                        replica_id=BrokerId(replica.id),
+                        replica_directory_id=wire_directory(replica.directory_id),
+                        voter_directory_id=wire_directory(voter.directory_id),
+                        last_offset_epoch=i32(last.epoch),
+                        last_offset=i64(last.offset),
+                        pre_vote=pre_vote,
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def vote_response(
+    *,
+    error: ErrorCode,
+    leader_id: int | None,
+    epoch: int,
+    granted: bool,
+    endpoints: tuple[Endpoint, ...],
+    listener: str,
+    top_level_error: ErrorCode = ErrorCode.none,
+) -> vote_resp.VoteResponse:
+    hint = _leader_hint(endpoints, leader_id, listener)
+    return vote_resp.VoteResponse(
+        error_code=top_level_error,
+        topics=()
+        if top_level_error != ErrorCode.none
+        else (
+            vote_resp.TopicData(
+                topic_name=METADATA_TOPIC,
+                partitions=(
+                    vote_resp.PartitionData(
+                        partition_index=i32(METADATA_PARTITION),
+                        error_code=error,
+                        leader_id=BrokerId(-1 if leader_id is None else leader_id),
+                        leader_epoch=i32(epoch),
+                        vote_granted=granted,
+                    ),
+                ),
+            ),
+        ),
+        node_endpoints=()
+        if hint is None
+        else (vote_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    )
+
+
+# -- BeginQuorumEpoch ------------------------------------------------------------------------------
+def begin_quorum_epoch_request(
+    *, cluster_id: str, voter: ReplicaKey, leader_id: int, epoch: int, leader_endpoints: tuple[Endpoint, ...]
+) -> begin_req.BeginQuorumEpochRequest:
+    return begin_req.BeginQuorumEpochRequest(
+        cluster_id=cluster_id,
+        voter_id=BrokerId(voter.id),
+        topics=(
+            begin_req.TopicData(
+                topic_name=METADATA_TOPIC,
+                partitions=(
+                    begin_req.PartitionData(
+                        partition_index=i32(METADATA_PARTITION),
+                        voter_directory_id=wire_directory(voter.directory_id),
+                        leader_id=BrokerId(leader_id),
+                        leader_epoch=i32(epoch),
+                    ),
+                ),
+            ),
+        ),
+        leader_endpoints=tuple(
+            begin_req.LeaderEndpoint(name=e.name, host=e.host, port=u16(e.port)) for e in leader_endpoints
+        ),
+    )
+
+
+def begin_quorum_epoch_response(
+    *,
+    error: ErrorCode,
+    leader_id: int | None,
+    epoch: int,
+    endpoints: tuple[Endpoint, ...],
+    listener: str,
+    top_level_error: ErrorCode = ErrorCode.none,
+) -> begin_resp.BeginQuorumEpochResponse:
+    hint = _leader_hint(endpoints, leader_id, listener)
+    return begin_resp.BeginQuorumEpochResponse(
+        error_code=top_level_error,
+        topics=()
+        if top_level_error != ErrorCode.none
+        else (
+            begin_resp.TopicData(
+                topic_name=METADATA_TOPIC,
+                partitions=(
+                    begin_resp.PartitionData(
+                        partition_index=i32(METADATA_PARTITION),
+                        error_code=error,
+                        leader_id=BrokerId(-1 if leader_id is None else leader_id),
+                        leader_epoch=i32(epoch),
+                    ),
+                ),
+            ),
+        ),
+        node_endpoints=()
+        if hint is None
+        else (begin_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    )
+
+
+# -- EndQuorumEpoch --------------------------------------------------------------------------------
+def end_quorum_epoch_request(
+    *,
+    cluster_id: str,
+    leader_id: int,
+    epoch: int,
+    preferred: tuple[ReplicaKey, ...],
+    leader_endpoints: tuple[Endpoint, ...],
+) -> end_req.EndQuorumEpochRequest:
+    return end_req.EndQuorumEpochRequest(
+        cluster_id=cluster_id,
+        topics=(
+            end_req.TopicData(
+                topic_name=METADATA_TOPIC,
+                partitions=(
+                    end_req.PartitionData(
+                        partition_index=i32(METADATA_PARTITION),
+                        leader_id=BrokerId(leader_id),
+                        leader_epoch=i32(epoch),
+                        preferred_candidates=tuple(
+                            end_req.ReplicaInfo(
+                                candidate_id=BrokerId(k.id), candidate_directory_id=wire_directory(k.directory_id)
+                            )
+                            for k in preferred
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        leader_endpoints=tuple(end_req.LeaderEndpoint(name=e.name, host=e.host, port=u16(e.port)) for e in leader_endpoints),
+    )
+
+
+def end_quorum_epoch_response(
+    *,
+    error: ErrorCode,
+    leader_id: int | None,
+    epoch: int,
+    endpoints: tuple[Endpoint, ...],
+    listener: str,
+    top_level_error: ErrorCode = ErrorCode.none,
+) -> end_resp.EndQuorumEpochResponse:
+    hint = _leader_hint(endpoints, leader_id, listener)
+    return end_resp.EndQuorumEpochResponse(
+        error_code=top_level_error,
+        topics=()
+        if top_level_error != ErrorCode.none
+        else (
+            end_resp.TopicData(
+                topic_name=METADATA_TOPIC,
+                partitions=(
+                    end_resp.PartitionData(
+                        partition_index=i32(METADATA_PARTITION),
+                        error_code=error,
+                        leader_id=BrokerId(-1 if leader_id is None else leader_id),
+                        leader_epoch=i32(epoch),
+                    ),
+                ),
+            ),
+        ),
+        node_endpoints=()
+        if hint is None
+        else (end_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    )
+
+
+# -- Fetch -----------------------------------------------------------------------------------------
+def fetch_request(
+    *,
+    cluster_id: str,
+    replica: ReplicaKey,
+    epoch: int,
+    fetch_offset: int,
+    last_fetched_epoch: int,
+    high_watermark: int | None,
+    max_wait_ms: int,
+    max_bytes: int,
+) -> fetch_req.FetchRequest:
+    return fetch_req.FetchRequest(
+        cluster_id=cluster_id,
+        replica_state=fetch_req.ReplicaState(replica_id=BrokerId(replica.id), replica_epoch=i64(-1)),
+        max_wait=_millis(max_wait_ms),
+        min_bytes=i32(0),
+        max_bytes=i32(max_bytes),
+        topics=(
+            fetch_req.FetchTopic(
+                topic_id=METADATA_TOPIC_ID,
+                partitions=(
+                    fetch_req.FetchPartition(
+                        partition=i32(METADATA_PARTITION),
+                        current_leader_epoch=i32(epoch),
+                        fetch_offset=i64(fetch_offset),
+                        last_fetched_epoch=i32(last_fetched_epoch),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(max_bytes),
+                        replica_directory_id=replica.directory_id,
+                        high_watermark=i64(-1 if high_watermark is None else high_watermark),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def fetch_response(
+    *,
+    error: ErrorCode,
+    leader_id: int | None,
+    epoch: int,
+    high_watermark: int | None,
+    log_start_offset: int,
+    records: bytes,
+    diverging: OffsetAndEpoch | None,
+    snapshot_id: OffsetAndEpoch | None,
+    endpoints: tuple[Endpoint, ...],
+    listener: str,
+    top_level_error: ErrorCode = ErrorCode.none,
+) -> fetch_resp.FetchResponse:
+    hint = _leader_hint(endpoints, leader_id, listener)
+    partition = fetch_resp.PartitionData(
+        partition_index=i32(METADATA_PARTITION),
+        error_code=error,
+        high_watermark=i64(-1 if high_watermark is None else high_watermark),
+        log_start_offset=i64(log_start_offset),
+        diverging_epoch=fetch_resp.EpochEndOffset()
+        if diverging is None
+        else fetch_resp.EpochEndOffset(epoch=i32(diverging.epoch), end_offset=i64(diverging.offset)),
+        current_leader=fetch_resp.LeaderIdAndEpoch(
+            leader_id=BrokerId(-1 if leader_id is None else leader_id), leader_epoch=i32(epoch)
+        ),
+        snapshot_id=fetch_resp.SnapshotId()
+        if snapshot_id is None
+        else fetch_resp.SnapshotId(end_offset=i64(snapshot_id.offset), epoch=i32(snapshot_id.epoch)),
+        aborted_transactions=None,
+        records=Records(records),
+    )
+    return fetch_resp.FetchResponse(
+        throttle_time=_ZERO_DELTA,
+        error_code=top_level_error,
+        responses=()
+        if top_level_error != ErrorCode.none
+        else (fetch_resp.FetchableTopicResponse(topic_id=METADATA_TOPIC_ID, partitions=(partition,)),),
+        node_endpoints=()
+        if hint is None
+        else (fetch_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=i32(hint[2])),),
+    )
+
+
+# -- FetchSnapshot ---------------------------------------------------------------------------------
+def fetch_snapshot_request(
+    *, cluster_id: str, replica: ReplicaKey, epoch: int, snapshot_id: OffsetAndEpoch, position: int, max_bytes: int
+) -> snap_req.FetchSnapshotRequest:
+    return snap_req.FetchSnapshotRequest(
+        cluster_id=cluster_id,
+        replica_id=BrokerId(replica.id),
+        max_bytes=i32(max_bytes),
+        topics=(
+            snap_req.TopicSnapshot(
+                name=METADATA_TOPIC,
+                partitions=(
+                    snap_req.PartitionSnapshot(
+                        partition=i32(METADATA_PARTITION),
+                        current_leader_epoch=i32(epoch),
+                        snapshot_id=snap_req.SnapshotId(end_offset=i64(snapshot_id.offset), epoch=i32(snapshot_id.epoch)),
+                        position=i64(position),
+                        replica_directory_id=replica.directory_id,
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def fetch_snapshot_response(
+    *,
+    error: ErrorCode,
+    leader_id: int | None,
+    epoch: int,
+    snapshot_id: OffsetAndEpoch,
+    size: int,
+    position: int,
+    data: bytes,
+    endpoints: tuple[Endpoint, ...],
+    listener: str,
+    top_level_error: ErrorCode = ErrorCode.none,
+) -> snap_resp.FetchSnapshotResponse:
+    hint = _leader_hint(endpoints, leader_id, listener)
+    return snap_resp.FetchSnapshotResponse(
+        throttle_time=_ZERO_DELTA,
+        error_code=top_level_error,
+        topics=()
+        if top_level_error != ErrorCode.none
+        else (
+            snap_resp.TopicSnapshot(
+                name=METADATA_TOPIC,
+                partitions=(
+                    snap_resp.PartitionSnapshot(
+                        index=i32(METADATA_PARTITION),
+                        error_code=error,
+                        snapshot_id=snap_resp.SnapshotId(end_offset=i64(snapshot_id.offset), epoch=i32(snapshot_id.epoch)),
+                        current_leader=snap_resp.LeaderIdAndEpoch(
+                            leader_id=BrokerId(-1 if leader_id is None else leader_id), leader_epoch=i32(epoch)
+                        ),
+                        size=i64(size),
+                        position=i64(position),
+                        unaligned_records=Records(data),
+                    ),
+                ),
+            ),
+        ),
+        node_endpoints=()
+        if hint is None
+        else (snap_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    )
+
+
+# -- DescribeQuorum --------------------------------------------------------------------------------
+def describe_quorum_request() -> describe_req.DescribeQuorumRequest:
+    return describe_req.DescribeQuorumRequest(
+        topics=(
+            describe_req.TopicData(
+                topic_name=METADATA_TOPIC, partitions=(describe_req.PartitionData(partition_index=i32(METADATA_PARTITION)),)
+            ),
+        )
+    )
+
+
+def describe_quorum_error(error: ErrorCode, message: str | None) -> describe_resp.DescribeQuorumResponse:
+    return describe_resp.DescribeQuorumResponse(error_code=error, error_message=message, topics=(), nodes=())
+
+
+# -- KIP-853 ---------------------------------------------------------------------------------------
+def add_voter_response(error: ErrorCode, message: str | None = None) -> add_voter_resp.AddRaftVoterResponse:
+    return add_voter_resp.AddRaftVoterResponse(throttle_time=_ZERO_DELTA, error_code=error, error_message=message)
+
+
+def remove_voter_response(error: ErrorCode, message: str | None = None) -> remove_voter_resp.RemoveRaftVoterResponse:
+    return remove_voter_resp.RemoveRaftVoterResponse(throttle_time=_ZERO_DELTA, error_code=error, error_message=message)
+
+
+def update_voter_response(
+    *, error: ErrorCode, leader_id: int | None, epoch: int, endpoints: tuple[Endpoint, ...], listener: str
+) -> update_voter_resp.UpdateRaftVoterResponse:
+    hint = _leader_hint(endpoints, leader_id, listener)
+    return update_voter_resp.UpdateRaftVoterResponse(
+        throttle_time=_ZERO_DELTA,
+        error_code=error,
+        current_leader=update_voter_resp.CurrentLeader(
+            leader_id=BrokerId(-1 if leader_id is None else leader_id),
+            leader_epoch=i32(epoch),
+            host="" if hint is None else hint[1],
+            port=i32(-1 if hint is None else hint[2]),
+        ),
+    )
+
+
+def add_voter_request(
+    *, cluster_id: str, voter: ReplicaKey, endpoints: tuple[Endpoint, ...], timeout_ms: int
+) -> add_voter_req.AddRaftVoterRequest:
+    return add_voter_req.AddRaftVoterRequest(
+        cluster_id=cluster_id,
+        timeout=_millis(timeout_ms),
+        voter_id=i32(voter.id),
+        voter_directory_id=wire_directory(voter.directory_id),
+        listeners=tuple(add_voter_req.Listener(name=e.name, host=e.host, port=u16(e.port)) for e in endpoints),
+        ack_when_committed=True,
+    )
+
+
+def remove_voter_request(*, cluster_id: str, voter: ReplicaKey) -> remove_voter_req.RemoveRaftVoterRequest:
+    return remove_voter_req.RemoveRaftVoterRequest(
+        cluster_id=cluster_id, voter_id=i32(voter.id), voter_directory_id=wire_directory(voter.directory_id)
+    )
+
+
+def update_voter_request(
+    *,
+    cluster_id: str,
+    epoch: int,
+    voter: ReplicaKey,
+    endpoints: tuple[Endpoint, ...],
+    min_kraft_version: int,
+    max_kraft_version: int,
+) -> update_voter_req.UpdateRaftVoterRequest:
+    return update_voter_req.UpdateRaftVoterRequest(
+        cluster_id=cluster_id,
+        current_leader_epoch=i32(epoch),
+        voter_id=i32(voter.id),
+        voter_directory_id=wire_directory(voter.directory_id),
+        listeners=tuple(update_voter_req.Listener(name=e.name, host=e.host, port=u16(e.port)) for e in endpoints),
+        k_raft_version_feature=update_voter_req.KRaftVersionFeature(
+            min_supported_version=i16(min_kraft_version), max_supported_version=i16(max_kraft_version)
+        ),
+    )
+
+
+def api_versions_request() -> api_versions_req.ApiVersionsRequest:
+    return api_versions_req.ApiVersionsRequest(client_software_name="kraftwerk", client_software_version="0.1.0")

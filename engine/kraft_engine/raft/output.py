@@ -1,0 +1,149 @@
+"""Everything a call into the node asks the driver to do, as plain data.
+
+The node never performs I/O. Each public method returns an `Output`, and the driver performs its
+parts in this order (the ordering contract):
+
+1. `persist`: write the quorum-state file durably (tmp + fsync + rename) before anything else.
+   The in-memory role has already changed; nothing that reveals it has left the node yet.
+2. The log has already been mutated in place and flushed where the node needed it (the node
+   calls `RaftLog.flush()` itself before counting its own offset toward the high watermark as
+   leader, and before reporting a fetch offset as follower), so there is no separate log step.
+3. `messages`: send the requests (each with a `token`; report its outcome with
+   `handle_response(token, ...)`) and the responses to earlier inbound requests (matched by the
+   token the driver passed to `handle_request`).
+4. `events`: deliver to the state machine, in order: `SnapshotLoad`, `CommittedBatch`,
+   `LeaderChange` (Kafka's handleLoadSnapshot / handleCommit / handleLeaderChange).
+5. Call `poll(now_ms)` again no later than `next_deadline_ms`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from kraft_engine.raft.log import OffsetAndEpoch
+from kraft_engine.raft.log_batch import LogBatch
+from kraft_engine.raft.quorum_state import ElectionState
+from kraft_engine.raft.voter_set import Endpoint
+
+__all__ = [
+    "CommittedBatch",
+    "LeaderAndEpoch",
+    "LeaderChange",
+    "ListenerEvent",
+    "OutboundRequest",
+    "OutboundResponse",
+    "Output",
+    "RequestFailure",
+    "SnapshotLoad",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndEpoch:
+    """The leader as this node knows it; `leader_id` is None while unknown."""
+
+    leader_id: int | None
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRequest:
+    """A request to send to `destination_id` at one of `endpoints` (the driver picks its listener).
+
+    Bootstrap servers (controller.quorum.bootstrap.servers) have negative destination ids.
+    """
+
+    token: int
+    destination_id: int
+    endpoints: tuple[Endpoint, ...]
+    request: Any
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundResponse:
+    """The answer to the inbound request the driver submitted with `token`."""
+
+    token: int
+    response: Any
+
+
+class RequestFailure(Enum):
+    """Why a request got no response (passed to `handle_response` instead of a response)."""
+
+    DISCONNECTED = "disconnected"
+    TIMED_OUT = "timed out"
+    UNSUPPORTED_VERSION = "unsupported version"
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    """handleCommit: one committed batch. Data batches carry `records`; control batches carry
+    `control_records` (LeaderChange, Voters, KRaftVersion) and no data records."""
+
+    base_offset: int
+    last_offset: int
+    epoch: int
+    append_timestamp_ms: int
+    records: tuple[bytes, ...]
+    control_records: tuple[Any, ...]
+    size_in_bytes: int
+    raw: bytes = field(repr=False)
+
+    @staticmethod
+    def of(batch: LogBatch) -> CommittedBatch:
+        return CommittedBatch(
+            base_offset=batch.base_offset,
+            last_offset=batch.last_offset,
+            epoch=batch.epoch,
+            append_timestamp_ms=batch.append_timestamp_ms,
+            records=batch.records,
+            control_records=batch.control_records,
+            size_in_bytes=batch.size_in_bytes,
+            raw=batch.raw,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotLoad:
+    """handleLoadSnapshot: replace the state machine's state with this snapshot's content.
+
+    `batches` are the snapshot's batches in order (header, kraft.version and voters control
+    batches, data batches, footer); data batches carry the state machine's records.
+    """
+
+    snapshot_id: OffsetAndEpoch
+    last_contained_log_timestamp_ms: int
+    batches: tuple[CommittedBatch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """handleLeaderChange. For a new local leader it fires only once the listener has been given
+    every record before the epoch's start offset."""
+
+    leader: LeaderAndEpoch
+
+
+ListenerEvent = SnapshotLoad | CommittedBatch | LeaderChange
+
+
+@dataclass(slots=True)
+class Output:
+    """What the driver must do after one call; see the module docstring for the order."""
+
+    persist: ElectionState | None = None
+    messages: list[OutboundRequest | OutboundResponse] = field(default_factory=list)
+    events: list[ListenerEvent] = field(default_factory=list)
+    next_deadline_ms: int = 0
+    shutdown_complete: bool = False
+
+    @property
+    def requests(self) -> list[OutboundRequest]:
+        return [m for m in self.messages if isinstance(m, OutboundRequest)]
+
+    @property
+    def responses(self) -> list[OutboundResponse]:
+        return [m for m in self.messages if isinstance(m, OutboundResponse)]

@@ -1,0 +1,122 @@
+"""A single-voter quorum elects itself at once, appends, and commits on its own flush."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from raft_harness import Cluster
+
+from kraft_engine.raft import (
+    CommittedBatch,
+    LeaderChange,
+    MemoryLog,
+    NotLeaderError,
+    RaftConfig,
+    RaftNode,
+    Role,
+)
+from kraft_engine.raft.log_batch import parse_batches
+
+
+def test_single_voter_becomes_leader_without_any_message() -> None:
+    cluster = Cluster([1])
+    node = cluster.node(1)
+    assert node.role is Role.LEADER
+    assert node.epoch == 1
+    assert cluster.sent == []
+    # The candidacy and the leadership were both persisted before anything could be sent.
+    assert cluster[1].persisted is not None
+    assert cluster[1].persisted.epoch == 1
+    assert cluster[1].persisted.leader_id == 1
+
+
+def test_single_voter_leader_writes_leader_change_and_commits_it() -> None:
+    cluster = Cluster([1])
+    node = cluster.node(1)
+    batches = parse_batches(cluster[1].log.read(0, 1 << 20))
+    assert len(batches) == 1
+    assert batches[0].is_control
+    assert batches[0].epoch == 1
+    assert node.high_watermark == 1
+    assert cluster[1].leader_changes == [LeaderChange(node.leader_and_epoch)]
+
+
+def test_single_voter_append_commits_after_linger() -> None:
+    cluster = Cluster([1], config=RaftConfig(append_linger_ms=25))
+    node = cluster.node(1)
+    last = node.append([b"a", b"b"], epoch=node.epoch, now_ms=cluster.now_ms)
+    assert last == 2
+    # Nothing is in the log before the linger time passes.
+    assert node.log_end_offset == 1
+    assert node.next_deadline_ms(cluster.now_ms) == cluster.now_ms + 25
+    cluster.advance(25)
+    assert node.log_end_offset == 3
+    assert node.high_watermark == 3
+    assert cluster[1].committed_values == [b"a", b"b"]
+    data_batches = [b for b in cluster[1].committed if not b.control_records]
+    assert [(b.base_offset, b.last_offset) for b in data_batches] == [(1, 2)]
+
+
+def test_each_append_is_one_batch_and_appends_are_coalesced_until_linger() -> None:
+    cluster = Cluster([1])
+    node = cluster.node(1)
+    node.append([b"x"], epoch=1, now_ms=cluster.now_ms)
+    node.append([b"y", b"z"], epoch=1, now_ms=cluster.now_ms + 5)
+    cluster.advance(30)
+    data = [b for b in cluster[1].committed if isinstance(b, CommittedBatch) and not b.control_records]
+    assert [b.records for b in data] == [(b"x", b"y", b"z")]
+
+
+def test_append_with_a_stale_epoch_is_refused() -> None:
+    cluster = Cluster([1])
+    node = cluster.node(1)
+    with pytest.raises(NotLeaderError):
+        node.append([b"x"], epoch=node.epoch - 1, now_ms=cluster.now_ms)
+    with pytest.raises(NotLeaderError):
+        node.append([b"x"], epoch=node.epoch + 1, now_ms=cluster.now_ms)
+    assert node.log_end_offset == 1
+
+
+def test_single_voter_leader_never_resigns_on_check_quorum() -> None:
+    cluster = Cluster([1], config=RaftConfig(fetch_timeout_ms=100))
+    cluster.advance(10_000)
+    assert cluster.node(1).role is Role.LEADER
+    assert cluster.node(1).epoch == 1
+
+
+def test_restarted_single_voter_resigns_then_leads_a_new_epoch() -> None:
+    cluster = Cluster([1])
+    cluster.node(1).append([b"v"], epoch=1, now_ms=cluster.now_ms)
+    cluster.advance(30)
+    record = cluster[1]
+    restarted = cluster.restart(1)
+    # Was leader in epoch 1: restarts Resigned in epoch 1, never leader again in that epoch.
+    assert restarted.node.epoch >= 1
+    cluster.advance(5_000)
+    node = cluster.node(1)
+    assert node.role is Role.LEADER
+    assert node.epoch == 2
+    assert record.log.end_offset().epoch == 2
+    assert cluster[1].committed_values == [b"v"]
+
+
+def test_bad_config_is_refused_with_the_kafka_key() -> None:
+    with pytest.raises(ValueError, match=r"controller\.quorum\.election\.timeout\.ms"):
+        RaftConfig(election_timeout_ms=0)
+
+
+def test_node_starts_unattached_without_voters() -> None:
+    node = RaftNode(
+        config=RaftConfig(),
+        node_id=7,
+        directory_id=None,
+        cluster_id="c",
+        log=MemoryLog(),
+        persisted=None,
+        static_voters=None,
+        rng=random.Random(1),
+        now_ms=0,
+    )
+    assert node.role is Role.UNATTACHED
+    assert not node.is_voter
