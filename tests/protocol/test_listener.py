@@ -480,3 +480,15 @@ async def test_handler_context_describes_the_request_and_its_peer(make_listener,
     assert ctx.peer == (local[0], local[1])
     assert ctx.listener_name == "CONTROLLER"
     assert ctx.response_class is response_class(3, 11)
+
+
+async def test_peer_that_stops_reading_responses_is_closed_as_idle(make_listener, raw_peer):
+    async def huge(request: Any, ctx: RequestContext) -> Any:
+        return metadata_response(ctx, ["x" * 200_000])
+
+    listener = await make_listener(handler=huge, connections_max_idle_ms=100, max_in_flight_requests=8)
+    peer = await raw_peer(listener)
+    for correlation_id in range(200):  # ~40 MB of answers that are never read
+        await peer.send_request(metadata_request(12, []), correlation_id=correlation_id)
+    async with asyncio.timeout(20):
+        await wait_for_close_count(listener, CloseReason.IDLE, 1)

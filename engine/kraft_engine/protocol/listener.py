@@ -541,7 +541,20 @@ class _Connection:
             if self.queue.empty():
                 # Flush once per burst of ready responses, not once per response.
                 try:
-                    await writer.drain()
+                    if writer.transport.get_write_buffer_size():
+                        # A peer that stops reading would stall us here forever, with its
+                        # requests in flight so the read side's idle timer is off. Kafka closes
+                        # such a connection once connections.max.idle.ms passes without progress.
+                        async with asyncio.timeout(self.idle_s):
+                            await writer.drain()
+                except TimeoutError:
+                    self._note_close(
+                        CloseReason.IDLE,
+                        f"peer read no response for {self.listener.connections_max_idle_ms} ms",
+                        level=logging.INFO,
+                    )
+                    self._abort()
+                    return
                 except (ConnectionError, OSError) as e:
                     self._note_close(CloseReason.SOCKET_ERROR, f"socket error: {e}", level=logging.INFO)
                     self._abort()
