@@ -15,6 +15,7 @@ from kraft_engine.storage.partition_log import (
     LogError,
     OffsetOutOfRangeError,
     PartitionLog,
+    partition_directory_name,
     segment_file_name,
 )
 
@@ -268,3 +269,25 @@ def test_leader_epoch_checkpoint_is_kept_on_append(log_dir: Path) -> None:
         assert log.end_offset_for_epoch(3) == (1, 3)
         assert log.end_offset_for_epoch(4) == (4, 4)
         assert log.end_offset_for_epoch(5) == (-1, -1)
+
+
+def test_index_stays_consistent_through_truncation_and_reopen(log_dir: Path) -> None:
+    with open_log(log_dir, index_interval_bytes=500) as log:
+        for _ in range(20):
+            log.append_as_leader(batch(b"q" * 150), epoch=1)
+        log.truncate_to(13)
+        for _ in range(7):
+            log.append_as_leader(batch(b"r" * 150), epoch=2)
+        live_index = (log_dir / "00000000000000000000.index").read_bytes()
+    log, report = PartitionLog.open(log_dir, index_interval_bytes=500)
+    with log:
+        assert report.is_clean and report.rebuilt_indexes == ()
+        assert (log_dir / "00000000000000000000.index").read_bytes() == live_index
+        for offset in range(20):
+            assert offsets_in(log.read(offset, max_bytes=1)) == [(offset, offset)]
+
+
+def test_partition_directory_name() -> None:
+    assert partition_directory_name("__cluster_metadata", 0) == "__cluster_metadata-0"
+    with pytest.raises(ValueError):
+        partition_directory_name("", 0)

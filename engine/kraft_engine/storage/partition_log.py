@@ -89,6 +89,7 @@ __all__ = [
     "PartitionLog",
     "RecoveryReport",
     "index_file_name",
+    "partition_directory_name",
     "segment_file_name",
 ]
 
@@ -102,6 +103,13 @@ _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index)$")
 _INT32_MAX = 2**31 - 1
 # How far recovery searches a dropped tail for intact batches to report (it is a report, not a fix).
 _INTACT_SEARCH_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+def partition_directory_name(topic: str, partition: int) -> str:
+    """`<topic>-<partition>`, e.g. `__cluster_metadata-0`, as Kafka names a partition's directory."""
+    if not topic or partition < 0:
+        raise ValueError(f"invalid topic partition {topic!r}-{partition}")
+    return f"{topic}-{partition}"
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -241,8 +249,9 @@ class _Segment:
             self.index.flush()
         self.size_bytes = position
         self.next_offset = next_offset
-        # Conservative: the next append may index immediately, which only makes the index denser.
-        self.bytes_since_index_entry = 0 if position == 0 else self.bytes_since_index_entry
+        # Exactly what a fresh scan of the remaining bytes computes, so a reopen finds the same index.
+        entries = self.index.entries if self.index is not None else []
+        self.bytes_since_index_entry = position - entries[-1][1] if entries else position
 
     def flush(self) -> None:
         os.fsync(self.fd)
