@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
@@ -22,6 +24,8 @@ from kraft_engine.records import (
 def _controller(*, mv: int = 25, quorum: tuple[int, ...] = (1,), kraft_hook=None) -> QuorumController:
     return QuorumController(
         node_id=1,
+        cluster_id="MkU3OEVBNTcwNTJENDM2Qg",
+        rng=random.Random(7),
         quorum_node_ids=quorum,
         bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=mv), 0)],
         local_supported_features={
@@ -169,4 +173,5 @@ def test_a_feature_level_this_controller_cannot_run_is_a_fatal_replay_error() ->
 
 def test_bootstrap_without_metadata_version_is_refused() -> None:
     with pytest.raises(ValueError, match=r"does not set metadata\.version"):
-        QuorumController(node_id=1, quorum_node_ids=(1,), bootstrap_records=[], local_supported_features={})
+        QuorumController(node_id=1, quorum_node_ids=(1,), bootstrap_records=[], local_supported_features={},
+                         cluster_id="x", rng=random.Random(0))

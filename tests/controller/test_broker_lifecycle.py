@@ -1,0 +1,222 @@
+"""Brokers through the quorum controller: register, unfence, create topics, fence, shut down,
+AlterPartition — each step checked in the records written and the response given."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+from kio.schema.alter_partition.v3 import request as ap
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i16, i32, i64, u16
+
+from kraft_engine.controller import CommittedBatch, QuorumController, RecordAndVersion
+from kraft_engine.controller.replication_control import BrokerHeartbeatReply
+from kraft_engine.metadata import VersionRange
+from kraft_engine.records import (
+    BrokerRegistrationChangeRecord,
+    FeatureLevelRecord,
+    PartitionChangeRecord,
+    RegisterBrokerRecord,
+)
+
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
+MV = 25
+
+
+class _Cluster:
+    def __init__(self) -> None:
+        self.controller = QuorumController(
+            node_id=3000,
+            quorum_node_ids=(3000,),
+            bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=MV), 0)],
+            local_supported_features={"metadata.version": VersionRange(7, MV)},
+            cluster_id=CLUSTER_ID,
+            rng=random.Random(1),
+        )
+        self.now_ms = 0
+        self.written: list[object] = []
+        self.controller.handle_leader_change(leader_id=3000, epoch=1, log_end_offset=0, now_ms=0)
+        self.commit()
+        self.incarnations: dict[int, uuid.UUID] = {}
+        self.epochs: dict[int, int] = {}
+
+    def commit(self) -> dict[int, object]:
+        effects = self.controller.take_effects()
+        self.written = []
+        for append in effects.appends:
+            records = tuple(r.record for r in append.records)
+            self.written.extend(records)
+            self.controller.handle_commit(CommittedBatch(append.base_offset, append.epoch, records, append.last_offset))
+        completed = dict(effects.completed + self.controller.take_effects().completed)
+        completed.update({f.token: f.error for f in effects.failed})
+        return completed
+
+    def register(self, broker_id: int, *, rack: str | None = None, cluster_id: str = CLUSTER_ID,
+                 incarnation: uuid.UUID | None = None) -> object:
+        incarnation = incarnation or self.incarnations.setdefault(broker_id, uuid.uuid4())
+        token = self.controller.register_broker(BrokerRegistrationRequest(
+            broker_id=BrokerId(broker_id), cluster_id=cluster_id, incarnation_id=incarnation,
+            listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker_id), security_protocol=i16(0)),),
+            features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(MV)),),
+            rack=rack, log_dirs=(uuid.uuid4(),),
+        ), now_ms=self.now_ms)
+        result = self.commit()[token]
+        if hasattr(result, "broker_epoch"):
+            self.epochs[broker_id] = result.broker_epoch
+        return result
+
+    def heartbeat(self, broker_id: int, *, want_fence: bool = False, want_shut_down: bool = False,
+                  offset: int | None = None) -> object:
+        token = self.controller.broker_heartbeat(BrokerHeartbeatRequest(
+            broker_id=BrokerId(broker_id), broker_epoch=i64(self.epochs[broker_id]),
+            current_metadata_offset=i64(self.controller.last_stable_offset() if offset is None else offset),
+            want_fence=want_fence, want_shut_down=want_shut_down,
+        ), now_ms=self.now_ms)
+        return self.commit()[token]
+
+    def create_topic(self, name: str, partitions: int, rf: int) -> object:
+        token = self.controller.create_topics(CreateTopicsRequest(topics=(CreatableTopic(
+            name=TopicName(name), num_partitions=i32(partitions), replication_factor=i16(rf), assignments=(), configs=(),
+        ),)))
+        [result] = self.commit()[token]  # type: ignore[misc]
+        return result
+
+
+def _unfenced_cluster(*brokers: int) -> _Cluster:
+    cluster = _Cluster()
+    for broker in brokers:
+        cluster.register(broker, rack=f"r{broker % 2}")
+    for broker in brokers:
+        assert cluster.heartbeat(broker) == BrokerHeartbeatReply(True, False, False, False)
+    return cluster
+
+
+def test_a_broker_registers_fenced_and_is_unfenced_once_caught_up() -> None:
+    cluster = _Cluster()
+    reply = cluster.register(1)
+    [record] = cluster.written
+    assert isinstance(record, RegisterBrokerRecord) and record.fenced and record.broker_epoch == reply.broker_epoch
+    behind = cluster.heartbeat(1, offset=reply.broker_epoch - 1)
+    assert behind == BrokerHeartbeatReply(is_caught_up=False, is_fenced=True, in_controlled_shutdown=False,
+                                          should_shut_down=False)
+    assert cluster.written == []
+    caught_up = cluster.heartbeat(1)
+    assert caught_up == BrokerHeartbeatReply(True, False, False, False)
+    assert cluster.written == [BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=reply.broker_epoch, fenced=-1)]
+    assert cluster.controller.fenced_broker_count() == 0
+
+
+def test_registration_refusals() -> None:
+    cluster = _Cluster()
+    wrong = cluster.register(1, cluster_id="another")
+    assert wrong.error_code == ErrorCode.inconsistent_cluster_id
+    cluster.register(1)
+    cluster.heartbeat(1)
+    duplicate = cluster.register(1, incarnation=uuid.uuid4())
+    assert duplicate.error_code == ErrorCode.duplicate_broker_registration
+    assert cluster.written == []
+
+
+def test_create_topic_places_replicas_on_unfenced_brokers_and_checks_the_replication_factor() -> None:
+    cluster = _unfenced_cluster(1, 2, 3)
+    result = cluster.create_topic("orders", 6, 3)
+    assert result.error_code == ErrorCode.none and result.num_partitions == 6
+    controller = cluster.controller
+    topic_id = controller.replication_control.topic_id("orders")
+    assert topic_id is not None
+    leaders = []
+    for p in range(6):
+        partition = controller.replication_control.partition(topic_id, p)
+        assert partition is not None
+        assert sorted(partition.replicas) == [1, 2, 3] and partition.isr == partition.replicas
+        leaders.append(partition.leader)
+    assert set(leaders) == {1, 2, 3}  # leadership is spread
+    too_many = cluster.create_topic("payments", 1, 4)
+    assert too_many.error_code == ErrorCode.invalid_replication_factor
+    assert "only 3 broker(s) are registered" in too_many.error_message
+    assert cluster.create_topic("orders", 1, 1).error_code == ErrorCode.topic_already_exists
+    assert cluster.create_topic("bad/name", 1, 1).error_code == ErrorCode.invalid_topic_exception
+
+
+def test_a_broker_whose_session_expires_is_fenced_and_loses_its_leaderships() -> None:
+    cluster = _unfenced_cluster(1, 2, 3)
+    cluster.create_topic("orders", 3, 3)
+    controller = cluster.controller
+    topic_id = controller.replication_control.topic_id("orders")
+    # Brokers 2 and 3 keep heartbeating; broker 1 goes silent.
+    for now_ms in range(1000, 12001, 1000):
+        cluster.now_ms = now_ms
+        cluster.heartbeat(2)
+        cluster.heartbeat(3)
+        controller.tick(now_ms)
+        cluster.commit()
+    assert controller.fenced_broker_count() == 1
+    for p in range(3):
+        partition = controller.replication_control.partition(topic_id, p)
+        assert partition is not None and 1 not in partition.isr and partition.leader in (2, 3)
+
+
+def test_controlled_shutdown_moves_leadership_then_allows_shutdown() -> None:
+    cluster = _unfenced_cluster(1, 2, 3)
+    cluster.create_topic("orders", 3, 3)
+    first = cluster.heartbeat(1, want_shut_down=True)
+    assert first == BrokerHeartbeatReply(True, False, True, False)
+    assert any(isinstance(r, PartitionChangeRecord) for r in cluster.written)
+    assert not cluster.controller.replication_control.has_leaderships(1)
+    # The others have not yet reported the offset of the leadership moves.
+    stale = cluster.heartbeat(1, want_shut_down=True)
+    assert stale.should_shut_down is False
+    cluster.heartbeat(2)
+    cluster.heartbeat(3)
+    done = cluster.heartbeat(1, want_shut_down=True)
+    assert done.should_shut_down is True and done.is_fenced is True
+
+
+def test_alter_partition_validates_epochs_and_keeps_fenced_brokers_out_of_the_isr() -> None:
+    cluster = _unfenced_cluster(1, 2, 3)
+    cluster.create_topic("orders", 1, 3)
+    controller = cluster.controller
+    topic_id = controller.replication_control.topic_id("orders")
+    partition = controller.replication_control.partition(topic_id, 0)
+    assert partition is not None
+    leader = partition.leader
+    followers = [b for b in partition.replicas if b != leader]
+
+    def alter(isr: list[int], *, leader_epoch: int = 0, partition_epoch: int | None = None) -> object:
+        current = controller.replication_control.partition(topic_id, 0)
+        token = controller.alter_partition(ap.AlterPartitionRequest(
+            broker_id=BrokerId(leader), broker_epoch=i64(cluster.epochs[leader]),
+            topics=(ap.TopicData(topic_id=topic_id, partitions=(ap.PartitionData(
+                partition_index=i32(0), leader_epoch=i32(leader_epoch),
+                new_isr_with_epochs=tuple(ap.BrokerState(broker_id=BrokerId(b), broker_epoch=i64(cluster.epochs[b])) for b in isr),
+                leader_recovery_state=i8(0),
+                partition_epoch=i32(current.partition_epoch if partition_epoch is None else partition_epoch),
+            ),)),),
+        ))
+        return cluster.commit()[token].topics[0].partitions[0]
+
+    shrunk = alter([leader, followers[0]])
+    assert shrunk.error_code == ErrorCode.none and list(shrunk.isr) == [leader, followers[0]]
+    assert shrunk.partition_epoch == 1 and shrunk.leader_epoch == 0
+    assert alter([leader], leader_epoch=5).error_code == ErrorCode.fenced_leader_epoch
+    assert alter([leader], partition_epoch=0).error_code == ErrorCode.invalid_update_version
+    cluster.heartbeat(followers[1], want_fence=True)
+    assert alter([leader, followers[0], followers[1]]).error_code == ErrorCode.ineligible_replica
+
+
+def test_renounce_reverts_an_uncommitted_topic() -> None:
+    cluster = _unfenced_cluster(1)
+    controller = cluster.controller
+    token = controller.create_topics(CreateTopicsRequest(topics=(CreatableTopic(
+        name=TopicName("orders"), num_partitions=i32(1), replication_factor=i16(1), assignments=(), configs=(),
+    ),)))
+    assert controller.replication_control.topic_id("orders") is not None
+    controller.handle_leader_change(leader_id=3001, epoch=2, log_end_offset=100, now_ms=0)
+    effects = controller.take_effects()
+    assert [(f.token, f.error.error_code) for f in effects.failed] == [(token, ErrorCode.not_controller)]
+    assert controller.replication_control.topic_id("orders") is None
