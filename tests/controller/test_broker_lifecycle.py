@@ -3,16 +3,18 @@ AlterPartition — each step checked in the records written and the response giv
 
 from __future__ import annotations
 
+import datetime
 import random
 import uuid
 
 from kio.schema.alter_partition.v3 import request as ap
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
-from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32, i64, u16
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 
 from kraft_engine.controller import CommittedBatch, QuorumController, RecordAndVersion
 from kraft_engine.controller.replication_control import BrokerHeartbeatReply
@@ -220,3 +222,28 @@ def test_renounce_reverts_an_uncommitted_topic() -> None:
     effects = controller.take_effects()
     assert [(f.token, f.error.error_code) for f in effects.failed] == [(token, ErrorCode.not_controller)]
     assert controller.replication_control.topic_id("orders") is None
+
+
+def test_delete_topics_removes_the_topic_and_its_configs() -> None:
+    cluster = _unfenced_cluster(1)
+    controller = cluster.controller
+    token = controller.create_topics(CreateTopicsRequest(topics=(CreatableTopic(
+        name=TopicName("orders"), num_partitions=i32(2), replication_factor=i16(1), assignments=(),
+        configs=(CreatableTopicConfig(name="retention.ms", value="1000"),),
+    ),)))
+    cluster.commit()
+    del token
+    topic_id = controller.replication_control.topic_id("orders")
+    assert controller.configuration_control.configs(2, "orders") == {"retention.ms": "1000"}
+    token = controller.delete_topics(DeleteTopicsRequest(
+        topics=(DeleteTopicState(name=TopicName("orders"), topic_id=None),
+                DeleteTopicState(name=None, topic_id=uuid.uuid4())),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+    ))
+    results = cluster.commit()[token]
+    assert [(r.topic_id, r.error_code) for r in results] == [
+        (topic_id, ErrorCode.none), (results[1].topic_id, ErrorCode.unknown_topic_id)
+    ]
+    assert controller.replication_control.topic_id("orders") is None
+    assert controller.replication_control.global_partition_count() == 0
+    assert controller.configuration_control.configs(2, "orders") == {}

@@ -26,6 +26,7 @@ from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest
 from kio.schema.controller_registration.v0.request import ControllerRegistrationRequest
 from kio.schema.create_topics.v7.request import CreateTopicsRequest
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.update_features.v1.request import UpdateFeaturesRequest
 
@@ -73,6 +74,8 @@ from kraft_engine.records import (
 
 if TYPE_CHECKING:
     import random
+
+_TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
 
 DEFAULT_SESSION_TIMEOUT_MS = 9000
 """broker.session.timeout.ms's default."""
@@ -131,6 +134,7 @@ class QuorumController:
             cluster_control=self.cluster_control,
             feature_control=self.feature_control,
             rng=rng,
+            topic_configs=lambda name: self.configuration_control.configs(_TOPIC_RESOURCE_TYPE, name),
             default_num_partitions=default_num_partitions,
             default_replication_factor=default_replication_factor,
         )
@@ -344,6 +348,10 @@ class QuorumController:
     def create_topics(self, request: CreateTopicsRequest) -> int:
         """Completion: a tuple of CreatableTopicResult (kio create_topics v7)."""
         return self.events.write("createTopics", lambda: self.replication_control.create_topics(request))
+
+    def delete_topics(self, request: DeleteTopicsRequest) -> int:
+        """Completion: a tuple of DeletableTopicResult (kio delete_topics v6)."""
+        return self.events.write("deleteTopics", lambda: self.replication_control.delete_topics(request))
 
     def alter_partition(self, request: AlterPartitionRequest) -> int:
         """Completion: an AlterPartitionResponse (kio alter_partition v3)."""

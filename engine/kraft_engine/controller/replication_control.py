@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,8 @@ from kio.schema.alter_partition.v3 import request as alter_partition_request
 from kio.schema.alter_partition.v3 import response as alter_partition_response
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.create_topics.v7.response import CreatableTopicResult
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
+from kio.schema.delete_topics.v6.response import DeletableTopicResult
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
@@ -99,12 +101,14 @@ class ReplicationControlManager:
         cluster_control: ClusterControlManager,
         feature_control: FeatureControlManager,
         rng: random.Random,
+        topic_configs: Callable[[str], Iterable[str]] = lambda _: (),
         default_num_partitions: int = 1,
         default_replication_factor: int = 1,
     ) -> None:
         self._cluster = cluster_control
         self._features = feature_control
         self._rng = rng
+        self._topic_configs = topic_configs
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
         self._topics_by_name: TimelineHashMap[str, uuid.UUID] = TimelineHashMap(registry)
@@ -368,6 +372,36 @@ class ReplicationControlManager:
             # With several (or unknown) directories the broker picks one and reports it.
             return _MIGRATING_DIRECTORY
         return registration.directories[0]
+
+    # -- DeleteTopics ----------------------------------------------------------------------
+
+    def delete_topics(self, request: DeleteTopicsRequest) -> ControllerResult[tuple[DeletableTopicResult, ...]]:
+        """Delete topics named by name or by id (v6); the topic's configs go with it."""
+        records: list[RecordAndVersion] = []
+        results: list[DeletableTopicResult] = []
+        seen: set[uuid.UUID] = set()
+        for state in request.topics:
+            by_id = state.topic_id not in (None, ZERO_UUID)
+            topic_id = state.topic_id if by_id else self._topics_by_name.get(state.name or "")
+            name = self._topic_names.get(topic_id) if topic_id is not None else None
+            if topic_id is None or name is None:
+                code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+                results.append(DeletableTopicResult(name=state.name, topic_id=state.topic_id, error_code=code,
+                                                    error_message=None))
+                continue
+            if topic_id in seen:
+                results.append(DeletableTopicResult(name=TopicName(name), topic_id=topic_id,
+                                                    error_code=ErrorCode.invalid_request,
+                                                    error_message="Duplicate topic in request."))
+                continue
+            seen.add(topic_id)
+            records.append(RecordAndVersion(RemoveTopicRecord(topic_id=topic_id), 0))
+            for config_name in self._topic_configs(name):
+                records.append(RecordAndVersion(ConfigRecord(resource_type=_TOPIC_RESOURCE_TYPE, resource_name=name,
+                                                             name=config_name, value=None), 0))
+            results.append(DeletableTopicResult(name=TopicName(name), topic_id=topic_id, error_code=ErrorCode.none))
+        check_user_op_size(records)
+        return ControllerResult(records, tuple(results), is_atomic=True)
 
     # -- the fan-out primitive -------------------------------------------------------------
 
