@@ -194,7 +194,8 @@ class KafkaConnection:
 
     async def try_connect(self, *, deadline: float | None = None) -> bool:
         """One connection attempt, after waiting out the backoff (unless that passes
-        `deadline`, a loop time). True when connected."""
+        `deadline`, a loop time). True when connected, False when it failed in a way a retry
+        may fix; raises ConnectionFailed when the node refused the handshake."""
         if self._closed:
             raise ConnectionFailed(f"connection to {self.host}:{self.port} was closed")
         async with self._connect_lock:
@@ -213,9 +214,15 @@ class KafkaConnection:
             try:
                 async with asyncio.timeout(setup_s):
                     await self._open()
-            except (OSError, TimeoutError, KafkaProtocolError) as e:
+            except (OSError, TimeoutError, MalformedFrame) as e:
+                # Refused, reset, silent or garbled: the node may be restarting; retry later.
                 self._fail_attempt(e)
                 return False
+            except KafkaProtocolError as e:
+                # The node answered the handshake and said no (no common ApiVersions version,
+                # or an error code): retrying cannot change its answer.
+                self._fail_attempt(e)
+                raise ConnectionFailed(f"connection to {self.host}:{self.port} refused: {e}") from e
             self.connect_failures = 0
             self.last_connect_error = None
             return True
