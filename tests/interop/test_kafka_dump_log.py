@@ -9,9 +9,6 @@ records. Skips when the jars or a JDK are absent.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -33,48 +30,9 @@ from kraft_engine.records import (
 )
 from kraft_engine.storage.formatter import BOOTSTRAP_SNAPSHOT_NAME, CLUSTER_METADATA_DIR_NAME
 
+from .kafka_jars import kafka_dump, needs_jars
+
 pytestmark = pytest.mark.kafka_jars
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _kafka_classpath() -> str | None:
-    root = Path(os.environ.get("KAFKA_JARS_DIR", REPO / ".kafka-jars"))
-    if not root.is_dir() or shutil.which("java") is None:
-        return None
-    for version_dir in sorted(root.iterdir(), reverse=True):
-        if any(version_dir.glob("kafka_2.13-*.jar")):
-            return f"{version_dir}/*"
-    return None
-
-
-CLASSPATH = _kafka_classpath()
-needs_jars = pytest.mark.skipif(
-    CLASSPATH is None, reason="Kafka jars not cached (run scripts/fetch-kafka-jars) or no java on PATH"
-)
-
-
-def kafka_dump(*files: Path) -> str:
-    assert CLASSPATH is not None
-    result = subprocess.run(
-        [
-            "java",
-            "-cp",
-            CLASSPATH,
-            "kafka.tools.DumpLogSegments",
-            "--cluster-metadata-decoder",
-            "--files",
-            ",".join(str(f) for f in files),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "Exception" not in result.stdout + result.stderr, result.stderr
-    return result.stdout
-
 
 def our_dump(capsys: pytest.CaptureFixture[str], *files: Path) -> str:
     assert main(["dump-log", "--cluster-metadata-decoder", "--files", *map(str, files)]) == 0

@@ -1,0 +1,1 @@
+"""Interop checks against Apache Kafka's own jars."""
