@@ -207,11 +207,20 @@ def test_leftovers_orphans_and_bad_indexes_are_cleaned_up(tmp_path: Path) -> Non
     stored = write_log(tmp_path, [batch(b"y" * 300, base_offset=i) for i in range(30)], index_interval_bytes=1000)
     (tmp_path / "00000000000000000099.log.deleted").write_bytes(b"old")
     (tmp_path / "00000000000000000077.index").write_bytes(b"")
+    (tmp_path / "00000000000000000077.timeindex").write_bytes(b"")
+    (tmp_path / "00000000000000000030-0000000001-x.checkpoint.part").write_bytes(b"partial snapshot")
+    (tmp_path / "quorum-state").write_text("{}")  # not the log's business
     (tmp_path / "00000000000000000000.index").write_bytes(b"\x00" * 12)  # not whole entries
     log, report = PartitionLog.open(tmp_path, index_interval_bytes=1000)
     with log:
         assert report.is_clean
-        assert report.removed_files == ("00000000000000000099.log.deleted", "00000000000000000077.index")
+        assert report.removed_files == (
+            "00000000000000000099.log.deleted",
+            "00000000000000000077.index",
+            "00000000000000000077.timeindex",
+            "00000000000000000030-0000000001-x.checkpoint.part",
+        )
+        assert (tmp_path / "quorum-state").exists()
         assert report.rebuilt_indexes == ("00000000000000000000.index",)
         assert (tmp_path / "00000000000000000000.index").stat().st_size % 8 == 0
         assert read_all(log) == stored
@@ -284,3 +293,27 @@ def test_random_appends_reopen_identical_and_any_cut_keeps_a_valid_prefix(
         assert len(survivors) == sum(1 for e in ends if e <= kept_total)
         torn = kept_total - sum(len(b) for b in survivors)
         assert (report.truncated.bytes_dropped if report.truncated else 0) == torn
+
+
+def test_search_for_intact_batches_behind_garbage_finds_them(tmp_path: Path) -> None:
+    batches = three_batches()
+    stored = write_log(tmp_path, batches[:1])
+    noise = bytes(range(256)) * 8  # plenty of 0x02 bytes to tempt the magic-byte search
+    (tmp_path / SEGMENT).write_bytes(stored + noise + batches[1] + noise + batches[2])
+    log, report = PartitionLog.open(tmp_path)
+    with log:
+        assert report.truncated is not None
+        assert report.truncated.intact_batches == ((2, 2), (3, 4))
+        assert report.offsets_dropped == (2, 4)
+        assert read_all(log) == stored
+
+
+def test_truncation_removes_a_stale_kafka_time_index(tmp_path: Path) -> None:
+    write_log(tmp_path, three_batches())
+    time_index = tmp_path / "00000000000000000000.timeindex"
+    time_index.write_bytes(bytes(12))
+    log, _ = PartitionLog.open(tmp_path)
+    with log:
+        assert time_index.exists()
+        assert log.truncate_to(2) == 2
+        assert not time_index.exists()

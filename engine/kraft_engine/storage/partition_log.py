@@ -47,6 +47,10 @@ Decisions worth knowing:
   intact batches (offset ranges) that were lost behind the bad one, so nothing goes silently.
 - The leader-epoch cache is rebuilt from the batch headers on every open and compared with the
   checkpoint file, which is rewritten (and the fact reported) when it is missing or differs.
+- Opening also removes what crashes leave behind: `.deleted` segment files, indexes without a
+  segment, and unfinished or half-deleted snapshots (`.checkpoint.part`, `.checkpoint.deleted`).
+  We keep no `.timeindex`; one left by Kafka is deleted with its segment or when its segment is
+  truncated, and Kafka rebuilds a missing time index when it opens the log.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ from kraft_engine.storage.checkpoint_file import (
 )
 from kraft_engine.storage.leader_epoch_cache import LeaderEpochCache
 from kraft_engine.storage.offset_index import OffsetIndex
+from kraft_engine.storage.snapshots import clean_snapshot_leftovers
 
 __all__ = [
     "DEFAULT_INDEX_INTERVAL_BYTES",
@@ -98,11 +103,14 @@ DEFAULT_INDEX_INTERVAL_BYTES = 4096
 
 _LOG_SUFFIX = ".log"
 _INDEX_SUFFIX = ".index"
+_TIME_INDEX_SUFFIX = ".timeindex"
 _DELETED_SUFFIX = ".deleted"
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index)$")
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _INT32_MAX = 2**31 - 1
 # How far recovery searches a dropped tail for intact batches to report (it is a report, not a fix).
 _INTACT_SEARCH_LIMIT_BYTES = 64 * 1024 * 1024
+_MAGIC_BYTE = b"\x02"
+_MAGIC_POSITION = 16
 
 
 def partition_directory_name(topic: str, partition: int) -> str:
@@ -210,6 +218,11 @@ class _Segment:
     def name(self) -> str:
         return self.log_path.name
 
+    @property
+    def derived_paths(self) -> tuple[Path, Path]:
+        """The offset index, and a `.timeindex` Kafka may have left (we do not maintain one)."""
+        return self.log_path.with_suffix(_INDEX_SUFFIX), self.log_path.with_suffix(_TIME_INDEX_SUFFIX)
+
     def open_index(self, entries: list[tuple[int, int]]) -> None:
         self.index = OffsetIndex(
             self.log_path.with_suffix(_INDEX_SUFFIX), base_offset=self.base_offset, entries=entries
@@ -242,6 +255,8 @@ class _Segment:
         return self.size_bytes, None
 
     def truncate_to_position(self, position: int, *, next_offset: int) -> None:
+        # A time index from Kafka would now describe batches that are gone; Kafka rebuilds a missing one.
+        self.derived_paths[1].unlink(missing_ok=True)
         os.ftruncate(self.fd, position)
         os.fsync(self.fd)
         if self.index is not None:
@@ -341,9 +356,16 @@ def _intact_batches_in(segment: _Segment, start: int) -> tuple[tuple[int, int], 
     data = os.pread(segment.fd, end - start, start)
     found = []
     position = 0
-    # The bad batch's own length cannot be trusted, so look for the next valid batch byte by byte;
-    # a CRC-32C match by accident is negligible, and magic/length checks reject most positions cheaply.
-    while position + RECORD_BATCH_OVERHEAD <= len(data):
+    # The bad batch's own length cannot be trusted, so every byte position is a candidate. Only
+    # positions whose magic byte (16 bytes in) is 2 can start a batch, which `find` skips to in C;
+    # a CRC-32C match by accident is negligible.
+    while True:
+        candidate = data.find(_MAGIC_BYTE, position + _MAGIC_POSITION)
+        if candidate < 0:
+            break
+        position = candidate - _MAGIC_POSITION
+        if position + RECORD_BATCH_OVERHEAD > len(data):
+            break
         try:
             header = validate_batch(data, position)
         except CorruptBatchError:
@@ -362,7 +384,7 @@ def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
     if not segments:
         return
     renamed = []
-    for path in [p for s in segments for p in (s.log_path, s.log_path.with_suffix(_INDEX_SUFFIX))]:
+    for path in [p for s in segments for p in (s.log_path, *s.derived_paths)]:
         if path.exists():
             target = path.with_name(path.name + _DELETED_SUFFIX)
             os.replace(path, target)
@@ -421,11 +443,12 @@ class PartitionLog:
             match = _SEGMENT_NAME.match(path.name)
             if match and match.group(2) == "log":
                 bases.add(int(match.group(1)))
-        for path in sorted(directory.glob(f"*{_INDEX_SUFFIX}")):
+        for path in sorted(directory.iterdir()):
             match = _SEGMENT_NAME.match(path.name)
-            if match and int(match.group(1)) not in bases:
+            if match and match.group(2) != "log" and int(match.group(1)) not in bases:
                 path.unlink()
                 removed.append(path.name)
+        removed.extend(clean_snapshot_leftovers(directory))
 
         segments = [_Segment(directory, base) for base in sorted(bases)]
         try:
