@@ -492,3 +492,16 @@ async def test_peer_that_stops_reading_responses_is_closed_as_idle(make_listener
         await peer.send_request(metadata_request(12, []), correlation_id=correlation_id)
     async with asyncio.timeout(20):
         await wait_for_close_count(listener, CloseReason.IDLE, 1)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ({"request_max_bytes": 0}, "socket.request.max.bytes"),
+        ({"connections_max_idle_ms": -1}, "connections.max.idle.ms"),
+        ({"max_in_flight_requests": 0}, "max_in_flight_requests"),
+    ],
+)
+def test_nonsensical_limits_are_refused_by_name(setting, key):
+    with pytest.raises(ValueError, match=f"{key} must be positive"):
+        Listener(**setting)

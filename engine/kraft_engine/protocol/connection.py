@@ -30,7 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kraft_engine.invariant import require
+from kraft_engine.invariant import InvariantViolation
 from kraft_engine.protocol.backoff import ExponentialBackoff
 from kraft_engine.protocol.entities import (
     API_VERSIONS_KEY,
@@ -248,8 +248,8 @@ class KafkaConnection:
 
     async def _negotiate(self) -> None:
         ours = kio_version_range(API_VERSIONS_KEY)
-        require(ours is not None, "kio lacks ApiVersions")
-        assert ours is not None
+        if ours is None:
+            raise InvariantViolation("kio lacks ApiVersions")
         version = ours[1]
         while True:
             cls = request_class(API_VERSIONS_KEY, version)

@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i64
 from prometheus_client import CollectorRegistry
 
-from kraft_engine.invariant import require
+from kraft_engine.invariant import InvariantViolation
 from kraft_engine.protocol.entities import (
     API_VERSIONS_KEY,
     api_name,
@@ -150,9 +150,13 @@ class Listener:
         features_provider: FeaturesProvider | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        require(request_max_bytes > 0, "socket.request.max.bytes must be positive")
-        require(connections_max_idle_ms > 0, "connections.max.idle.ms must be positive")
-        require(max_in_flight_requests > 0, "max_in_flight_requests must be positive")
+        for key, value in (
+            ("socket.request.max.bytes", request_max_bytes),
+            ("connections.max.idle.ms", connections_max_idle_ms),
+            ("max_in_flight_requests", max_in_flight_requests),
+        ):
+            if value <= 0:
+                raise ValueError(f"{key} must be positive, got {value}")
         self.name = name
         self.request_max_bytes = request_max_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
@@ -168,8 +172,8 @@ class Listener:
         self._error_counters: dict[tuple[int, ErrorCode], Any] = {}
         self._close_counters: dict[str, Any] = {}
         api_versions_range = kio_version_range(API_VERSIONS_KEY)
-        require(api_versions_range is not None, "kio lacks ApiVersions")
-        assert api_versions_range is not None  # for mypy; require() above raises first
+        if api_versions_range is None:
+            raise InvariantViolation("kio lacks ApiVersions")
         self._add_routes(API_VERSIONS_KEY, api_versions_range, self._handle_api_versions)
 
     # --- registry ------------------------------------------------------------------------------
@@ -284,8 +288,8 @@ class Listener:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        require(task is not None, "connection callback runs outside a task")
-        assert task is not None
+        if task is None:
+            raise InvariantViolation("connection callback runs outside a task")
         self._connections.add(task)
         self.metrics.connections_accepted.labels(self.name).inc()
         try:
