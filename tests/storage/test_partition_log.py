@@ -291,3 +291,19 @@ def test_partition_directory_name() -> None:
     assert partition_directory_name("__cluster_metadata", 0) == "__cluster_metadata-0"
     with pytest.raises(ValueError):
         partition_directory_name("", 0)
+
+
+def test_open_finishes_retention_below_the_checkpointed_log_start(log_dir: Path) -> None:
+    one = len(batch(b"x" * 100))
+    with open_log(log_dir, segment_bytes=2 * one) as log:
+        for _ in range(6):
+            log.append_as_leader(batch(b"x" * 100), epoch=1)
+    # The caller had checkpointed log start 4, then crashed before deleting the segments below it.
+    log, report = PartitionLog.open(log_dir, segment_bytes=2 * one, log_start_offset=4)
+    with log:
+        assert report.removed_files == (
+            f"{segment_file_name(0)} (below the log start offset 4)",
+            f"{segment_file_name(2)} (below the log start offset 4)",
+        )
+        assert log.segment_names == [segment_file_name(4)]
+        assert (log.log_start_offset, log.log_end_offset, log.epoch_entries) == (4, 6, [(1, 4)])

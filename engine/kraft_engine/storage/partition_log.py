@@ -38,7 +38,8 @@ Decisions worth knowing:
   belong to whoever manages the log directory. `open()` takes them as arguments. Without a
   recovery point every segment is CRC-checked; with one, segments wholly below it are only
   walked header by header (lengths, offsets, epochs), and the rest — always including the last
-  segment — are CRC-checked. Without a log start offset it is the first segment's base offset.
+  segment — are CRC-checked. Without a log start offset it is the first segment's base offset;
+  with one, segments wholly below it (a crash interrupted retention) are deleted on open.
 - Recovery truncates at the first batch that is torn, fails its CRC, breaks offset contiguity
   (base offsets are outside the CRC; the engine never compacts, so a gap is damage) or lowers
   the leader epoch. Everything after that point is dropped, later segments included, even if
@@ -564,6 +565,14 @@ class PartitionLog:
                 segment.close()
             _delete_segment_files(directory, kept)
             kept, epochs, log_end = [], [], start
+        # Finish a retention that a crash interrupted: segments wholly below the log start go.
+        below = []
+        while len(kept) > 1 and kept[1].base_offset <= start:
+            below.append(kept.pop(0))
+        for segment in below:
+            segment.close()
+            removed.append(f"{segment.name} (below the log start offset {start})")
+        _delete_segment_files(directory, below)
         if not kept:
             first = _Segment(directory, start)
             first.open_index([])
