@@ -21,7 +21,13 @@ from kraft_engine.records import (
     iter_batches,
     metadata_version,
 )
-from kraft_engine.storage.formatter import BOOTSTRAP_SNAPSHOT_NAME, CLUSTER_METADATA_DIR_NAME
+from kraft_engine.server.config import load_config
+from kraft_engine.storage.formatter import (
+    BOOTSTRAP_SNAPSHOT_NAME,
+    CLUSTER_METADATA_DIR_NAME,
+    FormatRequest,
+    FormatterError,
+)
 from kraft_engine.storage.meta_properties import read_meta_properties
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
@@ -223,6 +229,36 @@ def test_no_initial_controllers_writes_kraft_version_1_without_voters(
     records = snapshot_records(tmp_path / "meta")
     assert KRaftVersionRecord(version=0, k_raft_version=1) in records  # type: ignore[arg-type]
     assert not any(isinstance(r, VotersRecord) for r in records)
+
+
+@pytest.mark.parametrize("flags", [["-I", INITIAL], ["-N"]])
+def test_a_broker_may_be_formatted_with_dynamic_flags_but_gets_no_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    config = write_config(tmp_path, roles="broker", node_id=4)
+    rc, out, err = fmt(capsys, config, *flags)
+    assert rc == 0, err
+    assert "dynamic metadata directory" in out or "metadata directory" in out
+    assert read_meta_properties(tmp_path / "meta").node_id == 4
+    assert not (tmp_path / "meta" / CLUSTER_METADATA_DIR_NAME).exists()
+
+
+def test_a_combined_node_formatted_standalone_gets_the_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, roles="broker,controller", node_id=1)
+    rc, _, err = fmt(capsys, config, "-s")
+    assert rc == 0, err
+    voters = next(r for r in snapshot_records(tmp_path / "meta") if isinstance(r, VotersRecord))
+    assert [(e.name, e.port) for e in voters.voters[0].endpoints] == [("CONTROLLER", 19093)]
+
+
+def test_the_formatter_itself_refuses_two_quorum_flags(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path))
+    with pytest.raises(FormatterError, match="mutually exclusive"):
+        FormatRequest.from_config(config, cluster_id=CLUSTER_ID, standalone=True, no_initial_controllers=True)
+    with pytest.raises(FormatterError, match="mutually exclusive"):
+        FormatRequest.from_config(config, cluster_id=CLUSTER_ID, standalone=True, initial_controllers=INITIAL)
 
 
 # --- format: refusals (nothing is written) ------------------------------------------------------

@@ -179,10 +179,11 @@ def test_log_dir_is_used_when_log_dirs_is_absent() -> None:
     assert config.log_dirs == ("/data/one",)
 
 
-def test_unknown_keys_are_kept_not_fatal() -> None:
+def test_unknown_keys_are_kept_and_warned_about_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
     config = parse_config(with_(CONTROLLER, num_network_threads="3", **{"my-custom-key": "x"}))
     assert config.unknown_keys == ("my-custom-key", "num.network.threads")
     assert config.originals["num.network.threads"] == "3"
+    assert "These configurations '['my-custom-key', 'num.network.threads']' were supplied but are not used yet" in caplog.text
 
 
 def test_load_config_reads_java_properties_syntax(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ endpoint (default 0: disabled).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from enum import StrEnum
@@ -33,6 +34,9 @@ __all__ = [
     "parse_config",
     "parse_quorum_voters",
 ]
+
+
+_log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -284,6 +288,9 @@ def parse_config(properties: Mapping[str, str]) -> KafkaConfig:
     except ValidationError as e:  # our parsing above already produced the right types
         raise ConfigError(str(e)) from None
     _validate(config)
+    if config.unknown_keys:
+        # Kafka's AbstractConfig.logUnused says the same, and carries on.
+        _log.warning("These configurations '%s' were supplied but are not used yet.", list(config.unknown_keys))
     return config
 
 
