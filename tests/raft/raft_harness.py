@@ -244,3 +244,34 @@ class Cluster:
             self.advance(50)
             waited += 50
         raise AssertionError(f"no leader after {max_ms} ms")
+
+
+def make_node(
+    node_id: int,
+    voters: list[int],
+    *,
+    log: MemoryLog | None = None,
+    persisted: ElectionState | None = None,
+    config: RaftConfig | None = None,
+    now_ms: int = 1_000_000,
+    seed: int = 0,
+) -> RaftNode:
+    """One node on its own, for request/response-level tests."""
+    return RaftNode(
+        config=config or RaftConfig(),
+        node_id=node_id,
+        directory_id=directory(node_id),
+        cluster_id=CLUSTER_ID,
+        log=log if log is not None else MemoryLog(),
+        persisted=persisted,
+        static_voters=voter_set(voters),
+        rng=random.Random(seed),
+        now_ms=now_ms,
+        local_endpoints=(endpoint(node_id),),
+    )
+
+
+def only_response(out: Output) -> Any:
+    responses = out.responses
+    assert len(responses) == 1, out.messages
+    return wire(responses[0].response)

@@ -444,7 +444,7 @@ class RaftNode:
                 if connection.inflight_token == token:
                     connection.inflight_token = None
                 self._handle_failure(inflight, RequestFailure.TIMED_OUT, now_ms)
-                connection.backoff_until_ms = now_ms + self._config.retry_backoff_ms
+                connection.backoff_until_ms = inflight.deadline_ms + self._config.retry_backoff_ms
 
     def _next_deadline(self, now_ms: int) -> int:
         deadlines = [inflight.deadline_ms for inflight in self._inflight.values()]
@@ -694,6 +694,7 @@ class RaftNode:
 
     def _start_prospective(self, now_ms: int) -> None:
         self._quorum.transition_to_prospective(now_ms=now_ms)
+        self._reset_connections()
         self._maybe_advance_election(now_ms)
 
     def _poll_prospective(self, state: ProspectiveState, now_ms: int) -> None:
@@ -1288,7 +1289,9 @@ class RaftNode:
             now_ms=now_ms,
         )
         if handled is not None:
-            return handled
+            # An error answer (a bootstrap server that could not name a leader, a resigned leader)
+            # is retried only after the backoff, even when it taught us a new leader.
+            return handled and isinstance(self._quorum.state, FollowerState) and partition.error_code == ErrorCode.none
         state = self._quorum.state
         if partition.error_code != ErrorCode.none or not isinstance(state, FollowerState):
             return False
