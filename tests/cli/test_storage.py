@@ -18,17 +18,18 @@ from kraft_engine.records import (
     decode_control_batch,
     decode_metadata_record,
     decode_records,
-    iter_batches,
     metadata_version,
 )
 from kraft_engine.server.config import load_config
 from kraft_engine.storage.formatter import (
+    BOOTSTRAP_SNAPSHOT_ID,
     BOOTSTRAP_SNAPSHOT_NAME,
     CLUSTER_METADATA_DIR_NAME,
     FormatRequest,
     FormatterError,
 )
 from kraft_engine.storage.meta_properties import read_meta_properties
+from kraft_engine.storage.snapshots import SnapshotReader
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
 DIR_1 = "JEXY6aqzQY-32P5TStzaFg"
@@ -74,9 +75,12 @@ def fmt(capsys: pytest.CaptureFixture[str], config: Path, *flags: str) -> tuple[
 
 
 def snapshot_records(meta_dir: Path) -> list[object]:
-    data = (meta_dir / CLUSTER_METADATA_DIR_NAME / BOOTSTRAP_SNAPSHOT_NAME).read_bytes()
+    """The records of the bootstrap snapshot, read through the engine's validating snapshot reader."""
+    assert (meta_dir / CLUSTER_METADATA_DIR_NAME / BOOTSTRAP_SNAPSHOT_NAME).is_file()
     records: list[object] = []
-    for header, raw in iter_batches(data):
+    with SnapshotReader(meta_dir / CLUSTER_METADATA_DIR_NAME, BOOTSTRAP_SNAPSHOT_ID) as reader:
+        batches = list(reader.batches())
+    for header, raw in batches:
         if header.is_control:
             records.extend(r.record for r in decode_control_batch(raw))
         else:

@@ -28,33 +28,31 @@ from pathlib import Path
 from typing import TextIO
 
 from kio.schema.k_raft_version_record.v0 import KRaftVersionRecord
-from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
-from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 from kio.schema.types import BrokerId
 from kio.schema.voters_record.v0 import VotersRecord
 from kio.schema.voters_record.v0.data import Endpoint as VoterEndpoint
 from kio.schema.voters_record.v0.data import KRaftVersionFeature, Voter
-from kio.static.primitive import i16, i64, u16
+from kio.static.primitive import i16, u16
 
 from kraft_engine.kafka_uuid import from_kafka_str, random_uuid, to_kafka_str
 from kraft_engine.records import (
     ControlRecord,
     FeatureLevelRecord,
-    build_batch,
-    build_control_batch,
     encode_metadata_record,
     metadata_version,
 )
 from kraft_engine.server.config import KafkaConfig
-from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
+from kraft_engine.storage.atomic_file import fsync_dir
 from kraft_engine.storage.meta_properties import (
     MetaProperties,
     MetaPropertiesEnsemble,
     MetaPropertiesError,
     write_meta_properties,
 )
+from kraft_engine.storage.snapshots import SnapshotId, SnapshotWriter, snapshot_file_name
 
 __all__ = [
+    "BOOTSTRAP_SNAPSHOT_ID",
     "BOOTSTRAP_SNAPSHOT_NAME",
     "CLUSTER_METADATA_DIR_NAME",
     "DirectoryType",
@@ -62,13 +60,14 @@ __all__ = [
     "FormatRequest",
     "FormatResult",
     "FormatterError",
-    "build_bootstrap_snapshot",
+    "bootstrap_records",
     "format_storage",
     "parse_dynamic_voters",
 ]
 
 CLUSTER_METADATA_DIR_NAME = "__cluster_metadata-0"
-BOOTSTRAP_SNAPSHOT_NAME = "00000000000000000000-0000000000.checkpoint"
+BOOTSTRAP_SNAPSHOT_ID = SnapshotId(end_offset=0, epoch=0)
+BOOTSTRAP_SNAPSHOT_NAME = snapshot_file_name(BOOTSTRAP_SNAPSHOT_ID)
 KRAFT_VERSION_STATIC = 0
 KRAFT_VERSION_DYNAMIC = 1
 
@@ -354,31 +353,40 @@ def _directory_id(request: FormatRequest, directory_type: DirectoryType, used: s
 def _write_bootstrap_snapshot(request: FormatRequest, *, log_dir: Path, now_ms: int) -> Path:
     partition_dir = log_dir / CLUSTER_METADATA_DIR_NAME
     partition_dir.mkdir(parents=True, exist_ok=True)
-    path = partition_dir / BOOTSTRAP_SNAPSHOT_NAME
-    data = build_bootstrap_snapshot(
+    fsync_dir(log_dir)
+    control_records, metadata_values = bootstrap_records(
         metadata_version_level=request.metadata_version_level,
         kraft_version=request.kraft_version,
         voters=request.initial_controllers,
         controller_listener_name=request.controller_listener_name,
-        now_ms=now_ms,
     )
-    atomic_replace(path, data)
-    fsync_dir(log_dir)
-    return path
+    writer = SnapshotWriter(
+        partition_dir,
+        snapshot_id=BOOTSTRAP_SNAPSHOT_ID,
+        last_contained_log_timestamp_ms=now_ms,
+        control_records=control_records,
+        timestamp_ms=now_ms,
+    )
+    try:
+        writer.append(metadata_values)
+        return writer.freeze()
+    except BaseException:
+        writer.abort()
+        raise
 
 
-def build_bootstrap_snapshot(
+def bootstrap_records(
     *,
     metadata_version_level: int,
     kraft_version: int,
     voters: Sequence[DynamicVoter] | None,
     controller_listener_name: str,
-    now_ms: int,
-) -> bytes:
-    """The bytes of the bootstrap snapshot (id 0-0), laid out as Kafka's RecordsSnapshotWriter does."""
-    control: list[ControlRecord] = [
-        SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(now_ms))
-    ]
+) -> tuple[list[ControlRecord], list[bytes]]:
+    """What the bootstrap snapshot holds between its header and footer, as Kafka's
+    RecordsSnapshotWriter lays it out: the control records that go into the header batch
+    (KRaftVersionRecord, then VotersRecord, for a dynamic quorum), and the framed metadata records,
+    the FeatureLevelRecord for metadata.version first."""
+    control: list[ControlRecord] = []
     if kraft_version >= KRAFT_VERSION_DYNAMIC:
         control.append(KRaftVersionRecord(version=i16(0), k_raft_version=i16(kraft_version)))
         # A node formatted with --no-initial-controllers learns the voters from the quorum it joins.
@@ -386,20 +394,10 @@ def build_bootstrap_snapshot(
             control.append(_voters_record(voters, controller_listener_name=controller_listener_name))
     elif voters is not None:
         raise FormatterError("A voter set cannot be written when kraft.version is 0")
-    head = build_control_batch(base_offset=0, partition_leader_epoch=0, timestamp_ms=now_ms, records=control)
-    features = [
+    metadata = [
         encode_metadata_record(FeatureLevelRecord(name="metadata.version", feature_level=metadata_version_level))
     ]
-    body = build_batch(
-        base_offset=len(control), partition_leader_epoch=0, values=features, timestamp_ms=now_ms
-    )
-    foot = build_control_batch(
-        base_offset=len(control) + len(features),
-        partition_leader_epoch=0,
-        timestamp_ms=now_ms,
-        records=[SnapshotFooterRecord(version=i16(0))],
-    )
-    return head + body + foot
+    return control, metadata
 
 
 def _voters_record(voters: Sequence[DynamicVoter], *, controller_listener_name: str) -> VotersRecord:
