@@ -122,6 +122,25 @@ def test_every_interpreted_key_is_read() -> None:
     assert config.all_log_dirs == ("/var/kafka/data", "/var/kafka/meta")
 
 
+def test_the_quorum_keys_reach_the_raft_core() -> None:
+    config = parse_config(
+        with_(
+            CONTROLLER,
+            controller_quorum_election_timeout_ms="1500",
+            controller_quorum_fetch_timeout_ms="3000",
+            controller_quorum_append_linger_ms="5",
+            controller_quorum_auto_join_enable="true",
+            metadata_max_retention_bytes="1048576",
+        )
+    )
+    raft = config.raft_config()
+    assert (raft.election_timeout_ms, raft.fetch_timeout_ms, raft.append_linger_ms) == (1500, 3000, 5)
+    assert (raft.election_backoff_max_ms, raft.request_timeout_ms, raft.retry_backoff_ms) == (1000, 2000, 20)
+    assert raft.auto_join_enable is True
+    assert raft.retention_max_bytes == 1048576
+    assert raft.controller_listener_name == "CONTROLLER"
+
+
 def test_controller_structure_is_parsed() -> None:
     config = parse_config(
         with_(CONTROLLER, controller_quorum_voters="1@localhost:9093, 2@[::1]:9094,3@ctl-3.example:9095")
@@ -325,7 +344,9 @@ def test_malformed_bootstrap_servers_are_refused() -> None:
     ("key", "value", "reason"),
     [
         ("controller.quorum.election.timeout.ms", "soon", "Not a number"),
-        ("controller.quorum.fetch.timeout.ms", "-5", "at least 0"),
+        ("controller.quorum.fetch.timeout.ms", "0", "at least 1"),
+        ("controller.quorum.election.timeout.ms", "-5", "at least 1"),
+        ("controller.quorum.retry.backoff.ms", "-1", "at least 0"),
         ("metadata.log.segment.bytes", "4", "at least 12"),
         ("broker.session.timeout.ms", "99999999999", "no more than"),
         ("kraftwerk.metrics.port", "70000", "no more than 65535"),

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kraft_engine.raft.config import RaftConfig
 from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
 
 __all__ = [
@@ -165,6 +166,21 @@ class KafkaConfig(BaseModel):
     def effective_advertised_broker_listeners(self) -> tuple[Endpoint, ...]:
         return tuple(e for e in self.advertised_listeners if e.listener_name not in self.controller_listener_names)
 
+    def raft_config(self) -> RaftConfig:
+        """The consensus core's settings, from the `controller.quorum.*` and `metadata.*` keys."""
+        # _validate guarantees a controller listener name on every KRaft node.
+        return RaftConfig(
+            election_timeout_ms=self.controller_quorum_election_timeout_ms,
+            election_backoff_max_ms=self.controller_quorum_election_backoff_max_ms,
+            fetch_timeout_ms=self.controller_quorum_fetch_timeout_ms,
+            request_timeout_ms=self.controller_quorum_request_timeout_ms,
+            retry_backoff_ms=self.controller_quorum_retry_backoff_ms,
+            append_linger_ms=self.controller_quorum_append_linger_ms,
+            auto_join_enable=self.controller_quorum_auto_join_enable,
+            retention_max_bytes=self.metadata_max_retention_bytes,
+            controller_listener_name=self.controller_listener_names[0],
+        )
+
     @property
     def all_log_dirs(self) -> tuple[str, ...]:
         """`log.dirs` plus `metadata.log.dir`, sorted and distinct: what `kraft storage` formats."""
@@ -174,10 +190,10 @@ class KafkaConfig(BaseModel):
 # Every key the engine interprets, with its field and Kafka's type (for Kafka-style errors).
 _INT_KEYS: dict[str, tuple[str, int, int]] = {
     # key: (field, minimum, maximum)
-    "controller.quorum.election.timeout.ms": ("controller_quorum_election_timeout_ms", 0, _INT_MAX),
-    "controller.quorum.election.backoff.max.ms": ("controller_quorum_election_backoff_max_ms", 0, _INT_MAX),
-    "controller.quorum.fetch.timeout.ms": ("controller_quorum_fetch_timeout_ms", 0, _INT_MAX),
-    "controller.quorum.request.timeout.ms": ("controller_quorum_request_timeout_ms", 0, _INT_MAX),
+    "controller.quorum.election.timeout.ms": ("controller_quorum_election_timeout_ms", 1, _INT_MAX),
+    "controller.quorum.election.backoff.max.ms": ("controller_quorum_election_backoff_max_ms", 1, _INT_MAX),
+    "controller.quorum.fetch.timeout.ms": ("controller_quorum_fetch_timeout_ms", 1, _INT_MAX),
+    "controller.quorum.request.timeout.ms": ("controller_quorum_request_timeout_ms", 1, _INT_MAX),
     "controller.quorum.retry.backoff.ms": ("controller_quorum_retry_backoff_ms", 0, _INT_MAX),
     "controller.quorum.append.linger.ms": ("controller_quorum_append_linger_ms", 0, _INT_MAX),
     "metadata.log.segment.bytes": ("metadata_log_segment_bytes", _LOG_OVERHEAD_BYTES, _INT_MAX),
