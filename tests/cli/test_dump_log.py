@@ -231,3 +231,12 @@ def test_metadata_records_print_as_kafkas_json(tmp_path: Path, capsys: pytest.Ca
     assert lines[5].startswith("| offset: 2 ")
     assert " payload: Error at 2, skipping. " in lines[5]
     assert rc == 0
+
+
+def test_kafkas_binary_bootstrap_file_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bootstrap.checkpoint"
+    path.write_bytes(snapshot_bytes())
+    rc, lines, _ = run(capsys, "--cluster-metadata-decoder", "--files", str(path))
+    assert rc == 0
+    assert lines[1] == "KRaft bootstrap snapshot"
+    assert "SnapshotFooter" in lines[-1]

@@ -9,6 +9,7 @@ records. Skips when the jars or a JDK are absent.
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from kraft_engine.records import (
 )
 from kraft_engine.storage.formatter import BOOTSTRAP_SNAPSHOT_NAME, CLUSTER_METADATA_DIR_NAME
 
-from .kafka_jars import kafka_dump, needs_jars
+from .kafka_jars import CLASSPATH, kafka_dump, needs_jars
 
 pytestmark = pytest.mark.kafka_jars
 
@@ -109,3 +110,40 @@ def test_kafka_reads_our_metadata_segment(tmp_path: Path, capsys: pytest.Capture
         assert f'"type":"{name}"' in kafka
     assert "Error at" not in kafka and "invalid bytes" not in kafka
     assert our_dump(capsys, segment) == kafka
+
+
+@needs_jars
+def test_we_read_what_kafkas_own_storage_tool_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "process.roles=controller\nnode.id=1\nlisteners=CONTROLLER://localhost:19093\n"
+        "controller.listener.names=CONTROLLER\ncontroller.quorum.bootstrap.servers=localhost:19093\n"
+        f"log.dirs={tmp_path}/meta\n"
+    )
+    assert CLASSPATH is not None
+    subprocess.run(
+        [
+            "java",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+            CLASSPATH,
+            "kafka.tools.StorageTool",
+            "format",
+            "-c",
+            str(config),
+            "-t",
+            "MkU3OEVBNTcwNTJENDM2Qk",
+            "--standalone",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    # Kafka 4.1 writes a binary bootstrap file; later releases put the records in the checkpoint.
+    files = sorted((tmp_path / "meta").rglob("*.checkpoint"))
+    assert files
+
+    kafka = kafka_dump(*files)
+
+    assert "KRaftVoters" in kafka and "FEATURE_LEVEL_RECORD" in kafka
+    assert our_dump(capsys, *files) == kafka

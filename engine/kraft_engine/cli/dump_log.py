@@ -42,6 +42,8 @@ __all__ = ["dump_file", "register"]
 _RECORD_INDENT = "|"
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _LOG_NAME = re.compile(r"^(\d{20})\.log$")
+# The file Kafka 3.x/4.1 `kafka-storage format` writes into every log dir (BootstrapDirectory).
+_BINARY_BOOTSTRAP_NAME = "bootstrap.checkpoint"
 _COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _TIMESTAMP_TYPE_MASK = 0x08
 _DELETE_HORIZON_MASK = 0x40
@@ -103,6 +105,8 @@ def dump_file(path: Path, *, out: TextIO, err: TextIO, decode_metadata: bool, de
         print(f"Log starting offset: {int(m.group(1))}", file=out)
     elif (m := _SNAPSHOT_NAME.match(path.name)) is not None:
         print(f"Snapshot end offset: {int(m.group(1))}, epoch: {int(m.group(2))}", file=out)
+    elif path.name == _BINARY_BOOTSTRAP_NAME:
+        print("KRaft bootstrap snapshot", file=out)
     else:
         print(f"Ignoring unknown file {path}: only .log segments and .checkpoint snapshots are read", file=err)
         return True
