@@ -13,6 +13,7 @@ one can be opened by the other and Kafka's own tools can inspect ours. Public AP
 - `offset_index`: the sparse `.index` beside each segment.
 - `partition_log`: `PartitionLog.open(dir, ...) -> (log, RecoveryReport)`; appends as leader or
   follower, reads, truncation, retention, flush (API in that module's docstring).
+- `metadata_log`: `FileMetadataLog`, the raft core's `RaftLog` over a PartitionLog + snapshots.
 - `snapshots`: `SnapshotWriter`, `DownloadedSnapshotWriter`, `SnapshotReader`, listing/deleting
   `<offset>-<epoch>.checkpoint` files.
 """
@@ -27,6 +28,7 @@ from kraft_engine.storage.meta_properties import (
     read_meta_properties,
     write_meta_properties,
 )
+from kraft_engine.storage.metadata_log import FileMetadataLog
 from kraft_engine.storage.partition_log import (
     AppendInfo,
     DroppedBytes,
@@ -49,6 +51,7 @@ __all__ = [
     "CheckpointError",
     "DownloadedSnapshotWriter",
     "DroppedBytes",
+    "FileMetadataLog",
     "FileQuorumStateStore",
     "LeaderEpochCache",
     "LogError",

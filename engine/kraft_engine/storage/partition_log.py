@@ -641,6 +641,9 @@ class PartitionLog:
     def segment_names(self) -> list[str]:
         return [s.name for s in self._segments]
 
+    def size_in_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self._epochs.end_offset_for(epoch, log_end_offset=self.log_end_offset)
 

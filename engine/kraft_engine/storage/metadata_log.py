@@ -1,0 +1,180 @@
+"""The file-backed KRaft metadata log: `__cluster_metadata-0` as the raft core sees it.
+
+The consensus core (`kraft_engine.raft`) is written against the `RaftLog` protocol and tested on
+an in-memory log. This is the same protocol over Kafka's real on-disk layout — a PartitionLog for
+the batches plus `<offset>-<epoch>.checkpoint` snapshot files in the same directory — playing the
+role of Kafka's `KafkaMetadataLog`.
+
+Opening follows KafkaMetadataLog: leftovers are cleaned, the log is recovered (the report is
+returned), the log start is the earliest snapshot's end offset when the segments reach back
+before it, and when the latest snapshot lies beyond the recovered log end (a follower crashed
+after downloading a snapshot but before truncating) the log restarts at that snapshot.
+
+The log start offset itself is not checkpointed separately: as in Kafka's metadata log it is
+re-derived from the segments and snapshots on open. `delete_before` is only ever called with a
+snapshot's end offset, and the snapshot outlives the segments it replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kraft_engine.raft.log import OffsetAndEpoch, RaftLog
+from kraft_engine.raft.log_batch import LogBatch, parse_batches
+from kraft_engine.storage.partition_log import DEFAULT_SEGMENT_BYTES, PartitionLog, RecoveryReport
+from kraft_engine.storage.snapshots import (
+    DownloadedSnapshotWriter,
+    SnapshotError,
+    SnapshotId,
+    SnapshotReader,
+    delete_snapshot,
+    list_snapshots,
+)
+
+__all__ = ["FileMetadataLog"]
+
+
+def _snapshot_id(value: OffsetAndEpoch) -> SnapshotId:
+    return SnapshotId(end_offset=value.offset, epoch=value.epoch)
+
+
+class FileMetadataLog:
+    """A `kraft_engine.raft.log.RaftLog` stored in one partition directory."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+        self.directory = log.directory
+
+    @classmethod
+    def open(
+        cls, directory: Path, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    ) -> tuple[FileMetadataLog, RecoveryReport]:
+        """Open and recover; `segment_bytes` is Kafka's `metadata.log.segment.bytes`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        snapshots = list_snapshots(directory)
+        log, report = PartitionLog.open(
+            directory,
+            segment_bytes=segment_bytes,
+            log_start_offset=snapshots[0].end_offset if snapshots else None,
+        )
+        if snapshots and snapshots[-1].end_offset > log.log_end_offset:
+            log.truncate_fully_and_start_at(snapshots[-1].end_offset)
+        return cls(log), report
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    def _start_epoch(self) -> int:
+        for snapshot in list_snapshots(self.directory):
+            if snapshot.end_offset == self._log.log_start_offset:
+                return snapshot.epoch
+        return 0
+
+    def end_offset(self) -> OffsetAndEpoch:
+        latest = self._log.latest_epoch
+        epoch = latest if latest is not None and self._log.log_end_offset > self._log.log_start_offset else None
+        return OffsetAndEpoch(
+            epoch=self._start_epoch() if epoch is None else epoch, offset=self._log.log_end_offset
+        )
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        """The largest epoch <= `epoch` in the log and where it ends; below every epoch in the log,
+        the epoch of the snapshot the log starts at and the offset of the first batch."""
+        entries = self._log.epoch_entries
+        found = [(e, start) for e, start in entries if e <= epoch]
+        if not found:
+            first = entries[0][1] if entries else self._log.log_end_offset
+            return OffsetAndEpoch(epoch=self._start_epoch(), offset=first)
+        found_epoch, _ = found[-1]
+        later = [start for e, start in entries if e > epoch]
+        return OffsetAndEpoch(epoch=found_epoch, offset=later[0] if later else self._log.log_end_offset)
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._log.flushed_offset
+
+    def size_in_bytes(self) -> int:
+        return self._log.size_in_bytes()
+
+    # -- batches -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        return self._log.read(offset, max_bytes=max_bytes)
+
+    def batches(self) -> Iterator[LogBatch]:
+        offset = self._log.log_start_offset
+        while offset < self._log.log_end_offset:
+            chunk = parse_batches(self._log.read(offset, max_bytes=1 << 20))
+            yield from chunk
+            offset = chunk[-1].next_offset
+
+    def append(self, data: bytes) -> list[LogBatch]:
+        """Append whole batches that continue the log (offsets and epochs already assigned)."""
+        parsed = parse_batches(data)
+        self._log.append_as_follower(data)
+        return parsed
+
+    def truncate_to(self, offset: int) -> None:
+        self._log.truncate_to(offset)
+
+    def flush(self) -> None:
+        self._log.flush()
+
+    def delete_before(self, offset: int) -> None:
+        self._log.delete_below(offset)
+
+    def truncate_to_latest_snapshot(self) -> None:
+        snapshots = list_snapshots(self.directory)
+        if not snapshots:
+            raise SnapshotError(f"no snapshot in {self.directory} to truncate the log to")
+        self._log.truncate_fully_and_start_at(snapshots[-1].end_offset)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def snapshot_ids(self) -> list[OffsetAndEpoch]:
+        return [OffsetAndEpoch(epoch=s.epoch, offset=s.end_offset) for s in list_snapshots(self.directory)]
+
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        with SnapshotReader(self.directory, _snapshot_id(snapshot_id)) as reader:
+            return reader.read(position, max_bytes)
+
+    def snapshot_size(self, snapshot_id: OffsetAndEpoch) -> int | None:
+        try:
+            with SnapshotReader(self.directory, _snapshot_id(snapshot_id)) as reader:
+                return reader.size_bytes
+        except SnapshotError:
+            return None
+
+    def store_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        """Validate and durably freeze a complete snapshot (tmp `.part` + fsync + rename + dir fsync)."""
+        writer = DownloadedSnapshotWriter(self.directory, _snapshot_id(snapshot_id))
+        try:
+            writer.write(0, data)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.freeze()
+
+    def delete_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        delete_snapshot(self.directory, _snapshot_id(snapshot_id))
+
+    def close(self) -> None:
+        self._log.close()
+
+    def __enter__(self) -> FileMetadataLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_the_protocol(log: FileMetadataLog) -> RaftLog:
+        # mypy checks structurally that the file log is a drop-in RaftLog for the core.
+        return log
