@@ -7,9 +7,11 @@ only moves when a test calls `advance`.
 
 from __future__ import annotations
 
+import datetime
 import io
 import random
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +36,43 @@ from kraft_engine.raft import (
 )
 
 CLUSTER_ID = "kraftwerk-test-cluster"
+CLIENT = -1000
+
+
+def api_versions_response(kraft: tuple[int, int]) -> Any:
+    from kio.schema.api_versions.v3.response import ApiVersionsResponse, SupportedFeatureKey
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i16, i32Timedelta
+
+    return ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=(),
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        supported_features=(SupportedFeatureKey(name="kraft.version", min_version=i16(kraft[0]), max_version=i16(kraft[1])),),
+    )
+
+
+def bootstrap_log(voters: VoterSet) -> MemoryLog:
+    """A log formatted for a dynamic quorum: the 0-0 bootstrap snapshot with kraft.version 1."""
+    from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
+    from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
+    from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
+    from kio.static.primitive import i16, i64
+
+    from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, build_control_batch
+
+    chunks = [
+        build_control_batch(base_offset=0, partition_leader_epoch=0, timestamp_ms=0,
+                            records=[SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(0))]),
+        build_control_batch(base_offset=1, partition_leader_epoch=0, timestamp_ms=0,
+                            records=[KRaftVersionRecord(version=i16(0), k_raft_version=i16(1))]),
+        build_control_batch(base_offset=2, partition_leader_epoch=0, timestamp_ms=0, records=[voters.to_record()]),
+        build_control_batch(base_offset=3, partition_leader_epoch=0, timestamp_ms=0,
+                            records=[SnapshotFooterRecord(version=i16(0))]),
+    ]
+    log = MemoryLog()
+    log.store_snapshot(BOOTSTRAP_SNAPSHOT_ID, b"".join(chunks))
+    return log
 
 
 def wire(entity: Any) -> Any:
@@ -54,12 +93,14 @@ def endpoint(node_id: int) -> Endpoint:
 
 
 def voter_set(ids: list[int], *, with_directories: bool = True) -> VoterSet:
+    """A kraft.version 1 voter set (directory ids, versions 0-1), or a static one like
+    controller.quorum.voters gives (no directory ids, version 0 only)."""
     return VoterSet(
         VoterNode(
             key=ReplicaKey(i, directory(i) if with_directories else None),
             endpoints=(endpoint(i),),
             min_kraft_version=0,
-            max_kraft_version=1,
+            max_kraft_version=1 if with_directories else 0,
         )
         for i in ids
     )
@@ -115,21 +156,35 @@ class Cluster:
         self.now_ms = start_ms
         self.seed = seed
         self.voter_ids = list(voters)
-        self.static_voters = voter_set(voters) if static else None
+        self.static_voters = voter_set(voters, with_directories=False) if static else None
         self.records: dict[int, NodeRecord] = {}
         self.queue: list[Envelope] = []
         self.inbound: dict[tuple[int, int], tuple[int, int]] = {}
         self._next_inbound = 1
         self.drop: Callable[[Envelope], bool] = lambda _: False
         self.sent: list[Envelope] = []
-        for node_id in [*voters, *observers]:
-            self.start(node_id, MemoryLog())
+        self.client_responses: dict[int, Any] = {}
+        self.supported_kraft: dict[int, tuple[int, int]] = defaultdict(lambda: (0, 1))
+        self._next_client = 1
+        for node_id in voters:
+            self.start(node_id, MemoryLog() if static else bootstrap_log(voter_set(voters)), static_voters=static)
+        for node_id in observers:
+            self.start(node_id, MemoryLog(), static_voters=static)
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self, node_id: int, log: MemoryLog, persisted: ElectionState | None = None, *, static_voters: VoterSet | bool | None = True) -> NodeRecord:
+    def start(
+        self,
+        node_id: int,
+        log: MemoryLog,
+        persisted: ElectionState | None = None,
+        *,
+        static_voters: VoterSet | bool | None = True,
+        config: RaftConfig | None = None,
+        endpoints: tuple[Endpoint, ...] | None = None,
+    ) -> NodeRecord:
         voters = self.static_voters if static_voters is True else (static_voters or None)
         node = RaftNode(
-            config=self.config,
+            config=config or self.config,
             node_id=node_id,
             directory_id=directory(node_id),
             cluster_id=CLUSTER_ID,
@@ -138,12 +193,23 @@ class Cluster:
             static_voters=voters,
             rng=random.Random(self.seed * 1000 + node_id),
             now_ms=self.now_ms,
-            local_endpoints=(endpoint(node_id),),
+            local_endpoints=endpoints or (endpoint(node_id),),
+            bootstrap_servers=() if voters is not None else tuple(endpoint(i) for i in self.voter_ids),
         )
         record = NodeRecord(node=node, log=log, persisted=persisted)
         self.records[node_id] = record
         self.apply(node_id, node.poll(self.now_ms))
         return record
+
+    def client_request(self, node_id: int, request: Any) -> int:
+        """An admin request (AddRaftVoter, DescribeQuorum...) to `node_id`; see client_responses."""
+        client_token = self._next_client
+        self._next_client += 1
+        token = self._next_inbound
+        self._next_inbound += 1
+        self.inbound[(node_id, token)] = (CLIENT, client_token)
+        self.apply(node_id, self.node(node_id).handle_request(wire(request), token=token, now_ms=self.now_ms))
+        return client_token
 
     def crash(self, node_id: int) -> None:
         self.records[node_id].alive = False
@@ -154,7 +220,7 @@ class Cluster:
         log = old.log
         if lose_unflushed:
             log.truncate_to(max(log.flushed_offset, log.log_start_offset))
-        return self.start(node_id, log, old.persisted)
+        return self.start(node_id, log, old.persisted, static_voters=self.static_voters is not None)
 
     def node(self, node_id: int) -> RaftNode:
         return self.records[node_id].node
@@ -170,9 +236,15 @@ class Cluster:
             record.persist_history.append(out.persist)
         for message in out.messages:
             if isinstance(message, OutboundRequest):
-                envelope = Envelope(node_id, message.destination_id, True, message.token, wire(message.request))
+                destination = message.destination_id
+                if destination < 0:
+                    destination = message.endpoints[0].port - 19000  # a bootstrap server
+                envelope = Envelope(node_id, destination, True, message.token, wire(message.request))
             else:
                 source, token = self.inbound.pop((node_id, message.token))
+                if source == CLIENT:
+                    self.client_responses[token] = wire(message.response)
+                    continue
                 envelope = Envelope(node_id, source, False, token, wire(message.response))
             self.sent.append(envelope)
             self.queue.append(envelope)
@@ -187,6 +259,11 @@ class Cluster:
         if destination is None or not destination.alive or self.drop(envelope):
             if envelope.is_request and self.records.get(envelope.source) and self.records[envelope.source].alive:
                 self.apply(envelope.source, self.node(envelope.source).handle_response(envelope.token, RequestFailure.DISCONNECTED, now_ms=self.now_ms))
+            return envelope
+        if envelope.is_request and type(envelope.payload).__name__ == "ApiVersionsRequest":
+            # The node process (not the raft core) answers ApiVersions.
+            self.apply(envelope.source, self.node(envelope.source).handle_response(
+                envelope.token, api_versions_response(self.supported_kraft[envelope.destination]), now_ms=self.now_ms))
             return envelope
         if envelope.is_request:
             token = self._next_inbound

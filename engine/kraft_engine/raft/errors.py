@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "BufferFullError",
+    "KRaftVersionUpgradeError",
     "NotLeaderError",
     "RaftError",
     "RecordBatchTooLargeError",
@@ -33,3 +34,7 @@ class BufferFullError(RaftError):
 
 class SnapshotError(RaftError):
     """A snapshot request the log cannot satisfy (offset not committed, not on a batch boundary...)."""
+
+
+class KRaftVersionUpgradeError(RaftError):
+    """A kraft.version change the quorum cannot make (a voter lacks support or a directory id)."""

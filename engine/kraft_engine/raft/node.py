@@ -26,7 +26,7 @@ from kio.static.primitive import i16, i32, i64
 from kraft_engine.invariant import require
 from kraft_engine.raft import messages
 from kraft_engine.raft.config import RaftConfig
-from kraft_engine.raft.errors import NotLeaderError, SnapshotError
+from kraft_engine.raft.errors import KRaftVersionUpgradeError, NotLeaderError, SnapshotError
 from kraft_engine.raft.leader_state import LeaderState
 from kraft_engine.raft.log import (
     BOOTSTRAP_SNAPSHOT_ID,
@@ -57,7 +57,14 @@ from kraft_engine.raft.quorum_state import (
     UnattachedState,
 )
 from kraft_engine.raft.role import Role
-from kraft_engine.raft.voter_set import KRAFT_VERSION_0, KRAFT_VERSION_1, Endpoint, ReplicaKey, VoterSet
+from kraft_engine.raft.voter_set import (
+    KRAFT_VERSION_0,
+    KRAFT_VERSION_1,
+    Endpoint,
+    ReplicaKey,
+    VoterNode,
+    VoterSet,
+)
 from kraft_engine.raft.voter_set_history import VoterSetHistory
 
 if TYPE_CHECKING:
@@ -164,7 +171,8 @@ class RaftNode:
         self._election_retries = 0
         self._shutdown: _Shutdown | None = None
         self._out = Output()
-        self._hooks: list[Callable[[int], None]] = []
+        self._voter_change: _VoterChange | None = None
+        self._learned_voters: dict[int, VoterNode] = {}
         # A single-voter quorum elects itself at once (KafkaRaftClient.initialize), including
         # after a restart as Resigned: it is the only one who could lead the next epoch.
         if self.voters.is_only_voter(self._local_key):
@@ -558,17 +566,21 @@ class RaftNode:
         self._election_retries = 0
         # A record of our own epoch, so the high watermark can advance without client writes.
         voters = self.voters
-        leader.accumulator.append_control(
-            [
-                LeaderChangeMessage(
-                    version=i16(0),
-                    leader_id=BrokerId(self.node_id),
-                    voters=tuple(LeaderChangeVoter(voter_id=i32(v)) for v in sorted(voters.ids)),
-                    granting_voters=tuple(LeaderChangeVoter(voter_id=i32(v)) for v in sorted(granted)),
-                )
-            ],
-            now_ms=now_ms,
-        )
+        start_records: list[Any] = [
+            LeaderChangeMessage(
+                version=i16(0),
+                leader_id=BrokerId(self.node_id),
+                voters=tuple(LeaderChangeVoter(voter_id=i32(v)) for v in sorted(voters.ids)),
+                granting_voters=tuple(LeaderChangeVoter(voter_id=i32(v)) for v in sorted(granted)),
+            )
+        ]
+        latest_voters_offset = self._history.latest_voter_set_offset()
+        if self.kraft_version >= KRAFT_VERSION_1 and (latest_voters_offset is None or latest_voters_offset < 0):
+            # The voter set is only in the bootstrap checkpoint, which is never replicated: write
+            # it into the log so that observers and new voters learn it by fetching.
+            start_records.append(KRaftVersionRecord(version=i16(0), k_raft_version=i16(self.kraft_version)))
+            start_records.append(voters.to_record())
+        leader.accumulator.append_control(start_records, now_ms=now_ms)
         self._drain_accumulator(leader, now_ms)
         self._on_leader_start(leader, now_ms)
 
@@ -607,8 +619,7 @@ class RaftNode:
         if state.high_watermark is not None:
             self._hwm = state.high_watermark
         self._complete_parked_fetches(now_ms)
-        for hook in list(self._hooks):
-            hook(now_ms)
+        self._maybe_complete_voter_change(now_ms)
 
     def _resign(self, state: LeaderState, now_ms: int) -> None:
         # Whatever the state machine handed us is written before we step down (it may still commit).
@@ -635,6 +646,13 @@ class RaftNode:
                 if isinstance(state_after, UnattachedState):
                     state_after.leader_id = None
             return
+        if now_ms >= state.update_voter_deadline_ms and self._is_ready(state.leader_id, now_ms):
+            # Between two Fetches the connection is free for a membership request (Kafka sends
+            # UpdateRaftVoter / auto-join requests instead of the next Fetch when one is due).
+            request = self._membership_request(state)
+            if request is not None and self._send(state.leader_id, state.leader_endpoints, request, now_ms) is not None:
+                state.update_voter_deadline_ms = now_ms + self._config.fetch_timeout_ms
+                return
         self._send_fetch_or_fetch_snapshot(state, now_ms)
 
     def _send_fetch_or_fetch_snapshot(self, state: FollowerState, now_ms: int) -> None:
@@ -1682,28 +1700,329 @@ class RaftNode:
         self._history.truncate_old_entries(latest.offset - 1)
 
     # ==========================================================================================
-    # Extension points used by the voter-change handlers (KIP-853)
+    # KIP-853: AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter, auto-join, kraft.version upgrade
     # ==========================================================================================
     def _extra_request_handlers(self) -> dict[int, Callable[[Any, int, int], Any]]:
-        return {}
+        return {
+            _API_ADD_RAFT_VOTER: self._handle_add_voter_request,
+            _API_REMOVE_RAFT_VOTER: self._handle_remove_voter_request,
+            _API_UPDATE_RAFT_VOTER: self._handle_update_voter_request,
+        }
 
     def _extra_response_handlers(self) -> dict[int, Callable[[_Inflight, Any, int], bool]]:
-        return {}
+        return {
+            _API_API_VERSIONS: self._handle_api_versions_response,
+            _API_UPDATE_RAFT_VOTER: self._handle_membership_response,
+            _API_ADD_RAFT_VOTER: self._handle_membership_response,
+            _API_REMOVE_RAFT_VOTER: self._handle_membership_response,
+        }
+
+    def _membership_gate(self, state: LeaderState) -> ErrorCode | None:
+        """The gates every voter change passes first, in Kafka's order."""
+        if self._voter_change is not None or state.high_watermark is None:
+            return ErrorCode.request_timed_out
+        if self.kraft_version < KRAFT_VERSION_1:
+            return ErrorCode.unsupported_version
+        latest = self._history.latest_voter_set_offset()
+        if latest is not None and latest >= state.high_watermark:
+            return ErrorCode.request_timed_out  # the previous change has not committed yet
+        return None
+
+    def _handle_add_voter_request(self, request: Any, token: int, now_ms: int) -> Any:
+        if not self._check_cluster_id(request.cluster_id):
+            return messages.add_voter_response(ErrorCode.inconsistent_cluster_id)
+        state = self._quorum.state
+        if not isinstance(state, LeaderState) or self._shutdown is not None:
+            return messages.add_voter_response(ErrorCode.not_leader_or_follower)
+        key = ReplicaKey.of(int(request.voter_id), request.voter_directory_id)
+        endpoints = tuple(Endpoint(e.name, e.host, int(e.port)) for e in request.listeners)
+        if key.id < 0 or key.directory_id is None or not endpoints:
+            return messages.add_voter_response(ErrorCode.invalid_request, "a voter needs an id, a directory id and listeners")
+        error = self._membership_gate(state)
+        if error is not None:
+            return messages.add_voter_response(error)
+        if key.id in self.voters.ids:
+            return messages.add_voter_response(ErrorCode.duplicate_voter, f"voter id {key.id} is already a voter")
+        timeout_ms = max(int(request.timeout.total_seconds() * 1000), 0) or self._config.request_timeout_ms
+        change = _VoterChange(
+            kind="add", token=token, key=key, endpoints=endpoints, deadline_ms=now_ms + timeout_ms, epoch=state.epoch
+        )
+        # Learn which kraft.version range the new voter supports before trusting it with a vote.
+        change.api_versions_token = self._send_unconditionally(key.id, endpoints, messages.api_versions_request(), now_ms)
+        self._voter_change = change
+        return None
+
+    def _handle_api_versions_response(self, inflight: _Inflight, response: Any, now_ms: int) -> bool:
+        change = self._voter_change
+        state = self._quorum.state
+        if change is None or change.api_versions_token != inflight.token or not isinstance(state, LeaderState):
+            return True
+        change.api_versions_token = None
+        if response.error_code != ErrorCode.none:
+            self._finish_voter_change(ErrorCode.request_timed_out, "ApiVersions to the new voter failed")
+            return False
+        feature = next((f for f in response.supported_features if f.name == "kraft.version"), None)
+        finalized = self.kraft_version
+        if feature is None or not int(feature.min_version) <= finalized <= int(feature.max_version):
+            self._finish_voter_change(ErrorCode.invalid_request, f"the new voter does not support kraft.version {finalized}")
+            return True
+        if not state.is_replica_caught_up(change.key, now_ms=now_ms):
+            self._finish_voter_change(ErrorCode.request_timed_out, f"replica {change.key} is not caught up to the leader")
+            return True
+        voter = VoterNode(
+            key=change.key,
+            endpoints=change.endpoints,
+            min_kraft_version=int(feature.min_version),
+            max_kraft_version=int(feature.max_version),
+        )
+        self._append_voters(state, self.voters.with_voter(voter), change, now_ms)
+        return True
+
+    def _handle_remove_voter_request(self, request: Any, token: int, now_ms: int) -> Any:
+        if not self._check_cluster_id(request.cluster_id):
+            return messages.remove_voter_response(ErrorCode.inconsistent_cluster_id)
+        state = self._quorum.state
+        if not isinstance(state, LeaderState) or self._shutdown is not None:
+            return messages.remove_voter_response(ErrorCode.not_leader_or_follower)
+        key = ReplicaKey.of(int(request.voter_id), request.voter_directory_id)
+        error = self._membership_gate(state)
+        if error is not None:
+            return messages.remove_voter_response(error)
+        voters = self.voters
+        voter = voters.get(key.id)
+        if voter is None or voter.key != key:
+            return messages.remove_voter_response(ErrorCode.voter_not_found, f"{key} is not a voter")
+        if len(voters) == 1:
+            return messages.remove_voter_response(ErrorCode.invalid_request, "cannot remove the last voter")
+        change = _VoterChange(kind="remove", token=token, key=key, endpoints=(), deadline_ms=_NEVER, epoch=state.epoch)
+        self._voter_change = change
+        self._append_voters(state, voters.without_voter(key), change, now_ms)
+        return None
+
+    def _handle_update_voter_request(self, request: Any, token: int, now_ms: int) -> Any:
+        def reply(error: ErrorCode) -> Any:
+            return messages.update_voter_response(
+                error=error, leader_id=self.leader_id, epoch=self.epoch, endpoints=self._leader_endpoints(),
+                listener=self._config.controller_listener_name,
+            )
+
+        if not self._check_cluster_id(request.cluster_id):
+            return reply(ErrorCode.inconsistent_cluster_id)
+        error = self._validate_leader_only(int(request.current_leader_epoch))
+        if error is not None:
+            return reply(error)
+        state = self._quorum.state
+        require(isinstance(state, LeaderState), "validated leader")
+        assert isinstance(state, LeaderState)
+        key = ReplicaKey.of(int(request.voter_id), request.voter_directory_id)
+        endpoints = tuple(Endpoint(e.name, e.host, int(e.port)) for e in request.listeners)
+        feature = request.k_raft_version_feature
+        low, high = int(feature.min_supported_version), int(feature.max_supported_version)
+        if key.directory_id is None or not endpoints or low > high:
+            return reply(ErrorCode.invalid_request)
+        if self._voter_change is not None or state.high_watermark is None:
+            return reply(ErrorCode.request_timed_out)
+        voters = self.voters
+        current = voters.get(key.id)
+        if current is None or not voters.is_voter(key):
+            return reply(ErrorCode.voter_not_found)
+        updated = VoterNode(key=key, endpoints=endpoints, min_kraft_version=low, max_kraft_version=high)
+        if self.kraft_version < KRAFT_VERSION_1:
+            # Static quorum: nothing to write, but remember what the voter told us, which is what
+            # the kraft.version 0 -> 1 upgrade checks (directory id and supported versions).
+            self._learned_voters[key.id] = updated
+            return reply(ErrorCode.none)
+        if not low <= self.kraft_version <= high:
+            return reply(ErrorCode.invalid_request)
+        latest = self._history.latest_voter_set_offset()
+        if latest is not None and latest >= state.high_watermark:
+            return reply(ErrorCode.request_timed_out)
+        if current == updated:
+            return reply(ErrorCode.none)
+        change = _VoterChange(kind="update", token=token, key=key, endpoints=endpoints, deadline_ms=_NEVER, epoch=state.epoch)
+        self._voter_change = change
+        self._append_voters(state, voters.with_updated_voter(updated), change, now_ms)
+        return None
+
+    def _append_voters(self, state: LeaderState, voters: VoterSet, change: _VoterChange, now_ms: int) -> None:
+        """Append the new voter set; it takes effect now and the change is answered on commit."""
+        change.record_offset = state.accumulator.append_control([voters.to_record()], now_ms=now_ms)
+        self._drain_accumulator(state, now_ms)
+        self._maybe_complete_voter_change(now_ms)
+
+    def _maybe_complete_voter_change(self, now_ms: int) -> None:
+        change = self._voter_change
+        state = self._quorum.state
+        if change is None or change.record_offset is None or not isinstance(state, LeaderState):
+            return
+        hwm = state.high_watermark
+        if hwm is not None and hwm > change.record_offset:
+            self._finish_voter_change(ErrorCode.none, None)
+            if change.kind == "remove" and not self.voters.is_voter(self._local_key):
+                # A leader that removed itself steps down once the removal is committed.
+                state.resign_requested = True
+
+    def _finish_voter_change(self, error: ErrorCode, message: str | None) -> None:
+        change = self._voter_change
+        if change is None:
+            return
+        self._voter_change = None
+        if change.kind == "add":
+            self._respond(change.token, messages.add_voter_response(error, message))
+        elif change.kind == "remove":
+            self._respond(change.token, messages.remove_voter_response(error, message))
+        else:
+            self._respond(
+                change.token,
+                messages.update_voter_response(
+                    error=error, leader_id=self.leader_id, epoch=self.epoch, endpoints=self._leader_endpoints(),
+                    listener=self._config.controller_listener_name,
+                ),
+            )
+
+    def _send_unconditionally(self, destination_id: int, endpoints: tuple[Endpoint, ...], request: Any, now_ms: int) -> int | None:
+        connection = self._connection(destination_id)
+        connection.backoff_until_ms = 0
+        if connection.inflight_token is not None:
+            self._inflight.pop(connection.inflight_token, None)
+            connection.inflight_token = None
+        return self._send(destination_id, endpoints, request, now_ms)
 
     def _extra_failure(self, inflight: _Inflight, failure: RequestFailure, now_ms: int) -> None:
-        return None
+        change = self._voter_change
+        if change is not None and change.api_versions_token == inflight.token:
+            change.api_versions_token = None
+            self._finish_voter_change(ErrorCode.request_timed_out, f"the new voter did not answer ApiVersions: {failure.value}")
 
     def _extra_deadlines(self, now_ms: int) -> list[int]:
-        return []
+        deadlines = []
+        if self._voter_change is not None:
+            deadlines.append(self._voter_change.deadline_ms)
+        state = self._quorum.state
+        if isinstance(state, FollowerState) and self._wants_membership_request(state):
+            deadlines.append(max(state.update_voter_deadline_ms, self._ready_at(now_ms, state.leader_id)))
+        return deadlines
 
     def _poll_extras(self, now_ms: int) -> None:
-        return None
+        change = self._voter_change
+        if change is not None:
+            if change.epoch != self.epoch or not isinstance(self._quorum.state, LeaderState):
+                self._finish_voter_change(ErrorCode.not_leader_or_follower, "leadership changed")
+            elif now_ms >= change.deadline_ms and change.record_offset is None:
+                self._finish_voter_change(ErrorCode.request_timed_out, "timed out")
+            else:
+                self._maybe_complete_voter_change(now_ms)
+
+    def _wants_membership_request(self, state: FollowerState) -> bool:
+        return (
+            state.has_fetched_from_leader
+            and state.update_voter_deadline_ms < _NEVER
+            and self._membership_request(state) is not None
+        )
+
+    def _membership_request(self, state: FollowerState) -> Any:
+        """UpdateRaftVoter for a voter whose recorded endpoints/versions drifted; AddRaftVoter
+        (or RemoveRaftVoter of a stale same-id entry) for an auto-joining observer."""
+        if not state.has_fetched_from_leader or not self._local_endpoints:
+            return None
+        voters = self.voters
+        low, high = self._supported_kraft_versions
+        if voters.is_voter(self._local_key):
+            recorded = voters.get(self.node_id)
+            assert recorded is not None
+            drifted = (
+                recorded.endpoints != self._local_endpoints
+                or (recorded.min_kraft_version, recorded.max_kraft_version) != (low, high)
+                or recorded.key.directory_id is None
+            )
+            if not drifted or self._local_key.directory_id is None:
+                state.update_voter_deadline_ms = _NEVER
+                return None
+            return messages.update_voter_request(
+                cluster_id=self._cluster_id, epoch=state.epoch, voter=self._local_key, endpoints=self._local_endpoints,
+                min_kraft_version=low, max_kraft_version=high,
+            )
+        if not self._config.auto_join_enable or self._local_key.directory_id is None:
+            state.update_voter_deadline_ms = _NEVER
+            return None
+        if self.kraft_version < KRAFT_VERSION_1:
+            return None
+        stale = voters.get(self.node_id)
+        if stale is not None:
+            # Our id is a voter with another directory (we were re-formatted): remove that entry first.
+            return messages.remove_voter_request(cluster_id=self._cluster_id, voter=stale.key)
+        return messages.add_voter_request(
+            cluster_id=self._cluster_id, voter=self._local_key, endpoints=self._local_endpoints,
+            timeout_ms=self._config.request_timeout_ms,
+        )
+
+    def _handle_membership_response(self, inflight: _Inflight, response: Any, now_ms: int) -> bool:
+        state = self._quorum.state
+        if response.error_code == ErrorCode.none and isinstance(state, FollowerState) and inflight.api_key == _API_UPDATE_RAFT_VOTER:
+            state.update_voter_deadline_ms = _NEVER
+        return bool(response.error_code == ErrorCode.none)
 
     def _on_leader_start(self, state: LeaderState, now_ms: int) -> None:
-        return None
+        self._learned_voters = {}
 
     def _on_leader_end(self, now_ms: int) -> None:
-        return None
+        self._finish_voter_change(ErrorCode.not_leader_or_follower, "leadership changed")
+
+    def upgrade_kraft_version(self, epoch: int, version: int, *, validate_only: bool, now_ms: int) -> Output:
+        """Finalize kraft.version `version` (the controller's UpdateFeatures calls this).
+
+        0 -> 1 requires every voter to support version 1 and to have a known directory id (learned
+        from its Fetches and UpdateRaftVoter); it writes a KRaftVersionRecord and the first
+        VotersRecord. Raises NotLeaderError or KRaftVersionUpgradeError.
+        """
+        state = self._quorum.state
+        if not isinstance(state, LeaderState) or state.epoch != epoch:
+            raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {epoch}")
+        current = self.kraft_version
+        if version == current:
+            return self._finish(now_ms)
+        if version < current:
+            raise KRaftVersionUpgradeError(f"kraft.version cannot be downgraded from {current} to {version}")
+        if version != KRAFT_VERSION_1:
+            raise KRaftVersionUpgradeError(f"kraft.version {version} is not supported")
+        if self._voter_change is not None or state.high_watermark is None:
+            raise KRaftVersionUpgradeError("a voter change is in progress; retry")
+        low, high = self._supported_kraft_versions
+        upgraded = []
+        for voter in self.voters:
+            if voter.key.id == self.node_id:
+                learned: VoterNode | None = VoterNode(
+                    key=self._local_key, endpoints=self._local_endpoints or voter.endpoints,
+                    min_kraft_version=low, max_kraft_version=high,
+                )
+            else:
+                learned = self._learned_voters.get(voter.key.id)
+            if learned is None or learned.key.directory_id is None:
+                raise KRaftVersionUpgradeError(f"voter {voter.key.id} has no known directory id")
+            if not learned.supports_kraft_version(version):
+                raise KRaftVersionUpgradeError(f"voter {voter.key.id} does not support kraft.version {version}")
+            upgraded.append(learned)
+        if validate_only:
+            return self._finish(now_ms)
+        state.accumulator.append_control(
+            [KRaftVersionRecord(version=i16(0), k_raft_version=i16(version)), VoterSet(upgraded).to_record()], now_ms=now_ms
+        )
+        self._drain_accumulator(state, now_ms)
+        return self._finish(now_ms)
+
+
+@dataclass(slots=True)
+class _VoterChange:
+    """The one voter change a leader works on at a time."""
+
+    kind: str
+    token: int
+    key: ReplicaKey
+    endpoints: tuple[Endpoint, ...]
+    deadline_ms: int
+    epoch: int
+    api_versions_token: int | None = None
+    record_offset: int | None = None
 
 
 def _single_partition(topics: Any, topic_field: str, partition_field: str) -> Any:

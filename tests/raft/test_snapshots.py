@@ -1,0 +1,107 @@
+"""Snapshots: creation at a committed offset, retention, download by a lagging follower, restart."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
+from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
+from raft_harness import Cluster
+
+from kraft_engine.raft import (
+    MemoryLog,
+    OffsetAndEpoch,
+    RaftConfig,
+    Role,
+    SnapshotError,
+    SnapshotLoad,
+    parse_batches,
+)
+
+
+def cluster_with_data(config: RaftConfig | None = None, count: int = 20) -> tuple[Cluster, object]:
+    cluster = Cluster([1, 2, 3], config=config)
+    leader = cluster.elect()
+    for i in range(count):
+        leader.append([f"v{i}".encode()], epoch=leader.epoch, now_ms=cluster.now_ms)
+        cluster.advance(30)
+    cluster.advance(500)
+    return cluster, leader
+
+
+def test_snapshot_is_framed_like_kafkas_and_holds_the_state_machine_records() -> None:
+    cluster, leader = cluster_with_data()
+    hwm = leader.high_watermark
+    snapshot_id = leader.create_snapshot(end_offset=hwm, records=[b"state-1", b"state-2"], last_contained_log_timestamp_ms=1234, now_ms=cluster.now_ms)
+    assert snapshot_id == OffsetAndEpoch(epoch=leader.epoch, offset=hwm)
+    log = cluster[leader.node_id].log
+    batches = parse_batches(log.read_snapshot(snapshot_id, 0, log.snapshot_size(snapshot_id)))
+    assert isinstance(batches[0].control_records[0], SnapshotHeaderRecord)
+    assert batches[0].control_records[0].last_contained_log_timestamp == 1234
+    assert isinstance(batches[-1].control_records[0], SnapshotFooterRecord)
+    data = [v for b in batches if not b.is_control for v in b.records]
+    assert data == [b"state-1", b"state-2"]
+    assert all(b.epoch == snapshot_id.epoch for b in batches)
+
+
+def test_snapshot_of_an_uncommitted_offset_is_refused() -> None:
+    cluster, leader = cluster_with_data(count=2)
+    with pytest.raises(SnapshotError):
+        leader.create_snapshot(end_offset=leader.high_watermark + 1, records=[], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    assert cluster[leader.node_id].log.snapshot_ids() == []
+
+
+def test_retention_drops_the_log_prefix_but_keeps_the_latest_snapshot() -> None:
+    cluster, leader = cluster_with_data(RaftConfig(retention_max_bytes=1))
+    log = cluster[leader.node_id].log
+    first = leader.create_snapshot(end_offset=10, records=[b"s"], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    assert log.log_start_offset == 10
+    second = leader.create_snapshot(end_offset=leader.high_watermark, records=[b"s2"], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    assert log.snapshot_ids() == [second]
+    assert first not in log.snapshot_ids()
+    assert log.log_start_offset == second.offset
+
+
+def test_lagging_follower_downloads_the_snapshot_in_slices_and_catches_up() -> None:
+    config = RaftConfig(retention_max_bytes=1, fetch_snapshot_max_bytes=64)
+    cluster = Cluster([1, 2, 3], config=config)
+    leader = cluster.elect()
+    cluster.advance(500)
+    lagging = next(i for i in (1, 2, 3) if i != leader.node_id)
+    cluster.crash(lagging)
+    for i in range(10):
+        leader.append([f"v{i}".encode()], epoch=leader.epoch, now_ms=cluster.now_ms)
+        cluster.advance(30)
+    cluster.advance(500)
+    snapshot_id = leader.create_snapshot(
+        end_offset=leader.high_watermark, records=[b"image"], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms
+    )
+    leader.append([b"after"], epoch=leader.epoch, now_ms=cluster.now_ms)
+    cluster.advance(100)
+    # Restart the lagging voter with an empty disk: it must load the snapshot, then the tail.
+    cluster.records[lagging].alive = True
+    record = cluster.start(lagging, MemoryLog())
+    cluster.advance(3_000)
+    slices = [e for e in cluster.sent if type(e.payload).__name__ == "FetchSnapshotRequest" and e.source == lagging]
+    assert len(slices) > 1
+    assert record.log.snapshot_ids() == [snapshot_id]
+    assert record.log.log_start_offset == snapshot_id.offset
+    loads = record.snapshot_loads
+    assert [load.snapshot_id for load in loads] == [snapshot_id]
+    assert [v for b in loads[0].batches for v in b.records] == [b"image"]
+    assert record.committed_values == [b"after"]
+    assert cluster.node(lagging).role is Role.FOLLOWER
+
+
+def test_a_node_restarts_from_its_latest_snapshot_and_replays_the_log_after_it() -> None:
+    cluster, leader = cluster_with_data(RaftConfig(retention_max_bytes=1), count=5)
+    snapshot_id = leader.create_snapshot(end_offset=leader.high_watermark, records=[b"img"], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    leader.append([b"tail"], epoch=leader.epoch, now_ms=cluster.now_ms)
+    cluster.advance(500)
+    node_id = leader.node_id
+    cluster.crash(node_id)
+    restarted = cluster.restart(node_id)
+    cluster.advance(5_000)
+    events = restarted.events
+    assert isinstance(events[0], SnapshotLoad) and events[0].snapshot_id == snapshot_id
+    assert b"tail" in restarted.committed_values
+    assert all(v not in restarted.committed_values for v in (b"v0", b"v4"))
