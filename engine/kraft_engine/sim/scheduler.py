@@ -76,7 +76,7 @@ class Scheduler:
     def every(
         self,
         period_ms: int,
-        action: Callable[[], None],
+        action: Callable[[], object],
         *,
         label: str,
         jitter_ms: int = 0,
@@ -110,7 +110,16 @@ class Scheduler:
                 continue
             self.now_ms = max(self.now_ms, event.deadline_ms)
             self.event_index += 1
-            event.action()
+            try:
+                event.action()
+            except Violation as v:
+                raise self.failure(v.invariant, f"{v.detail} (in event '{event.label}')") from v
+            except SimulationFailure:
+                raise
+            except Exception as e:
+                # A crash inside the core or the driver (an InvariantViolation from `require`, a
+                # codec error) is a failure of the run like any broken invariant: report the seed.
+                raise self.failure("NoCrash", f"{type(e).__name__}: {e} (in event '{event.label}')") from e
             self.verify()
             return True
         return False
@@ -121,13 +130,13 @@ class Scheduler:
             try:
                 check()
             except Violation as v:
-                raise SimulationFailure(
-                    seed=self.seed,
-                    event_index=self.event_index,
-                    now_ms=self.now_ms,
-                    invariant=v.invariant,
-                    detail=v.detail,
-                ) from v
+                raise self.failure(v.invariant, v.detail) from v
+
+    def failure(self, invariant: str, detail: str) -> SimulationFailure:
+        """A failure of this run at this point, for checks a scenario makes itself."""
+        return SimulationFailure(
+            seed=self.seed, event_index=self.event_index, now_ms=self.now_ms, invariant=invariant, detail=detail
+        )
 
     def run_until(
         self,

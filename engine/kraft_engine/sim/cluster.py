@@ -1,0 +1,487 @@
+"""A simulated KRaft cluster: nodes, their disks, the network, and the reference driver.
+
+`SimCluster._perform` is the reference driver: it performs a raft `Output` exactly in the order
+the core's contract demands, and the asyncio node process mirrors it:
+
+1. `persist` - write the quorum-state durably before anything from this Output leaves the node;
+2. the log - nothing to do: the core flushed it before acknowledging (a crash here loses only
+   what the core never acknowledged);
+3. `messages` - send requests and responses in list order;
+4. `events` - hand them to the state machine in order (snapshot loads, commits, leader change);
+   then let the state machine snapshot if it wants to;
+5. arm the node's poll timer for `next_deadline_ms`.
+
+With `wire_format` on, every message crosses the network as bytes produced by kio's encoder and
+is decoded on arrival, so a run also proves every RPC the core builds is valid on the wire.
+
+Node lifecycle: `kill` is a crash (unflushed log data is lost, in-flight messages to and from
+the node are lost with its connections); `shutdown` is graceful (the core hands leadership
+over first); `start` re-initialises a node from whatever its disk holds; `wipe` re-formats it
+with a new directory id.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.serial import entity_reader, entity_writer
+
+from kraft_engine.raft import (
+    Endpoint,
+    LeaderState,
+    NotLeaderError,
+    OutboundRequest,
+    Output,
+    RaftConfig,
+    RaftNode,
+    ReplicaKey,
+    RequestFailure,
+    Role,
+    SnapshotError,
+    VoterNode,
+    VoterSet,
+)
+from kraft_engine.raft.log import ValidationKind, validate_offset_and_epoch
+from kraft_engine.sim.disk import SimDisk
+from kraft_engine.sim.invariants import ElectionRecord, Invariant, NodeView, Violation
+from kraft_engine.sim.network import Envelope, LinkRule, Network
+from kraft_engine.sim.replicated_counter import ReplicatedCounter
+from kraft_engine.sim.scheduler import EventHandle, Scheduler
+
+__all__ = ["CLUSTER_ID", "SimCluster", "SimNode", "endpoint_of"]
+
+CLUSTER_ID = "kraftwerk-sim-cluster0"
+_BASE_PORT = 19090
+# Polls one node may need within one virtual millisecond (cascading transitions, listener
+# catch-up in slices); more than this means the core asks to be polled "now" forever.
+_MAX_POLLS_PER_MS = 100
+
+
+def endpoint_of(node_id: int) -> Endpoint:
+    # Never bound: the address only identifies the node inside the simulated network.
+    return Endpoint("CONTROLLER", "127.0.0.1", _BASE_PORT + node_id)
+
+
+def _encode(entity: Any, *, wire_format: bool) -> Any:
+    if not wire_format:
+        return entity  # kio entities are frozen: sharing one between nodes is safe
+    with io.BytesIO() as buffer:
+        entity_writer(type(entity))(buffer, entity)
+        return buffer.getvalue()
+
+
+def _decode(entity_type: type, data: Any) -> Any:
+    if not isinstance(data, bytes):
+        return data
+    entity: Any
+    entity, size = entity_reader(entity_type)(data, 0)
+    if size != len(data):
+        raise Violation("WireFormat", f"{entity_type.__name__} decoded {size} of {len(data)} bytes")
+    return entity
+
+
+@dataclass(frozen=True)
+class _Request:
+    token: int  # the sender's token, echoed back with the response
+    incarnation: int  # the sender's incarnation: a restarted node ignores its past life's replies
+    entity_type: type
+    data: Any  # the encoded bytes, or the entity itself when the wire round trip is off
+
+
+@dataclass(frozen=True)
+class _Response:
+    token: int
+    incarnation: int
+    entity_type: type | None
+    data: Any
+    failure: RequestFailure | None = None
+
+
+@dataclass
+class SimNode:
+    """One running incarnation of a node: the raft core, its state machine, its timers."""
+
+    node_id: int
+    raft: RaftNode
+    counter: ReplicatedCounter
+    incarnation: int
+    poll_handle: EventHandle | None = None
+    poll_at_ms: int | None = None
+    # inbound token -> (source node, source token, source incarnation)
+    inbound: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    next_inbound_token: int = 1
+    shutting_down: bool = False
+    last_poll_ms: int = -1
+    polls_at_same_ms: int = 0
+
+
+class SimCluster:
+    """The nodes of one run, wired to one scheduler and one network."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        voter_ids: Iterable[int],
+        observer_ids: Iterable[int] = (),
+        raft_config: RaftConfig | None = None,
+        link_rule: LinkRule | None = None,
+        invariants: Iterable[Invariant] = (),
+        wire_format: bool = True,
+    ) -> None:
+        self.scheduler = scheduler
+        self.raft_config = raft_config or RaftConfig()
+        self.voter_ids = sorted(voter_ids)
+        self.observer_ids = sorted(observer_ids)
+        self.network = Network(scheduler, deliver=self._arrive, default_rule=link_rule)
+        self.disks = {node_id: SimDisk(self._new_directory_id()) for node_id in self.all_ids}
+        self.running: dict[int, SimNode] = {}
+        self._incarnations = dict.fromkeys(self.all_ids, 0)
+        # kraft.version 0: controller.quorum.voters, no directory ids (any directory matches).
+        self.static_voters = VoterSet(
+            VoterNode(key=ReplicaKey(i, None), endpoints=(endpoint_of(i),)) for i in self.voter_ids
+        )
+        self._by_port = {endpoint_of(i).port: i for i in self.all_ids}
+        self.invariants = list(invariants)
+        if self.invariants:
+            scheduler.add_check(self.check_invariants)
+        self.lost_offsets = 0  # unflushed offsets lost to crashes, for reports
+        self.wire_format = wire_format
+        self._snapshot_checks: dict[int, tuple[object, bool]] = {}
+
+    # -- topology ------------------------------------------------------------------------------
+    @property
+    def all_ids(self) -> list[int]:
+        return [*self.voter_ids, *self.observer_ids]
+
+    def _new_directory_id(self) -> uuid.UUID:
+        return uuid.UUID(int=self.scheduler.random.getrandbits(128))
+
+    def majority(self) -> int:
+        return len(self.voter_ids) // 2 + 1
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self, node_id: int) -> SimNode:
+        """(Re)start a node from its durable state, as a fresh process would."""
+        if node_id in self.running:
+            raise ValueError(f"node {node_id} is already running")
+        disk = self.disks[node_id]
+        self._incarnations[node_id] += 1
+        now_ms = self.scheduler.now_ms
+        raft = RaftNode(
+            config=self.raft_config,
+            node_id=node_id,
+            directory_id=disk.directory_id,
+            cluster_id=CLUSTER_ID,
+            log=disk.log,
+            persisted=disk.quorum_state,
+            static_voters=self.static_voters,
+            # One random for the whole run keeps it reproducible from the seed alone.
+            rng=self.scheduler.random,
+            now_ms=now_ms,
+            local_endpoints=(endpoint_of(node_id),),
+        )
+        node = SimNode(node_id, raft, ReplicatedCounter(node_id), self._incarnations[node_id])
+        self.running[node_id] = node
+        self._perform(node, raft.poll(now_ms))
+        return node
+
+    def start_all(self) -> None:
+        for node_id in self.all_ids:
+            self.start(node_id)
+
+    def kill(self, node_id: int) -> None:
+        """Crash: the process is gone, its connections drop, unflushed log data is lost."""
+        node = self.running.pop(node_id, None)
+        if node is None:
+            return
+        if node.poll_handle is not None:
+            node.poll_handle.cancel()
+        self.lost_offsets += self.disks[node_id].crash()
+
+    def shutdown(self, node_id: int, *, timeout_ms: int = 5000) -> None:
+        """Graceful shutdown: the node stops by itself once the core reports it may."""
+        node = self.running[node_id]
+        node.shutting_down = True
+        self._perform(node, node.raft.shutdown(timeout_ms, now_ms=self.scheduler.now_ms))
+
+    def wipe(self, node_id: int) -> None:
+        """Crash and re-format: empty disk and a new directory id."""
+        self.kill(node_id)
+        self.disks[node_id].wipe(self._new_directory_id())
+        for invariant in self.invariants:
+            forget = getattr(invariant, "forget", None)
+            if forget is not None:
+                forget(node_id)
+
+    # -- the state machine's writes ------------------------------------------------------------
+    def append_on_leader(self) -> bool:
+        """Like Kafka's SequentialAppendAction: the writable leader appends its next value."""
+        for node in list(self.running.values()):
+            counter = node.counter
+            if not counter.writable or node.shutting_down or counter.claimed_epoch is None:
+                continue
+            now_ms = self.scheduler.now_ms
+            try:
+                node.raft.append([counter.next_append()], epoch=counter.claimed_epoch, now_ms=now_ms)
+            except NotLeaderError:
+                counter.append_failed()
+                self._perform(node, node.raft.resign(counter.claimed_epoch, now_ms=now_ms))
+                continue
+            self._arm_poll(node, node.raft.next_deadline_ms(now_ms))
+            return True
+        return False
+
+    # -- the driver ----------------------------------------------------------------------------
+    def _perform(self, node: SimNode, out: Output) -> None:
+        if self.running.get(node.node_id) is not node:
+            return  # the call that produced this Output crashed the node (never happens today)
+        # 1. Durable quorum-state before anything of this Output is revealed.
+        if out.persist is not None:
+            self.disks[node.node_id].write_quorum_state(out.persist)
+        # 2. The log was flushed by the core where it had to be.
+        # 3. Messages, in order.
+        for message in out.messages:
+            if isinstance(message, OutboundRequest):
+                self._send_request(node, message)
+            else:
+                origin = node.inbound.pop(message.token, None)
+                if origin is None:
+                    raise Violation("Driver", f"node {node.node_id} answered unknown token {message.token}")
+                source, source_token, source_incarnation = origin
+                response = _Response(
+                    source_token, source_incarnation, type(message.response), _encode(message.response, wire_format=self.wire_format)
+                )
+                self.network.send(node.node_id, source, response)
+        # 4. Listener events, in order; then let the state machine snapshot.
+        for event in out.events:
+            node.counter.handle(event)
+        if out.events:
+            self._maybe_snapshot(node)
+        if out.shutdown_complete and node.shutting_down:
+            self.kill(node.node_id)
+            return
+        # 5. Timers.
+        self._arm_poll(node, out.next_deadline_ms)
+
+    def _maybe_snapshot(self, node: SimNode) -> None:
+        request = node.counter.snapshot_due()
+        if request is None:
+            return
+        try:
+            node.raft.create_snapshot(
+                end_offset=request.end_offset,
+                records=request.records,
+                last_contained_log_timestamp_ms=request.last_contained_log_timestamp_ms,
+                now_ms=self.scheduler.now_ms,
+            )
+        except SnapshotError:
+            return  # e.g. below the log start after a snapshot download; try again later
+        node.counter.snapshot_taken(request.end_offset)
+
+    def _send_request(self, node: SimNode, message: OutboundRequest) -> None:
+        destination = message.destination_id
+        if destination < 0:  # a bootstrap server: resolve it by address, as a socket would
+            destination = next(
+                (self._by_port[e.port] for e in message.endpoints if e.port in self._by_port), destination
+            )
+        payload = _Request(message.token, node.incarnation, type(message.request), _encode(message.request, wire_format=self.wire_format))
+        if destination not in self.disks:
+            self._fail_later(node, payload, RequestFailure.DISCONNECTED)
+            return
+        self.network.send(node.node_id, destination, payload)
+
+    def _fail_later(self, node: SimNode, request: _Request, failure: RequestFailure) -> None:
+        # Connection refused arrives after a short delay, never synchronously inside the driver.
+        response = _Response(request.token, request.incarnation, None, b"", failure)
+        self.scheduler.call_later(
+            1, lambda: self._receive_response(node.node_id, response), label=f"refused {node.node_id}"
+        )
+
+    def _arrive(self, envelope: Envelope) -> None:
+        payload = envelope.payload
+        if isinstance(payload, _Request):
+            target = self.running.get(envelope.destination)
+            if target is None:
+                # Connection refused: the sender learns fast that nobody is listening.
+                sender = self.running.get(envelope.source)
+                if sender is not None and sender.incarnation == payload.incarnation:
+                    self._fail_later(sender, payload, RequestFailure.DISCONNECTED)
+                return
+            token = target.next_inbound_token
+            target.next_inbound_token += 1
+            target.inbound[token] = (envelope.source, payload.token, payload.incarnation)
+            request = _decode(payload.entity_type, payload.data)
+            self._perform(target, target.raft.handle_request(request, token=token, now_ms=self.scheduler.now_ms))
+        else:
+            self._receive_response(envelope.destination, payload)
+
+    def _receive_response(self, node_id: int, response: _Response) -> None:
+        node = self.running.get(node_id)
+        if node is None or node.incarnation != response.incarnation:
+            return
+        body: Any = response.failure
+        if response.entity_type is not None:
+            body = _decode(response.entity_type, response.data)
+        self._perform(node, node.raft.handle_response(response.token, body, now_ms=self.scheduler.now_ms))
+
+    def _arm_poll(self, node: SimNode, deadline_ms: int) -> None:
+        handle = node.poll_handle
+        if handle is not None and not handle.cancelled and node.poll_at_ms is not None and node.poll_at_ms <= deadline_ms:
+            return  # an earlier poll is already armed; it will re-arm
+        if node.poll_handle is not None:
+            node.poll_handle.cancel()
+        node.poll_at_ms = deadline_ms
+        node.poll_handle = self.scheduler.call_at(deadline_ms, lambda: self._poll(node), label=f"poll {node.node_id}")
+
+    def _poll(self, node: SimNode) -> None:
+        node.poll_handle = None
+        node.poll_at_ms = None
+        if self.running.get(node.node_id) is not node:
+            return
+        now_ms = self.scheduler.now_ms
+        # A core that keeps asking to be polled "now" without ever moving on would spin a real
+        # driver's CPU forever; report it instead of spinning the simulation.
+        node.polls_at_same_ms = node.polls_at_same_ms + 1 if node.last_poll_ms == now_ms else 1
+        node.last_poll_ms = now_ms
+        if node.polls_at_same_ms > _MAX_POLLS_PER_MS:
+            raise Violation(
+                "NoBusyPoll",
+                f"node {node.node_id} ({node.raft.role.value}) asked to be polled again at "
+                f"{now_ms} ms {_MAX_POLLS_PER_MS} times in a row",
+            )
+        self._perform(node, node.raft.poll(now_ms))
+
+    # -- observation ---------------------------------------------------------------------------
+    def view(self, node_id: int) -> NodeView:
+        disk = self.disks[node_id]
+        log = disk.log
+        record = disk.quorum_state
+        persisted = (
+            None
+            if record is None
+            else ElectionRecord(
+                epoch=record.epoch,
+                leader_id=record.leader_id,
+                voted_id=None if record.voted_key is None else record.voted_key.id,
+            )
+        )
+        snapshots = log.snapshot_ids()
+        earliest = snapshots[0] if snapshots else None
+        snapshot_valid = True
+        if earliest is not None:
+            # Validating walks the log; redo it only when the log or its snapshots changed.
+            key = (id(log), log.log_start_offset, earliest, log.end_offset(), len(snapshots))
+            cached = self._snapshot_checks.get(node_id)
+            if cached is not None and cached[0] == key:
+                snapshot_valid = cached[1]
+            else:
+                check = validate_offset_and_epoch(log, offset=earliest.offset, epoch=earliest.epoch)
+                snapshot_valid = check.kind is ValidationKind.VALID
+                self._snapshot_checks[node_id] = (key, snapshot_valid)
+        base = {
+            "node_id": node_id,
+            "persisted": persisted,
+            "log_start_offset": log.log_start_offset,
+            "log_end_offset": log.end_offset().offset,
+            "earliest_snapshot": None if earliest is None else (earliest.offset, earliest.epoch),
+            "earliest_snapshot_valid": snapshot_valid,
+        }
+        node = self.running.get(node_id)
+        if node is None:
+            return NodeView(running=False, **base)  # type: ignore[arg-type]
+        raft = node.raft
+        return NodeView(
+            running=True,
+            epoch=raft.epoch,
+            is_leader=raft.role is Role.LEADER,
+            high_watermark=raft.high_watermark,
+            voter_ids=raft.voters.ids,
+            writable=node.counter.writable,
+            snapshot_loads_since_leader_change=node.counter.snapshot_loads_since_leader_change,
+            committed=node.counter.applied,
+            incarnation=node.incarnation,
+            **base,  # type: ignore[arg-type]
+        )
+
+    def views(self) -> list[NodeView]:
+        return [self.view(node_id) for node_id in self.all_ids]
+
+    def check_invariants(self) -> None:
+        views = self.views()
+        for invariant in self.invariants:
+            invariant.check(views)
+
+    def validate_committed_logs(self) -> None:
+        """End-of-run check (Kafka's ConsistentCommittedData validation) over the logs themselves:
+        every running node's log below its high watermark holds the values the cluster committed."""
+        committed: dict[int, tuple[int, int]] = {}
+        for node_id, node in self.running.items():
+            for offset, value in node.counter.applied:
+                committed.setdefault(offset, (value, node_id))
+        for node_id, node in sorted(self.running.items()):
+            hwm = node.raft.high_watermark
+            if hwm is None:
+                continue
+            for batch in self.disks[node_id].log.batches():
+                if batch.base_offset >= hwm:
+                    break
+                for delta, data in enumerate(batch.records):
+                    offset = batch.base_offset + delta
+                    if offset >= hwm:
+                        break
+                    value = int.from_bytes(data, "big", signed=True)
+                    known = committed.setdefault(offset, (value, node_id))
+                    if known[0] != value:
+                        raise Violation(
+                            "ConsistentCommittedData",
+                            f"node {node_id}'s log holds {value} at committed offset {offset}; "
+                            f"node {known[1]} committed {known[0]}",
+                        )
+
+    # -- queries for scenarios -----------------------------------------------------------------
+    def leader(self) -> SimNode | None:
+        """The running leader with the highest epoch, if any."""
+        leaders = [n for n in self.running.values() if isinstance(n.raft.state, LeaderState)]
+        return max(leaders, key=lambda n: n.raft.epoch, default=None)
+
+    def latest_leader_id(self) -> int | None:
+        """The leader the highest-epoch running node knows of (Kafka's `latestLeader`)."""
+        best: tuple[int, int | None] = (-1, None)
+        for node in self.running.values():
+            if node.raft.epoch > best[0] or (node.raft.epoch == best[0] and node.raft.leader_id is not None):
+                best = (node.raft.epoch, node.raft.leader_id)
+        return best[1]
+
+    def high_watermark(self, node_id: int) -> int:
+        node = self.running.get(node_id)
+        hwm = None if node is None else node.raft.high_watermark
+        return hwm or 0
+
+    def max_high_watermark(self, node_ids: Iterable[int] | None = None) -> int:
+        ids = self.running if node_ids is None else [i for i in node_ids if i in self.running]
+        return max((self.high_watermark(i) for i in ids), default=0)
+
+    def all_reached(self, offset: int, node_ids: Iterable[int] | None = None) -> bool:
+        """Every listed (default: running) node's HWM is above `offset` and its counter applied it."""
+        ids = list(self.running) if node_ids is None else list(node_ids)
+        return all(i in self.running and self.high_watermark(i) > offset for i in ids)
+
+    def any_reached(self, offset: int) -> bool:
+        return any(self.high_watermark(i) > offset for i in self.running)
+
+    def has_consistent_leader(self) -> bool:
+        """Every running node's durable quorum-state names the same leader and epoch."""
+        states = {self.disks[i].quorum_state for i in self.running}
+        leaders = {None if s is None else (s.epoch, s.leader_id) for s in states}
+        if len(leaders) != 1:
+            return False
+        (leader,) = leaders
+        return leader is not None and leader[1] is not None
+
+    def on_every(self, period_ms: int, action: Callable[[], Any], *, label: str, jitter_ms: int = 0) -> EventHandle:
+        return self.scheduler.every(period_ms, action, label=label, jitter_ms=jitter_ms)
