@@ -1,0 +1,180 @@
+"""The controller's APIs on the controller listener (Kafka's ControllerApis).
+
+Each handler hands the decoded kio request to the `ControllerService` and turns the outcome
+into the response of the request's version: a refusal from the controller (`ControllerApiError`,
+e.g. NOT_CONTROLLER on a standby) becomes the error code Kafka puts in that response, per item
+for the batch APIs. ApiVersions must tell the truth, so only what the quorum controller
+implements is registered, each at the one version its managers take:
+
+CreateTopics v7, DeleteTopics v6, UpdateFeatures v1, AlterPartition v3, BrokerRegistration v4,
+BrokerHeartbeat v1, UnregisterBroker v0, ControllerRegistration v0.
+
+(DescribeCluster is served by the node itself; IncrementalAlterConfigs, DescribeConfigs,
+AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders and AssignReplicasToDirs are
+not registered because the quorum controller does not implement them yet.)
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i64
+
+from kraft_engine.controller import ApiError, ControllerApiError
+from kraft_engine.protocol import Listener, RequestContext
+from kraft_engine.server.controller_service import ControllerService, ControllerStopped
+
+__all__ = ["CONTROLLER_APIS", "ControllerApis"]
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+ALTER_PARTITION = 56
+UPDATE_FEATURES = 57
+BROKER_REGISTRATION = 62
+BROKER_HEARTBEAT = 63
+UNREGISTER_BROKER = 64
+CONTROLLER_REGISTRATION = 70
+
+CONTROLLER_APIS: dict[int, int] = {
+    CREATE_TOPICS: 7,
+    DELETE_TOPICS: 6,
+    ALTER_PARTITION: 3,
+    UPDATE_FEATURES: 1,
+    BROKER_REGISTRATION: 4,
+    BROKER_HEARTBEAT: 1,
+    UNREGISTER_BROKER: 0,
+    CONTROLLER_REGISTRATION: 0,
+}
+"""api key -> the version served."""
+
+_NO_THROTTLE = timedelta(0)
+
+
+def _refusal(error: Exception) -> ControllerApiError:
+    """The error a client sees. A stopped controller is, to the client, not the controller."""
+    if isinstance(error, ControllerApiError):
+        return error
+    return ControllerApiError(ErrorCode.not_controller, str(error))
+
+
+def _module(ctx: RequestContext) -> Any:
+    return sys.modules[ctx.response_class.__module__]
+
+
+class ControllerApis:
+    def __init__(self, service: ControllerService) -> None:
+        self._service = service
+
+    def register(self, listener: Listener) -> None:
+        handlers = {
+            CREATE_TOPICS: self.create_topics,
+            DELETE_TOPICS: self.delete_topics,
+            ALTER_PARTITION: self.alter_partition,
+            UPDATE_FEATURES: self.update_features,
+            BROKER_REGISTRATION: self.broker_registration,
+            BROKER_HEARTBEAT: self.broker_heartbeat,
+            UNREGISTER_BROKER: self.unregister_broker,
+            CONTROLLER_REGISTRATION: self.controller_registration,
+        }
+        for api_key, handler in handlers.items():
+            version = CONTROLLER_APIS[api_key]
+            listener.register(api_key, min_version=version, max_version=version, handler=handler)
+
+    # -- admin -----------------------------------------------------------------------------------
+    async def create_topics(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            results = await self._service.write("createTopics", lambda c: c.create_topics(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            result_cls = _module(ctx).CreatableTopicResult
+            results = tuple(
+                result_cls(name=t.name, topic_id=None, error_code=error.error_code, error_message=error.message,
+                           configs=None)
+                for t in request.topics
+            )
+        return ctx.response_class(throttle_time=_NO_THROTTLE, topics=tuple(results))
+
+    async def delete_topics(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            results = await self._service.write("deleteTopics", lambda c: c.delete_topics(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            result_cls = _module(ctx).DeletableTopicResult
+            results = tuple(
+                result_cls(name=t.name, topic_id=t.topic_id, error_code=error.error_code, error_message=error.message)
+                for t in request.topics
+            )
+        return ctx.response_class(throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+    async def update_features(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            outcome: ApiError = await self._service.write("updateFeatures", lambda c: c.update_features(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            outcome = ApiError(error.error_code, error.message)
+        # Up to v1 Kafka repeats the top-level outcome for every feature named in the request.
+        result_cls = _module(ctx).UpdatableFeatureResult
+        results = tuple(
+            result_cls(feature=u.feature, error_code=outcome.error_code, error_message=outcome.message)
+            for u in request.feature_updates
+        )
+        return ctx.response_class(
+            throttle_time=_NO_THROTTLE, error_code=outcome.error_code, error_message=outcome.message, results=results
+        )
+
+    # -- brokers and controllers -----------------------------------------------------------------
+    async def alter_partition(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write("alterPartition", lambda c: c.alter_partition(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code, topics=())
+
+    async def broker_registration(self, request: Any, ctx: RequestContext) -> Any:
+        service = self._service
+        try:
+            reply = await service.write(
+                "registerBroker", lambda c: c.register_broker(request, now_ms=service.now_ms())
+            )
+        except (ControllerApiError, ControllerStopped) as e:
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code)
+        return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
+                                  broker_epoch=i64(reply.broker_epoch))
+
+    async def broker_heartbeat(self, request: Any, ctx: RequestContext) -> Any:
+        service = self._service
+        # The contact time is recorded now, before the event waits in the queue.
+        service.track_broker_heartbeat(int(request.broker_id), int(request.broker_epoch))
+        try:
+            reply = await service.write(
+                "processBrokerHeartbeat", lambda c: c.broker_heartbeat(request, now_ms=service.now_ms())
+            )
+        except (ControllerApiError, ControllerStopped) as e:
+            return ctx.response_class(
+                throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code, is_caught_up=False, is_fenced=True,
+                should_shut_down=False,
+            )
+        return ctx.response_class(
+            throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, is_caught_up=reply.is_caught_up,
+            is_fenced=reply.is_fenced, should_shut_down=reply.should_shut_down,
+        )
+
+    async def unregister_broker(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            await self._service.write("unregisterBroker", lambda c: c.unregister_broker(int(request.broker_id)))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=error.error_code,
+                                      error_message=error.message)
+        return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None)
+
+    async def controller_registration(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            await self._service.write("registerController", lambda c: c.register_controller(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=error.error_code,
+                                      error_message=error.message)
+        return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None)

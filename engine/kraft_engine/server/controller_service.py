@@ -1,0 +1,498 @@
+"""The quorum controller on a running node: one asyncio task that is its single event loop.
+
+The pure `QuorumController` decides everything but performs nothing. This shell gives it what
+Kafka's QuorumController gets from its KafkaEventQueue thread and its RaftClient:
+
+- One task, one queue. Client writes and reads, raft callbacks (commits, snapshot loads, leader
+  changes) and periodic tasks all run as events dequeued by a single task, so the controller is
+  never entered concurrently. Each event is timed (EventQueueTimeMs, EventQueueProcessingTimeMs).
+- Completion tokens become futures: a write's future resolves only when the controller releases
+  its token (its records are stable), or fails with the controller's `ControllerApiError`.
+- Appends go to the raft layer bound to the claim epoch. A refused append, or one placed at an
+  offset the controller did not predict, makes the controller renounce (it already applied the
+  records; renouncing reverts them) and the raft layer is asked to resign that epoch.
+- Heartbeat contact times are recorded when the request arrives, before it is queued, so a busy
+  controller never fences a live broker.
+- Every committed batch and snapshot also feeds a `MetadataLoader`, whose image serves reads that
+  must not run on the controller's timeline (ApiVersions' finalized features) and is what
+  snapshots are written from: at a batch-aligned committed offset, once
+  `metadata.log.max.record.bytes.between.snapshots` bytes were committed since the last one or
+  `metadata.log.max.snapshot.interval.ms` passed with something new. The records are encoded off
+  the event loop; the raft layer then freezes the snapshot and cleans the log prefix behind it.
+- A standby that fell too far behind is handed a snapshot by the raft layer and loads it; the
+  active controller never does (the controller treats that as a fatal fault).
+
+A fatal fault (`ControllerFault`, or a record the loader cannot replay) stops the loop, fails every
+waiting client and calls `on_fatal`: the node must not keep serving from state it cannot trust.
+
+Metrics are Kafka's controller metrics under the JMX-exporter naming of the node's registry,
+e.g. `kafka.controller:type=KafkaController,name=ActiveControllerCount` is
+`kafka_controller_kafkacontroller_activecontrollercount`; the two event-queue timers are
+`kafka_controller_controllereventmanager_eventqueuetimems` / `..._eventqueueprocessingtimems`
+(histograms in ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+from kraft_engine.controller import (
+    CommittedBatch,
+    ControllerApiError,
+    QuorumController,
+    RecordAndVersion,
+)
+from kraft_engine.metadata import CommittedBatch as LoaderBatch
+from kraft_engine.metadata import LeaderAndEpoch, MetadataImage, MetadataLoader, MetadataReplayError
+from kraft_engine.protocol import Features
+from kraft_engine.raft import (
+    BOOTSTRAP_SNAPSHOT_ID,
+    LeaderChange,
+    NotLeaderError,
+    OffsetAndEpoch,
+    RaftError,
+    SnapshotError,
+    SnapshotLoad,
+)
+from kraft_engine.raft import CommittedBatch as RaftBatch
+from kraft_engine.records import decode_metadata_record, encode_metadata_record
+
+__all__ = ["ControllerService", "ControllerStopped", "RaftPort", "SnapshotPolicy"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_MS_BUCKETS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+class RaftPort(Protocol):
+    """What the controller needs from the node's raft driver (all calls happen on the loop)."""
+
+    @property
+    def high_watermark(self) -> int | None: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def append(self, records: list[bytes], *, epoch: int) -> int:
+        """Accept one batch as leader of `epoch`; the last offset. Raises NotLeaderError."""
+
+    def resign(self, epoch: int) -> None: ...
+
+    def create_snapshot(
+        self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int
+    ) -> OffsetAndEpoch: ...
+
+
+class ControllerStopped(Exception):
+    """The controller loop is not running (shut down, or stopped by a fatal fault)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When to write a snapshot (Kafka's keys; the interval counts only when something is new)."""
+
+    max_bytes_between_snapshots: int = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots
+    max_interval_ms: int = 60 * 60 * 1000  # metadata.log.max.snapshot.interval.ms (0: off)
+
+
+@dataclass(slots=True)
+class _Event:
+    name: str
+    run: Callable[[], None]
+    enqueued_ns: int
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry, service: ControllerService) -> None:
+        controller = service.controller
+
+        def gauge(name: str, doc: str, value: Callable[[], float]) -> None:
+            Gauge(f"kafka_controller_kafkacontroller_{name}", doc, registry=registry).set_function(value)
+
+        gauge("activecontrollercount", "1 on the active controller, 0 elsewhere", controller.active_controller_count)
+        gauge("fencedbrokercount", "Registered brokers that are fenced", controller.fenced_broker_count)
+        gauge("activebrokercount", "Registered brokers that are unfenced", controller.active_broker_count)
+        gauge("globaltopiccount", "Topics", controller.replication_control.global_topic_count)
+        gauge("globalpartitioncount", "Partitions", controller.replication_control.global_partition_count)
+        gauge("offlinepartitionscount", "Partitions without a leader", controller.offline_partitions_count)
+        gauge("preferredreplicaimbalancecount", "Partitions not led by their preferred replica",
+              controller.replication_control.preferred_replica_imbalance_count)
+        gauge("metadataerrorcount", "Metadata faults seen by this controller", lambda: service.metadata_error_count)
+        gauge("lastappliedrecordoffset", "Offset of the last record applied", lambda: service.last_applied_offset)
+        gauge("lastcommittedrecordoffset", "Offset of the last committed record",
+              controller.last_committed_record_offset)
+        gauge("lastappliedrecordtimestamp", "Append time (ms) of the last applied batch",
+              lambda: service.last_applied_timestamp_ms)
+        gauge("lastappliedrecordlagms", "Now minus the append time of the last applied batch",
+              service.last_applied_lag_ms)
+        gauge("newactivecontrollerscount", "Times this node became the active controller",
+              controller.new_active_controllers_count)
+        self.queue_time_ms = Histogram(
+            "kafka_controller_controllereventmanager_eventqueuetimems",
+            "Time an event waited in the controller queue (ms)", registry=registry, buckets=_MS_BUCKETS,
+        )
+        self.processing_time_ms = Histogram(
+            "kafka_controller_controllereventmanager_eventqueueprocessingtimems",
+            "Time the controller spent processing an event (ms)", registry=registry, buckets=_MS_BUCKETS,
+        )
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ControllerService:
+    """Runs a `QuorumController` on the event loop against a `RaftPort`; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        controller: QuorumController,
+        raft: RaftPort,
+        registry: CollectorRegistry,
+        supported_features: dict[str, tuple[int, int]],
+        snapshot_policy: SnapshotPolicy | None = None,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.controller = controller
+        self._raft = raft
+        self._supported_features = dict(supported_features)
+        self._snapshot_policy = snapshot_policy or SnapshotPolicy()
+        self._clock_ms = clock_ms
+        self._on_fatal = on_fatal
+        self.loader = MetadataLoader(publisher_fault_handler=self._publisher_fault)
+        self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._futures: dict[int, asyncio.Future[Any]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self.fault: BaseException | None = None
+        self.metadata_error_count = 0
+        self.last_applied_timestamp_ms = -1
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = clock_ms()
+        self._applied_since_snapshot = False
+        #: Snapshot ids this service wrote (newest last), for status pages and tests.
+        self.snapshots_written: list[OffsetAndEpoch] = []
+        self._metrics = _Metrics(registry, self)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the event loop task (call on the running loop)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-{self.controller.node_id}")
+
+    async def close(self) -> None:
+        """Stop the loop; every waiting client gets NOT_CONTROLLER-free ControllerStopped."""
+        for task in (self._task, self._snapshot_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = None
+        self._fail_all(ControllerStopped("the controller is shutting down"))
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    # -- metrics helpers -------------------------------------------------------------------------
+    @property
+    def last_applied_offset(self) -> int:
+        events = self.controller.events
+        if events.is_active():
+            return events.offset_control.next_write_offset - 1
+        return events.offset_control.last_committed_offset
+
+    def last_applied_lag_ms(self) -> int:
+        if self.last_applied_timestamp_ms < 0:
+            return 0
+        return max(0, self._clock_ms() - self.last_applied_timestamp_ms)
+
+    # -- ApiVersions -----------------------------------------------------------------------------
+    def features(self) -> Features:
+        """Supported and finalized features as of the committed image (the listener's provider)."""
+        image = self.loader.image
+        finalized: dict[str, int] = dict(image.features.finalized_versions)
+        if image.features.metadata_version is not None:
+            finalized["metadata.version"] = image.features.metadata_version
+        return Features(supported=self._supported_features, finalized=finalized, finalized_epoch=image.offset)
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.loader.image
+
+    # -- raft listener (the driver calls these synchronously, in raft order) ---------------------
+    def handle_raft_event(self, event: SnapshotLoad | RaftBatch | LeaderChange) -> None:
+        """Queue a raft listener event; it runs on the controller loop in the order delivered."""
+        if isinstance(event, SnapshotLoad):
+            self._enqueue("handleLoadSnapshot", lambda: self._load_snapshot(event))
+        elif isinstance(event, RaftBatch):
+            self._enqueue("handleCommit", lambda: self._commit(event))
+        else:
+            # The log end offset now is where a new local leader's first append will land.
+            log_end_offset = self._raft.log_end_offset
+            self._enqueue("handleLeaderChange", lambda: self._leader_change(event, log_end_offset))
+
+    # -- client operations -----------------------------------------------------------------------
+    async def write(self, name: str, operation: Callable[[QuorumController], int]) -> Any:
+        """Run a controller write on the loop; its response once durable (or ControllerApiError)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def run() -> None:
+            token = operation(self.controller)
+            self._futures[token] = future
+
+        self._enqueue(name, run, future)
+        return await future
+
+    async def read(self, name: str, operation: Callable[[QuorumController], T]) -> T:
+        """Run `operation` on the loop against the controller's state."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def run() -> None:
+            try:
+                future.set_result(operation(self.controller))
+            except Exception as error:  # a failed read is the reader's problem, not a fault
+                future.set_exception(error)
+
+        self._enqueue(name, run, future)
+        return await future
+
+    def track_broker_heartbeat(self, broker_id: int, broker_epoch: int) -> None:
+        """Record a heartbeat's arrival now, before its event waits in the queue."""
+        self.controller.track_broker_heartbeat(broker_id, broker_epoch, self._clock_ms())
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _enqueue(self, name: str, run: Callable[[], None], future: asyncio.Future[Any] | None = None) -> None:
+        if self.fault is not None or (self._task is not None and self._task.done()):
+            error = ControllerStopped(f"the controller loop is stopped: {self.fault}")
+            if future is not None:
+                future.set_exception(error)
+                return
+            raise error
+        if future is not None:
+            original = run
+
+            def run() -> None:
+                if future.cancelled():
+                    return
+                try:
+                    original()
+                except ControllerApiError as error:
+                    future.set_exception(error)
+
+        self._queue.put_nowait(_Event(name, run, time.monotonic_ns()))
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                event = await self._next_event()
+                if event is not None:
+                    started_ns = time.monotonic_ns()
+                    self._metrics.queue_time_ms.observe((started_ns - event.enqueued_ns) / 1e6)
+                    event.run()
+                    self._perform_effects()
+                    self._metrics.processing_time_ms.observe((time.monotonic_ns() - started_ns) / 1e6)
+                deadline_ms = self.controller.next_deadline_ms()
+                if deadline_ms is not None and deadline_ms <= self._clock_ms():
+                    self.controller.tick(self._clock_ms())
+                    self._perform_effects()
+                self._maybe_snapshot()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # a fault: nothing the controller holds can be trusted now
+            self._fatal(error)
+
+    async def _next_event(self) -> _Event | None:
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        deadline_ms = self.controller.next_deadline_ms()
+        if deadline_ms is None:
+            return await self._queue.get()
+        wait_s = max(0.0, (deadline_ms - self._clock_ms()) / 1000)
+        try:
+            async with asyncio.timeout(wait_s):
+                return await self._queue.get()
+        except TimeoutError:
+            return None
+
+    def _fatal(self, error: BaseException) -> None:
+        self.fault = error
+        self.metadata_error_count += 1
+        logger.critical("Controller %d stopped by a fatal fault: %s", self.controller.node_id, error, exc_info=error)
+        self._fail_all(ControllerStopped(f"the controller stopped after a fatal fault: {error}"))
+        if self._on_fatal is not None:
+            self._on_fatal(error)
+
+    def _fail_all(self, error: Exception) -> None:
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        for future in self._futures.values():
+            if not future.done():
+                future.set_exception(error)
+        self._futures.clear()
+
+    # -- effects ---------------------------------------------------------------------------------
+    def _perform_effects(self) -> None:
+        controller = self.controller
+        while True:
+            effects = controller.take_effects()
+            if effects.is_empty():
+                return
+            for append in effects.appends:
+                if not self._append(append.epoch, append.base_offset, append.records):
+                    # Everything after a refused append was applied on top of it: renounce
+                    # reverts all of it, and the next round reports the failures.
+                    if controller.is_active():
+                        controller.renounce()
+                    break
+            for token, response in effects.completed:
+                future = self._futures.pop(token, None)
+                if future is not None and not future.done():
+                    future.set_result(response)
+            for failed in effects.failed:
+                future = self._futures.pop(failed.token, None)
+                if future is not None and not future.done():
+                    future.set_exception(failed.error)
+            if effects.resign_epoch is not None:
+                logger.info("Controller %d renounced epoch %d", controller.node_id, effects.resign_epoch)
+                self._raft.resign(effects.resign_epoch)
+
+    def _append(self, epoch: int, base_offset: int, records: Sequence[RecordAndVersion]) -> bool:
+        values = [encode_metadata_record(record, version) for record, version in records]
+        try:
+            last_offset = self._raft.append(values, epoch=epoch)
+        except NotLeaderError as error:
+            logger.info("Append at %d refused by raft (%s): renouncing", base_offset, error)
+            return False
+        except RaftError as error:
+            logger.warning("Append at %d failed (%s): renouncing", base_offset, error)
+            return False
+        expected = base_offset + len(values) - 1
+        if last_offset != expected:
+            logger.warning("Raft placed the batch ending at %d, expected %d: renouncing", last_offset, expected)
+            return False
+        self.last_applied_timestamp_ms = self._clock_ms()
+        return True
+
+    # -- raft events -----------------------------------------------------------------------------
+    def _commit(self, batch: RaftBatch) -> None:
+        records = tuple(decode_metadata_record(value)[0] for value in batch.records)
+        self.controller.handle_commit(
+            CommittedBatch(batch.base_offset, batch.epoch, records, batch.last_offset, batch.append_timestamp_ms)
+        )
+        if self.loader.last_applied_offset >= batch.last_offset:
+            return  # already in a snapshot the loader was given
+        self.loader.handle_commit(
+            [
+                LoaderBatch(
+                    base_offset=batch.base_offset,
+                    last_offset=batch.last_offset,
+                    epoch=batch.epoch,
+                    append_time_ms=batch.append_timestamp_ms,
+                    size_bytes=batch.size_in_bytes,
+                    records=records,
+                )
+            ],
+            high_watermark=self._raft.high_watermark,
+        )
+        if not self.controller.is_active():
+            self.last_applied_timestamp_ms = batch.append_timestamp_ms
+        self._bytes_since_snapshot += batch.size_in_bytes
+        self._applied_since_snapshot = True
+
+    def _load_snapshot(self, event: SnapshotLoad) -> None:
+        if event.snapshot_id == BOOTSTRAP_SNAPSHOT_ID:
+            # The bootstrap checkpoint seeds activation (the controller was built with its
+            # records); it is never loaded as state.
+            return
+        records = [decode_metadata_record(value)[0] for batch in event.batches for value in batch.records]
+        last_offset = event.snapshot_id.offset - 1
+        logger.info("Controller %d loading snapshot %s", self.controller.node_id, event.snapshot_id)
+        self.controller.handle_load_snapshot(
+            last_contained_offset=last_offset, epoch=event.snapshot_id.epoch, records=records
+        )
+        self.loader.handle_load_snapshot(
+            records,
+            last_contained_offset=last_offset,
+            last_contained_epoch=event.snapshot_id.epoch,
+            last_contained_log_time_ms=event.last_contained_log_timestamp_ms,
+        )
+        self.last_applied_timestamp_ms = event.last_contained_log_timestamp_ms
+        self._bytes_since_snapshot = 0
+        self._applied_since_snapshot = False
+
+    def _leader_change(self, event: LeaderChange, log_end_offset: int) -> None:
+        leader = event.leader
+        self.controller.handle_leader_change(
+            leader_id=leader.leader_id, epoch=leader.epoch, log_end_offset=log_end_offset, now_ms=self._clock_ms()
+        )
+        self.loader.handle_leader_change(LeaderAndEpoch(leader.leader_id, leader.epoch))
+        if self.controller.is_active():
+            logger.info("Controller %d is active in epoch %d", self.controller.node_id, leader.epoch)
+
+    def _publisher_fault(self, what: str, error: BaseException) -> None:
+        self.metadata_error_count += 1
+        logger.error("Metadata publisher fault: %s: %s", what, error)
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def _snapshot_due(self) -> bool:
+        if not self._applied_since_snapshot or self.loader.image.offset < 0:
+            return False
+        policy = self._snapshot_policy
+        if self._bytes_since_snapshot >= policy.max_bytes_between_snapshots:
+            return True
+        return policy.max_interval_ms > 0 and self._clock_ms() - self._last_snapshot_ms >= policy.max_interval_ms
+
+    def _maybe_snapshot(self) -> None:
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        if not self._snapshot_due():
+            return
+        image = self.loader.image
+        if not image.provenance.is_offset_batch_aligned:
+            return  # a later commit will end on a batch boundary
+        self._bytes_since_snapshot = 0
+        self._applied_since_snapshot = False
+        self._last_snapshot_ms = self._clock_ms()
+        self._snapshot_task = asyncio.get_running_loop().create_task(self._write_snapshot(image))
+
+    async def _write_snapshot(self, image: MetadataImage) -> None:
+        # Encoding the image is the expensive part and the image is immutable: do it off the loop.
+        try:
+            records = await asyncio.to_thread(_encode_image, image)
+        except MetadataReplayError as error:
+            self.metadata_error_count += 1
+            logger.error("Cannot write a snapshot of the image at %d: %s", image.offset, error)
+            return
+        if self.fault is not None:
+            return
+        try:
+            snapshot_id = self._raft.create_snapshot(
+                end_offset=image.offset + 1,
+                records=records,
+                last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
+            )
+        except SnapshotError as error:
+            logger.warning("Skipping the snapshot at offset %d: %s", image.offset + 1, error)
+            return
+        self.snapshots_written.append(snapshot_id)
+        logger.info("Controller %d wrote snapshot %s (%d records)", self.controller.node_id, snapshot_id, len(records))
+
+
+def _encode_image(image: MetadataImage) -> list[bytes]:
+    return [encode_metadata_record(record, version) for record, version in image.records().records]

@@ -1,0 +1,326 @@
+"""ControllerService on a real single-voter raft node, driven in-process on the event loop.
+
+The raft node is the pure core over a MemoryLog; the tiny driver below performs its Outputs
+(a single voter sends nothing) and hands listener events to the service, as the node's driver
+does. Requests go through the service the way the listener's handlers send them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i16, i32, i64, u16
+from prometheus_client import CollectorRegistry
+
+from kraft_engine.controller import ControllerApiError, QuorumController, RecordAndVersion
+from kraft_engine.metadata import VersionRange
+from kraft_engine.raft import (
+    MemoryLog,
+    NotLeaderError,
+    OffsetAndEpoch,
+    Output,
+    RaftConfig,
+    RaftNode,
+    ReplicaKey,
+    VoterNode,
+    VoterSet,
+)
+from kraft_engine.raft.log_batch import parse_batches
+from kraft_engine.records import FeatureLevelRecord, TopicRecord, decode_metadata_record
+from kraft_engine.server.controller_service import ControllerService, SnapshotPolicy
+
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
+MV = 25
+NODE_ID = 3000
+
+
+def _clock_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class _LoopRaft:
+    """A single-voter raft node performed on the running loop (the RaftPort of the service)."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.log = log
+        self.node = RaftNode(
+            config=RaftConfig(append_linger_ms=1),
+            node_id=NODE_ID,
+            directory_id=None,
+            cluster_id=CLUSTER_ID,
+            log=log,
+            persisted=None,
+            static_voters=VoterSet([VoterNode(key=ReplicaKey(NODE_ID, None), endpoints=())]),
+            rng=random.Random(1),
+            now_ms=_clock_ms(),
+            local_endpoints=(),
+            bootstrap_servers=(),
+        )
+        self.service: ControllerService | None = None
+        self.refuse_appends = False
+        self._wake = asyncio.Event()
+        self._deadline_ms = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, service: ControllerService) -> None:
+        self.service = service
+        self._perform(self.node.poll(_clock_ms()))
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            now_ms = _clock_ms()
+            if now_ms >= self._deadline_ms:
+                self._perform(self.node.poll(now_ms))
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout((self._deadline_ms - now_ms) / 1000):
+                    await self._wake.wait()
+
+    def _perform(self, out: Output) -> None:
+        assert self.service is not None
+        for event in out.events:
+            self.service.handle_raft_event(event)
+        self._deadline_ms = out.next_deadline_ms
+        self._wake.set()
+
+    # -- RaftPort ----------------------------------------------------------------------------------
+    @property
+    def high_watermark(self) -> int | None:
+        return self.node.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.node.log_end_offset
+
+    def append(self, records: list[bytes], *, epoch: int) -> int:
+        if self.refuse_appends:
+            raise NotLeaderError("refused by the test")
+        offset = self.node.append(records, epoch=epoch, now_ms=_clock_ms())
+        self._deadline_ms = min(self._deadline_ms, self.node.next_deadline_ms(_clock_ms()))
+        self._wake.set()
+        return offset
+
+    def resign(self, epoch: int) -> None:
+        self._perform(self.node.resign(epoch, now_ms=_clock_ms()))
+
+    def create_snapshot(self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int) -> OffsetAndEpoch:
+        return self.node.create_snapshot(end_offset=end_offset, records=records,
+                                         last_contained_log_timestamp_ms=last_contained_log_timestamp_ms,
+                                         now_ms=_clock_ms())
+
+
+def _controller(node_id: int = NODE_ID) -> QuorumController:
+    return QuorumController(
+        node_id=node_id,
+        quorum_node_ids=(node_id,),
+        bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=MV), 0)],
+        local_supported_features={"metadata.version": VersionRange(7, MV)},
+        cluster_id=CLUSTER_ID,
+        rng=random.Random(7),
+        session_timeout_ms=9000,
+    )
+
+
+class _Node:
+    def __init__(self, *, log: MemoryLog | None = None, policy: SnapshotPolicy | None = None) -> None:
+        self.raft = _LoopRaft(log or MemoryLog())
+        self.registry = CollectorRegistry()
+        self.service = ControllerService(
+            controller=_controller(), raft=self.raft, registry=self.registry,
+            supported_features={"metadata.version": (7, MV)}, snapshot_policy=policy,
+        )
+
+    async def start(self) -> None:
+        self.service.start()
+        self.raft.start(self.service)
+        async with asyncio.timeout(10):
+            while not self.service.controller.is_active() or self.service.loader.image.features.metadata_version is None:
+                await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        await self.raft.close()
+        await self.service.close()
+
+    def metric(self, name: str) -> float | None:
+        return self.registry.get_sample_value(name)
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[_Node]:
+    n = _Node()
+    await n.start()
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+def _topics(*specs: tuple[str, int, int]) -> CreateTopicsRequest:
+    return CreateTopicsRequest(
+        topics=tuple(
+            CreatableTopic(name=TopicName(name), num_partitions=i32(p), replication_factor=i16(rf), assignments=(),
+                           configs=())
+            for name, p, rf in specs
+        )
+    )
+
+
+def _registration(broker_id: int) -> BrokerRegistrationRequest:
+    return BrokerRegistrationRequest(
+        broker_id=BrokerId(broker_id), cluster_id=CLUSTER_ID, incarnation_id=uuid.uuid4(),
+        listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker_id), security_protocol=i16(0)),),
+        features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(MV)),),
+        rack=None, log_dirs=(uuid.uuid4(),),
+    )
+
+
+async def _unfenced_broker(node: _Node, broker_id: int) -> int:
+    service = node.service
+    reply = await service.write("registerBroker", lambda c: c.register_broker(_registration(broker_id), now_ms=0))
+    epoch = int(reply.broker_epoch)
+    heartbeat = BrokerHeartbeatRequest(
+        broker_id=BrokerId(broker_id), broker_epoch=i64(epoch),
+        current_metadata_offset=i64(node.service.controller.last_stable_offset()), want_fence=False,
+        want_shut_down=False,
+    )
+    answer = await service.write("processBrokerHeartbeat", lambda c: c.broker_heartbeat(heartbeat, now_ms=0))
+    assert not answer.is_fenced
+    return epoch
+
+
+def _log_records(log: MemoryLog) -> list[tuple[int, Any]]:
+    out = []
+    for batch in parse_batches(log.read(0, 1 << 30)):
+        for index, value in enumerate(batch.records):
+            out.append((batch.base_offset + index, decode_metadata_record(value)[0]))
+    return out
+
+
+async def test_the_node_activates_and_writes_the_bootstrap_records(node: _Node) -> None:
+    records = [r for _, r in _log_records(node.raft.log)]
+    assert FeatureLevelRecord(name="metadata.version", feature_level=MV) in records
+    assert node.metric("kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert node.metric("kafka_controller_kafkacontroller_newactivecontrollerscount") == 1
+    features = node.service.features()
+    assert features.finalized["metadata.version"] == MV
+    assert features.supported["metadata.version"] == (7, MV)
+
+
+async def test_a_created_topic_is_in_the_log_and_the_image_when_the_write_completes(node: _Node) -> None:
+    for broker in (1, 2, 3):
+        await _unfenced_broker(node, broker)
+    [result] = await node.service.write("createTopics", lambda c: c.create_topics(_topics(("orders", 3, 3))))
+    assert result.error_code == ErrorCode.none
+    # Acknowledged means committed: the records are in the log below the high watermark.
+    hwm = node.raft.high_watermark
+    assert hwm is not None
+    topic_offsets = [o for o, r in _log_records(node.raft.log) if isinstance(r, TopicRecord) and r.name == "orders"]
+    assert topic_offsets and topic_offsets[0] < hwm
+    assert node.metric("kafka_controller_kafkacontroller_globaltopiccount") == 1
+    assert node.metric("kafka_controller_kafkacontroller_globalpartitioncount") == 3
+    assert node.metric("kafka_controller_kafkacontroller_activebrokercount") == 3
+    async with asyncio.timeout(5):
+        while "orders" not in node.service.image.topics.topics_by_name:
+            await asyncio.sleep(0.005)
+    assert node.metric("kafka_controller_kafkacontroller_lastcommittedrecordoffset") == hwm - 1
+
+
+async def test_a_refused_append_renounces_reverts_and_the_client_gets_not_controller(node: _Node) -> None:
+    for broker in (1, 2, 3):
+        await _unfenced_broker(node, broker)
+    node.raft.refuse_appends = True
+    with pytest.raises(ControllerApiError) as refused:
+        await node.service.write("createTopics", lambda c: c.create_topics(_topics(("lost", 1, 3))))
+    assert refused.value.error_code == ErrorCode.not_controller
+    controller = node.service.controller
+    assert not controller.is_active()
+    # The applied-but-uncommitted topic was reverted.
+    assert controller.replication_control.topic_id("lost") is None
+    assert node.metric("kafka_controller_kafkacontroller_activecontrollercount") == 0
+    # While not active, every write is refused with NOT_CONTROLLER.
+    with pytest.raises(ControllerApiError) as again:
+        await node.service.write("createTopics", lambda c: c.create_topics(_topics(("lost", 1, 3))))
+    assert again.value.error_code == ErrorCode.not_controller
+    # Raft was told to resign; the single voter is elected again and the retry succeeds.
+    node.raft.refuse_appends = False
+    async with asyncio.timeout(10):
+        while not controller.is_active():
+            await asyncio.sleep(0.01)
+    [result] = await node.service.write("createTopics", lambda c: c.create_topics(_topics(("lost", 1, 3))))
+    assert result.error_code == ErrorCode.none
+    assert node.metric("kafka_controller_kafkacontroller_newactivecontrollerscount") == 2
+    assert [r.name for _, r in _log_records(node.raft.log) if isinstance(r, TopicRecord)] == ["lost"]
+
+
+async def test_a_refused_request_fails_its_own_future_only(node: _Node) -> None:
+    results = await node.service.write("createTopics", lambda c: c.create_topics(_topics(("t", 1, 3))))
+    # No brokers: the topic cannot be placed; the controller answers per topic and keeps going.
+    assert results[0].error_code == ErrorCode.invalid_replication_factor
+    assert node.service.controller.is_active()
+
+
+async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it() -> None:
+    node = _Node(policy=SnapshotPolicy(max_bytes_between_snapshots=1, max_interval_ms=0))
+    await node.start()
+    try:
+        for broker in (1, 2, 3):
+            await _unfenced_broker(node, broker)
+        await node.service.write("createTopics", lambda c: c.create_topics(_topics(("a", 2, 3), ("b", 1, 1))))
+        async with asyncio.timeout(10):
+            while not node.service.snapshots_written or node.service.snapshots_written[-1].offset < node.raft.high_watermark:  # type: ignore[operator]
+                await node.service.write("createTopics", lambda c: c.create_topics(_topics()))
+                await asyncio.sleep(0.01)
+        snapshot = node.raft.log.snapshot_ids()[-1]
+        image_bytes = node.service.image.to_bytes()
+    finally:
+        await node.close()
+    # A restarted node over the same log loads that snapshot and replays the rest of the log.
+    restarted = _Node(log=node.raft.log)
+    await restarted.start()
+    try:
+        assert snapshot in restarted.raft.log.snapshot_ids()
+        async with asyncio.timeout(5):
+            while restarted.service.image.offset < snapshot.offset - 1:
+                await asyncio.sleep(0.005)
+        controller = restarted.service.controller
+        assert controller.replication_control.topic_id("a") is not None
+        assert controller.replication_control.topic_id("b") is not None
+        assert restarted.service.image.topics.topics_by_name.keys() >= {"a", "b"}
+        assert restarted.service.image.to_bytes() == image_bytes
+    finally:
+        await restarted.close()
+
+
+async def test_an_active_controller_asked_to_load_a_snapshot_stops_and_fails_waiters(node: _Node) -> None:
+    stopped: list[BaseException] = []
+    node.service._on_fatal = stopped.append
+    from kraft_engine.raft import SnapshotLoad
+
+    node.service.handle_raft_event(SnapshotLoad(snapshot_id=OffsetAndEpoch(epoch=1, offset=5),
+                                                last_contained_log_timestamp_ms=0, batches=()))
+    async with asyncio.timeout(5):
+        while not stopped:
+            await asyncio.sleep(0.005)
+    assert node.metric("kafka_controller_kafkacontroller_metadataerrorcount") == 1
+    with pytest.raises(Exception, match="stopped"):
+        await node.service.write("createTopics", lambda c: c.create_topics(_topics(("x", 1, 1))))
