@@ -50,7 +50,14 @@ def topic(name: str, n: int) -> TopicRecord:
     return TopicRecord(name=name, topic_id=topic_id(n))
 
 
-def partition(n: int, partition_id: int, replicas: tuple[int, ...], *, leader: int | None = None) -> PartitionRecord:
+def partition(
+    n: int,
+    partition_id: int,
+    replicas: tuple[int, ...],
+    *,
+    leader: int | None = None,
+    directories: tuple[uuid.UUID, ...] = (),
+) -> PartitionRecord:
     return PartitionRecord(
         partition_id=partition_id,
         topic_id=topic_id(n),
@@ -61,11 +68,17 @@ def partition(n: int, partition_id: int, replicas: tuple[int, ...], *, leader: i
         leader=replicas[0] if leader is None else leader,
         leader_epoch=0,
         partition_epoch=0,
+        directories=directories,
     )
 
 
 def change(n: int, partition_id: int, **fields: object) -> PartitionChangeRecord:
     return PartitionChangeRecord(partition_id=partition_id, topic_id=topic_id(n), **fields)  # type: ignore[arg-type]
+
+
+PROVENANCE = MetadataProvenance(
+    last_contained_offset=41, last_contained_epoch=3, last_contained_log_time_ms=7, is_offset_batch_aligned=True
+)
 
 
 def image_of(*records: object, base: MetadataImage = MetadataImage.EMPTY, offset: int = 0) -> MetadataImage:

@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from metadata_log_helpers import (
+    PROVENANCE,
     change,
     dir_id,
     image_of,
@@ -21,7 +22,6 @@ from kraft_engine.metadata import (
     ConfigResourceType,
     MetadataDelta,
     MetadataImage,
-    MetadataProvenance,
     MetadataReplayError,
     TopicIdPartition,
 )
@@ -48,10 +48,6 @@ from kraft_engine.records.metadata_records import (
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
     ZkMigrationStateRecord,
-)
-
-PROVENANCE = MetadataProvenance(
-    last_contained_offset=10, last_contained_epoch=2, last_contained_log_time_ms=5, is_offset_batch_aligned=True
 )
 
 

@@ -17,7 +17,6 @@ from kraft_engine.metadata import (
     UnwritableMetadataError,
 )
 from kraft_engine.records.framing import decode_metadata_record, encode_metadata_record
-from kraft_engine.records.metadata_records import PartitionRecord
 
 
 def registration(**overrides: object) -> PartitionRegistration:
@@ -43,15 +42,7 @@ def test_from_record_without_directories_marks_every_replica_migrating() -> None
 
 
 def test_from_record_refuses_directories_that_do_not_match_replicas() -> None:
-    record = PartitionRecord(
-        partition_id=0,
-        topic_id=topic_id(1),
-        replicas=(1, 2),
-        isr=(1, 2),
-        removing_replicas=(),
-        adding_replicas=(),
-        directories=(dir_id(1),),
-    )
+    record = partition(1, 0, (1, 2), directories=(dir_id(1),))
     with pytest.raises(MetadataReplayError, match="2 replicas but 1 directories"):
         PartitionRegistration.from_record(record)
 
