@@ -66,6 +66,13 @@ class EventHandling:
         self.leader_epoch = -1
         self.new_active_controllers_count = 0
         self.log_replayed_any_record = False
+        # Metrics state (Kafka's QuorumControllerMetrics / ControllerMetadataMetrics).
+        self.metadata_error_count = 0
+        self.last_applied_offset = -1
+        self.last_applied_timestamp_ms = -1
+        self.clock_ms = 0
+        """The latest time the shell told the controller (ticks, heartbeats, leader changes):
+        the append time of the active controller's own batches."""
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -163,6 +170,7 @@ class EventHandling:
             try:
                 self.replay(record, base_offset + index)
             except Exception as error:
+                self.metadata_error_count += 1
                 raise ControllerFault(
                     f"Unable to apply {type(record).__name__} record at offset {base_offset + index} "
                     f"on active controller, from the batch with baseOffset {base_offset}: {error}"
@@ -170,6 +178,8 @@ class EventHandling:
         append = ScheduledAppend(self.cur_claim_epoch, base_offset, tuple(records))
         self._effects.appends.append(append)
         self.offset_control.handle_schedule_append(append.last_offset)
+        self.last_applied_offset = append.last_offset
+        self.last_applied_timestamp_ms = self.clock_ms
         return append.last_offset
 
     def read(self, operation: Callable[[int], R]) -> R:
@@ -197,13 +207,17 @@ class EventHandling:
             try:
                 self.replay(record, batch.base_offset + index)
             except (InvariantViolation, ControllerFault):
+                self.metadata_error_count += 1
                 raise
             except Exception as error:
+                self.metadata_error_count += 1
                 raise ControllerFault(
                     f"Unable to apply {type(record).__name__} record at offset {batch.base_offset + index} "
                     f"on standby controller, from the batch with baseOffset {batch.base_offset}: {error}"
                 ) from error
         self.offset_control.handle_commit_batch(last_offset=batch.last_offset, epoch=batch.epoch)
+        self.last_applied_offset = batch.last_offset
+        self.last_applied_timestamp_ms = batch.append_timestamp_ms
 
     def handle_load_snapshot(self, *, last_contained_offset: int, epoch: int, records: Sequence[object]) -> None:
         if self.is_active():
@@ -215,6 +229,7 @@ class EventHandling:
         for record in records:
             self.replay(record, last_contained_offset)
         self.offset_control.end_load_snapshot(last_contained_offset=last_contained_offset, epoch=epoch)
+        self.last_applied_offset = last_contained_offset
 
     def claim(self, *, epoch: int, log_end_offset: int) -> None:
         require(not self.is_active(), "Cannot claim leadership because we are already the active controller.")
@@ -231,6 +246,8 @@ class EventHandling:
             self._effects.failed.append(FailedWrite(token, _not_controller()))
         self.offset_control.deactivate()
         self.periodic.deactivate()
+        # The reverted suffix was never applied as far as anyone can observe.
+        self.last_applied_offset = self.offset_control.last_committed_offset
 
     # -- periodic tasks --------------------------------------------------------------------
 

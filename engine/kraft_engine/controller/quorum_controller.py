@@ -18,20 +18,36 @@ Contract with the raft layer (as Kafka's RaftClient gives it):
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
+from kio.schema.allocate_producer_ids.v0.response import AllocateProducerIdsResponse
 from kio.schema.alter_partition.v3.request import AlterPartitionRequest
+from kio.schema.alter_partition_reassignments.v1.request import AlterPartitionReassignmentsRequest
+from kio.schema.assign_replicas_to_dirs.v0.request import AssignReplicasToDirsRequest
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest
 from kio.schema.controller_registration.v0.request import ControllerRegistrationRequest
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
 from kio.schema.create_topics.v7.request import CreateTopicsRequest
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
+from kio.schema.describe_configs.v4.response import DescribeConfigsResponse
+from kio.schema.elect_leaders.v2.request import ElectLeadersRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
+from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
+from kio.schema.list_partition_reassignments.v0.response import ListPartitionReassignmentsResponse
+from kio.schema.types import ProducerId
 from kio.schema.update_features.v1.request import UpdateFeaturesRequest
+from kio.static.primitive import i32, i32Timedelta
 
+from kraft_engine.controller.client_quota_control import ClientQuotaControlManager
 from kraft_engine.controller.cluster_control import ClusterControlManager
 from kraft_engine.controller.configuration_control import ConfigurationControlManager
+from kraft_engine.controller.controller_metrics import ControllerMetrics
 from kraft_engine.controller.event_handling import ControllerFault, EventHandling
 from kraft_engine.controller.feature_control import (
     METADATA_VERSION_FEATURE,
@@ -40,6 +56,7 @@ from kraft_engine.controller.feature_control import (
     UpgradeType,
 )
 from kraft_engine.controller.periodic_tasks import PeriodicTask
+from kraft_engine.controller.producer_ids_control import ProducerIdsControlManager
 from kraft_engine.controller.replication_control import ReplicationControlManager
 from kraft_engine.controller.results import (
     MAX_RECORDS_PER_BATCH,
@@ -50,12 +67,20 @@ from kraft_engine.controller.results import (
     ControllerResult,
     RecordAndVersion,
 )
+from kraft_engine.controller.security_control import (
+    AclControlManager,
+    DelegationTokenControlManager,
+    ScramControlManager,
+)
 from kraft_engine.metadata import VersionRange
 from kraft_engine.records import (
     AbortTransactionRecord,
+    AccessControlEntryRecord,
     BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -63,12 +88,17 @@ from kraft_engine.records import (
     NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RegisterControllerRecord,
+    RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
     ZkMigrationStateRecord,
 )
 
@@ -79,6 +109,16 @@ _TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
 
 DEFAULT_SESSION_TIMEOUT_MS = 9000
 """broker.session.timeout.ms's default."""
+
+DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS = 300 * 1000
+"""leader.imbalance.check.interval.seconds' default (300), in ms."""
+
+DEFAULT_METADATA_MAX_IDLE_INTERVAL_MS = 500
+"""metadata.max.idle.interval.ms' default."""
+
+DEFAULT_UNCLEAN_LEADER_ELECTION_INTERVAL_MS = 5 * 60 * 1000
+"""How often leaderless partitions of topics that allow unclean election are checked (Kafka's
+unclean.leader.election.interval.ms, 5 minutes)."""
 
 __all__ = ["QuorumController", "bootstrap_metadata_version"]
 
@@ -106,8 +146,18 @@ class QuorumController:
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         default_num_partitions: int = 1,
         default_replication_factor: int = 1,
+        static_config: Mapping[str, str] | None = None,
+        auto_leader_rebalance_enable: bool = True,
+        leader_imbalance_check_interval_ms: int = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_MS,
+        metadata_max_idle_interval_ms: int = DEFAULT_METADATA_MAX_IDLE_INTERVAL_MS,
+        unclean_leader_election_interval_ms: int = DEFAULT_UNCLEAN_LEADER_ELECTION_INTERVAL_MS,
     ) -> None:
+        """`static_config` is this node's server.properties (Kafka's keys): the broker-level
+        fallbacks of topic configs such as unclean.leader.election.enable. A
+        `metadata_max_idle_interval_ms` of 0 disables the NoOpRecord writer, and
+        `auto_leader_rebalance_enable=False` the preferred-leader balancing, as in Kafka."""
         self.node_id = node_id
+        self._quorum_node_ids = frozenset(quorum_node_ids)
         self._bootstrap_records = list(bootstrap_records)
         self._bootstrap_metadata_version = bootstrap_metadata_version(self._bootstrap_records)
         self.events = EventHandling(node_id=node_id, max_records_per_batch=max_records_per_batch)
@@ -128,7 +178,13 @@ class QuorumController:
             controller_supported=self.cluster_control.controller_supported,
             kraft_version_upgrader=kraft_version_upgrader,
         )
-        self.configuration_control = ConfigurationControlManager(registry)
+        self.configuration_control = ConfigurationControlManager(
+            registry,
+            node_id=node_id,
+            static_config=static_config,
+            topic_exists=lambda name: self.replication_control.topic_id(name) is not None,
+            node_exists=lambda node: self.cluster_control.broker(node) is not None or node in self._quorum_node_ids,
+        )
         self.replication_control = ReplicationControlManager(
             registry,
             cluster_control=self.cluster_control,
@@ -137,12 +193,29 @@ class QuorumController:
             topic_configs=lambda name: self.configuration_control.configs(_TOPIC_RESOURCE_TYPE, name),
             default_num_partitions=default_num_partitions,
             default_replication_factor=default_replication_factor,
+            configuration_control=self.configuration_control,
         )
+        self.producer_ids_control = ProducerIdsControlManager(registry, cluster_control=self.cluster_control)
+        self.acl_control = AclControlManager(registry)
+        self.scram_control = ScramControlManager(registry)
+        self.delegation_token_control = DelegationTokenControlManager(registry)
+        self.client_quota_control = ClientQuotaControlManager(registry)
         self._register_replayers()
         # Sampling 8 times per session timeout fences a dead broker within ~112.5% of it.
         self.events.register_periodic_task(PeriodicTask(
             "maybeFenceStaleBroker", max(1, session_timeout_ms // 8), self._maybe_fence_stale_broker
         ))
+        if auto_leader_rebalance_enable:
+            self.events.register_periodic_task(PeriodicTask(
+                "maybeBalancePartitionLeaders", leader_imbalance_check_interval_ms, self._maybe_balance_leaders
+            ))
+        self.events.register_periodic_task(PeriodicTask(
+            "maybeElectUncleanLeaders", unclean_leader_election_interval_ms, self._maybe_elect_unclean_leaders
+        ))
+        if metadata_max_idle_interval_ms > 0:
+            self.events.register_periodic_task(PeriodicTask(
+                "writeNoOpRecord", metadata_max_idle_interval_ms, self._write_no_op_record
+            ))
 
     def _register_replayers(self) -> None:
         events = self.events
@@ -161,6 +234,14 @@ class QuorumController:
         events.register_replayer(PartitionChangeRecord, replication.replay_partition_change)
         events.register_replayer(RemoveTopicRecord, replication.replay_remove_topic)
         events.register_replayer(ConfigRecord, self.configuration_control.replay)
+        events.register_replayer(ProducerIdsRecord, self.producer_ids_control.replay)
+        events.register_replayer(AccessControlEntryRecord, self.acl_control.replay)
+        events.register_replayer(RemoveAccessControlEntryRecord, self.acl_control.replay_remove)
+        events.register_replayer(UserScramCredentialRecord, self.scram_control.replay)
+        events.register_replayer(RemoveUserScramCredentialRecord, self.scram_control.replay_remove)
+        events.register_replayer(DelegationTokenRecord, self.delegation_token_control.replay)
+        events.register_replayer(RemoveDelegationTokenRecord, self.delegation_token_control.replay_remove)
+        events.register_replayer(ClientQuotaRecord, self.client_quota_control.replay)
         events.register_replayer(BeginTransactionRecord, lambda _, offset: offsets.replay_begin_transaction(offset))
         events.register_replayer(EndTransactionRecord, lambda _, offset: offsets.replay_end_transaction(offset))
         events.register_replayer(AbortTransactionRecord, lambda _, offset: offsets.replay_abort_transaction(offset))
@@ -185,6 +266,7 @@ class QuorumController:
 
     def handle_leader_change(self, *, leader_id: int | None, epoch: int, log_end_offset: int, now_ms: int) -> None:
         """Raft elected `leader_id` (None: no leader known) for `epoch`."""
+        self._observe_time(now_ms)
         self.events.leader_id = leader_id
         self.events.leader_epoch = epoch
         if self.events.is_active() and epoch > self.events.cur_claim_epoch:
@@ -201,7 +283,11 @@ class QuorumController:
         return self.events.next_deadline_ms()
 
     def tick(self, now_ms: int) -> None:
+        self._observe_time(now_ms)
         self.events.run_due_tasks(now_ms)
+
+    def _observe_time(self, now_ms: int) -> None:
+        self.events.clock_ms = max(self.events.clock_ms, now_ms)
 
     # -- activation ------------------------------------------------------------------------
 
@@ -291,6 +377,7 @@ class QuorumController:
 
     def register_broker(self, request: BrokerRegistrationRequest, *, now_ms: int) -> int:
         """Completion: BrokerRegistrationReply (the new broker epoch)."""
+        self._observe_time(now_ms)
 
         def operation() -> ControllerResult[object]:
             mv = self.feature_control.metadata_version_or_raise()
@@ -311,6 +398,7 @@ class QuorumController:
 
     def broker_heartbeat(self, request: BrokerHeartbeatRequest, *, now_ms: int) -> int:
         """Completion: BrokerHeartbeatReply."""
+        self._observe_time(now_ms)
         self.track_broker_heartbeat(int(request.broker_id), int(request.broker_epoch), now_ms)
 
         def operation() -> ControllerResult[object]:
@@ -321,6 +409,7 @@ class QuorumController:
                 want_fence=bool(request.want_fence),
                 want_shut_down=bool(request.want_shut_down),
                 next_write_offset=self.events.offset_control.next_write_offset,
+                offline_log_dirs=[d for d in request.offline_log_dirs if d is not None],
             )
 
         return self.events.write("processBrokerHeartbeat", operation)
@@ -365,3 +454,98 @@ class QuorumController:
 
     def offline_partitions_count(self) -> int:
         return self.replication_control.offline_partition_count()
+
+    def create_partitions(self, request: CreatePartitionsRequest) -> int:
+        """Completion: a CreatePartitionsResponse (kio create_partitions v3)."""
+        return self.events.write("createPartitions", lambda: self.replication_control.create_partitions(request))
+
+    def alter_partition_reassignments(self, request: AlterPartitionReassignmentsRequest) -> int:
+        """Completion: an AlterPartitionReassignmentsResponse (kio alter_partition_reassignments v1)."""
+        return self.events.write("alterPartitionReassignments",
+                                 lambda: self.replication_control.alter_partition_reassignments(request))
+
+    def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        """Ongoing reassignments as of the stable offset."""
+        return self.events.read(lambda epoch: self.replication_control.list_partition_reassignments(
+            request, epoch=epoch))
+
+    def elect_leaders(self, request: ElectLeadersRequest) -> int:
+        """Completion: an ElectLeadersResponse (kio elect_leaders v2)."""
+        return self.events.write("electLeaders", lambda: self.replication_control.elect_leaders(request))
+
+    def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> int:
+        """Completion: an AssignReplicasToDirsResponse (kio assign_replicas_to_dirs v0)."""
+        return self.events.write("assignReplicasToDirs",
+                                 lambda: self.replication_control.assign_replicas_to_dirs(request))
+
+    def _maybe_balance_leaders(self, now_ms: int) -> tuple[ControllerResult[None], bool]:
+        result = self.replication_control.maybe_balance_partition_leaders()
+        return ControllerResult(result.records, None), result.response
+
+    def _maybe_elect_unclean_leaders(self, now_ms: int) -> tuple[ControllerResult[None], bool]:
+        result = self.replication_control.maybe_elect_unclean_leaders()
+        return ControllerResult(result.records, None), result.response
+
+    def _write_no_op_record(self, now_ms: int) -> tuple[ControllerResult[None], bool]:
+        # Keeps the log moving so brokers can tell a live controller from a stalled one.
+        if not self.feature_control.metadata_version_or_raise().is_no_op_record_supported:
+            return ControllerResult((), None), False
+        return ControllerResult([RecordAndVersion(NoOpRecord(), 0)], None), False
+
+    # -- configs ---------------------------------------------------------------------------
+
+    def incremental_alter_configs(self, request: IncrementalAlterConfigsRequest) -> int:
+        """Completion: an IncrementalAlterConfigsResponse (kio incremental_alter_configs v1)."""
+
+        def min_replication_factor(topic_name: str) -> int | None:
+            topic_id = self.replication_control.topic_id(topic_name)
+            partition = self.replication_control.partition(topic_id, 0) if topic_id is not None else None
+            return len(partition.replicas) if partition is not None else None
+
+        return self.events.write("incrementalAlterConfigs", lambda: self.configuration_control.incremental_alter_configs(
+            request, min_replication_factor=min_replication_factor))
+
+    def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        """Configs in force as of the stable offset, with sources (and synonyms when asked)."""
+        return self.events.read(lambda epoch: self.configuration_control.describe_configs(request, epoch=epoch))
+
+    # -- producer ids ----------------------------------------------------------------------
+
+    def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> int:
+        """Completion: an AllocateProducerIdsResponse (kio allocate_producer_ids v0)."""
+
+        def operation() -> ControllerResult[AllocateProducerIdsResponse]:
+            result = self.producer_ids_control.generate_next_producer_id(int(request.broker_id),
+                                                                        int(request.broker_epoch))
+            block = result.response
+            return ControllerResult(result.records, AllocateProducerIdsResponse(
+                throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
+                producer_id_start=ProducerId(block.first_producer_id), producer_id_len=i32(block.size),
+            ))
+
+        return self.events.write("allocateProducerIds", operation)
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def metrics(self, now_ms: int) -> ControllerMetrics:
+        """A snapshot of Kafka's controller metrics; lag is measured against `now_ms`."""
+        events = self.events
+        replication = self.replication_control
+        timestamp_ms = events.last_applied_timestamp_ms
+        return ControllerMetrics(
+            active_controller_count=events.active_controller_count(),
+            new_active_controllers_count=events.new_active_controllers_count,
+            fenced_broker_count=self.cluster_control.fenced_broker_count(),
+            active_broker_count=self.cluster_control.active_broker_count(),
+            global_topic_count=replication.global_topic_count(),
+            global_partition_count=replication.global_partition_count(),
+            offline_partitions_count=replication.offline_partition_count(),
+            preferred_replica_imbalance_count=replication.preferred_replica_imbalance_count(),
+            metadata_error_count=events.metadata_error_count,
+            last_applied_record_offset=events.last_applied_offset,
+            last_committed_record_offset=events.offset_control.last_committed_offset,
+            last_applied_record_timestamp_ms=timestamp_ms,
+            last_applied_record_lag_ms=max(0, now_ms - timestamp_ms) if timestamp_ms >= 0 else 0,
+        )

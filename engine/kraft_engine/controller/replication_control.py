@@ -17,24 +17,38 @@ from typing import TYPE_CHECKING
 
 from kio.schema.alter_partition.v3 import request as alter_partition_request
 from kio.schema.alter_partition.v3 import response as alter_partition_response
+from kio.schema.alter_partition_reassignments.v1 import request as reassignments_request
+from kio.schema.alter_partition_reassignments.v1 import response as reassignments_response
+from kio.schema.assign_replicas_to_dirs.v0 import request as dirs_request
+from kio.schema.assign_replicas_to_dirs.v0 import response as dirs_response
+from kio.schema.create_partitions.v3 import response as create_partitions_response
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.create_topics.v7.response import CreatableTopicResult
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
 from kio.schema.delete_topics.v6.response import DeletableTopicResult
+from kio.schema.elect_leaders.v2 import request as elect_leaders_request
+from kio.schema.elect_leaders.v2 import response as elect_leaders_response
 from kio.schema.errors import ErrorCode
+from kio.schema.list_partition_reassignments.v0 import request as list_reassignments_request
+from kio.schema.list_partition_reassignments.v0 import response as list_reassignments_response
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from kraft_engine.controller.broker_heartbeat import BrokerControlState
 from kraft_engine.controller.cluster_control import ClusterControlManager
+from kraft_engine.controller.configuration_control import ConfigurationControlManager
 from kraft_engine.controller.feature_control import FeatureControlManager
 from kraft_engine.controller.partition_change import (
     NO_LEADER,
     NO_LEADER_CHANGE,
+    Election,
     PartitionChange,
     PartitionChangeBuilder,
 )
+from kraft_engine.controller.replica_placement import StripedReplicaPlacer, UsableBroker
 from kraft_engine.controller.results import (
+    ApiError,
     ControllerApiError,
     ControllerResult,
     RecordAndVersion,
@@ -46,6 +60,7 @@ from kraft_engine.metadata import LeaderRecoveryState, PartitionRegistration
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
+    MetadataVersion,
     PartitionChangeRecord,
     PartitionRecord,
     RemoveTopicRecord,
@@ -62,6 +77,16 @@ _TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
 _MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _MIGRATING_DIRECTORY = ONE_UUID
+_UNASSIGNED_DIRECTORY = ZERO_UUID
+_LOST_DIRECTORY = uuid.UUID(int=2)
+_RESERVED_DIRECTORIES = frozenset({_UNASSIGNED_DIRECTORY, _MIGRATING_DIRECTORY, _LOST_DIRECTORY})
+
+# ElectLeaders' election_type codes.
+_ELECTION_PREFERRED = 0
+_ELECTION_UNCLEAN = 1
+
+MAX_ELECTIONS_PER_IMBALANCE = 1000
+"""Kafka's maxElectionsPerImbalance: the most elections one balancing or recovery run writes."""
 
 TopicPartition = tuple[uuid.UUID, int]
 
@@ -104,11 +129,14 @@ class ReplicationControlManager:
         topic_configs: Callable[[str], Iterable[str]] = lambda _: (),
         default_num_partitions: int = 1,
         default_replication_factor: int = 1,
+        configuration_control: ConfigurationControlManager | None = None,
     ) -> None:
         self._cluster = cluster_control
         self._features = feature_control
         self._rng = rng
+        self._placer = StripedReplicaPlacer(rng)
         self._topic_configs = topic_configs
+        self._configuration = configuration_control
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
         self._topics_by_name: TimelineHashMap[str, uuid.UUID] = TimelineHashMap(registry)
@@ -119,6 +147,11 @@ class ReplicationControlManager:
         self._brokers_to_isrs: TimelineHashMap[int, frozenset[TopicPartition]] = TimelineHashMap(registry)
         self._leaderless: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
         self._imbalanced: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
+        self._reassigning: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
+        # Reverse index: log directory -> partitions with a replica assigned to it (JBOD).
+        self._directories_to_partitions: TimelineHashMap[uuid.UUID, frozenset[TopicPartition]] = (
+            TimelineHashMap(registry)
+        )
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -199,6 +232,12 @@ class ReplicationControlManager:
             self._leaderless.add(key)
         if current.leader != NO_LEADER and current.replicas and current.leader != current.replicas[0]:
             self._imbalanced.add(key)
+        if current.adding_replicas or current.removing_replicas:
+            self._reassigning.add(key)
+        for directory in current.directories:
+            if directory not in _RESERVED_DIRECTORIES:
+                members = self._directories_to_partitions.get(directory) or frozenset()
+                self._directories_to_partitions.put(directory, members | {key})
 
     def _unindex(self, key: TopicPartition, previous: PartitionRegistration) -> None:
         for broker in previous.isr:
@@ -209,6 +248,14 @@ class ReplicationControlManager:
                 self._brokers_to_isrs.remove(broker)
         self._leaderless.discard(key)
         self._imbalanced.discard(key)
+        self._reassigning.discard(key)
+        for directory in previous.directories:
+            if directory not in _RESERVED_DIRECTORIES:
+                remaining = (self._directories_to_partitions.get(directory) or frozenset()) - {key}
+                if remaining:
+                    self._directories_to_partitions.put(directory, remaining)
+                else:
+                    self._directories_to_partitions.remove(directory)
 
     # -- CreateTopics ----------------------------------------------------------------------
 
@@ -246,25 +293,35 @@ class ReplicationControlManager:
             raise ControllerApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
         mv = self._features.metadata_version_or_raise()
         if topic.assignments:
-            if topic.num_partitions != -1 or topic.replication_factor != -1:
-                raise ControllerApiError(
-                    ErrorCode.invalid_request,
-                    "A manual partition assignment was specified, but numPartitions or replicationFactor "
-                    "was not set to -1.",
-                )
+            if topic.replication_factor != -1:
+                raise ControllerApiError(ErrorCode.invalid_request, "A manual partition assignment was specified, "
+                                         "but replication factor was not set to -1.")
+            if topic.num_partitions != -1:
+                raise ControllerApiError(ErrorCode.invalid_request, "A manual partition assignment was specified, "
+                                         "but numPartitions was not set to -1.")
             assignments = self._manual_assignments(topic)
         else:
+            if topic.replication_factor < -1 or topic.replication_factor == 0:
+                raise ControllerApiError(ErrorCode.invalid_replication_factor,
+                                         "Replication factor must be larger than 0, or -1 to use the default value.")
+            if topic.num_partitions < -1 or topic.num_partitions == 0:
+                raise ControllerApiError(ErrorCode.invalid_partitions,
+                                         "Number of partitions was set to an invalid non-positive value.")
             num_partitions = self.default_num_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
             replication_factor = (
                 self.default_replication_factor if topic.replication_factor == -1 else int(topic.replication_factor)
             )
-            if num_partitions <= 0:
-                raise ControllerApiError(ErrorCode.invalid_partitions,
-                                         "Number of partitions was set to an invalid non-positive value.")
-            if replication_factor <= 0:
-                raise ControllerApiError(ErrorCode.invalid_replication_factor,
-                                         "Replication factor must be larger than 0, or -1 to use the default value.")
-            assignments = self._place(num_partitions, replication_factor)
+            try:
+                assignments = self._placer.place(num_partitions=num_partitions, replication_factor=replication_factor,
+                                                 usable_brokers=self._usable_brokers())
+            except ControllerApiError as failure:
+                raise ControllerApiError(
+                    failure.error_code,
+                    f"Unable to replicate the partition {replication_factor} time(s): {failure.message}",
+                ) from None
+        configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        if self._configuration is not None:
+            self._configuration.validate_new_topic_configs(configs, replication_factor=len(assignments[0]))
         topic_id = uuid.UUID(bytes=self._rng.randbytes(16))
         while topic_id in (ZERO_UUID, ONE_UUID) or topic_id in self._topic_names:
             topic_id = uuid.UUID(bytes=self._rng.randbytes(16))
@@ -273,23 +330,8 @@ class ReplicationControlManager:
             records.append(RecordAndVersion(ConfigRecord(resource_type=_TOPIC_RESOURCE_TYPE, resource_name=topic.name,
                                                          name=config.name, value=config.value), 0))
         for partition_id, replicas in enumerate(assignments):
-            isr = tuple(r for r in replicas if self._cluster.is_active_broker(r))
-            leader = isr[0] if isr else NO_LEADER
-            if leader == NO_LEADER:
-                raise ControllerApiError(
-                    ErrorCode.invalid_replication_factor,
-                    f"Unable to create topic {topic.name} because partition {partition_id} would have no "
-                    "unfenced replica to lead it.",
-                )
-            directories: tuple[uuid.UUID, ...] = ()
-            if mv.is_directory_assignment_supported:
-                directories = tuple(self._default_directory(r) for r in replicas)
-            record = PartitionRecord(
-                partition_id=partition_id, topic_id=topic_id, replicas=tuple(replicas), isr=isr,
-                removing_replicas=(), adding_replicas=(), leader=leader, leader_recovery_state=0,
-                leader_epoch=0, partition_epoch=0, directories=directories,
-            )
-            records.append(RecordAndVersion(record, mv.partition_record_version))
+            records.append(self._new_partition_record(topic_id, partition_id, replicas, mv=mv, manual=bool(
+                topic.assignments)))
         replication_factor = len(assignments[0]) if assignments else 0
         result = CreatableTopicResult(
             name=topic.name, topic_id=topic_id, error_code=ErrorCode.none, error_message=None,
@@ -297,81 +339,186 @@ class ReplicationControlManager:
         )
         return records, result
 
+    def _new_partition_record(
+        self, topic_id: uuid.UUID, partition_id: int, replicas: list[int], *, mv: MetadataVersion, manual: bool
+    ) -> RecordAndVersion:
+        """A new partition led by its first active replica; the ISR is its active replicas."""
+        isr = tuple(r for r in replicas if self._cluster.is_active_broker(r))
+        if not isr:
+            if manual:
+                raise ControllerApiError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"All brokers specified in the manual partition assignment for partition {partition_id} are "
+                    "fenced or in controlled shutdown.",
+                )
+            raise ControllerApiError(
+                ErrorCode.invalid_replication_factor,
+                f"Unable to replicate the partition {len(replicas)} time(s): All brokers are currently fenced "
+                "or in controlled shutdown.",
+            )
+        directories: tuple[uuid.UUID, ...] = ()
+        if mv.is_directory_assignment_supported:
+            directories = tuple(self._default_directory(r) for r in replicas)
+        record = PartitionRecord(
+            partition_id=partition_id, topic_id=topic_id, replicas=tuple(replicas), isr=isr,
+            removing_replicas=(), adding_replicas=(), leader=isr[0], leader_recovery_state=0,
+            leader_epoch=0, partition_epoch=0, directories=directories,
+        )
+        return RecordAndVersion(record, mv.partition_record_version)
+
     def _manual_assignments(self, topic: CreatableTopic) -> list[list[int]]:
-        by_index = {int(a.partition_index): [int(b) for b in a.broker_ids] for a in topic.assignments}
+        by_index: dict[int, list[int]] = {}
+        replication_factor: int | None = None
+        for assignment in topic.assignments:
+            index = int(assignment.partition_index)
+            if index in by_index:
+                raise ControllerApiError(ErrorCode.invalid_replica_assignment,
+                                         f"Found multiple manual partition assignments for partition {index}")
+            replicas = [int(b) for b in assignment.broker_ids]
+            self.validate_manual_assignment(replicas, replication_factor=replication_factor)
+            replication_factor = len(replicas)
+            by_index[index] = replicas
         if sorted(by_index) != list(range(len(by_index))):
             raise ControllerApiError(ErrorCode.invalid_replica_assignment,
                                      "partitions should be a consecutive 0-based integer sequence")
-        assignments = [by_index[i] for i in range(len(by_index))]
-        for replicas in assignments:
-            if not replicas:
-                raise ControllerApiError(ErrorCode.invalid_replica_assignment,
-                                         "The manual partition assignment includes an empty replica list.")
-            if len(set(replicas)) != len(replicas):
-                raise ControllerApiError(ErrorCode.invalid_replica_assignment,
-                                         f"The manual partition assignment includes the broker {replicas} more than once.")
-            for broker in replicas:
-                if self._cluster.broker(broker) is None:
-                    raise ControllerApiError(
-                        ErrorCode.invalid_replica_assignment,
-                        f"The manual partition assignment includes broker {broker}, but no such broker is registered.",
-                    )
-            if len(replicas) != len(assignments[0]):
+        return [by_index[i] for i in range(len(by_index))]
+
+    def validate_manual_assignment(self, replicas: list[int], *, replication_factor: int | None) -> None:
+        """Kafka's checks of an assignment given by an admin (CreateTopics, CreatePartitions,
+        AlterPartitionReassignments)."""
+        if not replicas:
+            raise ControllerApiError(ErrorCode.invalid_replica_assignment,
+                                     "The manual partition assignment includes an empty replica list.")
+        previous: int | None = None
+        for broker in sorted(replicas):
+            if self._cluster.broker(broker) is None:
                 raise ControllerApiError(
                     ErrorCode.invalid_replica_assignment,
-                    f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
-                    f"this is not consistent with previous partitions, which have {len(assignments[0])} replica(s).",
+                    f"The manual partition assignment includes broker {broker}, but no such broker is registered.",
                 )
-        return assignments
-
-    def _place(self, num_partitions: int, replication_factor: int) -> list[list[int]]:
-        """Striped, rack-aware placement (Kafka's StripedReplicaPlacer, in outline): replicas
-        spread across racks first, then brokers; leaders only on unfenced brokers."""
-        heartbeat = self._cluster.heartbeat_manager
-        registrations = self._cluster.brokers()
-        usable = [
-            b for b, r in sorted(registrations.items())
-            if not r.fenced and not r.in_controlled_shutdown and (heartbeat is None or not heartbeat.is_shutting_down(b))
-        ]
-        if replication_factor > len(usable):
+            if broker == previous:
+                raise ControllerApiError(ErrorCode.invalid_replica_assignment,
+                                         f"The manual partition assignment includes the broker {broker} more than once.")
+            previous = broker
+        if replication_factor is not None and len(replicas) != replication_factor:
             raise ControllerApiError(
-                ErrorCode.invalid_replication_factor,
-                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
-                f"of {replication_factor} cannot be reached because only {len(usable)} broker(s) are registered.",
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
+                f"this is not consistent with previous partitions, which have {replication_factor} replica(s).",
             )
-        racks: dict[str | None, list[int]] = {}
-        for broker in usable:
-            racks.setdefault(registrations[broker].rack, []).append(broker)
-        rack_names = sorted(racks, key=lambda r: (r is None, r or ""))
-        # Interleave racks so consecutive picks land on different racks.
-        order: list[int] = []
-        depth = max(len(brokers) for brokers in racks.values())
-        for level in range(depth):
-            order.extend(racks[r][level] for r in rack_names if level < len(racks[r]))
-        start = self._rng.randrange(len(order))
-        assignments = []
-        for partition in range(num_partitions):
-            first = (start + partition) % len(order)
-            shift = partition // len(order)
-            replicas = [order[first]]
-            for i in range(1, replication_factor):
-                replicas.append(order[(first + shift + i) % len(order)])
-            # Stepping with a shift can land twice on a broker; fall back to the next free one.
-            unique: list[int] = []
-            for broker in replicas:
-                candidate = broker
-                while candidate in unique:
-                    candidate = order[(order.index(candidate) + 1) % len(order)]
-                unique.append(candidate)
-            assignments.append(unique)
-        return assignments
+
+    def _usable_brokers(self) -> list[UsableBroker]:
+        """Registered brokers that are not shutting down, in id order (Kafka's usableBrokers)."""
+        heartbeat = self._cluster.heartbeat_manager
+        return [
+            UsableBroker(broker_id, registration.rack, registration.fenced)
+            for broker_id, registration in sorted(self._cluster.brokers().items())
+            if not registration.in_controlled_shutdown
+            and (heartbeat is None or not heartbeat.is_shutting_down(broker_id))
+        ]
 
     def _default_directory(self, broker_id: int) -> uuid.UUID:
+        """Kafka's ClusterControlManager.defaultDir: a broker with one directory gets it; one with
+        several picks and reports it (AssignReplicasToDirs); one that never reported any (before
+        3.7-IV2) is migrating."""
         registration = self._cluster.broker(broker_id)
-        if registration is None or len(registration.directories) != 1:
-            # With several (or unknown) directories the broker picks one and reports it.
+        if registration is None:
+            return _UNASSIGNED_DIRECTORY
+        if not registration.directories:
             return _MIGRATING_DIRECTORY
-        return registration.directories[0]
+        if len(registration.directories) == 1:
+            return registration.directories[0]
+        return _UNASSIGNED_DIRECTORY
+
+    def _has_online_dir(self, broker_id: int, directory: uuid.UUID) -> bool:
+        """Kafka's DirectoryId.isOnline against the broker's registered online directories."""
+        if directory in (_UNASSIGNED_DIRECTORY, _MIGRATING_DIRECTORY):
+            return True
+        if directory == _LOST_DIRECTORY:
+            return False
+        registration = self._cluster.broker(broker_id)
+        if registration is None:
+            return False
+        return not registration.directories or directory in registration.directories
+
+    # -- CreatePartitions ------------------------------------------------------------------
+
+    def create_partitions(
+        self, request: CreatePartitionsRequest
+    ) -> ControllerResult[create_partitions_response.CreatePartitionsResponse]:
+        records: list[RecordAndVersion] = []
+        results: list[create_partitions_response.CreatePartitionsTopicResult] = []
+        names = [t.name for t in request.topics]
+        for topic in request.topics:
+            error = ApiError.NONE
+            if names.count(topic.name) > 1:
+                error = ApiError(ErrorCode.invalid_request, "Duplicate topic name.")
+            else:
+                try:
+                    records.extend(self._create_partitions(topic))
+                except ControllerApiError as failure:
+                    error = ApiError(failure.error_code, failure.message)
+            results.append(create_partitions_response.CreatePartitionsTopicResult(
+                name=topic.name, error_code=error.error_code, error_message=error.message,
+            ))
+        check_user_op_size(records)
+        response = create_partitions_response.CreatePartitionsResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), results=tuple(results),
+        )
+        if request.validate_only:
+            return ControllerResult((), response)
+        return ControllerResult(records, response, is_atomic=True)
+
+    def _create_partitions(self, topic: CreatePartitionsTopic) -> list[RecordAndVersion]:
+        topic_id = self._topics_by_name.get(topic.name)
+        if topic_id is None:
+            raise ControllerApiError(ErrorCode.unknown_topic_or_partition)
+        existing = self._partition_counts.get(topic_id) or 0
+        count = int(topic.count)
+        if count == existing:
+            raise ControllerApiError(ErrorCode.invalid_partitions, f"Topic already has {existing} partition(s).")
+        if count < existing:
+            raise ControllerApiError(
+                ErrorCode.invalid_partitions,
+                f"The topic {topic.name} currently has {existing} partition(s); {count} would not be an increase.",
+            )
+        additional = count - existing
+        if topic.assignments is not None and len(topic.assignments) != additional:
+            raise ControllerApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"Attempted to add {additional} additional partition(s), but only {len(topic.assignments)} "
+                "assignment(s) were specified.",
+            )
+        current = [self._partitions.get((topic_id, p)) for p in range(existing)]
+        first = current[0] if current else None
+        if first is None:
+            raise ControllerApiError(ErrorCode.unknown_server_error,
+                                     f"Invalid state: topic {topic.name} appears to have no partitions.")
+        replication_factor = len(first.replicas)
+        mv = self._features.metadata_version_or_raise()
+        if topic.assignments is not None:
+            assignments = []
+            for index, assignment in enumerate(topic.assignments):
+                replicas = [int(b) for b in assignment.broker_ids]
+                self.validate_manual_assignment(replicas, replication_factor=replication_factor)
+                if not any(self._cluster.is_active_broker(r) for r in replicas):
+                    raise ControllerApiError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"All brokers specified in the manual partition assignment for partition "
+                        f"{existing + index} are fenced or in controlled shutdown.",
+                    )
+                assignments.append(replicas)
+        else:
+            assignments = self._placer.place(
+                num_partitions=additional, replication_factor=replication_factor,
+                usable_brokers=self._usable_brokers(),
+                existing_assignments=[list(p.replicas) for p in current if p is not None],
+            )
+        return [
+            self._new_partition_record(topic_id, existing + index, replicas, mv=mv,
+                                       manual=topic.assignments is not None)
+            for index, replicas in enumerate(assignments)
+        ]
 
     # -- DeleteTopics ----------------------------------------------------------------------
 
@@ -416,12 +563,36 @@ class ReplicationControlManager:
         )
         return RecordAndVersion(record, mv.partition_change_record_version)
 
-    def _builder(self, partition: PartitionRegistration, *, exclude: int | None = None) -> PartitionChangeBuilder:
+    def _builder(
+        self, partition: PartitionRegistration, *, exclude: int | None = None, include: int | None = None,
+    ) -> PartitionChangeBuilder:
+        """A builder whose acceptable leaders are active brokers whose replica's directory is
+        online (Kafka's LeaderAcceptor); `exclude` is never acceptable, `include` is even while
+        the cluster state still shows it fenced."""
+
+        def acceptable(broker: int) -> bool:
+            if broker == exclude:
+                return False
+            if broker != include and not self._cluster.is_active_broker(broker):
+                return False
+            try:
+                directory = partition.directory(broker)
+            except ValueError:
+                return False
+            return self._has_online_dir(broker, directory)
+
         return PartitionChangeBuilder(
             partition,
-            is_acceptable_leader=lambda b: b != exclude and self._cluster.is_active_broker(b),
+            is_acceptable_leader=acceptable,
             metadata_version=self._features.metadata_version_or_raise(),
             default_directory=self._default_directory,
+        )
+
+    def unclean_leader_election_enabled(self, topic_id: uuid.UUID) -> bool:
+        """The topic's unclean.leader.election.enable, falling back to the broker-level setting."""
+        name = self._topic_names.get(topic_id)
+        return name is not None and self._configuration is not None and (
+            self._configuration.unclean_leader_election_enabled_for_topic(name)
         )
 
     def _leader_and_isr_updates(
@@ -431,14 +602,15 @@ class ReplicationControlManager:
         for key in partitions:
             partition = self._partitions.get(key)
             if partition is None:
-                continue
-            builder = self._builder(partition, exclude=broker_to_remove)
+                raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
+            builder = self._builder(partition, exclude=broker_to_remove, include=broker_to_add)
+            if self.unclean_leader_election_enabled(key[0]):
+                builder.set_election(Election.UNCLEAN)
             if broker_to_remove is not None:
                 builder.set_target_isr([r for r in partition.isr if r != broker_to_remove])
             change = builder.build()
             if change is not None:
                 records.append(self._change_record(key, change))
-        del broker_to_add
 
     # -- broker lifecycle ------------------------------------------------------------------
 
@@ -449,53 +621,66 @@ class ReplicationControlManager:
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                      partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
         records.append(RecordAndVersion(
-            BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=registration.epoch, fenced=1),
-            self._registration_change_version(),
+            BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=registration.epoch, fenced=1), 0,
         ))
 
     def handle_broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[RecordAndVersion]) -> None:
         records.append(RecordAndVersion(
-            BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1),
-            self._registration_change_version(),
+            BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1), 0,
         ))
-        # Leaderless partitions whose ISR holds this broker can come back online with it. The
-        # acceptability check sees the broker as still fenced, so elect explicitly.
-        for key in self.partitions_with_broker_in_isr(broker_id):
-            partition = self._partitions.get(key)
-            if partition is not None and partition.leader == NO_LEADER:
-                builder = PartitionChangeBuilder(
-                    partition,
-                    is_acceptable_leader=lambda b: b == broker_id or self._cluster.is_active_broker(b),
-                    metadata_version=self._features.metadata_version_or_raise(),
-                    default_directory=self._default_directory,
-                )
-                change = builder.build()
-                if change is not None:
-                    records.append(self._change_record(key, change))
+        # Every leaderless partition may come back online with this broker (the cluster state
+        # still shows it fenced while these records are generated, hence broker_to_add).
+        self._leader_and_isr_updates(broker_to_remove=None, broker_to_add=broker_id,
+                                     partitions=self.leaderless_partitions(), records=records)
 
     def handle_broker_in_controlled_shutdown(self, broker_id: int, broker_epoch: int,
                                              records: list[RecordAndVersion]) -> None:
-        records.append(RecordAndVersion(
-            BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, in_controlled_shutdown=1),
-            self._registration_change_version(),
-        ))
+        registration = self._cluster.broker(broker_id)
+        if registration is None or not registration.in_controlled_shutdown:
+            records.append(RecordAndVersion(
+                BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch,
+                                               in_controlled_shutdown=1), 1,
+            ))
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                      partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
 
     def handle_broker_unclean_shutdown(self, broker_id: int, records: list[RecordAndVersion]) -> None:
-        """A new incarnation registered: the old one's ISR memberships are not to be trusted."""
+        """A new incarnation registered: the old one's ISR memberships are not to be trusted.
+        Kafka only acts on this from the metadata.version that supports ELR (4.0-IV1)."""
+        if not self._features.metadata_version_or_raise().is_elr_supported:
+            return
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                      partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
 
-    def _registration_change_version(self) -> int:
-        mv = self._features.metadata_version_or_raise()
-        if mv.is_directory_assignment_supported:
-            return 2
-        return 1 if mv.is_in_controlled_shutdown_state_supported else 0
+    def handle_directories_offline(
+        self, broker_id: int, broker_epoch: int, offline_dirs: Iterable[uuid.UUID], records: list[RecordAndVersion],
+    ) -> None:
+        """A broker reported log directories offline: move leadership off (and take the broker
+        out of the ISR of) every partition whose replica there lives there, then record the
+        directories still online."""
+        registration = self._cluster.broker(broker_id)
+        if registration is None:
+            raise RuntimeError(f"Can't handle offline directories of unknown broker {broker_id}")
+        offline = set(offline_dirs)
+        newly_offline = [d for d in registration.directories if d in offline]
+        if not newly_offline:
+            return
+        for directory in newly_offline:
+            partitions = sorted(self._directories_to_partitions.get(directory) or (),
+                                key=lambda tp: (str(tp[0]), tp[1]))
+            self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
+                                         partitions=partitions, records=records)
+        online = tuple(d for d in registration.directories if d not in offline)
+        records.append(RecordAndVersion(
+            BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, log_dirs=online), 2,
+        ))
+
+    def leaderless_partitions(self) -> list[TopicPartition]:
+        return sorted(self._leaderless, key=lambda tp: (str(tp[0]), tp[1]))
 
     def process_broker_heartbeat(
         self, *, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool,
-        want_shut_down: bool, next_write_offset: int,
+        want_shut_down: bool, next_write_offset: int, offline_log_dirs: Iterable[uuid.UUID] = (),
     ) -> ControllerResult[BrokerHeartbeatReply]:
         self._cluster.check_broker_epoch(broker_id, broker_epoch)
         heartbeat = self._cluster.heartbeat_manager_or_raise()
@@ -516,6 +701,8 @@ class ReplicationControlManager:
             elif nxt is BrokerControlState.CONTROLLED_SHUTDOWN:
                 self.handle_broker_in_controlled_shutdown(broker_id, broker_epoch, records)
         heartbeat.touch(broker_id, fenced=nxt.fenced, metadata_offset=current_metadata_offset)
+        if self._features.metadata_version_or_raise().is_directory_assignment_supported:
+            self.handle_directories_offline(broker_id, broker_epoch, offline_log_dirs, records)
         if nxt is BrokerControlState.CONTROLLED_SHUTDOWN:
             # The broker may finish once every active broker has seen the leadership moves.
             heartbeat.update_controlled_shutdown_offset(broker_id, next_write_offset + len(records) - 1)
@@ -625,3 +812,325 @@ class ReplicationControlManager:
             leader_recovery_state=i8(int(after.leader_recovery_state)), partition_epoch=i32(after.partition_epoch),
         )
 
+
+    # -- AlterPartitionReassignments / ListPartitionReassignments --------------------------
+
+    def alter_partition_reassignments(
+        self, request: reassignments_request.AlterPartitionReassignmentsRequest
+    ) -> ControllerResult[reassignments_response.AlterPartitionReassignmentsResponse]:
+        """Start, change or (replicas = None) cancel reassignments, each partition on its own;
+        the records of all that succeed are written atomically."""
+        records: list[RecordAndVersion] = []
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for target in topic.partitions:
+                error = ApiError.NONE
+                try:
+                    self._alter_reassignment(topic.name, target, records,
+                                             allow_rf_change=bool(request.allow_replication_factor_change))
+                except ControllerApiError as failure:
+                    error = ApiError(failure.error_code, failure.message)
+                partitions.append(reassignments_response.ReassignablePartitionResponse(
+                    partition_index=target.partition_index, error_code=error.error_code,
+                    error_message=error.message,
+                ))
+            topics.append(reassignments_response.ReassignableTopicResponse(name=topic.name,
+                                                                           partitions=tuple(partitions)))
+        check_user_op_size(records)
+        response = reassignments_response.AlterPartitionReassignmentsResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+            allow_replication_factor_change=bool(request.allow_replication_factor_change),
+            error_code=ErrorCode.none, error_message=None, responses=tuple(topics),
+        )
+        return ControllerResult(records, response, is_atomic=True)
+
+    def _alter_reassignment(
+        self, topic_name: str, target: reassignments_request.ReassignablePartition, records: list[RecordAndVersion],
+        *, allow_rf_change: bool,
+    ) -> None:
+        topic_id = self._topics_by_name.get(topic_name)
+        if topic_id is None:
+            raise ControllerApiError(ErrorCode.unknown_topic_or_partition,
+                                     f"Unable to find a topic named {topic_name}.")
+        partition_id = int(target.partition_index)
+        partition = self._partitions.get((topic_id, partition_id))
+        if partition is None:
+            raise ControllerApiError(ErrorCode.unknown_topic_or_partition,
+                                     f"Unable to find partition {topic_name}:{partition_id}.")
+        key = (topic_id, partition_id)
+        if target.replicas is None:
+            change = self._cancel_reassignment(topic_name, key, partition)
+        else:
+            change = self._change_reassignment(partition, [int(r) for r in target.replicas],
+                                               allow_rf_change=allow_rf_change)
+        if change is not None:
+            records.append(self._change_record(key, change))
+
+    def _cancel_reassignment(
+        self, topic_name: str, key: TopicPartition, partition: PartitionRegistration
+    ) -> PartitionChange | None:
+        if not (partition.adding_replicas or partition.removing_replicas):
+            raise ControllerApiError(ErrorCode.no_reassignment_in_progress,
+                                     "No partition reassignment is in progress for this topic or partition.")
+        # Revert: drop the replicas being added, keep those being removed.
+        adding = set(partition.adding_replicas)
+        replicas = [r for r in partition.replicas if r not in adding]
+        isr = [r for r in partition.isr if r not in adding]
+        unclean = not isr
+        if unclean:
+            # Only added replicas are in sync: reverting makes an out-of-sync replica leader.
+            if not replicas:
+                raise ControllerApiError(ErrorCode.invalid_replica_assignment,
+                                         "Invalid replica assignment: addingReplicas contains all replicas.")
+            isr = [replicas[0]]
+            if not self.unclean_leader_election_enabled(key[0]):
+                raise ControllerApiError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Unable to revert partition assignment for {topic_name}:{key[1]} because it would require "
+                    "an unclean leader election.",
+                )
+        builder = self._builder(partition)
+        if self.unclean_leader_election_enabled(key[0]):
+            builder.set_election(Election.UNCLEAN)
+        builder.set_target_isr(isr).set_target_replicas(replicas).set_target_removing([]).set_target_adding([])
+        return builder.build()
+
+    def _change_reassignment(
+        self, partition: PartitionRegistration, target: list[int], *, allow_rf_change: bool
+    ) -> PartitionChange | None:
+        """Stage 1 of a reassignment: the replica set becomes target + removing, with the new
+        replicas as adding. The AlterPartition that brings every target into the ISR completes
+        it (stage 3, in the builder); if the ISR already holds them all, this completes it now."""
+        self.validate_manual_assignment(target, replication_factor=None)
+        # KIP-860: the replicas the partition had before any ongoing reassignment set the factor.
+        original = [r for r in partition.replicas if r not in partition.adding_replicas]
+        if not allow_rf_change and len(target) != len(original):
+            raise ControllerApiError(ErrorCode.invalid_replication_factor,
+                                     f"The replication factor is changed from {len(original)} to {len(target)}")
+        current = list(partition.replicas)
+        removing = sorted(set(current) - set(target))
+        adding = sorted(set(target) - set(current))
+        replicas = target + removing
+        builder = self._builder(partition)
+        if replicas != current:
+            builder.set_target_replicas(replicas)
+        if removing:
+            builder.set_target_removing(removing)
+        if adding:
+            builder.set_target_adding(adding)
+        return builder.build()
+
+    def list_partition_reassignments(
+        self, request: list_reassignments_request.ListPartitionReassignmentsRequest, *, epoch: int | None = None,
+    ) -> list_reassignments_response.ListPartitionReassignmentsResponse:
+        """Ongoing reassignments as of `epoch` (the stable offset): all of them, or of the
+        partitions asked for (unknown topics and partitions are left out, as in Kafka)."""
+        wanted: dict[uuid.UUID, list[int]] = {}
+        if request.topics is None:
+            for topic_id, partition_id in self._reassigning.elements(epoch):
+                wanted.setdefault(topic_id, []).append(partition_id)
+            for partition_ids in wanted.values():
+                partition_ids.sort()
+        else:
+            for topic in request.topics:
+                found = self._topics_by_name.get(topic.name, epoch)
+                if found is not None:
+                    wanted.setdefault(found, []).extend(int(p) for p in topic.partition_indexes)
+        topics = []
+        for topic_id, partition_ids in sorted(wanted.items(), key=lambda item: self._topic_names.get(item[0], epoch) or ""):
+            name = self._topic_names.get(topic_id, epoch)
+            if name is None:
+                continue
+            ongoing = []
+            for partition_id in partition_ids:
+                partition = self._partitions.get((topic_id, partition_id), epoch)
+                if partition is None or not (partition.adding_replicas or partition.removing_replicas):
+                    continue
+                ongoing.append(list_reassignments_response.OngoingPartitionReassignment(
+                    partition_index=i32(partition_id),
+                    replicas=tuple(BrokerId(r) for r in partition.replicas),
+                    adding_replicas=tuple(BrokerId(r) for r in partition.adding_replicas),
+                    removing_replicas=tuple(BrokerId(r) for r in partition.removing_replicas),
+                ))
+            if ongoing:
+                topics.append(list_reassignments_response.OngoingTopicReassignment(name=TopicName(name),
+                                                                                  partitions=tuple(ongoing)))
+        return list_reassignments_response.ListPartitionReassignmentsResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none, error_message=None,
+            topics=tuple(topics),
+        )
+
+    # -- ElectLeaders ----------------------------------------------------------------------
+
+    def elect_leaders(
+        self, request: elect_leaders_request.ElectLeadersRequest
+    ) -> ControllerResult[elect_leaders_response.ElectLeadersResponse]:
+        election_type = int(request.election_type)
+        if election_type not in (_ELECTION_PREFERRED, _ELECTION_UNCLEAN):
+            raise ControllerApiError(ErrorCode.invalid_request, f"Unknown election type {election_type}")
+        records: list[RecordAndVersion] = []
+        results = []
+        if request.topic_partitions is None:
+            # Every partition; those that already have the leader asked for are left out.
+            for name, topic_id in sorted(self._topics_by_name.items()):
+                partition_results = []
+                for partition_id in range(self._partition_counts.get(topic_id) or 0):
+                    error = self._elect_leader(name, partition_id, election_type, records)
+                    if error.error_code != ErrorCode.election_not_needed:
+                        partition_results.append(_election_result(partition_id, error))
+                results.append(elect_leaders_response.ReplicaElectionResult(
+                    topic=TopicName(name), partition_result=tuple(partition_results)))
+        else:
+            for topic in request.topic_partitions:
+                partition_results = [
+                    _election_result(int(p), self._elect_leader(topic.topic, int(p), election_type, records))
+                    for p in topic.partitions
+                ]
+                results.append(elect_leaders_response.ReplicaElectionResult(
+                    topic=topic.topic, partition_result=tuple(partition_results)))
+        check_user_op_size(records)
+        response = elect_leaders_response.ElectLeadersResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
+            replica_election_results=tuple(results),
+        )
+        return ControllerResult(records, response)
+
+    def _elect_leader(self, topic: str, partition_id: int, election_type: int,
+                      records: list[RecordAndVersion]) -> ApiError:
+        topic_id = self._topics_by_name.get(topic)
+        if topic_id is None:
+            return ApiError(ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}")
+        partition = self._partitions.get((topic_id, partition_id))
+        if partition is None:
+            return ApiError(ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{partition_id}")
+        if (election_type == _ELECTION_PREFERRED and partition.has_preferred_leader) or (
+            election_type == _ELECTION_UNCLEAN and partition.has_leader
+        ):
+            return ApiError(ErrorCode.election_not_needed)
+        election = Election.PREFERRED if election_type == _ELECTION_PREFERRED else Election.UNCLEAN
+        change = self._builder(partition).set_election(election).build()
+        if change is None:
+            if election_type == _ELECTION_PREFERRED:
+                return ApiError(ErrorCode.preferred_leader_not_available)
+            return ApiError(ErrorCode.eligible_leaders_not_available)
+        records.append(self._change_record((topic_id, partition_id), change))
+        return ApiError.NONE
+
+    # -- periodic elections ----------------------------------------------------------------
+
+    def maybe_balance_partition_leaders(
+        self, max_elections: int = MAX_ELECTIONS_PER_IMBALANCE
+    ) -> ControllerResult[bool]:
+        """Move leadership back to preferred replicas where they are in the ISR and able to
+        lead. The response says whether the cap was hit (run again at once)."""
+        records: list[RecordAndVersion] = []
+        for key in sorted(self._imbalanced, key=lambda tp: (str(tp[0]), tp[1])):
+            if len(records) >= max_elections:
+                break
+            partition = self._partitions.get(key)
+            if partition is None:
+                continue
+            change = self._builder(partition).set_election(Election.PREFERRED).build()
+            if change is not None:
+                records.append(self._change_record(key, change))
+        return ControllerResult(records, len(records) >= max_elections)
+
+    def maybe_elect_unclean_leaders(self, max_elections: int = MAX_ELECTIONS_PER_IMBALANCE) -> ControllerResult[bool]:
+        """Bring leaderless partitions of topics that allow unclean election back online with
+        any live replica. The response says whether the cap was hit."""
+        records: list[RecordAndVersion] = []
+        for key in self.leaderless_partitions():
+            if len(records) >= max_elections:
+                break
+            name = self._topic_names.get(key[0])
+            if name is not None and self.unclean_leader_election_enabled(key[0]):
+                self._elect_leader(name, key[1], _ELECTION_UNCLEAN, records)
+        return ControllerResult(records, len(records) >= max_elections)
+
+    def are_partition_leaders_imbalanced(self) -> bool:
+        return len(self._imbalanced) > 0
+
+    def are_some_partitions_leaderless(self) -> bool:
+        return len(self._leaderless) > 0
+
+    # -- AssignReplicasToDirs --------------------------------------------------------------
+
+    def assign_replicas_to_dirs(
+        self, request: dirs_request.AssignReplicasToDirsRequest
+    ) -> ControllerResult[dirs_response.AssignReplicasToDirsResponse]:
+        """A broker reports which of its log directories holds each of its replicas. A replica
+        placed on a directory that is already offline loses leadership and ISR membership."""
+        if not self._features.metadata_version_or_raise().is_directory_assignment_supported:
+            raise ControllerApiError(ErrorCode.unsupported_version, "Directory assignment is not supported yet.")
+        broker_id = int(request.broker_id)
+        self._cluster.check_broker_epoch(broker_id, int(request.broker_epoch))
+        registration = self._cluster.broker(broker_id)
+        if registration is None:
+            raise ControllerApiError(ErrorCode.broker_id_not_registered,
+                                     f"Broker ID {broker_id} is not currently registered")
+        records: list[RecordAndVersion] = []
+        offline_partitions: list[TopicPartition] = []
+        directories = []
+        for directory_data in request.directories:
+            directory = directory_data.id_ or ZERO_UUID
+            offline = not self._has_online_dir(broker_id, directory)
+            topics = []
+            for topic in directory_data.topics:
+                topic_id = topic.topic_id or ZERO_UUID
+                known = topic_id in self._topic_names
+                partitions = []
+                for data in topic.partitions:
+                    partition_id = int(data.partition_index)
+                    code = ErrorCode.none if known else ErrorCode.unknown_topic_id
+                    partition = self._partitions.get((topic_id, partition_id)) if known else None
+                    if known and partition is None:
+                        code = ErrorCode.unknown_topic_or_partition
+                    elif partition is not None and broker_id not in partition.replicas:
+                        code = ErrorCode.not_leader_or_follower
+                    elif partition is not None:
+                        change = self._builder(partition).set_directory(broker_id, directory).build()
+                        if change is not None:
+                            records.append(self._change_record((topic_id, partition_id), change))
+                        if offline:
+                            offline_partitions.append((topic_id, partition_id))
+                    partitions.append(dirs_response.PartitionData(partition_index=i32(partition_id), error_code=code))
+                topics.append(dirs_response.TopicData(topic_id=topic_id, partitions=tuple(partitions)))
+            directories.append(dirs_response.DirectoryData(id_=directory, topics=tuple(topics)))
+        if offline_partitions:
+            # Generate the leadership moves against the partitions as the records above leave
+            # them: the directory is part of what makes a leader acceptable.
+            self._leader_and_isr_updates_after(records, broker_to_remove=broker_id, partitions=offline_partitions)
+        response = dirs_response.AssignReplicasToDirsResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), error_code=ErrorCode.none,
+            directories=tuple(directories),
+        )
+        return ControllerResult(records, response)
+
+    def _leader_and_isr_updates_after(
+        self, records: list[RecordAndVersion], *, broker_to_remove: int, partitions: list[TopicPartition],
+    ) -> None:
+        pending: dict[TopicPartition, PartitionRegistration] = {}
+        for key in partitions:
+            partition = self._partitions.get(key)
+            if partition is not None:
+                pending[key] = partition
+        for record, _ in records:
+            if isinstance(record, PartitionChangeRecord):
+                changed: TopicPartition = (record.topic_id, int(record.partition_id))
+                if changed in pending:
+                    pending[changed] = pending[changed].merge(record)
+        for key, partition in pending.items():
+            builder = self._builder(partition, exclude=broker_to_remove)
+            if self.unclean_leader_election_enabled(key[0]):
+                builder.set_election(Election.UNCLEAN)
+            builder.set_target_isr([r for r in partition.isr if r != broker_to_remove])
+            change = builder.build()
+            if change is not None:
+                merged = self._change_record(key, change)
+                records.append(merged)
+
+
+def _election_result(partition_id: int, error: ApiError) -> elect_leaders_response.PartitionResult:
+    return elect_leaders_response.PartitionResult(partition_id=i32(partition_id), error_code=error.error_code,
+                                                  error_message=error.message)
