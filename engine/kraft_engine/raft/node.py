@@ -481,7 +481,9 @@ class RaftNode:
             if self._quorum.is_voter():
                 deadlines.append(state.election_deadline_ms)
             if self._wants_bootstrap_fetch(state):
-                deadlines.append(min((self._ready_at(now_ms, d) for d, _ in self._bootstrap_destinations()), default=_NEVER))
+                destinations = self._bootstrap_destinations()
+                if not any(self._connection(d).inflight_token is not None for d, _ in destinations):
+                    deadlines.append(min((self._ready_at(now_ms, d) for d, _ in destinations), default=_NEVER))
         elif isinstance(state, ResignedState):
             deadlines.append(state.election_deadline_ms)
             deadlines.extend(self._ready_at(now_ms, v) for v in state.unacked_voters)
@@ -1463,6 +1465,10 @@ class RaftNode:
             return
         self._log.store_snapshot(snapshot_id, data)
         self._log.truncate_to_latest_snapshot()
+        # Older snapshots now lie before the log start; nothing can ever read them again.
+        for old in self._log.snapshot_ids():
+            if old.offset < snapshot_id.offset:
+                self._log.delete_snapshot(old)
         self._load_control_state()
         self._on_voter_set_changed(now_ms)
         # A snapshot only ever covers committed offsets.
