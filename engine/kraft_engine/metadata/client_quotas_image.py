@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kraft_engine.metadata._maps import EMPTY_MAP, applied, frozen_map
+from kraft_engine.metadata._maps import EMPTY_MAP, applied, frozen_map, thawed
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriter, ImageWriterOptions
 from kraft_engine.records.metadata_records import ClientQuotaRecord, EntityData
@@ -67,7 +67,7 @@ class ClientQuotasDelta:
     def apply(self) -> ClientQuotasImage:
         if not self.changes:
             return self.image
-        entities = dict(self.image.entities)
+        entities = thawed(self.image.entities)
         for entity, changes in self.changes.items():
             quotas = applied(self.image.entities.get(entity, EMPTY_MAP), changes)
             if quotas:

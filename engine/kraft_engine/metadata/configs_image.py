@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
-from kraft_engine.metadata._maps import EMPTY_MAP, applied, frozen_map
+from kraft_engine.metadata._maps import EMPTY_MAP, applied, frozen_map, thawed
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriter, ImageWriterOptions
 from kraft_engine.records.metadata_records import ConfigRecord
@@ -99,7 +99,7 @@ class ConfigurationsDelta:
     def apply(self) -> ConfigurationsImage:
         if not self.changes:
             return self.image
-        data = dict(self.image.data)
+        data = thawed(self.image.data)
         for resource, changes in self.changes.items():
             values = applied(self.image.configs(resource), changes)
             if values:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
-from kraft_engine.metadata._maps import EMPTY_MAP, frozen_map
+from kraft_engine.metadata._maps import EMPTY_MAP, frozen_map, thawed
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriter, ImageWriterOptions
 from kraft_engine.metadata.partition_registration import PartitionRegistration
@@ -106,9 +106,9 @@ class _IndexBuilder:
     def build(self) -> BrokerPartitionIndex:
         if not self._touched:
             return self._base
-        by_broker = dict(self._base.by_broker)
+        by_broker = thawed(self._base.by_broker)
         for broker_id, topics in self._touched.items():
-            inner = dict(by_broker.get(broker_id, EMPTY_MAP))
+            inner = thawed(by_broker.get(broker_id, EMPTY_MAP))
             for topic_id, partitions in topics.items():
                 if partitions:
                     inner[topic_id] = frozenset(partitions)
@@ -214,7 +214,7 @@ class TopicDelta:
     def apply(self) -> TopicImage:
         if not self.partition_changes:
             return self.image
-        partitions = dict(self.image.partitions)
+        partitions = thawed(self.image.partitions)
         partitions.update(self.partition_changes)
         return TopicImage(self.image.name, self.image.id, frozen_map(partitions))
 
@@ -284,8 +284,8 @@ class TopicsDelta:
 
     def apply(self) -> TopicsImage:
         base = self.image
-        by_id = dict(base.topics_by_id)
-        by_name = dict(base.topics_by_name)
+        by_id = thawed(base.topics_by_id)
+        by_name = thawed(base.topics_by_name)
         leaders = _IndexBuilder(base.leaders)
         isr_members = _IndexBuilder(base.isr_members)
         replicas = _IndexBuilder(base.replicas)
