@@ -255,3 +255,12 @@ def test_observer_discovers_the_leader_and_replicates() -> None:
     assert cluster[7].committed_values == [b"seen-by-observer"]
     # It never voted.
     assert all(s.voted_key is None for s in cluster[7].persist_history)
+
+
+def test_an_observer_waiting_for_a_bootstrap_answer_does_not_ask_to_be_polled_at_once() -> None:
+    cluster = Cluster([1, 2, 3], observers=[7])
+    observer = cluster.node(7)
+    assert observer.role is Role.UNATTACHED
+    fetches = [e for e in cluster.queue if e.source == 7]
+    assert len(fetches) == 1
+    assert observer.next_deadline_ms(cluster.now_ms) > cluster.now_ms

@@ -120,3 +120,28 @@ def test_node_starts_unattached_without_voters() -> None:
     )
     assert node.role is Role.UNATTACHED
     assert not node.is_voter
+
+
+def test_an_append_larger_than_a_batch_is_refused_and_nothing_is_written() -> None:
+    from kraft_engine.raft import RecordBatchTooLargeError
+
+    cluster = Cluster([1], config=RaftConfig(max_batch_size_bytes=1024))
+    node = cluster.node(1)
+    with pytest.raises(RecordBatchTooLargeError):
+        node.append([b"x" * 2048], epoch=1, now_ms=cluster.now_ms)
+    cluster.advance(100)
+    assert node.log_end_offset == 1
+
+
+def test_the_accumulator_refuses_appends_beyond_its_batch_limit() -> None:
+    from kraft_engine.raft import BufferFullError
+
+    cluster = Cluster([1], config=RaftConfig(max_batch_size_bytes=200, max_number_of_batches=2, append_linger_ms=1000))
+    node = cluster.node(1)
+    node.append([b"a" * 100], epoch=1, now_ms=cluster.now_ms)
+    node.append([b"b" * 100], epoch=1, now_ms=cluster.now_ms)
+    # Each record needs its own batch here; a third batch buffer is more than the limit of two.
+    with pytest.raises(BufferFullError):
+        node.append([b"c" * 100], epoch=1, now_ms=cluster.now_ms)
+    cluster.advance(1_000)
+    assert cluster[1].committed_values == [b"a" * 100, b"b" * 100]

@@ -105,3 +105,45 @@ def test_a_node_restarts_from_its_latest_snapshot_and_replays_the_log_after_it()
     assert isinstance(events[0], SnapshotLoad) and events[0].snapshot_id == snapshot_id
     assert b"tail" in restarted.committed_values
     assert all(v not in restarted.committed_values for v in (b"v0", b"v4"))
+
+
+def test_a_downloaded_snapshot_replaces_the_followers_older_snapshots() -> None:
+    config = RaftConfig(retention_max_bytes=1)
+    cluster = Cluster([1, 2, 3], config=config)
+    leader = cluster.elect()
+    for i in range(5):
+        leader.append([f"a{i}".encode()], epoch=leader.epoch, now_ms=cluster.now_ms)
+        cluster.advance(30)
+    cluster.advance(500)
+    lagging_id = next(i for i in (1, 2, 3) if i != leader.node_id)
+    lagging = cluster.node(lagging_id)
+    own = lagging.create_snapshot(end_offset=lagging.high_watermark, records=[b"old"], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    cluster.crash(lagging_id)
+    for i in range(5):
+        leader.append([f"b{i}".encode()], epoch=leader.epoch, now_ms=cluster.now_ms)
+        cluster.advance(30)
+    cluster.advance(500)
+    newer = leader.create_snapshot(end_offset=leader.high_watermark, records=[b"new"], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    record = cluster.restart(lagging_id)
+    cluster.advance(3_000)
+    assert record.log.snapshot_ids() == [newer]
+    assert own not in record.log.snapshot_ids()
+    assert record.log.log_start_offset == newer.offset
+
+
+def test_snapshot_of_a_dynamic_quorum_holds_the_voters_as_of_its_offset() -> None:
+    from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
+    from kio.schema.voters_record.v0.data import VotersRecord
+    from raft_harness import voter_set
+
+    cluster = Cluster([1, 2, 3], static=False)
+    leader = cluster.elect()
+    cluster.advance(1_000)
+    snapshot_id = leader.create_snapshot(end_offset=leader.high_watermark, records=[], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    log = cluster[leader.node_id].log
+    controls = [r for b in parse_batches(log.read_snapshot(snapshot_id, 0, log.snapshot_size(snapshot_id))) for r in b.control_records]
+    assert [type(r) for r in controls] == [SnapshotHeaderRecord, KRaftVersionRecord, VotersRecord, SnapshotFooterRecord]
+    assert controls[1].k_raft_version == 1
+    from kraft_engine.raft import VoterSet
+
+    assert VoterSet.from_record(controls[2]) == voter_set([1, 2, 3])
