@@ -141,7 +141,7 @@ def _controller(node_id: int = NODE_ID) -> QuorumController:
     )
 
 
-class _Node:
+class InProcessController:
     def __init__(self, *, log: MemoryLog | None = None, policy: SnapshotPolicy | None = None) -> None:
         self.raft = _LoopRaft(log or MemoryLog())
         self.registry = CollectorRegistry()
@@ -166,8 +166,8 @@ class _Node:
 
 
 @pytest.fixture
-async def node() -> AsyncIterator[_Node]:
-    n = _Node()
+async def node() -> AsyncIterator[InProcessController]:
+    n = InProcessController()
     await n.start()
     try:
         yield n
@@ -194,7 +194,7 @@ def _registration(broker_id: int) -> BrokerRegistrationRequest:
     )
 
 
-async def _unfenced_broker(node: _Node, broker_id: int) -> int:
+async def _unfenced_broker(node: InProcessController, broker_id: int) -> int:
     service = node.service
     reply = await service.write("registerBroker", lambda c: c.register_broker(_registration(broker_id), now_ms=0))
     epoch = int(reply.broker_epoch)
@@ -216,7 +216,7 @@ def _log_records(log: MemoryLog) -> list[tuple[int, Any]]:
     return out
 
 
-async def test_the_node_activates_and_writes_the_bootstrap_records(node: _Node) -> None:
+async def test_the_node_activates_and_writes_the_bootstrap_records(node: InProcessController) -> None:
     records = [r for _, r in _log_records(node.raft.log)]
     assert FeatureLevelRecord(name="metadata.version", feature_level=MV) in records
     assert node.metric("kafka_controller_kafkacontroller_activecontrollercount") == 1
@@ -226,7 +226,7 @@ async def test_the_node_activates_and_writes_the_bootstrap_records(node: _Node) 
     assert features.supported["metadata.version"] == (7, MV)
 
 
-async def test_a_created_topic_is_in_the_log_and_the_image_when_the_write_completes(node: _Node) -> None:
+async def test_a_created_topic_is_in_the_log_and_the_image_when_the_write_completes(node: InProcessController) -> None:
     for broker in (1, 2, 3):
         await _unfenced_broker(node, broker)
     [result] = await node.service.write("createTopics", lambda c: c.create_topics(_topics(("orders", 3, 3))))
@@ -245,7 +245,7 @@ async def test_a_created_topic_is_in_the_log_and_the_image_when_the_write_comple
     assert node.metric("kafka_controller_kafkacontroller_lastcommittedrecordoffset") == hwm - 1
 
 
-async def test_a_refused_append_renounces_reverts_and_the_client_gets_not_controller(node: _Node) -> None:
+async def test_a_refused_append_renounces_reverts_and_the_client_gets_not_controller(node: InProcessController) -> None:
     for broker in (1, 2, 3):
         await _unfenced_broker(node, broker)
     node.raft.refuse_appends = True
@@ -272,7 +272,7 @@ async def test_a_refused_append_renounces_reverts_and_the_client_gets_not_contro
     assert [r.name for _, r in _log_records(node.raft.log) if isinstance(r, TopicRecord)] == ["lost"]
 
 
-async def test_a_refused_request_fails_its_own_future_only(node: _Node) -> None:
+async def test_a_refused_request_fails_its_own_future_only(node: InProcessController) -> None:
     results = await node.service.write("createTopics", lambda c: c.create_topics(_topics(("t", 1, 3))))
     # No brokers: the topic cannot be placed; the controller answers per topic and keeps going.
     assert results[0].error_code == ErrorCode.invalid_replication_factor
@@ -280,7 +280,7 @@ async def test_a_refused_request_fails_its_own_future_only(node: _Node) -> None:
 
 
 async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it() -> None:
-    node = _Node(policy=SnapshotPolicy(max_bytes_between_snapshots=1, max_interval_ms=0))
+    node = InProcessController(policy=SnapshotPolicy(max_bytes_between_snapshots=1, max_interval_ms=0))
     await node.start()
     try:
         for broker in (1, 2, 3):
@@ -295,7 +295,7 @@ async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it() ->
     finally:
         await node.close()
     # A restarted node over the same log loads that snapshot and replays the rest of the log.
-    restarted = _Node(log=node.raft.log)
+    restarted = InProcessController(log=node.raft.log)
     await restarted.start()
     try:
         assert snapshot in restarted.raft.log.snapshot_ids()
@@ -311,7 +311,7 @@ async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it() ->
         await restarted.close()
 
 
-async def test_an_active_controller_asked_to_load_a_snapshot_stops_and_fails_waiters(node: _Node) -> None:
+async def test_an_active_controller_asked_to_load_a_snapshot_stops_and_fails_waiters(node: InProcessController) -> None:
     stopped: list[BaseException] = []
     node.service._on_fatal = stopped.append
     from kraft_engine.raft import SnapshotLoad

@@ -9,6 +9,10 @@ implements is registered, each at the one version its managers take:
 CreateTopics v7, DeleteTopics v6, UpdateFeatures v1, AlterPartition v3, BrokerRegistration v4,
 BrokerHeartbeat v1, UnregisterBroker v0, ControllerRegistration v0.
 
+One addition Kafka's controllers do not have: Metadata v12, answered from the committed metadata
+image (topics, partitions, registered brokers), so that `kraft topics --bootstrap-controller` can
+list and describe topics without a broker. It never triggers auto-creation.
+
 (DescribeCluster is served by the node itself; IncrementalAlterConfigs, DescribeConfigs,
 AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders and AssignReplicasToDirs are
 not registered because the quorum controller does not implement them yet.)
@@ -21,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i64
+from kio.static.primitive import i32, i64
 
 from kraft_engine.controller import ApiError, ControllerApiError
 from kraft_engine.protocol import Listener, RequestContext
@@ -29,6 +33,7 @@ from kraft_engine.server.controller_service import ControllerService, Controller
 
 __all__ = ["CONTROLLER_APIS", "ControllerApis"]
 
+METADATA = 3
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 ALTER_PARTITION = 56
@@ -47,6 +52,7 @@ CONTROLLER_APIS: dict[int, int] = {
     BROKER_HEARTBEAT: 1,
     UNREGISTER_BROKER: 0,
     CONTROLLER_REGISTRATION: 0,
+    METADATA: 12,
 }
 """api key -> the version served."""
 
@@ -78,6 +84,7 @@ class ControllerApis:
             BROKER_HEARTBEAT: self.broker_heartbeat,
             UNREGISTER_BROKER: self.unregister_broker,
             CONTROLLER_REGISTRATION: self.controller_registration,
+            METADATA: self.metadata,
         }
         for api_key, handler in handlers.items():
             version = CONTROLLER_APIS[api_key]
@@ -178,3 +185,56 @@ class ControllerApis:
             return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=error.error_code,
                                       error_message=error.message)
         return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None)
+
+    # -- reads of the committed image --------------------------------------------------------------
+    async def metadata(self, request: Any, ctx: RequestContext) -> Any:
+        image = self._service.image
+        module = _module(ctx)
+        brokers = []
+        for broker_id, registration in sorted(image.cluster.brokers.items()):
+            if registration.listeners:
+                endpoint = registration.listeners[0]
+                brokers.append(module.MetadataResponseBroker(
+                    node_id=i32(broker_id), host=endpoint.host, port=i32(endpoint.port), rack=registration.rack,
+                ))
+        topics_image = image.topics
+        if request.topics is None:
+            wanted = [topics_image.topics_by_name[name] for name in sorted(topics_image.topics_by_name)]
+            missing: list[Any] = []
+        else:
+            wanted, missing = [], []
+            for requested in request.topics:
+                found = (topics_image.topics_by_name.get(requested.name) if requested.name is not None
+                         else topics_image.topics_by_id.get(requested.topic_id))
+                if found is None:
+                    missing.append(requested)
+                else:
+                    wanted.append(found)
+        live = {b for b, r in image.cluster.brokers.items() if not r.fenced}
+        topics = [
+            module.MetadataResponseTopic(
+                error_code=ErrorCode.none, name=topic.name, topic_id=topic.id, is_internal=False,
+                partitions=tuple(
+                    module.MetadataResponsePartition(
+                        error_code=ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
+                        partition_index=i32(index), leader_id=i32(p.leader), leader_epoch=i32(p.leader_epoch),
+                        replica_nodes=tuple(i32(r) for r in p.replicas), isr_nodes=tuple(i32(r) for r in p.isr),
+                        offline_replicas=tuple(i32(r) for r in p.replicas if r not in live),
+                    )
+                    for index, p in sorted(topic.partitions.items())
+                ),
+            )
+            for topic in wanted
+        ]
+        topics += [
+            module.MetadataResponseTopic(
+                error_code=ErrorCode.unknown_topic_or_partition if t.name is not None else ErrorCode.unknown_topic_id,
+                name=t.name, topic_id=t.topic_id, is_internal=False, partitions=(),
+            )
+            for t in missing
+        ]
+        controller_id = self._service.controller.events.leader_id
+        return ctx.response_class(
+            throttle_time=_NO_THROTTLE, brokers=tuple(brokers), cluster_id=self._service.controller.cluster_control.cluster_id,
+            controller_id=i32(-1 if controller_id is None else controller_id), topics=tuple(topics),
+        )

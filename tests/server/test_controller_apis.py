@@ -1,0 +1,254 @@
+"""The controller's APIs on a real listener, and `kraft features` / `kraft topics` against it.
+
+One in-process controller (single-voter raft over a MemoryLog, see test_controller_service)
+serves its listener on a loopback port; clients speak the real protocol to it. The CLI runs in a
+worker thread (it owns its own event loop, as it does from a shell).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i16, i32, i64, u16
+from test_controller_service import CLUSTER_ID, MV, NODE_ID, InProcessController
+
+from kraft_engine.cli.main import main
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, RequestContext
+from kraft_engine.protocol import Listener as KafkaListener
+from kraft_engine.server.controller_apis import CONTROLLER_APIS, ControllerApis
+
+
+class _Served:
+    def __init__(self, node: InProcessController, listener: KafkaListener) -> None:
+        self.node = node
+        self.listener = listener
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.listener.port}"
+
+    async def connection(self) -> KafkaConnection:
+        connection = KafkaConnection("127.0.0.1", self.listener.port,
+                                     config=ConnectionConfig(client_id="test", request_timeout_ms=10000))
+        await connection.connect()
+        return connection
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[_Served]:
+    node = InProcessController()
+    await node.start()
+    listener = KafkaListener("CONTROLLER", features_provider=node.service.features, registry=node.registry)
+    ControllerApis(node.service).register(listener)
+
+    async def describe_cluster(request: Any, ctx: RequestContext) -> Any:
+        # The node serves DescribeCluster itself (the voters and the raft leader); this test has
+        # one voter, listening here.
+        module = sys.modules[ctx.response_class.__module__]
+        return ctx.response_class(
+            throttle_time=timedelta(0), error_code=ErrorCode.none, endpoint_type=i8(2), cluster_id=CLUSTER_ID,
+            controller_id=i32(NODE_ID),
+            brokers=(module.DescribeClusterBroker(broker_id=i32(NODE_ID), host="127.0.0.1", port=i32(listener.port)),),
+        )
+
+    listener.register(60, min_version=1, max_version=1, handler=describe_cluster)
+    await listener.start("127.0.0.1", 0)
+    try:
+        yield _Served(node, listener)
+    finally:
+        await listener.close()
+        await node.close()
+
+
+async def _kraft(*argv: str) -> int:
+    return await asyncio.to_thread(main, list(argv))
+
+
+async def _register_brokers(served: _Served, *broker_ids: int, max_mv: int = MV) -> dict[int, int]:
+    connection = await served.connection()
+    epochs = {}
+    try:
+        for broker_id in broker_ids:
+            response = await connection.send(BrokerRegistrationRequest(
+                broker_id=BrokerId(broker_id), cluster_id=CLUSTER_ID, incarnation_id=uuid.uuid4(),
+                listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker_id),
+                                    security_protocol=i16(0)),),
+                features=(Feature(name="metadata.version", min_supported_version=i16(7),
+                                  max_supported_version=i16(max_mv)),),
+                rack=None, log_dirs=(uuid.uuid4(),),
+            ))
+            assert response.error_code == ErrorCode.none
+            epochs[broker_id] = int(response.broker_epoch)
+        for broker_id, epoch in epochs.items():
+            response = await connection.send(BrokerHeartbeatRequest(
+                broker_id=BrokerId(broker_id), broker_epoch=i64(epoch),
+                current_metadata_offset=i64(served.node.service.controller.last_stable_offset()),
+                want_fence=False, want_shut_down=False,
+            ))
+            assert response.error_code == ErrorCode.none and not response.is_fenced
+    finally:
+        await connection.close()
+    return epochs
+
+
+async def test_api_versions_lists_the_controller_apis_and_the_finalized_features(served: _Served) -> None:
+    connection = await served.connection()
+    try:
+        versions = connection.peer_api_versions
+        for api_key, version in CONTROLLER_APIS.items():
+            assert versions[api_key] == (version, version)
+        response = connection.api_versions_response
+        finalized = {f.name: int(f.max_version_level) for f in response.finalized_features}
+        assert finalized == {"metadata.version": MV}
+        assert int(response.finalized_features_epoch) >= 0
+    finally:
+        await connection.close()
+
+
+async def test_create_topics_on_the_wire_answers_once_committed(served: _Served) -> None:
+    await _register_brokers(served, 1, 2, 3)
+    connection = await served.connection()
+    try:
+        request = CreateTopicsRequest(topics=(CreatableTopic(
+            name=TopicName("payments"), num_partitions=i32(2), replication_factor=i16(3), assignments=(), configs=(),
+        ),))
+        response = await connection.send(request)
+        [result] = response.topics
+        assert result.error_code == ErrorCode.none and result.topic_id is not None
+        assert int(result.num_partitions) == 2 and int(result.replication_factor) == 3
+        again = await connection.send(request)
+        assert again.topics[0].error_code == ErrorCode.topic_already_exists
+    finally:
+        await connection.close()
+
+
+async def test_a_standby_answers_not_controller_per_topic(served: _Served) -> None:
+    controller = served.node.service.controller
+    served.node.raft.refuse_appends = True  # the next write renounces; then it is a standby
+    connection = await served.connection()
+    try:
+        request = CreateTopicsRequest(topics=(
+            CreatableTopic(name=TopicName("a"), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
+                           configs=()),
+            CreatableTopic(name=TopicName("b"), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
+                           configs=()),
+        ))
+        await _register_brokers_expecting_not_controller(connection)
+        assert not controller.is_active()
+        response = await connection.send(request)
+        assert [t.error_code for t in response.topics] == [ErrorCode.not_controller] * 2
+    finally:
+        await connection.close()
+
+
+async def _register_brokers_expecting_not_controller(connection: KafkaConnection) -> None:
+    response = await connection.send(BrokerRegistrationRequest(
+        broker_id=BrokerId(1), cluster_id=CLUSTER_ID, incarnation_id=uuid.uuid4(), listeners=(),
+        features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(MV)),),
+        rack=None, log_dirs=(uuid.uuid4(),),
+    ))
+    assert response.error_code == ErrorCode.not_controller
+
+
+async def test_kraft_topics_create_list_describe_delete(served: _Served, capsys: pytest.CaptureFixture[str]) -> None:
+    await _register_brokers(served, 1, 2, 3)
+    bootstrap = served.bootstrap
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--create", "--topic", "orders",
+                        "--partitions", "3", "--replication-factor", "3") == 0
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--create", "--topic", "audit",
+                        "--replica-assignment", "1:2,2:3") == 0
+    assert capsys.readouterr().out == "Created topic orders.\nCreated topic audit.\n"
+    await _until_in_image(served, "orders", "audit")
+
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--list") == 0
+    assert capsys.readouterr().out == "audit\norders\n"
+
+    # Creating it again is refused with the controller's message, and nothing changes.
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--create", "--topic", "orders",
+                        "--partitions", "1", "--replication-factor", "1") == 1
+    assert "Topic 'orders' already exists." in capsys.readouterr().err
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--create", "--topic", "orders",
+                        "--partitions", "1", "--replication-factor", "1", "--if-not-exists") == 0
+
+    if 32 in (await _api_keys(served)):
+        assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--describe", "--topic", "audit") == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith("Topic: audit\tTopicId: ")
+        assert lines[0].endswith("\tPartitionCount: 2\tReplicationFactor: 2\tConfigs: ")
+        assert lines[1] == "\tTopic: audit\tPartition: 0\tLeader: 1\tReplicas: 1,2\tIsr: 1,2\tElr: N/A\tLastKnownElr: N/A"
+        assert lines[2] == "\tTopic: audit\tPartition: 1\tLeader: 2\tReplicas: 2,3\tIsr: 2,3\tElr: N/A\tLastKnownElr: N/A"
+
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--delete", "--topic", "ord.*") == 0
+    await _until_gone(served, "orders")
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--list") == 0
+    assert capsys.readouterr().out == "audit\n"
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--delete", "--topic", "nope") == 1
+    assert "Topic 'nope' does not exist as expected" in capsys.readouterr().err
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--delete", "--topic", "nope",
+                        "--if-exists") == 0
+
+
+async def test_kraft_topics_refuses_bad_input_before_sending(served: _Served, capsys: pytest.CaptureFixture[str]) -> None:
+    bootstrap = served.bootstrap
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--create", "--topic", "x",
+                        "--config", "novalue") == 1
+    assert "key=val" in capsys.readouterr().err
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--create", "--topic", "x",
+                        "--partitions", "0") == 1
+    assert "--partitions must be greater than 0" in capsys.readouterr().err
+    assert served.node.service.controller.replication_control.topic_id("x") is None
+
+
+async def test_kraft_features_describe_and_a_refused_then_accepted_upgrade(
+    served: _Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bootstrap = served.bootstrap
+    assert await _kraft("features", "--bootstrap-controller", bootstrap, "describe") == 0
+    line = capsys.readouterr().out.strip()
+    epoch = served.node.service.image.offset
+    assert line == (f"Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\tSupportedMaxVersion: 4.0-IV3"
+                     f"\tFinalizedVersionLevel: 4.0-IV3\tEpoch: {epoch}")
+
+    # Downgrading across a metadata change is refused unless unsafe; nothing is written.
+    assert await _kraft("features", "--bootstrap-controller", bootstrap, "downgrade", "--metadata", "3.3-IV3") == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("Could not downgrade metadata.version to 7. ")
+    assert "1 out of 1 operation(s) failed." in captured.err
+    assert served.node.service.controller.finalized_features()["metadata.version"] == MV
+
+    # A dry run of an acceptable change says so without changing anything.
+    assert await _kraft("features", "--bootstrap-controller", bootstrap, "downgrade", "--metadata", "4.0-IV3",
+                        "--dry-run") == 0
+    assert capsys.readouterr().out == f"metadata.version can be downgraded to {MV}.\n"
+
+    assert await _kraft("features", "--bootstrap-controller", bootstrap, "upgrade", "--metadata", "9.9") == 1
+    assert "Unsupported metadata version 9.9. Supported metadata versions are 3.3-IV3" in capsys.readouterr().err
+    assert await _kraft("features", "--bootstrap-controller", bootstrap, "upgrade", "--feature", "x") == 1
+    assert "equals sign not found" in capsys.readouterr().err
+
+
+async def _api_keys(served: _Served) -> set[int]:
+    return set(served.listener.api_versions())
+
+
+async def _until_in_image(served: _Served, *names: str) -> None:
+    async with asyncio.timeout(5):
+        while not all(n in served.node.service.image.topics.topics_by_name for n in names):
+            await asyncio.sleep(0.005)
+
+
+async def _until_gone(served: _Served, name: str) -> None:
+    async with asyncio.timeout(5):
+        while name in served.node.service.image.topics.topics_by_name:
+            await asyncio.sleep(0.005)
