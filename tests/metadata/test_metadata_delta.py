@@ -24,6 +24,7 @@ from kraft_engine.metadata import (
     MetadataImage,
     MetadataReplayError,
     TopicIdPartition,
+    TopicPartition,
 )
 from kraft_engine.records.metadata_records import (
     AccessControlEntryRecord,
@@ -324,3 +325,28 @@ def test_finish_snapshot_removes_everything_the_snapshot_does_not_mention() -> N
     assert new.topics.replicas.brokers() == [1, 2, 3]
     assert list(new.topics.partitions_led_by(3)) == [TopicIdPartition(topic_id(2), 0)]
     assert list(new.topics.partitions_led_by(1)) == []
+
+
+def test_local_changes_classify_what_a_delta_means_for_one_broker() -> None:
+    image = cluster_with_topics()
+    delta = MetadataDelta(image)
+    delta.replay(change(1, 0, leader=2))  # broker 2 elected for orders-0
+    delta.replay(change(1, 1, isr=(2, 3)))  # broker 2 still leads orders-1, ISR shrank
+    delta.replay(change(2, 0, replicas=(3, 1), isr=(3, 1)))  # broker 2 leaves payments-0
+    delta.replay(topic("new", 3))
+    delta.replay(partition(3, 0, (1, 2), directories=(dir_id(1), dir_id(2))))  # broker 2 follows
+    assert delta.topics_delta is not None
+    changes = delta.topics_delta.local_changes(2)
+    assert changes.deletes == {TopicPartition("payments", 0)}
+    assert set(changes.leaders) == {TopicPartition("orders", 0), TopicPartition("orders", 1)}
+    assert set(changes.elected_leaders) == {TopicPartition("orders", 0)}
+    assert set(changes.followers) == {TopicPartition("new", 0)}
+    topic_id_new, registration = changes.followers[TopicPartition("new", 0)]
+    assert topic_id_new == topic_id(3) and registration.leader == 1
+    assert changes.topic_ids == {"orders": topic_id(1), "new": topic_id(3)}
+    assert changes.directory_ids == {TopicIdPartition(topic_id(3), 0): dir_id(2)}
+
+    removal = MetadataDelta(image)
+    removal.replay(RemoveTopicRecord(topic_id=topic_id(1)))
+    assert removal.topics_delta is not None
+    assert removal.topics_delta.local_changes(3).deletes == {TopicPartition("orders", 0), TopicPartition("orders", 1)}

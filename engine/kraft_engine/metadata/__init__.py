@@ -58,9 +58,11 @@ from kraft_engine.metadata.security_images import (
 )
 from kraft_engine.metadata.topics_image import (
     BrokerPartitionIndex,
+    LocalReplicaChanges,
     TopicDelta,
     TopicIdPartition,
     TopicImage,
+    TopicPartition,
     TopicsDelta,
     TopicsImage,
 )
@@ -96,6 +98,7 @@ __all__ = [
     "ImageWriterOptions",
     "LeaderAndEpoch",
     "LeaderRecoveryState",
+    "LocalReplicaChanges",
     "LoaderManifest",
     "LogDeltaManifest",
     "MetadataDelta",
@@ -114,6 +117,7 @@ __all__ = [
     "TopicDelta",
     "TopicIdPartition",
     "TopicImage",
+    "TopicPartition",
     "TopicsDelta",
     "TopicsImage",
     "UnwritableMetadataError",

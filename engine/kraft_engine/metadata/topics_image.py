@@ -34,6 +34,33 @@ class TopicIdPartition(NamedTuple):
     partition_id: int
 
 
+class TopicPartition(NamedTuple):
+    """A partition by topic name, as brokers and clients name it."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReplicaChanges:
+    """What a delta changed for one broker's replicas (Kafka's LocalReplicaChanges).
+
+    - deletes: partitions the broker no longer hosts (removed from the replicas, or topic deleted);
+    - leaders: partitions the broker leads whose partition epoch changed;
+    - elected_leaders: the subset of `leaders` whose leader epoch changed (newly elected);
+    - followers: partitions the broker follows whose partition epoch changed;
+    - topic_ids: name -> id of the topics in `leaders` and `followers`;
+    - directory_ids: partitions whose directory for this broker is new or changed.
+    """
+
+    deletes: frozenset[TopicPartition]
+    elected_leaders: Mapping[TopicPartition, tuple[uuid.UUID, PartitionRegistration]]
+    leaders: Mapping[TopicPartition, tuple[uuid.UUID, PartitionRegistration]]
+    followers: Mapping[TopicPartition, tuple[uuid.UUID, PartitionRegistration]]
+    topic_ids: Mapping[str, uuid.UUID]
+    directory_ids: Mapping[TopicIdPartition, uuid.UUID]
+
+
 @dataclass(frozen=True, slots=True)
 class TopicImage:
     """One topic: its name, id and partitions by partition id."""
@@ -173,6 +200,26 @@ class TopicsImage:
 TopicsImage.EMPTY = TopicsImage(EMPTY_MAP, EMPTY_MAP)
 
 
+class _LocalChangesBuilder:
+    def __init__(self) -> None:
+        self.deletes: set[TopicPartition] = set()
+        self.elected_leaders: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration]] = {}
+        self.leaders: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration]] = {}
+        self.followers: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration]] = {}
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self.directory_ids: dict[TopicIdPartition, uuid.UUID] = {}
+
+    def build(self) -> LocalReplicaChanges:
+        return LocalReplicaChanges(
+            frozenset(self.deletes),
+            self.elected_leaders,
+            self.leaders,
+            self.followers,
+            self.topic_ids,
+            self.directory_ids,
+        )
+
+
 class TopicDelta:
     """Partition changes within one topic. `image` is the topic as the delta started it."""
 
@@ -207,6 +254,32 @@ class TopicDelta:
                 f"{self.name!r} ({record.topic_id})"
             )
         self.partition_changes[partition_id] = current.merge(record)
+
+    def _local_changes_into(self, broker_id: int, out: _LocalChangesBuilder) -> None:
+        for partition_id, new in self.partition_changes.items():
+            tp = TopicPartition(self.name, partition_id)
+            previous = self.image.partitions.get(partition_id)
+            if broker_id not in new.replicas:
+                if previous is not None and broker_id in previous.replicas:
+                    out.deletes.add(tp)
+                continue
+            if previous is None or previous.partition_epoch != new.partition_epoch:
+                info = (self.id, new)
+                if new.leader == broker_id:
+                    out.leaders[tp] = info
+                    if previous is None or previous.leader_epoch != new.leader_epoch:
+                        out.elected_leaders[tp] = info
+                else:
+                    out.followers[tp] = info
+                out.topic_ids.setdefault(self.name, self.id)
+            directory = new.directory(broker_id)
+            if previous is None or broker_id not in previous.replicas or previous.directory(broker_id) != directory:
+                out.directory_ids[TopicIdPartition(self.id, partition_id)] = directory
+
+    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
+        out = _LocalChangesBuilder()
+        self._local_changes_into(broker_id, out)
+        return out.build()
 
     def new_partitions(self) -> dict[int, PartitionRegistration]:
         return {p: r for p, r in self.partition_changes.items() if p not in self.image.partitions}
@@ -276,6 +349,18 @@ class TopicsDelta:
         """True when the base image's topic called `name` was deleted (even if a new one took the name)."""
         topic = self.image.topics_by_name.get(name)
         return topic is not None and topic.id in self.deleted_topic_ids
+
+    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
+        """How this delta changes the replicas `broker_id` hosts, for its replica manager."""
+        out = _LocalChangesBuilder()
+        for delta in self.changed_topics.values():
+            delta._local_changes_into(broker_id, out)
+        for topic_id in self.deleted_topic_ids:
+            topic = self.image.topics_by_id[topic_id]
+            for partition_id, registration in topic.partitions.items():
+                if broker_id in registration.replicas:
+                    out.deletes.add(TopicPartition(topic.name, partition_id))
+        return out.build()
 
     def finish_snapshot(self) -> None:
         for topic_id in self.image.topics_by_id:
