@@ -12,8 +12,9 @@ from kio.schema.leader_change_message.v0.data import Voter as LeaderChangeVoter
 from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from kio.schema.types import BrokerId
-from kio.schema.voters_record.v0.data import Endpoint, KRaftVersionFeature, Voter, VotersRecord
-from kio.static.primitive import i16, i32, i64, u16
+from kio.schema.voters_record.v0.data import VotersRecord
+from kio.static.primitive import i16, i32, i64
+from record_strategies import sample_voters_record
 
 from kraft_engine.records.batches import build_batch, validate_batch
 from kraft_engine.records.control import (
@@ -38,20 +39,6 @@ _ENTITIES: list[type[ControlRecord]] = [
 ]
 
 control_records = st.one_of(*(st.from_type(entity) for entity in _ENTITIES))
-
-
-def _voters() -> VotersRecord:
-    return VotersRecord(
-        version=i16(0),
-        voters=(
-            Voter(
-                voter_id=BrokerId(1),
-                voter_directory_id=uuid.UUID(int=7),
-                endpoints=(Endpoint(name="CONTROLLER", host="localhost", port=u16(9093)),),
-                k_raft_version_feature=KRaftVersionFeature(min_supported_version=i16(0), max_supported_version=i16(1)),
-            ),
-        ),
-    )
 
 
 def test_control_types_have_kafkas_ids() -> None:
@@ -114,7 +101,7 @@ def test_snapshot_header_bytes_match_kafka() -> None:
 
 
 def test_voters_record_bytes_match_kafka() -> None:
-    key, value = encode_control_record(ControlRecordType.KRAFT_VOTERS, _voters())
+    key, value = encode_control_record(ControlRecordType.KRAFT_VOTERS, sample_voters_record())
     assert key == bytes.fromhex("0000 0006")
     expected = (
         bytes.fromhex("0000 02 00000001")
@@ -130,9 +117,9 @@ def test_voters_record_bytes_match_kafka() -> None:
 
 def test_entity_must_match_the_type() -> None:
     with pytest.raises(TypeError, match="LEADER_CHANGE"):
-        encode_control_record(ControlRecordType.LEADER_CHANGE, _voters())
+        encode_control_record(ControlRecordType.LEADER_CHANGE, sample_voters_record())
     with pytest.raises(TypeError, match="COMMIT"):
-        encode_control_record(ControlRecordType.COMMIT, _voters())
+        encode_control_record(ControlRecordType.COMMIT, sample_voters_record())
     with pytest.raises(TypeError, match="not a KRaft control record"):
         control_record_type_of(object())  # type: ignore[arg-type]
 
@@ -164,7 +151,7 @@ def test_transaction_markers_are_not_decoded() -> None:
 
 
 def test_missing_truncated_or_overlong_values_are_refused() -> None:
-    key, value = encode_control_record(ControlRecordType.KRAFT_VOTERS, _voters())
+    key, value = encode_control_record(ControlRecordType.KRAFT_VOTERS, sample_voters_record())
     with pytest.raises(ControlRecordError, match="no value"):
         decode_control_record(key, None)
     with pytest.raises(ControlRecordError, match="does not decode"):
