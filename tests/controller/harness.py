@@ -66,11 +66,12 @@ class Harness:
 
     # -- brokers ---------------------------------------------------------------------------
 
-    def register(self, broker_id: int, *, rack: str | None = None, dirs: int = 1) -> object:
-        incarnation = self.incarnations.setdefault(broker_id, uuid.uuid4())
+    def register(self, broker_id: int, *, rack: str | None = None, dirs: int = 1, cluster_id: str = CLUSTER_ID,
+                 incarnation: uuid.UUID | None = None) -> object:
+        incarnation = incarnation or self.incarnations.setdefault(broker_id, uuid.uuid4())
         log_dirs = self.log_dirs.setdefault(broker_id, tuple(uuid.uuid4() for _ in range(dirs)))
         token = self.controller.register_broker(BrokerRegistrationRequest(
-            broker_id=BrokerId(broker_id), cluster_id=CLUSTER_ID, incarnation_id=incarnation,
+            broker_id=BrokerId(broker_id), cluster_id=cluster_id, incarnation_id=incarnation,
             listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker_id),
                                 security_protocol=i16(0)),),
             features=(Feature(name="metadata.version", min_supported_version=i16(7),
@@ -83,10 +84,10 @@ class Harness:
         return result
 
     def heartbeat(self, broker_id: int, *, want_fence: bool = False, want_shut_down: bool = False,
-                  offline_dirs: Sequence[uuid.UUID] = ()) -> object:
+                  offline_dirs: Sequence[uuid.UUID] = (), offset: int | None = None) -> object:
         token = self.controller.broker_heartbeat(BrokerHeartbeatRequest(
             broker_id=BrokerId(broker_id), broker_epoch=i64(self.epochs[broker_id]),
-            current_metadata_offset=i64(self.controller.last_stable_offset()),
+            current_metadata_offset=i64(self.controller.last_stable_offset() if offset is None else offset),
             want_fence=want_fence, want_shut_down=want_shut_down, offline_log_dirs=tuple(offline_dirs),
         ), now_ms=self.now_ms)
         return self.run(token)

@@ -4,93 +4,27 @@ AlterPartition — each step checked in the records written and the response giv
 from __future__ import annotations
 
 import datetime
-import random
 import uuid
 
 from kio.schema.alter_partition.v3 import request as ap
-from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
-from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from kraft_engine.controller import CommittedBatch, QuorumController, RecordAndVersion
 from kraft_engine.controller.replication_control import BrokerHeartbeatReply
-from kraft_engine.metadata import VersionRange
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
-    FeatureLevelRecord,
     PartitionChangeRecord,
     RegisterBrokerRecord,
 )
 
-CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
-MV = 25
+from .harness import Harness
 
 
-class _Cluster:
-    def __init__(self) -> None:
-        self.controller = QuorumController(
-            node_id=3000,
-            quorum_node_ids=(3000,),
-            bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=MV), 0)],
-            local_supported_features={"metadata.version": VersionRange(7, MV)},
-            cluster_id=CLUSTER_ID,
-            rng=random.Random(1),
-        )
-        self.now_ms = 0
-        self.written: list[object] = []
-        self.controller.handle_leader_change(leader_id=3000, epoch=1, log_end_offset=0, now_ms=0)
-        self.commit()
-        self.incarnations: dict[int, uuid.UUID] = {}
-        self.epochs: dict[int, int] = {}
-
-    def commit(self) -> dict[int, object]:
-        effects = self.controller.take_effects()
-        self.written = []
-        for append in effects.appends:
-            records = tuple(r.record for r in append.records)
-            self.written.extend(records)
-            self.controller.handle_commit(CommittedBatch(append.base_offset, append.epoch, records, append.last_offset))
-        completed = dict(effects.completed + self.controller.take_effects().completed)
-        completed.update({f.token: f.error for f in effects.failed})
-        return completed
-
-    def register(self, broker_id: int, *, rack: str | None = None, cluster_id: str = CLUSTER_ID,
-                 incarnation: uuid.UUID | None = None) -> object:
-        incarnation = incarnation or self.incarnations.setdefault(broker_id, uuid.uuid4())
-        token = self.controller.register_broker(BrokerRegistrationRequest(
-            broker_id=BrokerId(broker_id), cluster_id=cluster_id, incarnation_id=incarnation,
-            listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker_id), security_protocol=i16(0)),),
-            features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(MV)),),
-            rack=rack, log_dirs=(uuid.uuid4(),),
-        ), now_ms=self.now_ms)
-        result = self.commit()[token]
-        if hasattr(result, "broker_epoch"):
-            self.epochs[broker_id] = result.broker_epoch
-        return result
-
-    def heartbeat(self, broker_id: int, *, want_fence: bool = False, want_shut_down: bool = False,
-                  offset: int | None = None) -> object:
-        token = self.controller.broker_heartbeat(BrokerHeartbeatRequest(
-            broker_id=BrokerId(broker_id), broker_epoch=i64(self.epochs[broker_id]),
-            current_metadata_offset=i64(self.controller.last_stable_offset() if offset is None else offset),
-            want_fence=want_fence, want_shut_down=want_shut_down,
-        ), now_ms=self.now_ms)
-        return self.commit()[token]
-
-    def create_topic(self, name: str, partitions: int, rf: int) -> object:
-        token = self.controller.create_topics(CreateTopicsRequest(topics=(CreatableTopic(
-            name=TopicName(name), num_partitions=i32(partitions), replication_factor=i16(rf), assignments=(), configs=(),
-        ),)))
-        [result] = self.commit()[token]  # type: ignore[misc]
-        return result
-
-
-def _unfenced_cluster(*brokers: int) -> _Cluster:
-    cluster = _Cluster()
+def _unfenced_cluster(*brokers: int) -> Harness:
+    cluster = Harness()
     for broker in brokers:
         cluster.register(broker, rack=f"r{broker % 2}")
     for broker in brokers:
@@ -99,7 +33,7 @@ def _unfenced_cluster(*brokers: int) -> _Cluster:
 
 
 def test_a_broker_registers_fenced_and_is_unfenced_once_caught_up() -> None:
-    cluster = _Cluster()
+    cluster = Harness()
     reply = cluster.register(1)
     [record] = cluster.written
     assert isinstance(record, RegisterBrokerRecord) and record.fenced and record.broker_epoch == reply.broker_epoch
@@ -114,7 +48,7 @@ def test_a_broker_registers_fenced_and_is_unfenced_once_caught_up() -> None:
 
 
 def test_registration_refusals() -> None:
-    cluster = _Cluster()
+    cluster = Harness()
     wrong = cluster.register(1, cluster_id="another")
     assert wrong.error_code == ErrorCode.inconsistent_cluster_id
     cluster.register(1)
