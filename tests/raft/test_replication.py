@@ -264,3 +264,20 @@ def test_an_observer_waiting_for_a_bootstrap_answer_does_not_ask_to_be_polled_at
     fetches = [e for e in cluster.queue if e.source == 7]
     assert len(fetches) == 1
     assert observer.next_deadline_ms(cluster.now_ms) > cluster.now_ms
+
+
+def test_an_observer_that_loses_its_leader_forgets_it_and_rediscovers_it() -> None:
+    cluster = Cluster([1, 2, 3], observers=[7])
+    leader = cluster.elect()
+    cluster.advance(2_000)
+    observer = cluster.node(7)
+    assert observer.role is Role.FOLLOWER
+    cluster.drop = lambda e: 7 in (e.source, e.destination)
+    cluster.advance(cluster.config.fetch_timeout_ms + 100)
+    assert observer.role is Role.UNATTACHED
+    assert observer.leader_id is None
+    assert cluster[7].persisted is not None and cluster[7].persisted.leader_id is None
+    cluster.drop = lambda e: False
+    cluster.advance(2_000)
+    assert observer.role is Role.FOLLOWER
+    assert observer.leader_id == leader.node_id

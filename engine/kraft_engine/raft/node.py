@@ -643,10 +643,8 @@ class RaftNode:
                 self._start_prospective(now_ms)
             else:
                 # An observer that lost its leader goes back to discovering one.
-                self._quorum.transition_to_unattached(state.epoch, now_ms=now_ms, leader_id=None)
-                state_after = self._quorum.state
-                if isinstance(state_after, UnattachedState):
-                    state_after.leader_id = None
+                self._quorum.transition_to_unattached(state.epoch, now_ms=now_ms, forget_leader=True)
+                self._reset_connections()
             return
         if now_ms >= state.update_voter_deadline_ms and self._is_ready(state.leader_id, now_ms):
             # Between two Fetches the connection is free for a membership request (Kafka sends

@@ -298,14 +298,19 @@ class QuorumState:
             return state.voted_key
         return None
 
-    def transition_to_unattached(self, epoch: int, *, now_ms: int, leader_id: int | None = None) -> None:
+    def transition_to_unattached(
+        self, epoch: int, *, now_ms: int, leader_id: int | None = None, forget_leader: bool = False
+    ) -> None:
+        """Unattached at `epoch`. In the same epoch the vote is kept, and so is the known leader
+        unless `forget_leader` (an observer that lost its leader goes back to discovering one)."""
         current = self.epoch
         require(epoch >= current, f"cannot go Unattached at epoch {epoch} below current epoch {current}")
         if epoch == current:
             # Same epoch (an observer losing its leader, a lost pre-vote): keep the vote.
             require(self.role not in (Role.LEADER, Role.CANDIDATE), f"{self.role.value} cannot go Unattached in its own epoch")
             voted = self.voted_key
-            leader_id = leader_id if leader_id is not None else self.leader_id
+            if leader_id is None and not forget_leader:
+                leader_id = self.leader_id
         else:
             voted = None
         if isinstance(self._state, UnattachedState) and self._state.epoch == epoch:
