@@ -1,0 +1,407 @@
+"""One KRaft controller process: storage checks, the raft node, its listener, its HTTP endpoint.
+
+`ControllerNode.open(config)` refuses to start on storage it must not use (no meta.properties in
+the metadata log directory, directories that disagree on cluster.id or node.id, a node.id that
+differs from the config), opens the metadata log (recovering a torn tail), and reads the
+quorum-state. `run()` binds the controller listener and the HTTP endpoint, builds the raft node
+(which loads the latest snapshot and replays the log after it), and serves until asked to stop;
+stopping is graceful: a leader resigns with EndQuorumEpoch, then everything is flushed and closed.
+
+What the controller listener serves (ApiVersions lists exactly this):
+Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v18, FetchSnapshot v1, DescribeQuorum v2
+and DescribeCluster v1 (endpoint type 2: the voters), plus AddRaftVoter v1, RemoveRaftVoter v0 and
+UpdateRaftVoter v0 when the raft core handles them.
+
+Until the quorum controller is wired in, the raft listener is `AppendOnlyStore`, enabled only
+with `kraftwerk.test.state.machine.enable=true`; otherwise committed batches are applied to it
+anyway (it is the only listener) but no route can write to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import sys
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
+from prometheus_client import CollectorRegistry
+
+from kraft_engine.protocol import ConnectionConfig, Features, Listener, RequestContext
+from kraft_engine.raft import (
+    KRAFT_VERSION_0,
+    KRAFT_VERSION_1,
+    ElectionState,
+    Endpoint,
+    RaftNode,
+    ReplicaKey,
+    Role,
+    VoterNode,
+    VoterSet,
+)
+from kraft_engine.server.append_only_store import AppendOnlyStore
+from kraft_engine.server.config import KafkaConfig
+from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
+from kraft_engine.server.raft_driver import NotLeader, RaftDriver, wall_clock_ms
+from kraft_engine.server.raft_metrics import RaftMetrics
+from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble, MetaPropertiesError
+from kraft_engine.storage.metadata_log import FileMetadataLog
+from kraft_engine.storage.partition_log import LogError
+from kraft_engine.storage.quorum_state_store import (
+    QUORUM_STATE_FILE_NAME,
+    FileQuorumStateStore,
+    QuorumStateError,
+)
+from kraft_engine.storage.snapshots import SnapshotError
+
+__all__ = ["TEST_STATE_MACHINE_KEY", "ControllerNode", "StartupError"]
+
+logger = logging.getLogger(__name__)
+
+TEST_STATE_MACHINE_KEY = "kraftwerk.test.state.machine.enable"
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+_SHUTDOWN_TIMEOUT_MS = 5000
+_APPEND_TIMEOUT_MS = 30000
+
+# (api key, version) the raft core speaks; the listener registers exactly these.
+_RAFT_APIS: tuple[tuple[int, int], ...] = (
+    (52, 2),  # Vote
+    (53, 1),  # BeginQuorumEpoch
+    (54, 1),  # EndQuorumEpoch
+    (1, 18),  # Fetch
+    (59, 1),  # FetchSnapshot
+    (55, 2),  # DescribeQuorum
+)
+_VOTER_CHANGE_APIS: tuple[tuple[int, int], ...] = (
+    (80, 1),  # AddRaftVoter
+    (81, 0),  # RemoveRaftVoter
+    (82, 0),  # UpdateRaftVoter
+)
+_DESCRIBE_CLUSTER = 60
+_CONTROLLER_ENDPOINT_TYPE = 2
+
+
+class StartupError(Exception):
+    """The node must not start; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    cluster_id: str
+    directory_id: uuid.UUID | None
+
+
+def _verify_storage(config: KafkaConfig) -> _Identity:
+    metadata_dir = Path(config.metadata_log_dir)
+    ensemble = MetaPropertiesEnsemble.load([Path(d) for d in config.log_dirs], metadata_log_dir=metadata_dir)
+    if metadata_dir not in ensemble.formatted:
+        reason = ensemble.errors.get(metadata_dir)
+        if reason is not None:
+            raise StartupError(f"cannot read meta.properties in {metadata_dir}: {reason}")
+        raise StartupError(
+            f"No meta.properties found in {metadata_dir} (have you run `kraft storage format` to format the directory?)"
+        )
+    try:
+        ensemble.verify(
+            expected_node_id=config.node_id, require_metadata_log_dir=True, require_at_least_one_valid=True
+        )
+    except MetaPropertiesError as e:
+        raise StartupError(str(e)) from None
+    meta = ensemble.formatted[metadata_dir]
+    if meta.cluster_id is None:
+        raise StartupError(f"meta.properties in {metadata_dir} has no cluster.id")
+    return _Identity(cluster_id=meta.cluster_id, directory_id=meta.directory_id)
+
+
+def _election_state(data: Any) -> ElectionState | None:
+    if data is None:
+        return None
+    voted = None if data.voted_id is None else ReplicaKey.of(data.voted_id, data.voted_directory_id)
+    return ElectionState(epoch=data.leader_epoch, leader_id=data.leader_id, voted_key=voted)
+
+
+class ControllerNode:
+    """A controller process's parts; `open` checks and loads, `run` serves until `stop`."""
+
+    def __init__(self, config: KafkaConfig, *, identity: _Identity, log: FileMetadataLog,
+                 quorum_state: FileQuorumStateStore) -> None:
+        self.config = config
+        self.identity = identity
+        self.log = log
+        self.quorum_state = quorum_state
+        self.registry = CollectorRegistry()
+        self.listener: Listener | None = None
+        self.http: HttpEndpoint | None = None
+        self.driver: RaftDriver | None = None
+        self.test_api_enabled = config.originals.get(TEST_STATE_MACHINE_KEY, "false").strip().lower() == "true"
+        self._stop = asyncio.Event()
+        self.started = asyncio.Event()
+
+    @classmethod
+    def open(cls, config: KafkaConfig) -> ControllerNode:
+        if any(e.port == 0 for e in config.controller_listeners):
+            # The port is advertised to the quorum (voter set, leader hints): it must be fixed.
+            raise StartupError("a controller listener needs a fixed port; port 0 cannot be advertised to the quorum")
+        if not config.is_controller:
+            raise StartupError("process.roles must contain 'controller': this engine runs KRaft controllers only")
+        if config.is_broker:
+            raise StartupError("process.roles=broker is not supported yet: run a dedicated controller")
+        identity = _verify_storage(config)
+        directory = Path(config.metadata_log_dir) / METADATA_PARTITION_DIR
+        quorum_state = FileQuorumStateStore(directory / QUORUM_STATE_FILE_NAME)
+        try:
+            quorum_state.read()
+        except QuorumStateError as e:
+            raise StartupError(str(e)) from None
+        try:
+            log, report = FileMetadataLog.open(directory, segment_bytes=config.metadata_log_segment_bytes)
+        except (LogError, SnapshotError, OSError) as e:
+            raise StartupError(f"cannot open the metadata log in {directory}: {e}") from None
+        for line in report.describe():
+            logger.warning("Metadata log recovery: %s", line)
+        return cls(config, identity=identity, log=log, quorum_state=quorum_state)
+
+    def stop(self) -> None:
+        """Ask `run` to shut down gracefully (signal handlers call this)."""
+        self._stop.set()
+
+    # -- running -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        config = self.config
+        controller_listener = config.controller_listeners[0]
+        listener_name = controller_listener.listener_name
+        listener = Listener(
+            listener_name,
+            request_max_bytes=config.socket_request_max_bytes,
+            connections_max_idle_ms=max(1, config.connections_max_idle_ms),
+            features_provider=self._features,
+            registry=self.registry,
+        )
+        self.listener = listener
+        raft_config = config.raft_config()
+        store = AppendOnlyStore(snapshot_interval_bytes=config.metadata_log_max_record_bytes_between_snapshots)
+        metrics = RaftMetrics(self.registry, node=lambda: None if self.driver is None else self.driver.raft)
+        try:
+            advertised = [
+                Endpoint(e.listener_name, e.host or "localhost", e.port)
+                for e in config.effective_advertised_controller_listeners
+            ]
+            static_voters = None
+            if config.controller_quorum_voters:
+                static_voters = VoterSet(
+                    VoterNode(key=ReplicaKey(v.voter_id, None), endpoints=(Endpoint(listener_name, v.host, v.port),))
+                    for v in config.controller_quorum_voters
+                )
+            bootstrap = tuple(Endpoint(listener_name, s.host, s.port) for s in config.controller_quorum_bootstrap_servers)
+            raft = RaftNode(
+                config=raft_config,
+                node_id=config.node_id,
+                directory_id=self.identity.directory_id,
+                cluster_id=self.identity.cluster_id,
+                log=self.log,
+                persisted=_election_state(self.quorum_state.read()),
+                static_voters=static_voters,
+                rng=random.Random(),
+                now_ms=wall_clock_ms(),
+                local_endpoints=tuple(advertised),
+                bootstrap_servers=bootstrap,
+            )
+            driver = RaftDriver(
+                raft=raft,
+                log=self.log,
+                quorum_state=self.quorum_state,
+                store=store,
+                metrics=metrics,
+                connection_config=ConnectionConfig(
+                    client_id=f"raft-client-{config.node_id}",
+                    request_timeout_ms=raft_config.request_timeout_ms,
+                    socket_connection_setup_timeout_ms=raft_config.request_timeout_ms,
+                    reconnect_backoff_ms=raft_config.retry_backoff_ms or 1,
+                    reconnect_backoff_max_ms=max(raft_config.retry_backoff_ms, raft_config.election_timeout_ms // 2),
+                ),
+            )
+            self.driver = driver
+            self._register_apis(listener, driver)
+            await listener.start(controller_listener.host or "0.0.0.0", controller_listener.port)
+            if config.kraftwerk_metrics_port or self.test_api_enabled:
+                self.http = self._http_endpoint(driver)
+                await self.http.start(controller_listener.host or "0.0.0.0", config.kraftwerk_metrics_port)
+            driver.start()
+            logger.info(
+                "Controller %d of cluster %s serving %s on port %d (HTTP %s)",
+                config.node_id, self.identity.cluster_id, listener_name, listener.port,
+                "off" if self.http is None else self.http.port,
+            )
+            self.started.set()
+            await self._stop.wait()
+            logger.info("Shutting down controller %d", config.node_id)
+            if not await driver.shutdown(timeout_ms=_SHUTDOWN_TIMEOUT_MS):
+                logger.warning("Raft shutdown did not complete within %d ms", _SHUTDOWN_TIMEOUT_MS)
+        finally:
+            if self.http is not None:
+                await self.http.close()
+            await listener.close()
+            if self.driver is not None:
+                await self.driver.close()
+            else:
+                self.log.close()
+            logger.info("Controller %d stopped", config.node_id)
+
+    def _features(self) -> Features:
+        driver = self.driver
+        finalized = {} if driver is None else {"kraft.version": driver.raft.kraft_version}
+        return Features(supported={"kraft.version": (KRAFT_VERSION_0, KRAFT_VERSION_1)}, finalized=finalized)
+
+    def _register_apis(self, listener: Listener, driver: RaftDriver) -> None:
+        async def forward(request: Any, ctx: RequestContext) -> Any:
+            return await driver.handle_request(request)
+
+        apis = list(_RAFT_APIS)
+        # The voter-change apis are served only once the raft core handles them; ApiVersions must
+        # never advertise an api the node would drop. (The core exposes no public capability
+        # list yet, so we ask its handler table.)
+        handled = set(driver.raft._extra_request_handlers())
+        apis += [(key, version) for key, version in _VOTER_CHANGE_APIS if key in handled]
+        for api_key, version in apis:
+            listener.register(api_key, min_version=version, max_version=version, handler=forward)
+        listener.register(_DESCRIBE_CLUSTER, min_version=1, max_version=1, handler=self._describe_cluster)
+
+    async def _describe_cluster(self, request: Any, ctx: RequestContext) -> Any:
+        """DescribeCluster on a controller (KIP-919): the cluster id, the leader, the voters."""
+        cls = ctx.response_class
+        module = sys.modules[cls.__module__]
+        driver = self.driver
+        if int(request.endpoint_type) != _CONTROLLER_ENDPOINT_TYPE or driver is None:
+            return cls(
+                throttle_time=_zero_ms(),
+                error_code=ErrorCode.unsupported_endpoint_type,
+                error_message="The controller only describes controllers (endpoint type 2).",
+                endpoint_type=request.endpoint_type,
+                cluster_id=self.identity.cluster_id,
+                brokers=(),
+            )
+        listener_name = self.config.controller_listener_names[0]
+        brokers = []
+        for voter in driver.raft.voters:
+            for endpoint in voter.endpoints:
+                if endpoint.name == listener_name:
+                    brokers.append(
+                        module.DescribeClusterBroker(broker_id=i32(voter.key.id), host=endpoint.host, port=i32(endpoint.port))
+                    )
+                    break
+        leader = driver.raft.leader_id
+        return cls(
+            throttle_time=_zero_ms(),
+            error_code=ErrorCode.none,
+            endpoint_type=i8(_CONTROLLER_ENDPOINT_TYPE),
+            cluster_id=self.identity.cluster_id,
+            controller_id=i32(-1 if leader is None else leader),
+            brokers=tuple(brokers),
+        )
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    def _http_endpoint(self, driver: RaftDriver) -> HttpEndpoint:
+        http = HttpEndpoint(registry=self.registry)
+        raft = driver.raft
+        fetch_timeout_ms = self.config.controller_quorum_fetch_timeout_ms
+
+        async def healthz(query: dict[str, list[str]], body: bytes) -> HttpResponse:
+            return HttpResponse.json(200, {"status": "serving"})
+
+        async def readyz(query: dict[str, list[str]], body: bytes) -> HttpResponse:
+            ready, reason = _readiness(driver, fetch_timeout_ms=fetch_timeout_ms)
+            return HttpResponse.json(200 if ready else 503, {"ready": ready, "reason": reason})
+
+        async def status(query: dict[str, list[str]], body: bytes) -> HttpResponse:
+            return HttpResponse.json(
+                200,
+                {
+                    "node_id": raft.node_id,
+                    "cluster_id": raft.cluster_id,
+                    "role": raft.role.value,
+                    "epoch": raft.epoch,
+                    "leader_id": raft.leader_id,
+                    "voted_id": None if raft.voted_key is None else raft.voted_key.id,
+                    "high_watermark": raft.high_watermark,
+                    "log_start_offset": raft.log.log_start_offset,
+                    "log_end_offset": raft.log_end_offset,
+                    "is_voter": raft.is_voter,
+                    "voters": sorted(raft.voters.ids),
+                    "kraft_version": raft.kraft_version,
+                    "snapshots": [[s.offset, s.epoch] for s in raft.log.snapshot_ids()],
+                    "applied_offset": driver.store.next_offset,
+                },
+            )
+
+        http.route("GET", "/healthz", healthz)
+        http.route("GET", "/readyz", readyz)
+        http.route("GET", "/kraftwerk/status", status)
+        if self.test_api_enabled:
+            http.route("POST", "/kraftwerk/test/append", self._test_append)
+            http.route("GET", "/kraftwerk/test/entries", self._test_entries)
+        return http
+
+    async def _test_append(self, query: dict[str, list[str]], body: bytes) -> HttpResponse:
+        driver = self.driver
+        if driver is None:
+            return HttpResponse.json(503, {"error": "starting"})
+        try:
+            document = json.loads(body)
+            values = [str(v).encode() for v in document["values"]]
+        except (ValueError, KeyError, TypeError) as e:
+            return HttpResponse.json(400, {"error": f'expected {{"values": [...]}}: {e}'})
+        if not values:
+            return HttpResponse.json(400, {"error": "no values"})
+        try:
+            result = await driver.append_and_wait(values, timeout_ms=_APPEND_TIMEOUT_MS)
+        except NotLeader as e:
+            return HttpResponse.json(421, {"error": "NOT_LEADER", "message": str(e), "leader_id": e.leader_id,
+                                           "epoch": e.epoch})
+        except TimeoutError as e:
+            return HttpResponse.json(504, {"error": "TIMEOUT", "message": str(e)})
+        return HttpResponse.json(200, {"offset": result.offset, "epoch": result.epoch})
+
+    async def _test_entries(self, query: dict[str, list[str]], body: bytes) -> HttpResponse:
+        driver = self.driver
+        if driver is None:
+            return HttpResponse.json(503, {"error": "starting"})
+        try:
+            start = int(query.get("from", ["0"])[0])
+            limit = int(query["limit"][0]) if "limit" in query else None
+        except ValueError:
+            return HttpResponse.json(400, {"error": "from and limit must be integers"})
+        entries = driver.store.entries(from_offset=start, limit=limit)
+        return HttpResponse.json(
+            200,
+            {
+                "next_offset": driver.store.next_offset,
+                "entries": [[offset, value.decode("utf-8", "replace")] for offset, value in entries],
+            },
+        )
+
+
+def _readiness(driver: RaftDriver, *, fetch_timeout_ms: int) -> tuple[bool, str]:
+    raft = driver.raft
+    if raft.leader_id is None:
+        return False, "no leader known"
+    if raft.role is Role.LEADER:
+        return True, "leader"
+    last = driver.last_fetch_success_ms
+    if last is None or wall_clock_ms() - last > fetch_timeout_ms:
+        return False, "no successful fetch from the leader within controller.quorum.fetch.timeout.ms"
+    hwm = raft.high_watermark
+    if hwm is None or raft.log_end_offset < hwm:
+        return False, f"log end {raft.log_end_offset} is behind the high watermark {hwm}"
+    return True, "caught up"
+
+
+def _zero_ms() -> timedelta:
+    return timedelta(0)
+

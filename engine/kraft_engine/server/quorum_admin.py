@@ -1,0 +1,278 @@
+"""A Kafka-protocol admin client for the controller quorum: what `kraft metadata-quorum`, the
+quickstart, the tests and (later) the operator use to describe and change the voter set.
+
+It mirrors what Kafka's Admin does with `bootstrap.controllers`: DescribeCluster (endpoint type
+2) on any bootstrap controller tells the cluster id, the active controller (raft leader) and the
+controllers' endpoints; DescribeQuorum, AddRaftVoter and RemoveRaftVoter then go to the leader.
+Elections in progress (no leader yet, NOT_LEADER_OR_FOLLOWER from a stale leader) are retried
+until the timeout; every other error is returned to the caller as `QuorumAdminError` with Kafka's
+error name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
+
+from kraft_engine.kafka_uuid import ZERO_UUID
+from kraft_engine.protocol import (
+    ConnectionConfig,
+    KafkaConnection,
+    KafkaProtocolError,
+    request_class,
+)
+from kraft_engine.raft import Endpoint, ReplicaKey
+from kraft_engine.raft import messages as raft_messages
+
+__all__ = [
+    "ClusterDescription",
+    "QuorumAdmin",
+    "QuorumAdminError",
+    "QuorumDescription",
+    "ReplicaDescription",
+]
+
+_DESCRIBE_CLUSTER = 60
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.not_controller,
+        ErrorCode.leader_not_available,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+    }
+)
+_RETRY_INTERVAL_S = 0.1
+
+
+class QuorumAdminError(Exception):
+    """A refusal from the quorum (Kafka error name and message) or no usable controller."""
+
+    def __init__(self, message: str, *, error: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDescription:
+    replica_id: int
+    directory_id: uuid.UUID
+    log_end_offset: int
+    last_fetch_timestamp_ms: int
+    last_caught_up_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumDescription:
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaDescription, ...]
+    observers: tuple[ReplicaDescription, ...]
+    nodes: dict[int, tuple[Endpoint, ...]]
+
+    @property
+    def leader(self) -> ReplicaDescription | None:
+        return next((v for v in self.voters if v.replica_id == self.leader_id), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str
+    controller_id: int
+    controllers: dict[int, tuple[str, int]]
+
+
+class QuorumAdmin:
+    """Connections to the bootstrap controllers and to whichever node leads the quorum."""
+
+    def __init__(self, bootstrap: Sequence[tuple[str, int]], *, timeout_ms: int = 15000) -> None:
+        if not bootstrap:
+            raise ValueError("no bootstrap controllers given")
+        self._bootstrap = [(str(host), int(port)) for host, port in bootstrap]
+        self.timeout_ms = timeout_ms
+        self._config = ConnectionConfig(
+            client_id="kraft-metadata-quorum",
+            request_timeout_ms=min(timeout_ms, 5000),
+            socket_connection_setup_timeout_ms=min(timeout_ms, 2000),
+        )
+        self._connections: dict[tuple[str, int], KafkaConnection] = {}
+
+    async def close(self) -> None:
+        connections, self._connections = list(self._connections.values()), {}
+        for connection in connections:
+            await connection.close()
+
+    async def __aenter__(self) -> QuorumAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _connection(self, address: tuple[str, int]) -> KafkaConnection:
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = KafkaConnection(address[0], address[1], config=self._config)
+            self._connections[address] = connection
+        return connection
+
+    async def _send(self, address: tuple[str, int], request: Any) -> Any | None:
+        """One exchange; None when the node is unreachable (the caller tries elsewhere)."""
+        connection = self._connection(address)
+        try:
+            return await connection.send(request, timeout_ms=self._config.request_timeout_ms)
+        except (KafkaProtocolError, OSError):
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+            return None
+
+    async def _retrying(self, attempt: Any, *, what: str) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_ms / 1000
+        last: str = "no controller answered"
+        while True:
+            try:
+                result = await attempt()
+            except QuorumAdminError as e:
+                if e.error not in _RETRIABLE:
+                    raise
+                result = None
+                last = str(e)
+            if result is not None:
+                return result
+            if loop.time() >= deadline:
+                raise QuorumAdminError(f"{what} failed within {self.timeout_ms} ms: {last}")
+            await asyncio.sleep(_RETRY_INTERVAL_S)
+
+    # -- DescribeCluster -----------------------------------------------------------------------
+    async def describe_cluster(self) -> ClusterDescription:
+        async def attempt() -> ClusterDescription | None:
+            for address in self._bootstrap:
+                described = await self._describe_cluster_at(address)
+                if described is not None:
+                    return described
+            return None
+
+        result: ClusterDescription = await self._retrying(attempt, what="DescribeCluster")
+        return result
+
+    async def _describe_cluster_at(self, address: tuple[str, int]) -> ClusterDescription | None:
+        request = request_class(_DESCRIBE_CLUSTER, 1)(
+            include_cluster_authorized_operations=False, endpoint_type=i8(2)
+        )
+        response = await self._send(address, request)
+        if response is None:
+            return None
+        if response.error_code != ErrorCode.none:
+            raise QuorumAdminError(
+                f"DescribeCluster: {ErrorCode(response.error_code).name.upper()}: {response.error_message}",
+                error=ErrorCode(response.error_code),
+            )
+        return ClusterDescription(
+            cluster_id=response.cluster_id,
+            controller_id=int(response.controller_id),
+            controllers={int(b.broker_id): (b.host, int(b.port)) for b in response.brokers},
+        )
+
+    async def _leader_address(self) -> tuple[str, int] | None:
+        """The leader's address, from DescribeCluster on any reachable bootstrap controller."""
+        for address in self._bootstrap:
+            described = await self._describe_cluster_at(address)
+            if described is None or described.controller_id < 0:
+                continue
+            leader = described.controllers.get(described.controller_id)
+            if leader is not None:
+                return leader
+        return None
+
+    # -- DescribeQuorum ------------------------------------------------------------------------
+    async def describe_quorum(self) -> QuorumDescription:
+        async def attempt() -> QuorumDescription | None:
+            leader = await self._leader_address()
+            candidates = ([leader] if leader is not None else []) + [a for a in self._bootstrap if a != leader]
+            for address in candidates:
+                response = await self._send(address, raft_messages.describe_quorum_request())
+                if response is None:
+                    continue
+                described = _quorum_description(response)
+                if described is not None:
+                    return described
+            return None
+
+        result: QuorumDescription = await self._retrying(attempt, what="DescribeQuorum")
+        return result
+
+    # -- voter changes -------------------------------------------------------------------------
+    async def add_raft_voter(
+        self, *, cluster_id: str | None, voter: ReplicaKey, endpoints: tuple[Endpoint, ...]
+    ) -> None:
+        request = raft_messages.add_voter_request(
+            cluster_id=cluster_id or "", voter=voter, endpoints=endpoints, timeout_ms=self.timeout_ms
+        )
+        if cluster_id is None:
+            request = dataclasses.replace(request, cluster_id=None)
+        await self._voter_change(request, what="AddRaftVoter")
+
+    async def remove_raft_voter(self, *, cluster_id: str | None, voter: ReplicaKey) -> None:
+        request = raft_messages.remove_voter_request(cluster_id=cluster_id or "", voter=voter)
+        if cluster_id is None:
+            request = dataclasses.replace(request, cluster_id=None)
+        await self._voter_change(request, what="RemoveRaftVoter")
+
+    async def _voter_change(self, request: Any, *, what: str) -> None:
+        async def attempt() -> bool | None:
+            leader = await self._leader_address()
+            if leader is None:
+                return None
+            response = await self._send(leader, request)
+            if response is None:
+                return None
+            code = ErrorCode(response.error_code)
+            if code != ErrorCode.none:
+                raise QuorumAdminError(f"{what}: {code.name.upper()}: {response.error_message}", error=code)
+            return True
+
+        await self._retrying(attempt, what=what)
+
+
+def _quorum_description(response: Any) -> QuorumDescription | None:
+    """The leader's answer as a description; None for a non-leader's NOT_LEADER_OR_FOLLOWER."""
+    code = ErrorCode(response.error_code)
+    if code != ErrorCode.none:
+        raise QuorumAdminError(f"DescribeQuorum: {code.name.upper()}: {response.error_message}", error=code)
+    partition = response.topics[0].partitions[0]
+    code = ErrorCode(partition.error_code)
+    if code in _RETRIABLE:
+        return None
+    if code != ErrorCode.none:
+        raise QuorumAdminError(f"DescribeQuorum: {code.name.upper()}: {partition.error_message}", error=code)
+
+    def replica(state: Any) -> ReplicaDescription:
+        return ReplicaDescription(
+            replica_id=int(state.replica_id),
+            directory_id=state.replica_directory_id or ZERO_UUID,
+            log_end_offset=int(state.log_end_offset),
+            last_fetch_timestamp_ms=int(state.last_fetch_timestamp),
+            last_caught_up_timestamp_ms=int(state.last_caught_up_timestamp),
+        )
+
+    return QuorumDescription(
+        leader_id=int(partition.leader_id),
+        leader_epoch=int(partition.leader_epoch),
+        high_watermark=int(partition.high_watermark),
+        voters=tuple(replica(v) for v in partition.current_voters),
+        observers=tuple(replica(o) for o in partition.observers),
+        nodes={
+            int(node.node_id): tuple(Endpoint(str(e.name), str(e.host), int(e.port)) for e in node.listeners)
+            for node in response.nodes
+        },
+    )

@@ -1,0 +1,440 @@
+"""The asyncio driver of one raft node: it performs the pure core's `Output`s on real sockets
+and real files, in the order the core's contract demands.
+
+The core (`kraft_engine.raft.RaftNode`) decides everything; this module only does I/O, and it
+mirrors the simulation's reference driver (`kraft_engine.sim.cluster.SimCluster._perform`):
+
+1. `persist` -> `quorum-state` is rewritten durably (tmp + fsync + rename + dir fsync) before
+   any message of the same Output leaves the process. This runs synchronously on the event loop:
+   nothing else can interleave between the write and the sends.
+2. The log was mutated and fsynced by the core itself (`FileRaftLog.flush` is an fsync), before
+   the leader counted its own offset or a follower reported its fetch offset.
+3. Outbound requests go to a per-address `protocol.KafkaConnection` as tasks; their outcome comes
+   back through `handle_response` (refused/reset -> DISCONNECTED, timeout -> TIMED_OUT, an api
+   or version the peer lacks -> UNSUPPORTED_VERSION). Responses complete the future the inbound
+   handler is waiting on.
+4. Listener events go to the state machine, and a snapshot it asks for is created at once.
+5. A single poll task sleeps until `next_deadline_ms` (or until woken by an append).
+
+Everything runs on one event loop thread, so the core is never entered concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kraft_engine.protocol import (
+    ConnectionConfig,
+    ConnectionFailed,
+    ConnectionLost,
+    KafkaConnection,
+    RequestTimedOut,
+    UnsupportedApi,
+    UnsupportedVersion,
+)
+from kraft_engine.raft import (
+    KRAFT_VERSION_1,
+    CommittedBatch,
+    ElectionState,
+    LeaderChange,
+    ListenerEvent,
+    NotLeaderError,
+    OffsetAndEpoch,
+    OutboundRequest,
+    OutboundResponse,
+    Output,
+    RaftNode,
+    RequestFailure,
+    Role,
+    SnapshotError,
+    SnapshotLoad,
+)
+from kraft_engine.records.batches import iter_batches
+from kraft_engine.server.append_only_store import AppendOnlyStore
+from kraft_engine.server.raft_metrics import RaftMetrics
+from kraft_engine.storage.metadata_log import FileMetadataLog
+from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData
+from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
+
+__all__ = ["AppendResult", "NotLeader", "RaftDriver", "wall_clock_ms"]
+
+logger = logging.getLogger(__name__)
+
+_FETCH_API_KEY = 1
+
+
+def wall_clock_ms() -> int:
+    # Kafka's raft client runs on wall-clock time too (DescribeQuorum timestamps are epoch ms).
+    return int(time.time() * 1000)
+
+
+class NotLeader(Exception):
+    """An append refused or lost because this node is not (or no longer) the leader."""
+
+    def __init__(self, message: str, *, leader_id: int | None, epoch: int) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    offset: int
+    epoch: int
+
+
+@dataclass(slots=True)
+class _Waiter:
+    offset: int
+    epoch: int
+    future: asyncio.Future[AppendResult]
+
+
+class RaftDriver:
+    """Runs one `RaftNode` on the event loop; see the module docstring for the ordering."""
+
+    def __init__(
+        self,
+        *,
+        raft: RaftNode,
+        log: FileMetadataLog,
+        quorum_state: FileQuorumStateStore,
+        store: AppendOnlyStore,
+        metrics: RaftMetrics,
+        connection_config: ConnectionConfig,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.raft = raft
+        self.log = log
+        self._quorum_state = quorum_state
+        self.store = store
+        self._metrics = metrics
+        self._connection_config = connection_config
+        self._clock_ms = clock_ms
+        self._connections: dict[tuple[str, int], KafkaConnection] = {}
+        self._inbound: dict[int, asyncio.Future[Any]] = {}
+        self._next_inbound_token = 1
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiters: list[_Waiter] = []
+        self._deadline_ms = 0
+        self._wake = asyncio.Event()
+        self._poll_task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._shutdown_complete = asyncio.Event()
+        self._election_started_ms: int | None = None
+        self._last_role: Role | None = None
+        self._listeners: list[Callable[[ListenerEvent], None]] = []
+        #: Wall-clock ms of the last Fetch answered without error by the leader (followers).
+        self.last_fetch_success_ms: int | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Perform the first poll and start the poll loop (call once, on the running loop)."""
+        self._perform(self.raft.poll(self._clock_ms()))
+        self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop())
+
+    async def shutdown(self, *, timeout_ms: int) -> bool:
+        """Graceful: a leader resigns with EndQuorumEpoch; True when the core finished in time."""
+        if not self._stopped:
+            self._perform(self.raft.shutdown(timeout_ms, now_ms=self._clock_ms()))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_ms / 1000 + 0.5):
+                    await self._shutdown_complete.wait()
+        return self._shutdown_complete.is_set()
+
+    async def close(self) -> None:
+        """Stop polling, drop outbound work, fail waiters, flush and close the log."""
+        self._stopped = True
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll_task
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for connection in list(self._connections.values()):
+            await connection.close()
+        self._connections.clear()
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(NotLeader("the node is shutting down", leader_id=None, epoch=waiter.epoch))
+        self._waiters.clear()
+        for future in self._inbound.values():
+            future.cancel()
+        self._inbound.clear()
+        self.log.flush()
+        self.log.close()
+
+    # -- inbound requests (the listener's handlers call this) ----------------------------------
+    async def handle_request(self, request: Any) -> Any:
+        """Hand an inbound raft request to the core and wait for its response."""
+        if self._stopped:
+            raise ConnectionLost("the node is shutting down")
+        token = self._next_inbound_token
+        self._next_inbound_token += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._inbound[token] = future
+        try:
+            self._perform(self.raft.handle_request(request, token=token, now_ms=self._clock_ms()))
+            return await future
+        finally:
+            self._inbound.pop(token, None)
+
+    # -- the state machine's writes -------------------------------------------------------------
+    def add_listener(self, listener: Callable[[ListenerEvent], None]) -> None:
+        """Another raft listener (e.g. the quorum controller); events arrive in raft order."""
+        self._listeners.append(listener)
+
+    @property
+    def high_watermark(self) -> int | None:
+        return self.raft.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.raft.log_end_offset
+
+    def append(self, records: list[bytes], *, epoch: int) -> int:
+        """RaftPort.append: one batch as leader of `epoch` (NotLeaderError otherwise); its last offset."""
+        now_ms = self._clock_ms()
+        offset = self.raft.append(records, epoch=epoch, now_ms=now_ms)
+        self._metrics.append_records.record(len(records))
+        self._rearm(self.raft.next_deadline_ms(now_ms))
+        return offset
+
+    def resign(self, epoch: int) -> None:
+        self._perform(self.raft.resign(epoch, now_ms=self._clock_ms()))
+
+    def create_snapshot(
+        self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int
+    ) -> OffsetAndEpoch:
+        return self.raft.create_snapshot(
+            end_offset=end_offset,
+            records=records,
+            last_contained_log_timestamp_ms=last_contained_log_timestamp_ms,
+            now_ms=self._clock_ms(),
+        )
+
+    async def append_and_wait(self, values: list[bytes], *, timeout_ms: int) -> AppendResult:
+        """Append one batch as leader and wait until it is committed (or lost)."""
+        raft = self.raft
+        epoch = raft.epoch
+        if raft.role is not Role.LEADER:
+            raise NotLeader(f"node {raft.node_id} is not the leader", leader_id=raft.leader_id, epoch=epoch)
+        try:
+            offset = self.append(values, epoch=epoch)
+        except NotLeaderError as e:
+            raise NotLeader(str(e), leader_id=raft.leader_id, epoch=raft.epoch) from None
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._waiters.append(_Waiter(offset=offset, epoch=epoch, future=future))
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await future
+        except TimeoutError:
+            raise TimeoutError(f"offset {offset} of epoch {epoch} was not committed within {timeout_ms} ms") from None
+
+    # -- polling -------------------------------------------------------------------------------
+    def _rearm(self, deadline_ms: int) -> None:
+        if deadline_ms < self._deadline_ms or self._deadline_ms <= self._clock_ms():
+            self._deadline_ms = deadline_ms
+        else:
+            self._deadline_ms = min(self._deadline_ms, deadline_ms)
+        self._wake.set()
+
+    async def _poll_loop(self) -> None:
+        while not self._stopped:
+            now_ms = self._clock_ms()
+            if now_ms >= self._deadline_ms:
+                self._perform(self.raft.poll(now_ms))
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout((self._deadline_ms - now_ms) / 1000):
+                    await self._wake.wait()
+
+    # -- performing an Output --------------------------------------------------------------------
+    def _perform(self, out: Output) -> None:
+        if out.persist is not None:
+            self._persist(out.persist)
+        for message in out.messages:
+            if isinstance(message, OutboundResponse):
+                future = self._inbound.pop(message.token, None)
+                if future is not None and not future.done():
+                    future.set_result(message.response)
+            else:
+                self._spawn(self._send(message))
+        for event in out.events:
+            self._deliver(event)
+            for listener in self._listeners:
+                listener(event)
+        if out.events:
+            self._maybe_snapshot()
+        self._observe_role()
+        self._deadline_ms = out.next_deadline_ms
+        self._wake.set()
+        if out.shutdown_complete:
+            self._shutdown_complete.set()
+
+    def _persist(self, state: ElectionState) -> None:
+        voted = state.voted_key
+        if self.raft.kraft_version >= KRAFT_VERSION_1:
+            data = QuorumStateData(
+                leader_epoch=state.epoch,
+                leader_id=state.leader_id,
+                voted_id=None if voted is None else voted.id,
+                voted_directory_id=None if voted is None else voted.directory_id,
+            )
+            self._quorum_state.write(data, data_version=1)
+        else:
+            data = QuorumStateData(
+                leader_epoch=state.epoch,
+                leader_id=state.leader_id,
+                voted_id=None if voted is None else voted.id,
+                current_voters=tuple(sorted(self.raft.voters.ids)),
+            )
+            self._quorum_state.write(data, data_version=0)
+
+    def _deliver(self, event: SnapshotLoad | CommittedBatch | LeaderChange) -> None:
+        now_ms = self._clock_ms()
+        if isinstance(event, SnapshotLoad):
+            self.store.load_snapshot(event)
+            for waiter in list(self._waiters):
+                if waiter.offset < event.snapshot_id.offset:
+                    self._finish_waiter(waiter, committed=None)
+        elif isinstance(event, CommittedBatch):
+            self.store.apply(event)
+            if self.raft.role is Role.LEADER and event.epoch == self.raft.epoch:
+                self._metrics.commit_latency_ms.record(max(0, now_ms - event.append_timestamp_ms))
+            for waiter in list(self._waiters):
+                if event.base_offset <= waiter.offset <= event.last_offset:
+                    self._finish_waiter(waiter, committed=event.epoch)
+        else:
+            for waiter in list(self._waiters):
+                # Our own appends can only still commit if they were in our log; a new leader's
+                # commit of the offset will tell (its epoch is then compared above).
+                if event.leader.epoch > waiter.epoch and self.raft.log_end_offset <= waiter.offset:
+                    self._finish_waiter(waiter, committed=None)
+
+    def _finish_waiter(self, waiter: _Waiter, *, committed: int | None) -> None:
+        self._waiters.remove(waiter)
+        if waiter.future.done():
+            return
+        if committed == waiter.epoch:
+            waiter.future.set_result(AppendResult(offset=waiter.offset, epoch=waiter.epoch))
+        else:
+            waiter.future.set_exception(
+                NotLeader(
+                    f"offset {waiter.offset} of epoch {waiter.epoch} was replaced by another leader",
+                    leader_id=self.raft.leader_id,
+                    epoch=self.raft.epoch,
+                )
+            )
+
+    def _maybe_snapshot(self) -> None:
+        request = self.store.snapshot_due()
+        if request is None:
+            return
+        try:
+            snapshot_id = self.raft.create_snapshot(
+                end_offset=request.end_offset,
+                records=request.records,
+                last_contained_log_timestamp_ms=request.last_contained_log_timestamp_ms,
+                now_ms=self._clock_ms(),
+            )
+        except (SnapshotError, StorageSnapshotError) as e:
+            logger.warning("Skipping snapshot at offset %d: %s", request.end_offset, e)
+            return
+        logger.info("Created snapshot %s", snapshot_id)
+
+    def _observe_role(self) -> None:
+        role = self.raft.role
+        if role is self._last_role:
+            return
+        now_ms = self._clock_ms()
+        if role in (Role.PROSPECTIVE, Role.CANDIDATE):
+            if self._election_started_ms is None:
+                self._election_started_ms = now_ms
+        elif role is Role.LEADER and self._election_started_ms is not None:
+            self._metrics.election_latency_ms.record(now_ms - self._election_started_ms)
+            self._election_started_ms = None
+        else:
+            self._election_started_ms = None
+        logger.info(
+            "Node %d is now %s in epoch %d (leader %s)",
+            self.raft.node_id, role.value, self.raft.epoch, self.raft.leader_id,
+        )
+        self._last_role = role
+
+    # -- outbound requests ---------------------------------------------------------------------
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _connection(self, host: str, port: int) -> KafkaConnection:
+        connection = self._connections.get((host, port))
+        if connection is None:
+            connection = KafkaConnection(host, port, config=self._connection_config)
+            self._connections[(host, port)] = connection
+        return connection
+
+    async def _send(self, message: OutboundRequest) -> None:
+        listener = self.raft.config.controller_listener_name
+        endpoints = [e for e in message.endpoints if e.name == listener] or list(message.endpoints)
+        result: Any
+        if not endpoints:
+            result = RequestFailure.DISCONNECTED
+        else:
+            endpoint = endpoints[0]
+            connection = self._connection(endpoint.host, endpoint.port)
+            loop = asyncio.get_running_loop()
+            try:
+                if not connection.connected and not await connection.try_connect(
+                    deadline=loop.time() + message.timeout_ms / 1000
+                ):
+                    result = RequestFailure.DISCONNECTED
+                else:
+                    result = await connection.send(message.request, timeout_ms=message.timeout_ms)
+            except RequestTimedOut:
+                result = RequestFailure.TIMED_OUT
+            except (UnsupportedApi, UnsupportedVersion):
+                result = RequestFailure.UNSUPPORTED_VERSION
+            except (ConnectionFailed, ConnectionLost, OSError):
+                result = RequestFailure.DISCONNECTED
+        if self._stopped:
+            return
+        now_ms = self._clock_ms()
+        if not isinstance(result, RequestFailure):
+            self._count_fetched(message, result, now_ms)
+        self._perform(self.raft.handle_response(message.token, result, now_ms=now_ms))
+
+    def _count_fetched(self, message: OutboundRequest, response: Any, now_ms: int) -> None:
+        if int(message.request.__api_key__) != _FETCH_API_KEY:
+            return
+        if int(response.error_code) != 0:
+            return
+        records = 0
+        for topic in response.responses:
+            for partition in topic.partitions:
+                if int(partition.error_code) != 0:
+                    return
+                records += _record_count(partition.records)
+        self.last_fetch_success_ms = now_ms
+        if records:
+            self._metrics.fetch_records.record(records)
+
+
+def _record_count(data: bytes | None) -> int:
+    """Records in concatenated v2 batches, from their headers alone."""
+    if not data:
+        return 0
+    try:
+        return sum(header.last_offset - header.base_offset + 1 for header, _ in iter_batches(data))
+    except ValueError:
+        return 0  # the core rejects a damaged response itself; metrics just skip it

@@ -1,0 +1,145 @@
+"""Kafka's raft metrics (`kafka.server:type=raft-metrics`) under Prometheus names.
+
+Operators alert on these names in Kafka (current-leader, high-watermark, commit-latency-avg, ...),
+so we export the same quantities with the same meaning. The mapping is mechanical: prefix
+`kafka_raft_`, dashes become underscores.
+
+| Kafka raft-metrics            | Prometheus                                   |
+|-------------------------------|----------------------------------------------|
+| current-leader                | kafka_raft_current_leader (-1: unknown)      |
+| current-epoch                 | kafka_raft_current_epoch                     |
+| current-vote                  | kafka_raft_current_vote (-1: none)           |
+| current-state                 | kafka_raft_current_state{state="leader"} 1   |
+| high-watermark                | kafka_raft_high_watermark (-1: unknown)      |
+| log-end-offset / -epoch       | kafka_raft_log_end_offset / _log_end_epoch   |
+| commit-latency-avg / -max     | kafka_raft_commit_latency_avg / _max (ms)    |
+| election-latency-avg / -max   | kafka_raft_election_latency_avg / _max (ms)  |
+| append-records-rate           | kafka_raft_append_records_rate (records/s)   |
+| fetch-records-rate            | kafka_raft_fetch_records_rate (records/s)    |
+| number-unknown-voter-connections | kafka_raft_number_unknown_voter_connections |
+
+Averages, maxima and rates are windowed like Kafka's (two 30 s samples: the last 60 s), and a
+window with no observations reports NaN, as Kafka does. Counters of the same events are exported
+too (`kafka_raft_append_records_total`, `kafka_raft_fetch_records_total`) because Prometheus users
+prefer `rate()` over a pre-computed rate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from kraft_engine.raft import RaftNode, Role
+
+__all__ = ["RaftMetrics", "WindowedStat"]
+
+_WINDOW_S = 60.0
+
+
+class WindowedStat:
+    """Observations over the last `window_s` seconds: avg, max, and sum per second."""
+
+    def __init__(self, *, window_s: float = _WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window_s = window_s
+        self._clock = clock
+        self._samples: deque[tuple[float, float]] = deque()
+        self.total = 0.0
+
+    def record(self, value: float) -> None:
+        self._samples.append((self._clock(), value))
+        self.total += value
+        self._expire()
+
+    def _expire(self) -> None:
+        horizon = self._clock() - self._window_s
+        while self._samples and self._samples[0][0] < horizon:
+            self._samples.popleft()
+
+    def avg(self) -> float:
+        self._expire()
+        if not self._samples:
+            return math.nan
+        return sum(v for _, v in self._samples) / len(self._samples)
+
+    def max(self) -> float:
+        self._expire()
+        return max((v for _, v in self._samples), default=math.nan)
+
+    def rate_per_s(self) -> float:
+        self._expire()
+        return sum(v for _, v in self._samples) / self._window_s
+
+
+class RaftMetrics:
+    """Collects the raft metrics of one node on scrape; the driver records latencies and counts."""
+
+    def __init__(self, registry: CollectorRegistry, *, node: Callable[[], RaftNode | None]) -> None:
+        self._node = node
+        self.commit_latency_ms = WindowedStat()
+        self.election_latency_ms = WindowedStat()
+        self.append_records = WindowedStat()
+        self.fetch_records = WindowedStat()
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        node = self._node()
+        if node is None:
+            return
+        gauges: list[tuple[str, str, float]] = [
+            ("current_leader", "The current quorum leader's id; -1 indicates unknown.", _or_minus_one(node.leader_id)),
+            ("current_epoch", "The current quorum epoch.", node.epoch),
+            (
+                "current_vote",
+                "The current voted leader's id; -1 indicates not voted for anyone.",
+                _or_minus_one(None if node.voted_key is None else node.voted_key.id),
+            ),
+            ("high_watermark", "The high watermark maintained on this member; -1 if it is unknown.",
+             _or_minus_one(node.high_watermark)),
+            ("log_end_offset", "The current raft log end offset.", node.log_end_offset),
+            ("log_end_epoch", "The current raft log end epoch.", node.log.end_offset().epoch),
+            ("commit_latency_avg", "The average time in ms to commit an entry in the raft log.",
+             self.commit_latency_ms.avg()),
+            ("commit_latency_max", "The maximum time in ms to commit an entry in the raft log.",
+             self.commit_latency_ms.max()),
+            ("election_latency_avg", "The average time in ms spent on electing a new leader.",
+             self.election_latency_ms.avg()),
+            ("election_latency_max", "The maximum time in ms spent on electing a new leader.",
+             self.election_latency_ms.max()),
+            ("append_records_rate", "The average number of records appended per sec by the leader of the raft quorum.",
+             self.append_records.rate_per_s()),
+            ("fetch_records_rate", "The average number of records fetched from the leader of the raft quorum.",
+             self.fetch_records.rate_per_s()),
+            ("number_unknown_voter_connections",
+             "Number of unknown voters whose connection information is not cached.",
+             sum(1 for voter in node.voters if voter.key.id != node.node_id and not voter.endpoints)),
+        ]
+        for name, help_text, value in gauges:
+            family = GaugeMetricFamily(f"kafka_raft_{name}", help_text)
+            family.add_metric([], float(value))
+            yield family
+        state = GaugeMetricFamily("kafka_raft_current_state", "The current state of this member (1 for the current one).",
+                                  labels=["state"])
+        current = _state_name(node)
+        for role in [*(r.value.lower() for r in Role), "observer"]:
+            state.add_metric([role], 1.0 if role == current else 0.0)
+        yield state
+        for name, stat in (("append_records", self.append_records), ("fetch_records", self.fetch_records)):
+            counter = CounterMetricFamily(f"kafka_raft_{name}", f"Records counted by {name}_rate, since start.")
+            counter.add_metric([], stat.total)
+            yield counter
+
+
+def _or_minus_one(value: int | None) -> float:
+    return -1.0 if value is None else float(value)
+
+
+def _state_name(node: RaftNode) -> str:
+    # Kafka reports a follower or unattached replica that is not a voter as "observer".
+    if not node.is_voter and node.role in (Role.FOLLOWER, Role.UNATTACHED):
+        return "observer"
+    return node.role.value.lower()

@@ -1,0 +1,269 @@
+"""Real controller processes on loopback for the process-level tests (and nothing else).
+
+`ProcessCluster` writes server.properties files with short raft timeouts, formats storage with
+`kraft storage format`, starts `kraft server start` as OS processes, talks to each node's HTTP
+endpoint (status, the append-only test store) and runs `kraft metadata-quorum` like a user would.
+Every process it starts is killed with SIGKILL by `cleanup()` (the fixture's finalizer), so a
+failing test never leaks a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+HOST = "127.0.0.1"
+# Short timeouts keep the suite fast: election 300 ms, fetch 600 ms.
+FAST_TIMEOUTS = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.election.backoff.max.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.request.timeout.ms": "600",
+}
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((HOST, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the `kraft` command in a subprocess, as a user would."""
+    result = subprocess.run(
+        [sys.executable, "-m", "kraft_engine.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"kraft {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def wait_for(condition: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.05) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@dataclass
+class Node:
+    node_id: int
+    port: int
+    http_port: int
+    data_dir: Path
+    config_path: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+@dataclass
+class ProcessCluster:
+    root: Path
+    cluster_id: str = ""
+    nodes: dict[int, Node] = field(default_factory=dict)
+    extra_config: dict[str, str] = field(default_factory=dict)
+
+    # -- configuration ---------------------------------------------------------------------------
+    def add_node(self, node_id: int) -> Node:
+        port, http_port = free_ports(2)
+        node_dir = self.root / f"controller-{node_id}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        node = Node(
+            node_id=node_id,
+            port=port,
+            http_port=http_port,
+            data_dir=node_dir / "metadata",
+            config_path=node_dir / "server.properties",
+            log_path=node_dir / "server.log",
+        )
+        self.nodes[node_id] = node
+        self.write_config(node)
+        return node
+
+    def bootstrap_servers(self, node_ids: list[int] | None = None) -> str:
+        ids = sorted(self.nodes) if node_ids is None else node_ids
+        return ",".join(self.nodes[i].address for i in ids)
+
+    def write_config(self, node: Node, *, bootstrap_ids: list[int] | None = None) -> None:
+        properties = {
+            "process.roles": "controller",
+            "node.id": str(node.node_id),
+            "listeners": f"CONTROLLER://{HOST}:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+            "controller.quorum.bootstrap.servers": self.bootstrap_servers(bootstrap_ids),
+            "log.dirs": str(node.data_dir),
+            "kraftwerk.metrics.port": str(node.http_port),
+            "kraftwerk.test.state.machine.enable": "true",
+            **FAST_TIMEOUTS,
+            **self.extra_config,
+        }
+        node.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()), encoding="utf-8")
+
+    def random_uuid(self) -> str:
+        return kraft("storage", "random-uuid", check=True).stdout.strip()
+
+    def format(self, node_id: int, *flags: str) -> subprocess.CompletedProcess[str]:
+        if not self.cluster_id:
+            self.cluster_id = self.random_uuid()
+        node = self.nodes[node_id]
+        return kraft("storage", "format", "-c", str(node.config_path), "-t", self.cluster_id, *flags, check=True)
+
+    def format_initial(self, node_ids: list[int]) -> str:
+        """Format every node as one dynamic quorum (`--initial-controllers`); returns that flag."""
+        initial = ",".join(f"{i}@{HOST}:{self.nodes[i].port}:{self.random_uuid()}" for i in node_ids)
+        for node_id in node_ids:
+            self.format(node_id, "--initial-controllers", initial)
+        return initial
+
+    # -- processes -------------------------------------------------------------------------------
+    def start(self, node_id: int) -> Node:
+        node = self.nodes[node_id]
+        if node.process is not None and node.process.poll() is None:
+            raise AssertionError(f"controller {node_id} is already running")
+        with node.log_path.open("ab") as log:
+            node.process = subprocess.Popen(
+                [sys.executable, "-m", "kraft_engine.cli.main", "server", "start", "--config", str(node.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: self.status(node_id) is not None or self._exited(node), timeout_s=30,
+                 what=f"controller {node_id} to serve HTTP")
+        if self._exited(node):
+            raise AssertionError(f"controller {node_id} exited at start:\n{self.log(node_id)}")
+        return node
+
+    def _exited(self, node: Node) -> bool:
+        return node.process is not None and node.process.poll() is not None
+
+    def signal(self, node_id: int, signum: int) -> None:
+        process = self.nodes[node_id].process
+        if process is None:
+            raise AssertionError(f"controller {node_id} was never started")
+        os.kill(process.pid, signum)
+
+    def kill(self, node_id: int) -> None:
+        process = self.nodes[node_id].process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+    def stop(self, node_id: int, *, timeout_s: float = 30) -> int:
+        """SIGTERM and wait: the graceful path. Returns the exit code."""
+        process = self.nodes[node_id].process
+        if process is None:
+            raise AssertionError(f"controller {node_id} was never started")
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        return process.wait(timeout=timeout_s)
+
+    def cleanup(self) -> None:
+        for node in self.nodes.values():
+            process = node.process
+            if process is None:
+                continue
+            if process.poll() is None:
+                # A SIGSTOPped process still dies of SIGKILL.
+                process.kill()
+            process.wait(timeout=30)
+
+    def log(self, node_id: int) -> str:
+        path = self.nodes[node_id].log_path
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def http(self, node_id: int, path: str, *, body: Any = None, timeout_s: float = 5) -> tuple[int, Any] | None:
+        node = self.nodes[node_id]
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"http://{HOST}:{node.http_port}{path}", data=data,
+                                         method="GET" if data is None else "POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            with e:
+                return e.code, json.loads(e.read() or b"null")
+        except (OSError, ValueError):
+            return None
+
+    def status(self, node_id: int) -> dict[str, Any] | None:
+        node = self.nodes[node_id]
+        if node.process is None or node.process.poll() is not None:
+            return None
+        answer = self.http(node_id, "/kraftwerk/status", timeout_s=1)
+        return None if answer is None or answer[0] != 200 else answer[1]
+
+    def statuses(self, node_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+        found = {}
+        for node_id in sorted(self.nodes) if node_ids is None else node_ids:
+            status = self.status(node_id)
+            if status is not None:
+                found[node_id] = status
+        return found
+
+    def leader(self, node_ids: list[int] | None = None) -> int | None:
+        """The node that reports itself leader in the highest epoch, if its peers agree."""
+        statuses = self.statuses(node_ids)
+        leaders = [s for s in statuses.values() if s["role"] == "Leader"]
+        if not leaders:
+            return None
+        best = max(leaders, key=lambda s: s["epoch"])
+        return int(best["node_id"])
+
+    def wait_for_leader(self, node_ids: list[int] | None = None, *, timeout_s: float = 30,
+                        other_than: int | None = None) -> int:
+        def found() -> int | None:
+            leader = self.leader(node_ids)
+            return leader if leader is not None and leader != other_than else None
+
+        return wait_for(found, timeout_s=timeout_s, what="a leader")
+
+    def append(self, values: list[str], *, timeout_s: float = 30, node_ids: list[int] | None = None) -> dict[str, Any]:
+        """Append through whichever node is leader (retrying across elections)."""
+
+        def attempt() -> dict[str, Any] | None:
+            leader = self.leader(node_ids)
+            if leader is None:
+                return None
+            answer = self.http(leader, "/kraftwerk/test/append", body={"values": values}, timeout_s=10)
+            if answer is not None and answer[0] == 200:
+                return dict(answer[1])
+            return None
+
+        return wait_for(attempt, timeout_s=timeout_s, what=f"append of {values}")
+
+    def entries(self, node_id: int) -> list[tuple[int, str]]:
+        answer = self.http(node_id, "/kraftwerk/test/entries")
+        if answer is None or answer[0] != 200:
+            raise AssertionError(f"controller {node_id} did not list its entries: {answer}")
+        return [(int(offset), str(value)) for offset, value in answer[1]["entries"]]
