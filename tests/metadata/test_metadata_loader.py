@@ -243,3 +243,13 @@ def test_a_failing_publisher_is_reported_and_the_others_still_run() -> None:
     unhandled.install_publishers([Broken("broken")])
     with pytest.raises(RuntimeError, match="disk on fire"):
         unhandled.handle_commit(batches_of(BOOTSTRAP, [3]), high_watermark=3)
+
+
+def test_a_commit_that_only_reports_the_high_watermark_can_open_the_gate() -> None:
+    recorder = Recorder("r")
+    loader = MetadataLoader()
+    loader.install_publishers([recorder])
+    loader.handle_commit(batches_of(BOOTSTRAP, [3]), high_watermark=100)
+    assert recorder.updates == []
+    loader.handle_commit([], high_watermark=3)
+    assert [image.offset for _, image, _ in recorder.updates] == [2]

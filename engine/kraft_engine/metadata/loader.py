@@ -134,6 +134,8 @@ class MetadataLoader:
             self._load_batch(batch)
         self._elapsed_ns += elapsed_ns
         self._maybe_flush()
+        # A new high watermark alone may open the catch-up gate for waiting publishers.
+        self._initialize_new_publishers(elapsed_ns=0)
 
     def handle_load_snapshot(
         self,

@@ -10,6 +10,7 @@ one broker costs in proportion to that broker's partitions, not the cluster's.
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +76,8 @@ class TopicImage:
             writer.write(*self.partitions[partition_id].to_record(self.id, partition_id, options=options))
 
 
+_uuid_int = operator.attrgetter("int")
+
 # broker id -> topic id -> partition ids. Two levels so that a change to one partition copies one
 # broker's topic map and one small set, not a set of every partition the broker holds.
 _Index = Mapping[int, Mapping[uuid.UUID, frozenset[int]]]
@@ -89,7 +92,8 @@ class BrokerPartitionIndex:
     def partitions(self, broker_id: int) -> Iterator[TopicIdPartition]:
         """The broker's partitions, in (topic id, partition id) order."""
         topics = self.by_broker.get(broker_id, EMPTY_MAP)
-        for topic_id in sorted(topics):
+        # Sorting on the Uuid's integer compares in C; Uuid.__lt__ would be a Python call per step.
+        for topic_id in sorted(topics, key=_uuid_int):
             for partition_id in sorted(topics[topic_id]):
                 yield TopicIdPartition(topic_id, partition_id)
 
