@@ -6,16 +6,18 @@ e.g. NOT_CONTROLLER on a standby) becomes the error code Kafka puts in that resp
 for the batch APIs. ApiVersions must tell the truth, so only what the quorum controller
 implements is registered, each at the one version its managers take:
 
-CreateTopics v7, DeleteTopics v6, UpdateFeatures v1, AlterPartition v3, BrokerRegistration v4,
+CreateTopics v7, DeleteTopics v6, CreatePartitions v3, UpdateFeatures v1, IncrementalAlterConfigs v1,
+DescribeConfigs v4, AlterPartitionReassignments v1, ListPartitionReassignments v0, ElectLeaders v2,
+AlterPartition v3, AssignReplicasToDirs v0, AllocateProducerIds v0, BrokerRegistration v4,
 BrokerHeartbeat v1, UnregisterBroker v0, ControllerRegistration v0.
 
 One addition Kafka's controllers do not have: Metadata v12, answered from the committed metadata
 image (topics, partitions, registered brokers), so that `kraft topics --bootstrap-controller` can
 list and describe topics without a broker. It never triggers auto-creation.
 
-(DescribeCluster is served by the node itself; IncrementalAlterConfigs, DescribeConfigs,
-AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders and AssignReplicasToDirs are
-not registered because the quorum controller does not implement them yet.)
+Writes need the active controller (a standby answers NOT_CONTROLLER); the two reads
+(DescribeConfigs, ListPartitionReassignments) are answered by any controller from its stable state,
+as Kafka's read events are. DescribeCluster is served by the node itself.
 """
 
 from __future__ import annotations
@@ -36,12 +38,20 @@ __all__ = ["CONTROLLER_APIS", "ControllerApis"]
 METADATA = 3
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
+DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 ALTER_PARTITION = 56
 UPDATE_FEATURES = 57
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
+ALLOCATE_PRODUCER_IDS = 67
 CONTROLLER_REGISTRATION = 70
+ASSIGN_REPLICAS_TO_DIRS = 73
 
 CONTROLLER_APIS: dict[int, int] = {
     CREATE_TOPICS: 7,
@@ -53,6 +63,14 @@ CONTROLLER_APIS: dict[int, int] = {
     UNREGISTER_BROKER: 0,
     CONTROLLER_REGISTRATION: 0,
     METADATA: 12,
+    DESCRIBE_CONFIGS: 4,
+    CREATE_PARTITIONS: 3,
+    ELECT_LEADERS: 2,
+    INCREMENTAL_ALTER_CONFIGS: 1,
+    ALTER_PARTITION_REASSIGNMENTS: 1,
+    LIST_PARTITION_REASSIGNMENTS: 0,
+    ALLOCATE_PRODUCER_IDS: 0,
+    ASSIGN_REPLICAS_TO_DIRS: 0,
 }
 """api key -> the version served."""
 
@@ -85,6 +103,14 @@ class ControllerApis:
             UNREGISTER_BROKER: self.unregister_broker,
             CONTROLLER_REGISTRATION: self.controller_registration,
             METADATA: self.metadata,
+            DESCRIBE_CONFIGS: self.describe_configs,
+            CREATE_PARTITIONS: self.create_partitions,
+            ELECT_LEADERS: self.elect_leaders,
+            INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
+            ASSIGN_REPLICAS_TO_DIRS: self.assign_replicas_to_dirs,
         }
         for api_key, handler in handlers.items():
             version = CONTROLLER_APIS[api_key]
@@ -131,6 +157,64 @@ class ControllerApis:
         return ctx.response_class(
             throttle_time=_NO_THROTTLE, error_code=outcome.error_code, error_message=outcome.message, results=results
         )
+
+    async def create_partitions(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write("createPartitions", lambda c: c.create_partitions(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            result_cls = _module(ctx).CreatePartitionsTopicResult
+            return ctx.response_class(throttle_time=_NO_THROTTLE, results=tuple(
+                result_cls(name=t.name, error_code=error.error_code, error_message=error.message) for t in request.topics
+            ))
+
+    async def incremental_alter_configs(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write("incrementalAlterConfigs", lambda c: c.incremental_alter_configs(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            result_cls = _module(ctx).AlterConfigsResourceResponse
+            return ctx.response_class(throttle_time=_NO_THROTTLE, responses=tuple(
+                result_cls(error_code=error.error_code, error_message=error.message, resource_type=r.resource_type,
+                           resource_name=r.resource_name)
+                for r in request.resources
+            ))
+
+    async def describe_configs(self, request: Any, ctx: RequestContext) -> Any:
+        return await self._service.read("describeConfigs", lambda c: c.describe_configs(request))
+
+    async def alter_partition_reassignments(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write(
+                "alterPartitionReassignments", lambda c: c.alter_partition_reassignments(request)
+            )
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=error.error_code,
+                                      error_message=error.message, responses=())
+
+    async def list_partition_reassignments(self, request: Any, ctx: RequestContext) -> Any:
+        return await self._service.read("listPartitionReassignments", lambda c: c.list_partition_reassignments(request))
+
+    async def elect_leaders(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write("electLeaders", lambda c: c.elect_leaders(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code,
+                                      replica_election_results=())
+
+    async def allocate_producer_ids(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write("allocateProducerIds", lambda c: c.allocate_producer_ids(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code,
+                                      producer_id_start=i64(-1), producer_id_len=i32(0))
+
+    async def assign_replicas_to_dirs(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write("assignReplicasToDirs", lambda c: c.assign_replicas_to_dirs(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code, directories=())
 
     # -- brokers and controllers -----------------------------------------------------------------
     async def alter_partition(self, request: Any, ctx: RequestContext) -> Any:

@@ -38,11 +38,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from kraft_engine.controller import (
     CommittedBatch,
@@ -112,31 +114,44 @@ class _Event:
     enqueued_ns: int
 
 
+_GAUGES: tuple[tuple[str, str, str], ...] = (
+    # (Prometheus name suffix, ControllerMetrics field, help)
+    ("activecontrollercount", "active_controller_count", "1 on the active controller, 0 elsewhere"),
+    ("newactivecontrollerscount", "new_active_controllers_count", "Times this node became the active controller"),
+    ("fencedbrokercount", "fenced_broker_count", "Registered brokers that are fenced"),
+    ("activebrokercount", "active_broker_count", "Registered brokers that are unfenced"),
+    ("globaltopiccount", "global_topic_count", "Topics"),
+    ("globalpartitioncount", "global_partition_count", "Partitions"),
+    ("offlinepartitionscount", "offline_partitions_count", "Partitions without a leader"),
+    ("preferredreplicaimbalancecount", "preferred_replica_imbalance_count",
+     "Partitions not led by their preferred replica"),
+    ("metadataerrorcount", "metadata_error_count", "Metadata faults seen by this controller"),
+    ("lastappliedrecordoffset", "last_applied_record_offset", "Offset of the last record applied"),
+    ("lastcommittedrecordoffset", "last_committed_record_offset", "Offset of the last committed record"),
+    ("lastappliedrecordtimestamp", "last_applied_record_timestamp_ms", "Append time (ms) of the last applied record"),
+    ("lastappliedrecordlagms", "last_applied_record_lag_ms", "Now minus the append time of the last applied record"),
+)
+
+
+class _ControllerCollector(Collector):
+    """One consistent `ControllerMetrics` snapshot per scrape."""
+
+    def __init__(self, service: ControllerService) -> None:
+        self._service = service
+
+    def collect(self) -> Iterator[Metric]:
+        service = self._service
+        snapshot = service.controller.metrics(service.now_ms())
+        for suffix, field_name, documentation in _GAUGES:
+            value = getattr(snapshot, field_name)
+            if field_name == "metadata_error_count":
+                value += service.shell_error_count
+            yield GaugeMetricFamily(f"kafka_controller_kafkacontroller_{suffix}", documentation, value=value)
+
+
 class _Metrics:
     def __init__(self, registry: CollectorRegistry, service: ControllerService) -> None:
-        controller = service.controller
-
-        def gauge(name: str, doc: str, value: Callable[[], float]) -> None:
-            Gauge(f"kafka_controller_kafkacontroller_{name}", doc, registry=registry).set_function(value)
-
-        gauge("activecontrollercount", "1 on the active controller, 0 elsewhere", controller.active_controller_count)
-        gauge("fencedbrokercount", "Registered brokers that are fenced", controller.fenced_broker_count)
-        gauge("activebrokercount", "Registered brokers that are unfenced", controller.active_broker_count)
-        gauge("globaltopiccount", "Topics", controller.replication_control.global_topic_count)
-        gauge("globalpartitioncount", "Partitions", controller.replication_control.global_partition_count)
-        gauge("offlinepartitionscount", "Partitions without a leader", controller.offline_partitions_count)
-        gauge("preferredreplicaimbalancecount", "Partitions not led by their preferred replica",
-              controller.replication_control.preferred_replica_imbalance_count)
-        gauge("metadataerrorcount", "Metadata faults seen by this controller", lambda: service.metadata_error_count)
-        gauge("lastappliedrecordoffset", "Offset of the last record applied", lambda: service.last_applied_offset)
-        gauge("lastcommittedrecordoffset", "Offset of the last committed record",
-              controller.last_committed_record_offset)
-        gauge("lastappliedrecordtimestamp", "Append time (ms) of the last applied batch",
-              lambda: service.last_applied_timestamp_ms)
-        gauge("lastappliedrecordlagms", "Now minus the append time of the last applied batch",
-              service.last_applied_lag_ms)
-        gauge("newactivecontrollerscount", "Times this node became the active controller",
-              controller.new_active_controllers_count)
+        registry.register(_ControllerCollector(service))
         self.queue_time_ms = Histogram(
             "kafka_controller_controllereventmanager_eventqueuetimems",
             "Time an event waited in the controller queue (ms)", registry=registry, buckets=_MS_BUCKETS,
@@ -177,8 +192,8 @@ class ControllerService:
         self._task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self.fault: BaseException | None = None
-        self.metadata_error_count = 0
-        self.last_applied_timestamp_ms = -1
+        #: Faults the shell saw (loader, publishers, snapshots); MetadataErrorCount adds the controller's.
+        self.shell_error_count = 0
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = clock_ms()
         self._applied_since_snapshot = False
@@ -205,19 +220,6 @@ class ControllerService:
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
-
-    # -- metrics helpers -------------------------------------------------------------------------
-    @property
-    def last_applied_offset(self) -> int:
-        events = self.controller.events
-        if events.is_active():
-            return events.offset_control.next_write_offset - 1
-        return events.offset_control.last_committed_offset
-
-    def last_applied_lag_ms(self) -> int:
-        if self.last_applied_timestamp_ms < 0:
-            return 0
-        return max(0, self._clock_ms() - self.last_applied_timestamp_ms)
 
     # -- ApiVersions -----------------------------------------------------------------------------
     def features(self) -> Features:
@@ -301,16 +303,15 @@ class ControllerService:
         try:
             while True:
                 event = await self._next_event()
+                # The controller's clock moves on every wake-up, and due periodic tasks run first.
+                self.controller.tick(self._clock_ms())
+                self._perform_effects()
                 if event is not None:
                     started_ns = time.monotonic_ns()
                     self._metrics.queue_time_ms.observe((started_ns - event.enqueued_ns) / 1e6)
                     event.run()
                     self._perform_effects()
                     self._metrics.processing_time_ms.observe((time.monotonic_ns() - started_ns) / 1e6)
-                deadline_ms = self.controller.next_deadline_ms()
-                if deadline_ms is not None and deadline_ms <= self._clock_ms():
-                    self.controller.tick(self._clock_ms())
-                    self._perform_effects()
                 self._maybe_snapshot()
         except asyncio.CancelledError:
             raise
@@ -332,7 +333,7 @@ class ControllerService:
 
     def _fatal(self, error: BaseException) -> None:
         self.fault = error
-        self.metadata_error_count += 1
+        self.shell_error_count += 1
         logger.critical("Controller %d stopped by a fatal fault: %s", self.controller.node_id, error, exc_info=error)
         self._fail_all(ControllerStopped(f"the controller stopped after a fatal fault: {error}"))
         if self._on_fatal is not None:
@@ -386,7 +387,6 @@ class ControllerService:
         if last_offset != expected:
             logger.warning("Raft placed the batch ending at %d, expected %d: renouncing", last_offset, expected)
             return False
-        self.last_applied_timestamp_ms = self._clock_ms()
         return True
 
     # -- raft events -----------------------------------------------------------------------------
@@ -410,8 +410,6 @@ class ControllerService:
             ],
             high_watermark=self._raft.high_watermark,
         )
-        if not self.controller.is_active():
-            self.last_applied_timestamp_ms = batch.append_timestamp_ms
         self._bytes_since_snapshot += batch.size_in_bytes
         self._applied_since_snapshot = True
 
@@ -432,7 +430,6 @@ class ControllerService:
             last_contained_epoch=event.snapshot_id.epoch,
             last_contained_log_time_ms=event.last_contained_log_timestamp_ms,
         )
-        self.last_applied_timestamp_ms = event.last_contained_log_timestamp_ms
         self._bytes_since_snapshot = 0
         self._applied_since_snapshot = False
 
@@ -446,7 +443,7 @@ class ControllerService:
             logger.info("Controller %d is active in epoch %d", self.controller.node_id, leader.epoch)
 
     def _publisher_fault(self, what: str, error: BaseException) -> None:
-        self.metadata_error_count += 1
+        self.shell_error_count += 1
         logger.error("Metadata publisher fault: %s: %s", what, error)
 
     # -- snapshots -------------------------------------------------------------------------------
@@ -476,7 +473,7 @@ class ControllerService:
         try:
             records = await asyncio.to_thread(_encode_image, image)
         except MetadataReplayError as error:
-            self.metadata_error_count += 1
+            self.shell_error_count += 1
             logger.error("Cannot write a snapshot of the image at %d: %s", image.offset, error)
             return
         if self.fault is not None:
