@@ -22,15 +22,25 @@ with a new directory id.
 
 from __future__ import annotations
 
+import datetime
 import io
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.api_versions.v3.response import ApiVersionsResponse, SupportedFeatureKey
+from kio.schema.errors import ErrorCode
+from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
+from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
+from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32Timedelta, i64
 
 from kraft_engine.raft import (
+    BOOTSTRAP_SNAPSHOT_ID,
+    KRAFT_VERSION_1,
     Endpoint,
     LeaderState,
     NotLeaderError,
@@ -44,7 +54,9 @@ from kraft_engine.raft import (
     SnapshotError,
     VoterNode,
     VoterSet,
+    build_control_batch,
 )
+from kraft_engine.raft.errors import KRaftVersionUpgradeError
 from kraft_engine.raft.log import ValidationKind, validate_offset_and_epoch
 from kraft_engine.sim.disk import SimDisk
 from kraft_engine.sim.invariants import ElectionRecord, Invariant, NodeView, Violation
@@ -52,13 +64,43 @@ from kraft_engine.sim.network import Envelope, LinkRule, Network
 from kraft_engine.sim.replicated_counter import ReplicatedCounter
 from kraft_engine.sim.scheduler import EventHandle, Scheduler
 
-__all__ = ["CLUSTER_ID", "SimCluster", "SimNode", "endpoint_of"]
+__all__ = ["ADMIN_ID", "CLUSTER_ID", "SimCluster", "SimNode", "endpoint_of"]
 
 CLUSTER_ID = "kraftwerk-sim-cluster0"
 _BASE_PORT = 19090
 # Polls one node may need within one virtual millisecond (cascading transitions, listener
 # catch-up in slices); more than this means the core asks to be polled "now" forever.
 _MAX_POLLS_PER_MS = 100
+
+ADMIN_ID = -1
+"""The network address of the admin client (kafka-metadata-quorum add-controller and friends)."""
+
+
+def _api_versions_response(kraft_versions: tuple[int, int]) -> ApiVersionsResponse:
+    # The node process, not the raft core, answers ApiVersions; the leader only reads the
+    # kraft.version range a prospective voter supports.
+    low, high = kraft_versions
+    return ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=(),
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        supported_features=(SupportedFeatureKey(name="kraft.version", min_version=i16(low), max_version=i16(high)),),
+    )
+
+
+def _bootstrap_snapshot(voters: VoterSet) -> bytes:
+    """The 0-0 checkpoint `kraft storage format --initial-controllers` writes: kraft.version 1
+    and the initial voter set, between a snapshot header and footer."""
+    records: list[Any] = [
+        SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(0)),
+        KRaftVersionRecord(version=i16(0), k_raft_version=i16(KRAFT_VERSION_1)),
+        voters.to_record(),
+        SnapshotFooterRecord(version=i16(0)),
+    ]
+    return b"".join(
+        build_control_batch(base_offset=offset, partition_leader_epoch=0, timestamp_ms=0, records=[record])
+        for offset, record in enumerate(records)
+    )
 
 
 def endpoint_of(node_id: int) -> Endpoint:
@@ -132,19 +174,40 @@ class SimCluster:
         link_rule: LinkRule | None = None,
         invariants: Iterable[Invariant] = (),
         wire_format: bool = True,
+        dynamic: bool = False,
+        node_configs: dict[int, RaftConfig] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.raft_config = raft_config or RaftConfig()
+        self.node_configs = dict(node_configs or {})
         self.voter_ids = sorted(voter_ids)
         self.observer_ids = sorted(observer_ids)
         self.network = Network(scheduler, deliver=self._arrive, default_rule=link_rule)
         self.disks = {node_id: SimDisk(self._new_directory_id()) for node_id in self.all_ids}
         self.running: dict[int, SimNode] = {}
         self._incarnations = dict.fromkeys(self.all_ids, 0)
-        # kraft.version 0: controller.quorum.voters, no directory ids (any directory matches).
-        self.static_voters = VoterSet(
-            VoterNode(key=ReplicaKey(i, None), endpoints=(endpoint_of(i),)) for i in self.voter_ids
-        )
+        # The kraft.version range each node's software supports (what its ApiVersions says).
+        self.supported_kraft_versions: dict[int, tuple[int, int]] = dict.fromkeys(self.all_ids, (0, 1))
+        self.dynamic = dynamic
+        self.static_voters: VoterSet | None = None
+        self.bootstrap_servers: tuple[Endpoint, ...] = ()
+        if dynamic:
+            # kraft.version 1: every initial voter is formatted with the bootstrap snapshot naming
+            # the voters by id and directory id; everyone discovers the leader via bootstrap servers.
+            initial = VoterSet(
+                VoterNode(key=ReplicaKey(i, self.disks[i].directory_id), endpoints=(endpoint_of(i),))
+                for i in self.voter_ids
+            )
+            for node_id in self.voter_ids:
+                self.disks[node_id].log.store_snapshot(BOOTSTRAP_SNAPSHOT_ID, _bootstrap_snapshot(initial))
+            self.bootstrap_servers = tuple(endpoint_of(i) for i in self.voter_ids)
+        else:
+            # kraft.version 0: controller.quorum.voters, no directory ids (any directory matches).
+            self.static_voters = VoterSet(
+                VoterNode(key=ReplicaKey(i, None), endpoints=(endpoint_of(i),)) for i in self.voter_ids
+            )
+        self.admin_responses: dict[int, Any] = {}
+        self._next_admin_token = 1
         self._by_port = {endpoint_of(i).port: i for i in self.all_ids}
         self.invariants = list(invariants)
         if self.invariants:
@@ -173,7 +236,7 @@ class SimCluster:
         self._incarnations[node_id] += 1
         now_ms = self.scheduler.now_ms
         raft = RaftNode(
-            config=self.raft_config,
+            config=self.node_configs.get(node_id, self.raft_config),
             node_id=node_id,
             directory_id=disk.directory_id,
             cluster_id=CLUSTER_ID,
@@ -184,6 +247,8 @@ class SimCluster:
             rng=self.scheduler.random,
             now_ms=now_ms,
             local_endpoints=(endpoint_of(node_id),),
+            bootstrap_servers=self.bootstrap_servers,
+            supported_kraft_versions=self.supported_kraft_versions[node_id],
         )
         node = SimNode(node_id, raft, ReplicatedCounter(node_id), self._incarnations[node_id])
         self.running[node_id] = node
@@ -235,6 +300,29 @@ class SimCluster:
             self._arm_poll(node, node.raft.next_deadline_ms(now_ms))
             return True
         return False
+
+    def admin_request(self, node_id: int, request: Any) -> int:
+        """Send an admin request (AddRaftVoter, RemoveRaftVoter, DescribeQuorum) to `node_id` over
+        the network; its response lands in `admin_responses[token]` unless it is lost."""
+        token = self._next_admin_token
+        self._next_admin_token += 1
+        payload = _Request(token, 0, type(request), _encode(request, wire_format=self.wire_format))
+        self.network.send(ADMIN_ID, node_id, payload)
+        return token
+
+    def upgrade_kraft_version(self, version: int) -> bool:
+        """What `kafka-features upgrade --feature kraft.version=1` makes the controller do: ask
+        the current leader to finalize `version`. False when there is no leader or it refuses."""
+        leader = self.leader()
+        if leader is None:
+            return False
+        now_ms = self.scheduler.now_ms
+        try:
+            out = leader.raft.upgrade_kraft_version(leader.raft.epoch, version, validate_only=False, now_ms=now_ms)
+        except (NotLeaderError, KRaftVersionUpgradeError):
+            return False
+        self._perform(leader, out)
+        return True
 
     # -- the driver ----------------------------------------------------------------------------
     def _perform(self, node: SimNode, out: Output) -> None:
@@ -304,6 +392,10 @@ class SimCluster:
 
     def _arrive(self, envelope: Envelope) -> None:
         payload = envelope.payload
+        if envelope.destination == ADMIN_ID:
+            if isinstance(payload, _Response) and payload.entity_type is not None:
+                self.admin_responses[payload.token] = _decode(payload.entity_type, payload.data)
+            return
         if isinstance(payload, _Request):
             target = self.running.get(envelope.destination)
             if target is None:
@@ -311,6 +403,13 @@ class SimCluster:
                 sender = self.running.get(envelope.source)
                 if sender is not None and sender.incarnation == payload.incarnation:
                     self._fail_later(sender, payload, RequestFailure.DISCONNECTED)
+                return
+            if payload.entity_type is ApiVersionsRequest:
+                answer = _api_versions_response(self.supported_kraft_versions[target.node_id])
+                response = _Response(
+                    payload.token, payload.incarnation, ApiVersionsResponse, _encode(answer, wire_format=self.wire_format)
+                )
+                self.network.send(target.node_id, envelope.source, response)
                 return
             token = target.next_inbound_token
             target.next_inbound_token += 1
@@ -395,12 +494,25 @@ class SimCluster:
         if node is None:
             return NodeView(running=False, **base)  # type: ignore[arg-type]
         raft = node.raft
+        is_leader = raft.role is Role.LEADER
+        hwm = raft.high_watermark
+        committed_voter_ids = None
+        uncommitted_voter_sets = 0
+        if is_leader and hwm is not None and raft.kraft_version >= KRAFT_VERSION_1:
+            committed = raft.voter_set_at(hwm - 1)
+            committed_voter_ids = committed.ids
+            seen = {committed}
+            for offset in range(hwm, raft.log_end_offset):
+                seen.add(raft.voter_set_at(offset))
+            uncommitted_voter_sets = len(seen) - 1
         return NodeView(
             running=True,
             epoch=raft.epoch,
-            is_leader=raft.role is Role.LEADER,
-            high_watermark=raft.high_watermark,
+            is_leader=is_leader,
+            high_watermark=hwm,
             voter_ids=raft.voters.ids,
+            committed_voter_ids=committed_voter_ids,
+            uncommitted_voter_sets=uncommitted_voter_sets,
             writable=node.counter.writable,
             snapshot_loads_since_leader_change=node.counter.snapshot_loads_since_leader_change,
             committed=node.counter.applied,
@@ -456,6 +568,10 @@ class SimCluster:
             if node.raft.epoch > best[0] or (node.raft.epoch == best[0] and node.raft.leader_id is not None):
                 best = (node.raft.epoch, node.raft.leader_id)
         return best[1]
+
+    def leader_id_is_not(self, node_id: int) -> bool:
+        leader = self.leader()
+        return leader is not None and leader.node_id != node_id
 
     def high_watermark(self, node_id: int) -> int:
         node = self.running.get(node_id)

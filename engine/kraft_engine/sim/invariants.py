@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "AtMostOneUncommittedVoterSet",
     "ConsistentCommittedData",
     "ElectionRecord",
     "Invariant",
@@ -86,8 +87,12 @@ class NodeView:
     epoch: int | None = None
     is_leader: bool = False
     high_watermark: int | None = None
-    # The voter ids this node currently believes in (the leader's view is the authoritative one).
+    # The voter ids this node currently believes in (the leader's view is the authoritative one),
+    # including an uncommitted change; for a leader of a dynamic quorum also the voter set as of
+    # its high watermark, and how many distinct uncommitted voter sets its log holds past it.
     voter_ids: frozenset[int] = frozenset()
+    committed_voter_ids: frozenset[int] | None = None
+    uncommitted_voter_sets: int = 0
     # The state machine claims the leader's epoch (it may append) ...
     writable: bool = False
     # ... and how many snapshots it was asked to load since the last leader change.
@@ -195,7 +200,12 @@ class MonotonicHighWatermark(Invariant):
 
 
 class MajorityReachedHighWatermark(Invariant):
-    """A majority of the leader's voters hold (in their logs) every offset below its HWM."""
+    """A majority of the leader's voters hold (in their logs) every offset below its HWM.
+
+    During a voter change the HWM may still be the one computed under the previous voter set
+    (the change is in force as soon as it is read, before the HWM is recomputed), so, as Kafka's
+    check does, a shortfall under the latest set is judged again under the set as of the HWM.
+    """
 
     name = "MajorityReachedHighWatermark"
 
@@ -203,16 +213,32 @@ class MajorityReachedHighWatermark(Invariant):
         leader = _leader_with_max_epoch(views)
         if leader is None or leader.high_watermark is None or not leader.voter_ids:
             return
-        reached = [
-            v.node_id
-            for v in views
-            if v.node_id in leader.voter_ids and v.log_end_offset >= leader.high_watermark
-        ]
-        if len(reached) < _majority(len(leader.voter_ids)):
-            raise self.fail(
-                f"leader {leader.node_id} has high watermark {leader.high_watermark} but only "
-                f"voters {sorted(reached)} of {sorted(leader.voter_ids)} reached it"
-            )
+        hwm = leader.high_watermark
+        candidates = [leader.voter_ids]
+        if leader.committed_voter_ids is not None and leader.committed_voter_ids != leader.voter_ids:
+            candidates.append(leader.committed_voter_ids)
+        for voter_ids in candidates:
+            reached = [v.node_id for v in views if v.node_id in voter_ids and v.log_end_offset >= hwm]
+            if len(reached) >= _majority(len(voter_ids)):
+                return
+        raise self.fail(
+            f"leader {leader.node_id} has high watermark {hwm} but only voters {sorted(reached)} "
+            f"of {sorted(voter_ids)} reached it"
+        )
+
+
+class AtMostOneUncommittedVoterSet(Invariant):
+    """KIP-853 changes one voter at a time: past the HWM the leader's log holds at most one
+    voter set that differs from the committed one."""
+
+    name = "AtMostOneUncommittedVoterSet"
+
+    def check(self, views: Sequence[NodeView]) -> None:
+        for view in views:
+            if view.is_leader and view.uncommitted_voter_sets > 1:
+                raise self.fail(
+                    f"leader {view.node_id} has {view.uncommitted_voter_sets} uncommitted voter sets in its log"
+                )
 
 
 class SnapshotAtLogStart(Invariant):
@@ -293,4 +319,5 @@ def default_invariants() -> list[Invariant]:
         SnapshotAtLogStart(),
         LeaderNeverLoadSnapshot(),
         ConsistentCommittedData(),
+        AtMostOneUncommittedVoterSet(),
     ]

@@ -87,13 +87,16 @@ class ReplicatedCounter:
 
     def _load_snapshot(self, load: SnapshotLoad) -> None:
         values = [decode_value(v) for batch in load.batches for v in batch.records]
-        if len(values) != 1:
+        if len(values) > 1:
             raise Violation(
                 "SnapshotContent", f"snapshot {load.snapshot_id} on node {self.node_id} holds {len(values)} values"
             )
-        self.committed = self.uncommitted = values[0]
+        # The bootstrap snapshot (0-0) written by the formatter holds no state-machine record:
+        # the counter starts from zero.
+        self.committed = self.uncommitted = values[0] if values else 0
         self.last_offset_snapshotted = load.snapshot_id.offset - 1
-        self.applied.append((load.snapshot_id.offset - 1, values[0]))
+        if values:
+            self.applied.append((load.snapshot_id.offset - 1, values[0]))
         self.snapshot_loads_since_leader_change += 1
 
     def next_append(self) -> bytes:

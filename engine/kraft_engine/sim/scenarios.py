@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from kraft_engine.raft import RaftConfig
-from kraft_engine.sim.cluster import SimCluster
+from kraft_engine.raft import KRAFT_VERSION_1, RaftConfig, ReplicaKey
+from kraft_engine.raft import messages as raft_messages
+from kraft_engine.sim.cluster import ADMIN_ID, CLUSTER_ID, SimCluster, endpoint_of
 from kraft_engine.sim.invariants import (
+    AtMostOneUncommittedVoterSet,
     ConsistentCommittedData,
     Invariant,
     LeaderNeverLoadSnapshot,
@@ -45,6 +48,9 @@ APPEND_PERIOD_MS = 20
 # Each run gives up (as a liveness failure) after this many events, whatever the virtual time.
 _MAX_EVENTS = 200_000
 
+# How often the admin client retries a voter change that has not committed yet.
+_ADMIN_RETRY_MS = 1000
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -64,6 +70,8 @@ class SimRun:
         raft_config: RaftConfig | None = None,
         invariants: list[Invariant] | None = None,
         faulty_network: bool = True,
+        dynamic: bool = False,
+        node_configs: dict[int, RaftConfig] | None = None,
     ) -> None:
         self.scheduler = Scheduler(seed=seed)
         self.random = self.scheduler.random
@@ -85,6 +93,8 @@ class SimRun:
             # Encoding every message with kio costs a third of a run; every fourth seed still
             # sends real bytes, which keeps proving each RPC the core builds is valid on the wire.
             wire_format=seed % 4 == 0,
+            dynamic=dynamic,
+            node_configs=node_configs,
         )
         self.cluster.start_all()
         self.scheduler.every(
@@ -117,6 +127,46 @@ class SimRun:
         """Liveness: nodes' high watermarks pass `above` (default: 10 past today's maximum)."""
         target = (self.cluster.max_high_watermark() + 10) if above is None else above
         self.until(lambda: self.cluster.all_reached(target, nodes), f"{what}: high watermark above {target}")
+
+    def committed_voters(self) -> frozenset[int] | None:
+        """The voter ids as of the current leader's high watermark (None without a leader)."""
+        leader = self.cluster.leader()
+        if leader is None or leader.raft.high_watermark is None:
+            return None
+        return leader.raft.voter_set_at(leader.raft.high_watermark - 1).ids
+
+    def change_voters(self, request_for: Callable[[], Any], *, expected: frozenset[int], what: str) -> None:
+        """Send an admin request to whoever leads, again every `_ADMIN_RETRY_MS` (responses get
+        lost, leaders change), until the committed voter set is `expected`."""
+        cluster = self.cluster
+
+        def attempt() -> None:
+            leader_id = cluster.latest_leader_id()
+            if leader_id is not None and self.committed_voters() != expected:
+                cluster.admin_request(leader_id, request_for())
+
+        retry = self.scheduler.every(_ADMIN_RETRY_MS, attempt, label=f"admin: {what}")
+        try:
+            self.until(lambda: self.committed_voters() == expected, what)
+        finally:
+            retry.cancel()
+
+    def inject_fault(self, *, spare: int | None = None) -> None:
+        """Crash or cut off one random node (never `spare`) and bring it back 0.5-3 s later."""
+        cluster = self.cluster
+        victims = [i for i in cluster.running if i != spare]
+        if not victims:
+            return
+        victim = self.random.choice(victims)
+        back_in_ms = self.random.randint(500, 3000)
+        if self.random.random() < 0.5:
+            cluster.kill(victim)
+            self.scheduler.call_later(
+                back_in_ms, lambda: victim in cluster.running or cluster.start(victim), label=f"restart {victim}"
+            )
+        else:
+            cluster.network.isolate(victim, others=[ADMIN_ID, *cluster.all_ids])
+            self.scheduler.call_later(back_in_ms, cluster.network.heal, label=f"heal {victim}")
 
     def finish(self) -> RunOutcome:
         self.cluster.check_invariants()
@@ -240,18 +290,23 @@ def back_to_back_partitions(seed: int) -> SimRun:
     return run
 
 
-def wiped_disk(seed: int) -> SimRun:
+def _invariants_under_disk_loss() -> list[Invariant]:
     # As in Kafka's canRecoverFromSingleNodeCommittedDataLoss: losing a disk can legitimately move
-    # a node's epoch back and shrink the set of nodes holding the HWM, so those two checks are off.
-    voters, observers = _sizes(seed, 3, 5, observers=1)
-    invariants: list[Invariant] = [
+    # a node's epoch back and shrink the set of nodes holding the HWM (the lost copy still counts
+    # as a voter until it is replaced), so MonotonicEpoch and MajorityReachedHighWatermark are off.
+    return [
         SingleLeader(),
         MonotonicHighWatermark(),
         SnapshotAtLogStart(),
         LeaderNeverLoadSnapshot(),
         ConsistentCommittedData(),
+        AtMostOneUncommittedVoterSet(),
     ]
-    run = SimRun(seed, voters=voters, observers=observers, invariants=invariants)
+
+
+def wiped_disk(seed: int) -> SimRun:
+    voters, observers = _sizes(seed, 3, 5, observers=1)
+    run = SimRun(seed, voters=voters, observers=observers, invariants=_invariants_under_disk_loss())
     run.warm_up()
     victim = run.random.choice(run.cluster.voter_ids)
     run.cluster.wipe(victim)
@@ -288,6 +343,129 @@ def lagging_follower_snapshot(seed: int) -> SimRun:
     return run
 
 
+def _add_request(cluster: SimCluster, node_id: int) -> Callable[[], Any]:
+    def build() -> Any:
+        return raft_messages.add_voter_request(
+            cluster_id=CLUSTER_ID,
+            voter=ReplicaKey(node_id, cluster.disks[node_id].directory_id),
+            endpoints=(endpoint_of(node_id),),
+            timeout_ms=cluster.raft_config.request_timeout_ms,
+        )
+
+    return build
+
+
+def _remove_request(cluster: SimCluster, node_id: int, directory_id: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        return raft_messages.remove_voter_request(cluster_id=CLUSTER_ID, voter=ReplicaKey(node_id, directory_id))
+
+    return build
+
+
+def voter_changes(seed: int) -> SimRun:
+    # kafka-metadata-quorum add-controller / remove-controller, one voter at a time, each under a
+    # crash or a partition of a random node; the voter removed may well be the leader.
+    run = SimRun(seed, voters=3, observers=2, dynamic=True)
+    cluster = run.cluster
+    run.warm_up()
+    voters = frozenset(cluster.voter_ids)
+    for step in range(3):
+        if step % 2 == 0:
+            joining = min(set(cluster.observer_ids) - voters)
+            run.inject_fault(spare=joining)
+            voters = voters | {joining}
+            request = _add_request(cluster, joining)
+            what = f"add voter {joining}"
+        else:
+            leaving = run.random.choice(sorted(voters))
+            run.inject_fault()
+            voters = voters - {leaving}
+            request = _remove_request(cluster, leaving, cluster.disks[leaving].directory_id)
+            what = f"remove voter {leaving}"
+        run.change_voters(request, expected=voters, what=what)
+        run.progress(above=cluster.max_high_watermark() + 5, nodes=sorted(voters), what=f"commit after {what}")
+    return run
+
+
+def remove_leader(seed: int) -> SimRun:
+    # Removing the leader itself: it must replicate the change, keep leading until it commits,
+    # then resign so that a remaining voter takes over.
+    voters, _ = _sizes(seed, 3, 5)
+    run = SimRun(seed, voters=voters, dynamic=True)
+    cluster = run.cluster
+    leader_id = run.warm_up()
+    remaining = frozenset(cluster.voter_ids) - {leader_id}
+    if run.random.random() < 0.5:
+        run.inject_fault(spare=leader_id)
+    run.change_voters(
+        _remove_request(cluster, leader_id, cluster.disks[leader_id].directory_id),
+        expected=remaining,
+        what=f"remove leader {leader_id}",
+    )
+    run.until(lambda: (leader := cluster.leader()) is not None and leader.node_id != leader_id, "a new leader")
+    run.progress(above=cluster.max_high_watermark() + 5, nodes=sorted(remaining), what="commit without the old leader")
+    return run
+
+
+def auto_join(seed: int) -> SimRun:
+    # controller.quorum.auto.join.enable: a new controller joins by itself, and a voter whose disk
+    # was re-formatted (new directory id) removes its stale entry and joins again.
+    joining = 4
+    config = RaftConfig()
+    auto = replace(config, auto_join_enable=True)
+    run = SimRun(
+        seed,
+        voters=3,
+        observers=1,
+        dynamic=True,
+        node_configs=dict.fromkeys((1, 2, 3, joining), auto),
+        invariants=_invariants_under_disk_loss(),
+    )
+    cluster = run.cluster
+    run.warm_up()
+    run.until(lambda: run.committed_voters() == frozenset({1, 2, 3, joining}), f"node {joining} auto-joins")
+    wiped = run.random.choice([1, 2, 3, joining])
+    old_directory = cluster.disks[wiped].directory_id
+    cluster.wipe(wiped)
+    run.until(lambda: cluster.leader() is not None and cluster.leader_id_is_not(wiped), "a leader other than the wiped node")
+    cluster.start(wiped)
+    run.until(
+        lambda: (leader := cluster.leader()) is not None
+        and (voter := leader.raft.voters.get(wiped)) is not None
+        and voter.key.directory_id not in (None, old_directory)
+        and run.committed_voters() == frozenset({1, 2, 3, joining}),
+        f"re-formatted node {wiped} replaces its stale voter entry",
+    )
+    run.progress(what="commit with the rejoined voter")
+    return run
+
+
+def kraft_version_upgrade(seed: int) -> SimRun:
+    # kafka-features upgrade --feature kraft.version=1 on a static quorum: the leader writes the
+    # KRaftVersionRecord and the first VotersRecord (with directory ids learned from Fetches),
+    # after which voters can be added.
+    voters, _ = _sizes(seed, 1, 4)
+    run = SimRun(seed, voters=voters, observers=1)
+    cluster = run.cluster
+    run.warm_up()
+    retry = run.scheduler.every(_ADMIN_RETRY_MS, lambda: cluster.upgrade_kraft_version(KRAFT_VERSION_1), label="upgrade")
+    try:
+        run.until(
+            lambda: all(n.raft.kraft_version == KRAFT_VERSION_1 for n in cluster.running.values())
+            and (leader := cluster.leader()) is not None
+            and leader.raft.high_watermark is not None
+            and leader.raft.kraft_version_at(leader.raft.high_watermark - 1) == KRAFT_VERSION_1,
+            "kraft.version 1 committed everywhere",
+        )
+    finally:
+        retry.cancel()
+    observer = cluster.observer_ids[0]
+    expected = frozenset({*cluster.voter_ids, observer})
+    run.change_voters(_add_request(cluster, observer), expected=expected, what=f"add voter {observer} after upgrade")
+    run.progress(nodes=sorted(expected), what="commit under the new voter set")
+    return run
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -300,5 +478,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("back-to-back-partitions", "leader cut off, then its successor", back_to_back_partitions),
         Scenario("wiped-disk", "a voter's disk is wiped (new directory id) and it rejoins", wiped_disk),
         Scenario("lagging-snapshot", "a follower away past log cleaning catches up by snapshot", lagging_follower_snapshot),
+        Scenario("voter-changes", "add, remove (maybe the leader), add voters under crashes and partitions", voter_changes),
+        Scenario("remove-leader", "the leader is removed from the voter set and hands over", remove_leader),
+        Scenario("auto-join", "auto-join of a new controller and of a re-formatted voter", auto_join),
+        Scenario("kraft-version-upgrade", "static quorum upgraded to kraft.version 1, then a voter is added", kraft_version_upgrade),
     )
 }

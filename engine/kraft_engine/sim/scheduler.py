@@ -29,7 +29,7 @@ class _Event:
     deadline_ms: int
     sequence: int
     label: str = field(compare=False)
-    action: Callable[[], None] = field(compare=False)
+    action: Callable[[], object] = field(compare=False)
     handle: EventHandle = field(compare=False)
 
 
@@ -61,7 +61,7 @@ class Scheduler:
         """Run `check` after every event; it raises `Violation` when an invariant breaks."""
         self._checks.append(check)
 
-    def call_at(self, deadline_ms: int, action: Callable[[], None], *, label: str) -> EventHandle:
+    def call_at(self, deadline_ms: int, action: Callable[[], object], *, label: str) -> EventHandle:
         handle = EventHandle(label)
         self._sequence += 1
         heapq.heappush(
@@ -70,7 +70,7 @@ class Scheduler:
         )
         return handle
 
-    def call_later(self, delay_ms: int, action: Callable[[], None], *, label: str) -> EventHandle:
+    def call_later(self, delay_ms: int, action: Callable[[], object], *, label: str) -> EventHandle:
         return self.call_at(self.now_ms + delay_ms, action, label=label)
 
     def every(
@@ -94,7 +94,7 @@ class Scheduler:
         self._push(self.now_ms + delay_ms, fire, handle)
         return handle
 
-    def _push(self, deadline_ms: int, action: Callable[[], None], handle: EventHandle) -> None:
+    def _push(self, deadline_ms: int, action: Callable[[], object], handle: EventHandle) -> None:
         self._sequence += 1
         heapq.heappush(self._queue, _Event(deadline_ms, self._sequence, handle.label, action, handle))
 
