@@ -18,6 +18,7 @@ from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
     PartitionChangeRecord,
     RegisterBrokerRecord,
+    RemoveTopicRecord,
 )
 
 from .harness import Harness
@@ -180,4 +181,8 @@ def test_delete_topics_removes_the_topic_and_its_configs() -> None:
     ]
     assert controller.replication_control.topic_id("orders") is None
     assert controller.replication_control.global_partition_count() == 0
+    assert controller.configuration_control.configs(2, "orders") == {}
+    # As Kafka writes it: one RemoveTopicRecord; its replay takes the configs along.
+    assert cluster.written == [RemoveTopicRecord(topic_id=topic_id)]
+    cluster.create_topic("orders", 1, 1)
     assert controller.configuration_control.configs(2, "orders") == {}

@@ -6,10 +6,14 @@ from kraft_engine.controller.broker_heartbeat import (
     BrokerHeartbeatManager,
     BrokerHeartbeatTracker,
 )
+from kraft_engine.controller.configuration_control import ConfigResourceType, OpType
+from kraft_engine.controller.controller_metrics import ControllerMetrics
 from kraft_engine.controller.event_handling import ControllerFault
 from kraft_engine.controller.feature_control import FeatureControlManager, UpgradeType
 from kraft_engine.controller.partition_change import Election, PartitionChange, PartitionChangeBuilder
+from kraft_engine.controller.producer_ids_control import ProducerIdsBlock
 from kraft_engine.controller.quorum_controller import QuorumController, bootstrap_metadata_version
+from kraft_engine.controller.replica_placement import StripedReplicaPlacer, UsableBroker
 from kraft_engine.controller.results import (
     ApiError,
     CommittedBatch,
@@ -28,22 +32,28 @@ __all__ = [
     "BrokerHeartbeatManager",
     "BrokerHeartbeatTracker",
     "CommittedBatch",
+    "ConfigResourceType",
     "ControllerApiError",
     "ControllerEffects",
     "ControllerFault",
+    "ControllerMetrics",
     "ControllerResult",
     "Election",
     "FailedWrite",
     "FeatureControlManager",
+    "OpType",
     "PartitionChange",
     "PartitionChangeBuilder",
+    "ProducerIdsBlock",
     "QuorumController",
     "RecordAndVersion",
     "ScheduledAppend",
     "SnapshotRegistry",
+    "StripedReplicaPlacer",
     "TimelineHashMap",
     "TimelineHashSet",
     "TimelineValue",
     "UpgradeType",
+    "UsableBroker",
     "bootstrap_metadata_version",
 ]

@@ -86,6 +86,12 @@ class ConfigurationControlManager:
         else:
             self._configs.put(key, record.value)
 
+    def delete_topic_configs(self, topic_name: str) -> None:
+        """Replay side of RemoveTopicRecord: a deleted topic's configs go with it (a topic
+        created later under the same name must not inherit them)."""
+        for key in [k for k in self._configs if k[0] == ConfigResourceType.TOPIC and k[1] == topic_name]:
+            self._configs.remove(key)
+
     def configs(self, resource_type: int, resource_name: str, epoch: int | None = None) -> dict[str, str]:
         return {
             name: value

@@ -105,7 +105,6 @@ from kraft_engine.records import (
 if TYPE_CHECKING:
     import random
 
-_TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
 
 DEFAULT_SESSION_TIMEOUT_MS = 9000
 """broker.session.timeout.ms's default."""
@@ -190,7 +189,6 @@ class QuorumController:
             cluster_control=self.cluster_control,
             feature_control=self.feature_control,
             rng=rng,
-            topic_configs=lambda name: self.configuration_control.configs(_TOPIC_RESOURCE_TYPE, name),
             default_num_partitions=default_num_partitions,
             default_replication_factor=default_replication_factor,
             configuration_control=self.configuration_control,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -126,7 +126,6 @@ class ReplicationControlManager:
         cluster_control: ClusterControlManager,
         feature_control: FeatureControlManager,
         rng: random.Random,
-        topic_configs: Callable[[str], Iterable[str]] = lambda _: (),
         default_num_partitions: int = 1,
         default_replication_factor: int = 1,
         configuration_control: ConfigurationControlManager | None = None,
@@ -135,7 +134,6 @@ class ReplicationControlManager:
         self._features = feature_control
         self._rng = rng
         self._placer = StripedReplicaPlacer(rng)
-        self._topic_configs = topic_configs
         self._configuration = configuration_control
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
@@ -220,6 +218,8 @@ class ReplicationControlManager:
         self._topics_by_name.remove(name)
         self._topic_names.remove(record.topic_id)
         self._partition_counts.remove(record.topic_id)
+        if self._configuration is not None:
+            self._configuration.delete_topic_configs(name)
 
     def _set_partition(self, key: TopicPartition, previous: PartitionRegistration | None,
                        current: PartitionRegistration) -> None:
@@ -523,7 +523,7 @@ class ReplicationControlManager:
     # -- DeleteTopics ----------------------------------------------------------------------
 
     def delete_topics(self, request: DeleteTopicsRequest) -> ControllerResult[tuple[DeletableTopicResult, ...]]:
-        """Delete topics named by name or by id (v6); the topic's configs go with it."""
+        """Delete topics named by name or by id (v6); the topic's configs go with it on replay."""
         records: list[RecordAndVersion] = []
         results: list[DeletableTopicResult] = []
         seen: set[uuid.UUID] = set()
@@ -542,10 +542,8 @@ class ReplicationControlManager:
                                                     error_message="Duplicate topic in request."))
                 continue
             seen.add(topic_id)
+            # Like Kafka, only the RemoveTopicRecord: its replay drops the topic's configs.
             records.append(RecordAndVersion(RemoveTopicRecord(topic_id=topic_id), 0))
-            for config_name in self._topic_configs(name):
-                records.append(RecordAndVersion(ConfigRecord(resource_type=_TOPIC_RESOURCE_TYPE, resource_name=name,
-                                                             name=config_name, value=None), 0))
             results.append(DeletableTopicResult(name=TopicName(name), topic_id=topic_id, error_code=ErrorCode.none))
         check_user_op_size(records)
         return ControllerResult(records, tuple(results), is_atomic=True)
