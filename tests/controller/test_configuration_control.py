@@ -173,4 +173,10 @@ def test_create_topics_validates_its_configs() -> None:
     assert (unknown.error_code, unknown.error_message) == (  # type: ignore[attr-defined]
         ErrorCode.invalid_config, "Unknown topic config name: retention.forever")
     assert h.written == [] and h.controller.replication_control.topic_id("orders") is None
-    assert h.create_topic("orders", 1, 2, configs={"min.insync.replicas": "2"}).error_code == ErrorCode.none  # type: ignore[attr-defined]
+    created = h.create_topic("orders", 1, 2, configs={"min.insync.replicas": "2"})
+    assert created.error_code == ErrorCode.none  # type: ignore[attr-defined]
+    # The response carries every config in force for the new topic, as Kafka's does.
+    effective = {c.name: (c.value, int(c.config_source)) for c in created.configs}  # type: ignore[attr-defined]
+    assert effective["min.insync.replicas"] == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert effective["retention.ms"] == ("604800000", ConfigSource.DEFAULT_CONFIG)
+    assert len(effective) == 31

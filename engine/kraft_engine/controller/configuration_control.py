@@ -113,6 +113,17 @@ class ConfigurationControlManager:
         value, _, _ = resolve_topic_config(TOPIC_CONFIGS[name], **self._layers(topic_name, epoch))
         return value
 
+    def effective_topic_configs(self, creation_configs: Mapping[str, str]) -> list[tuple[str, str | None, ConfigSource]]:
+        """(name, value, source) of every topic config a new topic with `creation_configs` would
+        have, sorted by name: what CreateTopics returns (Kafka's computeEffectiveTopicConfigs)."""
+        layers = dict(self._layers(None))
+        layers["topic"] = creation_configs
+        result = []
+        for definition in sorted(TOPIC_CONFIGS.values(), key=lambda d: d.name):
+            value, source, _ = resolve_topic_config(definition, **layers)
+            result.append((definition.name, value, source))
+        return result
+
     def unclean_leader_election_enabled_for_topic(self, topic_name: str) -> bool:
         value = self.topic_config(topic_name, _UNCLEAN)
         return value is not None and parse_bool(value) is True

@@ -24,7 +24,7 @@ from kio.schema.assign_replicas_to_dirs.v0 import response as dirs_response
 from kio.schema.create_partitions.v3 import response as create_partitions_response
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
-from kio.schema.create_topics.v7.response import CreatableTopicResult
+from kio.schema.create_topics.v7.response import CreatableTopicConfigs, CreatableTopicResult
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
 from kio.schema.delete_topics.v6.response import DeletableTopicResult
 from kio.schema.elect_leaders.v2 import request as elect_leaders_request
@@ -333,9 +333,15 @@ class ReplicationControlManager:
             records.append(self._new_partition_record(topic_id, partition_id, replicas, mv=mv, manual=bool(
                 topic.assignments)))
         replication_factor = len(assignments[0]) if assignments else 0
+        effective = self._configuration.effective_topic_configs(configs) if self._configuration is not None else []
         result = CreatableTopicResult(
             name=topic.name, topic_id=topic_id, error_code=ErrorCode.none, error_message=None,
-            num_partitions=i32(len(assignments)), replication_factor=i16(replication_factor), configs=None,
+            num_partitions=i32(len(assignments)), replication_factor=i16(replication_factor),
+            configs=tuple(
+                CreatableTopicConfigs(name=name, value=value, read_only=False, config_source=i8(source),
+                                      is_sensitive=False)
+                for name, value, source in effective
+            ),
         )
         return records, result
 
