@@ -68,7 +68,10 @@ def _directories(directories: Sequence[uuid.UUID] | None, replica_count: int) ->
 
 
 def _ints(values: Sequence[int] | None) -> tuple[int, ...]:
-    return () if values is None else tuple(int(v) for v in values)
+    if values is None:
+        return ()
+    # Records already hold tuples of ints; reuse them rather than rebuilding per merge.
+    return values if isinstance(values, tuple) else tuple(values)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
