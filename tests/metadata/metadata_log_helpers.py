@@ -53,8 +53,8 @@ def topic(name: str, n: int) -> TopicRecord:
 def partition(
     n: int,
     partition_id: int,
-    replicas: tuple[int, ...],
     *,
+    replicas: tuple[int, ...],
     leader: int | None = None,
     directories: tuple[uuid.UUID, ...] = (),
 ) -> PartitionRecord:

@@ -74,7 +74,7 @@ def _operation(data: st.DataObject, model: _Model) -> list[object]:
         model.topics[n] = {}
         for p in range(data.draw(st.integers(1, 3))):
             replicas = tuple(data.draw(st.permutations(brokers))[: data.draw(st.integers(1, len(brokers)))])
-            records.append(partition(n, p, replicas))
+            records.append(partition(n, p, replicas=replicas))
             model.topics[n][p] = replicas
         return records
     if kind in ("fence", "unfence", "shutdown", "unregister"):

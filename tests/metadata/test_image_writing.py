@@ -43,14 +43,14 @@ def full_image(level: int = 25) -> MetadataImage:
         ProducerIdsRecord(broker_id=2, broker_epoch=100, next_producer_id=5000),
         ConfigRecord(resource_type=2, resource_name="zeta", name="cleanup.policy", value="compact"),
         topic("zeta", 2),
-        partition(2, 0, (2, 1)),
+        partition(2, 0, replicas=(2, 1)),
         mv_record(level),
         FeatureLevelRecord(name="group.version", feature_level=1),
         register_broker(2),
         register_broker(1),
         topic("alpha", 1),
-        partition(1, 1, (1, 2)),
-        partition(1, 0, (2, 1)),
+        partition(1, 1, replicas=(1, 2)),
+        partition(1, 0, replicas=(2, 1)),
         FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1),
     )
 
@@ -158,7 +158,7 @@ def test_an_unimplemented_metadata_version_cannot_be_written_at() -> None:
 
 
 def test_partition_directories_survive_a_round_trip_from_3_7_iv2() -> None:
-    record = partition(1, 0, (1, 2), directories=(dir_id(1), dir_id(2)))
+    record = partition(1, 0, replicas=(1, 2), directories=(dir_id(1), dir_id(2)))
     image = image_of(mv_record(17), register_broker(1), register_broker(2), topic("t", 1), record)
     rebuilt = replayed(image.records().records)
     partition_after = rebuilt.topics.get_partition(topic_id(1), 0)

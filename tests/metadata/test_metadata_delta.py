@@ -59,10 +59,10 @@ def cluster_with_topics() -> MetadataImage:
         register_broker(2),
         register_broker(3),
         topic("orders", 1),
-        partition(1, 0, (1, 2, 3)),
-        partition(1, 1, (2, 3, 1)),
+        partition(1, 0, replicas=(1, 2, 3)),
+        partition(1, 1, replicas=(2, 3, 1)),
         topic("payments", 2),
-        partition(2, 0, (3, 1, 2)),
+        partition(2, 0, replicas=(3, 1, 2)),
         ConfigRecord(resource_type=2, resource_name="orders", name="retention.ms", value="1000"),
     )
 
@@ -122,7 +122,7 @@ def test_noop_and_zk_migration_state_change_nothing() -> None:
     [
         (change(7, 0, isr=(1,)), "PartitionChangeRecord 0 for unknown topic id"),
         (change(1, 9, isr=(1,)), "unknown partition 9 of topic 'orders'"),
-        (partition(7, 0, (1,)), "PartitionRecord 0 for unknown topic id"),
+        (partition(7, 0, replicas=(1,)), "PartitionRecord 0 for unknown topic id"),
         (RemoveTopicRecord(topic_id=topic_id(7)), "RemoveTopicRecord for unknown topic id"),
         (FenceBrokerRecord(id=9, epoch=100), "cannot fence broker 9: it is not registered"),
         (FenceBrokerRecord(id=1, epoch=99), "cannot fence broker 1 at epoch 99: its registered epoch is 100"),
@@ -201,7 +201,7 @@ def test_topic_created_and_removed_in_one_delta_leaves_no_trace() -> None:
     image = cluster_with_topics()
     delta = MetadataDelta(image)
     delta.replay(topic("temp", 9))
-    delta.replay(partition(9, 0, (1,)))
+    delta.replay(partition(9, 0, replicas=(1,)))
     delta.replay(RemoveTopicRecord(topic_id=topic_id(9)))
     assert delta.topics_delta is not None
     assert not delta.topics_delta.deleted_topic_ids and not delta.topics_delta.created_topic_ids
@@ -313,7 +313,7 @@ def test_finish_snapshot_removes_everything_the_snapshot_does_not_mention() -> N
     delta.replay(mv_record(25))
     delta.replay(register_broker(2))
     delta.replay(topic("payments", 2))
-    delta.replay(partition(2, 0, (3, 1, 2)))
+    delta.replay(partition(2, 0, replicas=(3, 1, 2)))
     delta.finish_snapshot()
     new = delta.apply(PROVENANCE)
     assert sorted(new.cluster.brokers) == [2]
@@ -334,7 +334,7 @@ def test_local_changes_classify_what_a_delta_means_for_one_broker() -> None:
     delta.replay(change(1, 1, isr=(2, 3)))  # broker 2 still leads orders-1, ISR shrank
     delta.replay(change(2, 0, replicas=(3, 1), isr=(3, 1)))  # broker 2 leaves payments-0
     delta.replay(topic("new", 3))
-    delta.replay(partition(3, 0, (1, 2), directories=(dir_id(1), dir_id(2))))  # broker 2 follows
+    delta.replay(partition(3, 0, replicas=(1, 2), directories=(dir_id(1), dir_id(2))))  # broker 2 follows
     assert delta.topics_delta is not None
     changes = delta.topics_delta.local_changes(2)
     assert changes.deletes == {TopicPartition("payments", 0)}

@@ -33,7 +33,7 @@ class Recorder:
     log: list[tuple[str, object]] = field(default_factory=list)
     updates: list[tuple[MetadataDelta, MetadataImage, LoaderManifest]] = field(default_factory=list)
 
-    def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest) -> None:
+    def on_metadata_update(self, delta: MetadataDelta, *, image: MetadataImage, manifest: LoaderManifest) -> None:
         self.updates.append((delta, image, manifest))
         self.log.append((self.name, image.offset))
 
@@ -55,7 +55,7 @@ def test_many_batches_in_one_commit_become_one_publish() -> None:
     recorder = Recorder("r")
     loader = caught_up_loader(recorder)
     recorder.updates.clear()
-    records = [topic("t", 1), partition(1, 0, (1, 2)), partition(1, 1, (2, 1)), change(1, 0, isr=(1,))]
+    records = [topic("t", 1), partition(1, 0, replicas=(1, 2)), partition(1, 1, replicas=(2, 1)), change(1, 0, isr=(1,))]
     loader.handle_commit(batches_of(records, [1, 2], base_offset=3), elapsed_ns=1234)
     assert len(recorder.updates) == 1
     delta, image, manifest = recorder.updates[0]
@@ -132,9 +132,9 @@ def test_records_of_a_transaction_are_published_together() -> None:
     recorder.updates.clear()
     loader.handle_commit(batches_of([BeginTransactionRecord(name="create"), topic("t", 1)], [2], base_offset=3))
     assert recorder.updates == [] and loader.image.topics.is_empty()
-    loader.handle_commit(batches_of([partition(1, 0, (1, 2))], [1], base_offset=5))
+    loader.handle_commit(batches_of([partition(1, 0, replicas=(1, 2))], [1], base_offset=5))
     assert recorder.updates == []
-    loader.handle_commit(batches_of([partition(1, 1, (2, 1)), EndTransactionRecord()], [2], base_offset=6))
+    loader.handle_commit(batches_of([partition(1, 1, replicas=(2, 1)), EndTransactionRecord()], [2], base_offset=6))
     assert len(recorder.updates) == 1
     _, image, manifest = recorder.updates[0]
     assert sorted(image.topics.get_topic(topic_id(1)).partitions) == [0, 1]  # type: ignore[union-attr]
@@ -149,7 +149,7 @@ def test_an_aborted_transaction_is_discarded_and_later_records_apply() -> None:
     records = [
         BeginTransactionRecord(name="create"),
         topic("doomed", 1),
-        partition(1, 0, (1, 2)),
+        partition(1, 0, replicas=(1, 2)),
         AbortTransactionRecord(reason="controller failover"),
         topic("kept", 2),
     ]
@@ -214,7 +214,7 @@ def test_loading_a_snapshot_replaces_the_image_and_drops_what_it_lacks() -> None
     loader.handle_commit(batches_of([topic("old", 1)], [1], base_offset=3))
     # Pending transaction records are discarded by the snapshot too.
     loader.handle_commit(batches_of([BeginTransactionRecord(), topic("pending", 3)], [2], base_offset=4))
-    snapshot = [mv_record(25), register_broker(2), topic("new", 2), partition(2, 0, (2,))]
+    snapshot = [mv_record(25), register_broker(2), topic("new", 2), partition(2, 0, replicas=(2,))]
     loader.handle_load_snapshot(
         snapshot, last_contained_offset=99, last_contained_epoch=4, last_contained_log_time_ms=5, elapsed_ns=10
     )
@@ -229,7 +229,7 @@ def test_loading_a_snapshot_replaces_the_image_and_drops_what_it_lacks() -> None
 
 def test_a_failing_publisher_is_reported_and_the_others_still_run() -> None:
     class Broken(Recorder):
-        def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest) -> None:
+        def on_metadata_update(self, delta: MetadataDelta, *, image: MetadataImage, manifest: LoaderManifest) -> None:
             raise RuntimeError("disk on fire")
 
     faults: list[str] = []

@@ -33,7 +33,7 @@ def registration(**overrides: object) -> PartitionRegistration:
 
 
 def test_from_record_without_directories_marks_every_replica_migrating() -> None:
-    reg = PartitionRegistration.from_record(partition(1, 0, (4, 5, 6)))
+    reg = PartitionRegistration.from_record(partition(1, 0, replicas=(4, 5, 6)))
     assert reg.replicas == (4, 5, 6)
     assert reg.directories == (MIGRATING_DIRECTORY,) * 3
     assert reg.leader == 4
@@ -42,7 +42,7 @@ def test_from_record_without_directories_marks_every_replica_migrating() -> None
 
 
 def test_from_record_refuses_directories_that_do_not_match_replicas() -> None:
-    record = partition(1, 0, (1, 2), directories=(dir_id(1),))
+    record = partition(1, 0, replicas=(1, 2), directories=(dir_id(1),))
     with pytest.raises(MetadataReplayError, match="2 replicas but 1 directories"):
         PartitionRegistration.from_record(record)
 

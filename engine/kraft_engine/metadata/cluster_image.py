@@ -90,7 +90,7 @@ class ClusterDelta:
         controller = ControllerRegistration.from_record(record)
         self.changed_controllers[controller.id] = controller
 
-    def _broker_at_epoch(self, broker_id: int, epoch: int, action: str) -> BrokerRegistration:
+    def _broker_at_epoch(self, broker_id: int, *, epoch: int, action: str) -> BrokerRegistration:
         broker = self.broker(broker_id)
         if broker is None:
             raise MetadataReplayError(f"cannot {action} broker {broker_id}: it is not registered")
@@ -101,15 +101,15 @@ class ClusterDelta:
         return broker
 
     def replay_fence_broker(self, record: FenceBrokerRecord) -> None:
-        broker = self._broker_at_epoch(int(record.id), int(record.epoch), "fence")
+        broker = self._broker_at_epoch(int(record.id), epoch=int(record.epoch), action="fence")
         self.changed_brokers[broker.id] = broker.clone_with(fenced=True)
 
     def replay_unfence_broker(self, record: UnfenceBrokerRecord) -> None:
-        broker = self._broker_at_epoch(int(record.id), int(record.epoch), "unfence")
+        broker = self._broker_at_epoch(int(record.id), epoch=int(record.epoch), action="unfence")
         self.changed_brokers[broker.id] = broker.clone_with(fenced=False)
 
     def replay_broker_registration_change(self, record: BrokerRegistrationChangeRecord) -> None:
-        broker = self._broker_at_epoch(int(record.broker_id), int(record.broker_epoch), "change")
+        broker = self._broker_at_epoch(int(record.broker_id), epoch=int(record.broker_epoch), action="change")
         if record.fenced not in _FENCING_CHANGES:
             raise MetadataReplayError(
                 f"BrokerRegistrationChangeRecord for broker {broker.id} has unknown fenced value {record.fenced}"

@@ -164,12 +164,15 @@ class MetadataLoader:
         )
         image = self._apply(delta, provenance)
         self._reset_to_image(image)
-        self._publish(delta, image, SnapshotManifest(provenance=provenance, elapsed_ns=elapsed_ns))
+        manifest = SnapshotManifest(provenance=provenance, elapsed_ns=elapsed_ns)
+        self._publish(delta, image=image, manifest=manifest)
 
     def handle_leader_change(self, leader_and_epoch: LeaderAndEpoch) -> None:
         self._leader_and_epoch = leader_and_epoch
         for publisher in list(self._publishers):
-            self._call(publisher, "on_controller_change", lambda p: p.on_controller_change(leader_and_epoch))
+            self._call(
+                publisher, what="on_controller_change", action=lambda p: p.on_controller_change(leader_and_epoch)
+            )
 
     def update_high_watermark(self, high_watermark: int, *, elapsed_ns: int = 0) -> None:
         """The raft layer's high watermark moved; may open the catch-up gate for waiting publishers."""
@@ -276,7 +279,7 @@ class MetadataLoader:
         delta = self._delta
         image = self._apply(delta, manifest.provenance)
         self._reset_to_image(image)
-        self._publish(delta, image, manifest)
+        self._publish(delta, image=image, manifest=manifest)
 
     def _apply(self, delta: MetadataDelta, provenance: MetadataProvenance) -> MetadataImage:
         try:
@@ -294,11 +297,15 @@ class MetadataLoader:
         self._catching_up = False
         return False
 
-    def _publish(self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest) -> None:
+    def _publish(self, delta: MetadataDelta, *, image: MetadataImage, manifest: LoaderManifest) -> None:
         if self._still_catching_up(manifest.provenance.last_contained_offset):
             return
         for publisher in list(self._publishers):
-            self._call(publisher, "on_metadata_update", lambda p: p.on_metadata_update(delta, image, manifest))
+            self._call(
+                publisher,
+                what="on_metadata_update",
+                action=lambda p: p.on_metadata_update(delta, image=image, manifest=manifest),
+            )
         self._initialize_new_publishers(elapsed_ns=0)
 
     def _initialize_new_publishers(self, *, elapsed_ns: int) -> None:
@@ -314,13 +321,17 @@ class MetadataLoader:
         waiting, self._uninitialized = self._uninitialized, []
         for publisher in waiting:
             self._publishers.append(publisher)
-            self._call(publisher, "on_metadata_update", lambda p: p.on_metadata_update(delta, image, manifest))
             self._call(
-                publisher, "on_controller_change", lambda p: p.on_controller_change(self._leader_and_epoch)
+                publisher,
+                what="on_metadata_update",
+                action=lambda p: p.on_metadata_update(delta, image=image, manifest=manifest),
+            )
+            self._call(
+                publisher, what="on_controller_change", action=lambda p: p.on_controller_change(self._leader_and_epoch)
             )
 
     def _call(
-        self, publisher: MetadataPublisher, what: str, action: Callable[[MetadataPublisher], None]
+        self, publisher: MetadataPublisher, *, what: str, action: Callable[[MetadataPublisher], None]
     ) -> None:
         try:
             action(publisher)

@@ -57,7 +57,7 @@ class MetadataPublisher(Protocol):
     @property
     def name(self) -> str: ...
 
-    def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest) -> None:
+    def on_metadata_update(self, delta: MetadataDelta, *, image: MetadataImage, manifest: LoaderManifest) -> None:
         """A new image, the delta from the previous one this publisher saw, and what produced it."""
 
     def on_controller_change(self, leader_and_epoch: LeaderAndEpoch) -> None:

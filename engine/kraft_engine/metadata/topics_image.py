@@ -384,6 +384,7 @@ class TopicsDelta:
         def account(
             topic_id: uuid.UUID,
             partition_id: int,
+            *,
             old: PartitionRegistration | None,
             new: PartitionRegistration | None,
         ) -> None:
@@ -410,7 +411,7 @@ class TopicsDelta:
             if by_name.get(topic.name) is topic:
                 del by_name[topic.name]
             for partition_id, partition in topic.partitions.items():
-                account(topic_id, partition_id, partition, None)
+                account(topic_id, partition_id, old=partition, new=None)
 
         for topic_id, delta in self.changed_topics.items():
             previous = base.topics_by_id.get(topic_id) if topic_id not in self.deleted_topic_ids else None
@@ -429,12 +430,12 @@ class TopicsDelta:
                     account(
                         topic_id,
                         partition_id,
-                        previous.partitions.get(partition_id),
-                        topic.partitions.get(partition_id),
+                        old=previous.partitions.get(partition_id),
+                        new=topic.partitions.get(partition_id),
                     )
             else:
                 for partition_id, partition in delta.partition_changes.items():
-                    account(topic_id, partition_id, delta.image.partitions.get(partition_id), partition)
+                    account(topic_id, partition_id, old=delta.image.partitions.get(partition_id), new=partition)
 
         return TopicsImage(
             frozen_map(by_id),
