@@ -79,3 +79,14 @@ def test_directory_assignment_needs_a_metadata_version_that_supports_it() -> Non
     h.create_topic("orders")
     refused = _assign(h, 1, uuid.uuid4(), {h.topic_id("orders"): [0]})
     assert isinstance(refused, ControllerApiError) and refused.error_code == ErrorCode.unsupported_version
+
+
+def test_a_directory_the_broker_never_registered_counts_as_offline() -> None:
+    # Kafka accepts the assignment (the broker is the authority on placement) but a replica on a
+    # directory the broker does not report online can neither lead nor stay in the ISR.
+    h = Harness().unfenced(1, 2)
+    h.create_topic("orders", assignments=[[1, 2]])
+    unknown = uuid.uuid4()
+    assert _codes(_assign(h, 1, unknown, {h.topic_id("orders"): [0]})) == [ErrorCode.none]
+    partition = h.partition("orders")
+    assert partition.directory(1) == unknown and partition.leader == 2 and partition.isr == (2,)

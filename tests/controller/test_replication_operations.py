@@ -27,6 +27,7 @@ from kio.schema.list_partition_reassignments.v0.request import (
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
+from kraft_engine.controller import ControllerApiError
 from kraft_engine.metadata import LeaderRecoveryState
 from kraft_engine.records import NoOpRecord, PartitionChangeRecord, PartitionRecord
 
@@ -334,3 +335,13 @@ def test_the_no_op_writer_keeps_the_log_moving() -> None:
     quiet.controller.tick(10_000)
     quiet.commit()
     assert not any(isinstance(r, NoOpRecord) for r in quiet.written)
+
+
+def test_an_unknown_election_type_refuses_the_whole_request() -> None:
+    h = Harness().unfenced(1)
+    h.create_topic("orders")
+    refused = h.run(h.controller.elect_leaders(ElectLeadersRequest(
+        election_type=i8(7), topic_partitions=(TopicPartitions(topic=TopicName("orders"), partitions=(i32(0),)),))))
+    assert isinstance(refused, ControllerApiError)
+    assert (refused.error_code, refused.message) == (ErrorCode.invalid_request, "Unknown election type 7")
+    assert h.written == []
