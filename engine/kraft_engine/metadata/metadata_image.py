@@ -30,7 +30,7 @@ from kraft_engine.metadata.topics_image import TopicsImage
 __all__ = ["MetadataImage"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class MetadataImage:
     EMPTY: ClassVar[MetadataImage]
 
@@ -44,6 +44,14 @@ class MetadataImage:
     acls: AclsImage
     scram: ScramImage
     delegation_tokens: DelegationTokensImage
+
+    def __repr__(self) -> str:
+        # A summary: the full repr of a 100k-partition image would swamp any log or error message.
+        return (
+            f"MetadataImage(offset={self.provenance.last_contained_offset}, "
+            f"epoch={self.provenance.last_contained_epoch}, metadata.version={self.features.metadata_version}, "
+            f"brokers={len(self.cluster.brokers)}, topics={len(self.topics.topics_by_id)})"
+        )
 
     def is_empty(self) -> bool:
         return (

@@ -156,7 +156,7 @@ def _leaders(partition: PartitionRegistration | None) -> tuple[int, ...]:
     return () if partition is None or not partition.has_leader else (partition.leader,)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class TopicsImage:
     """All topics, by id and by name, plus reverse indexes and partition-health counts."""
 
@@ -169,6 +169,9 @@ class TopicsImage:
     replicas: BrokerPartitionIndex = field(default_factory=BrokerPartitionIndex, compare=False)
     offline_partition_count: int = field(default=0, compare=False)
     preferred_replica_imbalance_count: int = field(default=0, compare=False)
+
+    def __repr__(self) -> str:
+        return f"TopicsImage(topics={len(self.topics_by_id)}, offline={self.offline_partition_count})"
 
     def is_empty(self) -> bool:
         return not self.topics_by_id
