@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from kio.schema.describe_configs.v4 import request as describe_request
 from kio.schema.describe_configs.v4 import response as describe_response
@@ -60,6 +60,33 @@ class OpType(enum.IntEnum):
 Resource = tuple[int, str]
 
 
+class _ResourceConfigs(Mapping[str, str]):
+    """One resource's configs as a read-only mapping over the shared timeline map: lookups by
+    name are direct, so resolving a topic config does not scan every config in the cluster
+    (elections consult unclean.leader.election.enable once per partition)."""
+
+    def __init__(self, configs: TimelineHashMap[tuple[int, str, str], str], resource: Resource,
+                 epoch: int | None) -> None:
+        self._configs = configs
+        self._resource = resource
+        self._epoch = epoch
+
+    def __getitem__(self, name: str) -> str:
+        value = self._configs.get((*self._resource, name), self._epoch)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def _names(self) -> list[str]:
+        return [key[2] for key in self._configs.keys(self._epoch) if key[:2] == self._resource]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
 class ConfigurationControlManager:
     def __init__(
         self,
@@ -102,9 +129,10 @@ class ConfigurationControlManager:
     def _layers(self, topic_name: str | None, epoch: int | None = None) -> dict[str, Mapping[str, str]]:
         broker = ConfigResourceType.BROKER
         return {
-            "topic": self.configs(ConfigResourceType.TOPIC, topic_name, epoch) if topic_name is not None else {},
-            "node": self.configs(broker, str(self._node_id), epoch) if self._node_id >= 0 else {},
-            "cluster": self.configs(broker, "", epoch),
+            "topic": _ResourceConfigs(self._configs, (ConfigResourceType.TOPIC, topic_name), epoch)
+            if topic_name is not None else {},
+            "node": _ResourceConfigs(self._configs, (broker, str(self._node_id)), epoch) if self._node_id >= 0 else {},
+            "cluster": _ResourceConfigs(self._configs, (broker, ""), epoch),
             "static": self._static_config,
         }
 
