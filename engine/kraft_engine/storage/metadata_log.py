@@ -6,13 +6,14 @@ the batches plus `<offset>-<epoch>.checkpoint` snapshot files in the same direct
 role of Kafka's `KafkaMetadataLog`.
 
 Opening follows KafkaMetadataLog: leftovers are cleaned, the log is recovered (the report is
-returned), the log start is the earliest snapshot's end offset when the segments reach back
-before it, and when the latest snapshot lies beyond the recovered log end (a follower crashed
+returned), and when the latest snapshot lies beyond the recovered log end (a follower crashed
 after downloading a snapshot but before truncating) the log restarts at that snapshot.
 
-The log start offset itself is not checkpointed separately: as in Kafka's metadata log it is
-re-derived from the segments and snapshots on open. `delete_before` is only ever called with a
-snapshot's end offset, and the snapshot outlives the segments it replaced.
+The log start offset is not checkpointed: as in Kafka's metadata log (whose UnifiedLog is opened
+with log start 0 and no log-start checkpoint), after a restart it is the first remaining
+segment's base offset. `delete_before` removes whole segments only, so a restart can bring back
+committed offsets between that base and the snapshot the log had been trimmed to; they are valid
+data, and the next retention pass trims them again.
 """
 
 from __future__ import annotations
@@ -52,13 +53,8 @@ class FileMetadataLog:
         cls, directory: Path, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES
     ) -> tuple[FileMetadataLog, RecoveryReport]:
         """Open and recover; `segment_bytes` is Kafka's `metadata.log.segment.bytes`."""
-        directory.mkdir(parents=True, exist_ok=True)
+        log, report = PartitionLog.open(directory, segment_bytes=segment_bytes)
         snapshots = list_snapshots(directory)
-        log, report = PartitionLog.open(
-            directory,
-            segment_bytes=segment_bytes,
-            log_start_offset=snapshots[0].end_offset if snapshots else None,
-        )
         if snapshots and snapshots[-1].end_offset > log.log_end_offset:
             log.truncate_fully_and_start_at(snapshots[-1].end_offset)
         return cls(log), report
