@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Final
+from typing import Any, Final
 
 from kio.schema.add_raft_voter.v1 import request as add_voter_req
 from kio.schema.add_raft_voter.v1 import response as add_voter_resp
@@ -94,6 +94,45 @@ def vote_request(
     )
 
 
+def _epoch_response(
+    module: Any,
+    response_type: Any,
+    *,
+    error: ErrorCode,
+    leader_id: int | None,
+    epoch: int,
+    endpoints: tuple[Endpoint, ...],
+    listener: str,
+    top_level_error: ErrorCode,
+    **partition_fields: Any,
+) -> Any:
+    """Vote, BeginQuorumEpoch and EndQuorumEpoch responses share one shape: a top-level error,
+    one partition with (error, leader id, leader epoch), and the leader's endpoint."""
+    hint = _leader_hint(endpoints, leader_id, listener)
+    return response_type(
+        error_code=top_level_error,
+        topics=()
+        if top_level_error != ErrorCode.none
+        else (
+            module.TopicData(
+                topic_name=METADATA_TOPIC,
+                partitions=(
+                    module.PartitionData(
+                        partition_index=i32(METADATA_PARTITION),
+                        error_code=error,
+                        leader_id=BrokerId(-1 if leader_id is None else leader_id),
+                        leader_epoch=i32(epoch),
+                        **partition_fields,
+                    ),
+                ),
+            ),
+        ),
+        node_endpoints=()
+        if hint is None
+        else (module.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    )
+
+
 def vote_response(
     *,
     error: ErrorCode,
@@ -104,29 +143,11 @@ def vote_response(
     listener: str,
     top_level_error: ErrorCode = ErrorCode.none,
 ) -> vote_resp.VoteResponse:
-    hint = _leader_hint(endpoints, leader_id, listener)
-    return vote_resp.VoteResponse(
-        error_code=top_level_error,
-        topics=()
-        if top_level_error != ErrorCode.none
-        else (
-            vote_resp.TopicData(
-                topic_name=METADATA_TOPIC,
-                partitions=(
-                    vote_resp.PartitionData(
-                        partition_index=i32(METADATA_PARTITION),
-                        error_code=error,
-                        leader_id=BrokerId(-1 if leader_id is None else leader_id),
-                        leader_epoch=i32(epoch),
-                        vote_granted=granted,
-                    ),
-                ),
-            ),
-        ),
-        node_endpoints=()
-        if hint is None
-        else (vote_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    response: vote_resp.VoteResponse = _epoch_response(
+        vote_resp, vote_resp.VoteResponse, error=error, leader_id=leader_id, epoch=epoch, endpoints=endpoints, listener=listener,
+        top_level_error=top_level_error, vote_granted=granted,
     )
+    return response
 
 
 # -- BeginQuorumEpoch ------------------------------------------------------------------------------
@@ -164,28 +185,11 @@ def begin_quorum_epoch_response(
     listener: str,
     top_level_error: ErrorCode = ErrorCode.none,
 ) -> begin_resp.BeginQuorumEpochResponse:
-    hint = _leader_hint(endpoints, leader_id, listener)
-    return begin_resp.BeginQuorumEpochResponse(
-        error_code=top_level_error,
-        topics=()
-        if top_level_error != ErrorCode.none
-        else (
-            begin_resp.TopicData(
-                topic_name=METADATA_TOPIC,
-                partitions=(
-                    begin_resp.PartitionData(
-                        partition_index=i32(METADATA_PARTITION),
-                        error_code=error,
-                        leader_id=BrokerId(-1 if leader_id is None else leader_id),
-                        leader_epoch=i32(epoch),
-                    ),
-                ),
-            ),
-        ),
-        node_endpoints=()
-        if hint is None
-        else (begin_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    response: begin_resp.BeginQuorumEpochResponse = _epoch_response(
+        begin_resp, begin_resp.BeginQuorumEpochResponse, error=error, leader_id=leader_id, epoch=epoch, endpoints=endpoints, listener=listener,
+        top_level_error=top_level_error,
     )
+    return response
 
 
 # -- EndQuorumEpoch --------------------------------------------------------------------------------
@@ -230,28 +234,11 @@ def end_quorum_epoch_response(
     listener: str,
     top_level_error: ErrorCode = ErrorCode.none,
 ) -> end_resp.EndQuorumEpochResponse:
-    hint = _leader_hint(endpoints, leader_id, listener)
-    return end_resp.EndQuorumEpochResponse(
-        error_code=top_level_error,
-        topics=()
-        if top_level_error != ErrorCode.none
-        else (
-            end_resp.TopicData(
-                topic_name=METADATA_TOPIC,
-                partitions=(
-                    end_resp.PartitionData(
-                        partition_index=i32(METADATA_PARTITION),
-                        error_code=error,
-                        leader_id=BrokerId(-1 if leader_id is None else leader_id),
-                        leader_epoch=i32(epoch),
-                    ),
-                ),
-            ),
-        ),
-        node_endpoints=()
-        if hint is None
-        else (end_resp.NodeEndpoint(node_id=BrokerId(hint[0]), host=hint[1], port=u16(hint[2])),),
+    response: end_resp.EndQuorumEpochResponse = _epoch_response(
+        end_resp, end_resp.EndQuorumEpochResponse, error=error, leader_id=leader_id, epoch=epoch, endpoints=endpoints, listener=listener,
+        top_level_error=top_level_error,
     )
+    return response
 
 
 # -- Fetch -----------------------------------------------------------------------------------------

@@ -1013,24 +1013,12 @@ class RaftNode:
         return False
 
     def _handle_vote_response(self, inflight: _Inflight, response: Any, now_ms: int) -> bool:
-        if response.error_code != ErrorCode.none:
-            if response.error_code == ErrorCode.unsupported_version:
-                return self._handle_failure(inflight, RequestFailure.UNSUPPORTED_VERSION, now_ms)
-            return False
-        partition = _single_partition(response.topics, "topic_name", "partition_index")
-        if partition is None:
-            return False
-        leader_id = _optional_id(partition.leader_id)
+        if response.error_code == ErrorCode.unsupported_version:
+            return self._handle_failure(inflight, RequestFailure.UNSUPPORTED_VERSION, now_ms)
+        partition, handled = self._epoch_response(response, now_ms)
+        if partition is None or handled is not None:
+            return bool(handled)
         epoch = int(partition.leader_epoch)
-        handled = self._maybe_handle_common_response(
-            error=partition.error_code,
-            leader_id=leader_id,
-            epoch=epoch,
-            endpoints=_response_endpoints(response, leader_id, self._config.controller_listener_name),
-            now_ms=now_ms,
-        )
-        if handled is not None:
-            return handled
         if partition.error_code != ErrorCode.none:
             return False
         sent_pre_vote = bool(inflight.request.topics[0].partitions[0].pre_vote)
@@ -1047,38 +1035,56 @@ class RaftNode:
     # ==========================================================================================
     # BeginQuorumEpoch / EndQuorumEpoch
     # ==========================================================================================
-    def _handle_begin_quorum_epoch_request(self, request: Any, token: int, now_ms: int) -> Any:
+    def _accept_leader_announcement(self, request: Any, *, build: Any, check_voter_key: bool, now_ms: int) -> tuple[Any, Any]:
+        """Checks shared by BeginQuorumEpoch and EndQuorumEpoch, then learn the announced leader.
+
+        Returns (error response, None) when refused, or (None, partition) once transitioned.
+        """
         listener = self._config.controller_listener_name
 
         def reply(error: ErrorCode, top: ErrorCode = ErrorCode.none) -> Any:
-            return messages.begin_quorum_epoch_response(
+            return build(
                 error=error, leader_id=self.leader_id, epoch=self.epoch, endpoints=self._leader_endpoints(),
                 listener=listener, top_level_error=top,
             )
 
         if not self._check_cluster_id(request.cluster_id):
-            return reply(ErrorCode.none, top=ErrorCode.inconsistent_cluster_id)
+            return reply(ErrorCode.none, top=ErrorCode.inconsistent_cluster_id), None
         partition = _single_partition(request.topics, "topic_name", "partition_index")
         if partition is None:
-            return reply(ErrorCode.none, top=ErrorCode.invalid_request)
+            return reply(ErrorCode.none, top=ErrorCode.invalid_request), None
         leader_id = int(partition.leader_id)
         epoch = int(partition.leader_epoch)
         if epoch < self.epoch:
-            return reply(ErrorCode.fenced_leader_epoch)
+            return reply(ErrorCode.fenced_leader_epoch), None
         if leader_id < 0 or leader_id == self.node_id:
-            return reply(ErrorCode.invalid_request)
-        if not self._is_local_key(int(request.voter_id), partition.voter_directory_id):
-            return reply(ErrorCode.invalid_voter_key)
+            return reply(ErrorCode.invalid_request), None
+        if check_voter_key and not self._is_local_key(int(request.voter_id), partition.voter_directory_id):
+            return reply(ErrorCode.invalid_voter_key), None
         endpoints = tuple(Endpoint(e.name, e.host, int(e.port)) for e in request.leader_endpoints)
         self._maybe_transition(leader_id, epoch, self._endpoints_for(leader_id, endpoints), now_ms)
-        return reply(ErrorCode.none)
+        return None, partition
 
-    def _handle_begin_quorum_epoch_response(self, inflight: _Inflight, response: Any, now_ms: int) -> bool:
+    def _handle_begin_quorum_epoch_request(self, request: Any, token: int, now_ms: int) -> Any:
+        refusal, _ = self._accept_leader_announcement(
+            request, build=messages.begin_quorum_epoch_response, check_voter_key=True, now_ms=now_ms
+        )
+        return refusal or self._announcement_ack(messages.begin_quorum_epoch_response)
+
+    def _announcement_ack(self, build: Any) -> Any:
+        return build(
+            error=ErrorCode.none, leader_id=self.leader_id, epoch=self.epoch, endpoints=self._leader_endpoints(),
+            listener=self._config.controller_listener_name,
+        )
+
+    def _epoch_response(self, response: Any, now_ms: int) -> tuple[Any, bool | None]:
+        """Top-level error, single partition and the common epoch/leader handling of a Vote,
+        BeginQuorumEpoch or EndQuorumEpoch response: (partition or None, handled-outcome)."""
         if response.error_code != ErrorCode.none:
-            return False
+            return None, False
         partition = _single_partition(response.topics, "topic_name", "partition_index")
         if partition is None:
-            return False
+            return None, False
         leader_id = _optional_id(partition.leader_id)
         handled = self._maybe_handle_common_response(
             error=partition.error_code,
@@ -1087,8 +1093,12 @@ class RaftNode:
             endpoints=_response_endpoints(response, leader_id, self._config.controller_listener_name),
             now_ms=now_ms,
         )
-        if handled is not None:
-            return handled
+        return partition, handled
+
+    def _handle_begin_quorum_epoch_response(self, inflight: _Inflight, response: Any, now_ms: int) -> bool:
+        partition, handled = self._epoch_response(response, now_ms)
+        if partition is None or handled is not None:
+            return bool(handled)
         state = self._quorum.state
         if partition.error_code == ErrorCode.none and isinstance(state, LeaderState) and int(partition.leader_epoch) == state.epoch:
             state.add_acknowledgement_from(inflight.destination_id)
@@ -1096,33 +1106,17 @@ class RaftNode:
         return bool(partition.error_code == ErrorCode.none)
 
     def _handle_end_quorum_epoch_request(self, request: Any, token: int, now_ms: int) -> Any:
-        listener = self._config.controller_listener_name
-
-        def reply(error: ErrorCode, top: ErrorCode = ErrorCode.none) -> Any:
-            return messages.end_quorum_epoch_response(
-                error=error, leader_id=self.leader_id, epoch=self.epoch, endpoints=self._leader_endpoints(),
-                listener=listener, top_level_error=top,
-            )
-
-        if not self._check_cluster_id(request.cluster_id):
-            return reply(ErrorCode.none, top=ErrorCode.inconsistent_cluster_id)
-        partition = _single_partition(request.topics, "topic_name", "partition_index")
-        if partition is None:
-            return reply(ErrorCode.none, top=ErrorCode.invalid_request)
-        leader_id = int(partition.leader_id)
-        epoch = int(partition.leader_epoch)
-        if epoch < self.epoch:
-            return reply(ErrorCode.fenced_leader_epoch)
-        if leader_id < 0 or leader_id == self.node_id:
-            return reply(ErrorCode.invalid_request)
-        endpoints = tuple(Endpoint(e.name, e.host, int(e.port)) for e in request.leader_endpoints)
-        self._maybe_transition(leader_id, epoch, self._endpoints_for(leader_id, endpoints), now_ms)
+        refusal, partition = self._accept_leader_announcement(
+            request, build=messages.end_quorum_epoch_response, check_voter_key=False, now_ms=now_ms
+        )
+        if refusal is not None:
+            return refusal
         state = self._quorum.state
-        if isinstance(state, FollowerState) and state.leader_id == leader_id:
+        if isinstance(state, FollowerState) and state.leader_id == int(partition.leader_id):
             preferred = [ReplicaKey.of(int(c.candidate_id), c.candidate_directory_id) for c in partition.preferred_candidates]
             backoff_ms = self._end_epoch_backoff_ms(preferred)
             state.fetch_deadline_ms = min(state.fetch_deadline_ms, now_ms + backoff_ms)
-        return reply(ErrorCode.none)
+        return self._announcement_ack(messages.end_quorum_epoch_response)
 
     def _end_epoch_backoff_ms(self, preferred: list[ReplicaKey]) -> int:
         """Strict exponential backoff by our position among the preferred successors: the most
@@ -1144,21 +1138,9 @@ class RaftNode:
         return min(maximum, base_ms << (position - 1))
 
     def _handle_end_quorum_epoch_response(self, inflight: _Inflight, response: Any, now_ms: int) -> bool:
-        if response.error_code != ErrorCode.none:
-            return False
-        partition = _single_partition(response.topics, "topic_name", "partition_index")
-        if partition is None:
-            return False
-        leader_id = _optional_id(partition.leader_id)
-        handled = self._maybe_handle_common_response(
-            error=partition.error_code,
-            leader_id=leader_id,
-            epoch=int(partition.leader_epoch),
-            endpoints=_response_endpoints(response, leader_id, self._config.controller_listener_name),
-            now_ms=now_ms,
-        )
-        if handled is not None:
-            return handled
+        partition, handled = self._epoch_response(response, now_ms)
+        if partition is None or handled is not None:
+            return bool(handled)
         state = self._quorum.state
         if partition.error_code == ErrorCode.none and isinstance(state, ResignedState):
             state.unacked_voters.discard(inflight.destination_id)
