@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -43,7 +44,13 @@ from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 from kio.static.primitive import i16, i64
 
-from kraft_engine.records.batches import BatchHeader, CorruptBatchError, build_batch, validate_batch
+from kraft_engine.records.batches import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptBatchError,
+    build_batch,
+    validate_batch,
+)
 from kraft_engine.records.control import (
     ControlRecord,
     ControlRecordError,
@@ -71,6 +78,7 @@ _SUFFIX = ".checkpoint"
 _PARTIAL_SUFFIX = ".checkpoint.part"
 _DELETED_SUFFIX = ".checkpoint.deleted"
 _NAME = re.compile(r"^(\d{20})-(\d{10})")
+_LENGTH = struct.Struct(">i")
 
 
 class SnapshotId(NamedTuple):
@@ -310,7 +318,7 @@ class SnapshotReader:
 
     def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
         """Every batch, header and footer included, checked as it is read."""
-        return _iter_validated(self.path, os.pread(self._fd, self.size_bytes, 0))
+        return _iter_validated(self.path, self._fd)
 
     @property
     def last_contained_log_timestamp_ms(self) -> int:
@@ -334,25 +342,33 @@ class SnapshotReader:
 
 
 def _validate_snapshot_file(path: Path) -> None:
-    for _ in _iter_validated(path, path.read_bytes()):
-        pass
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in _iter_validated(path, fd):
+            pass
+    finally:
+        os.close(fd)
 
 
-def _iter_validated(path: Path, data: bytes) -> Iterator[tuple[BatchHeader, bytes]]:
+def _iter_validated(path: Path, fd: int) -> Iterator[tuple[BatchHeader, bytes]]:
+    """Stream the batches of a snapshot file one at a time (snapshots can be large)."""
+    size = os.fstat(fd).st_size
     position = 0
     expected_offset = 0
     footer_seen = False
     epoch: int | None = None
-    if not data:
+    if not size:
         raise SnapshotError(f"{path} is empty: a snapshot starts with a SnapshotHeaderRecord batch")
-    while position < len(data):
+    while position < size:
         if footer_seen:
             raise SnapshotError(f"{path}: bytes after the SnapshotFooterRecord at byte {position}")
+        head = os.pread(fd, LOG_OVERHEAD, position)
+        declared = LOG_OVERHEAD + max(_LENGTH.unpack_from(head, 8)[0], 0) if len(head) == LOG_OVERHEAD else 0
+        raw = os.pread(fd, max(min(declared, size - position), len(head)), position)
         try:
-            header = validate_batch(data, position)
+            header = validate_batch(raw)
         except CorruptBatchError as e:
-            raise SnapshotError(f"{path}: {e}") from None
-        raw = data[position : position + header.size_bytes]
+            raise SnapshotError(f"{path}: batch at byte {position}: {e.reason}") from None
         if header.base_offset != expected_offset:
             raise SnapshotError(
                 f"{path}: batch at byte {position} has base offset {header.base_offset}, expected {expected_offset}"
