@@ -40,6 +40,10 @@ Decisions worth knowing:
   walked header by header (lengths, offsets, epochs), and the rest — always including the last
   segment — are CRC-checked. Without a log start offset it is the first segment's base offset;
   with one, segments wholly below it (a crash interrupted retention) are deleted on open.
+- `flushed_offset` is the recovery point to checkpoint: every offset below it was fsynced.
+- Input errors (`LogError`) leave the log untouched. An `OSError` from the disk during an
+  append or truncation leaves the in-memory view unreliable, as it makes Kafka take the log
+  directory offline: close the log and reopen it, and recovery reconciles memory with disk.
 - Recovery truncates at the first batch that is torn, fails its CRC, breaks offset contiguity
   (base offsets are outside the CRC; the engine never compacts, so a gap is damage) or lowers
   the leader epoch. Everything after that point is dropped, later segments included, even if
