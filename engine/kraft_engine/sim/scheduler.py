@@ -166,11 +166,12 @@ class Scheduler:
     def run_for(self, duration_ms: int) -> None:
         """Run every event due in the next `duration_ms` of virtual time."""
         end_ms = self.now_ms + duration_ms
-        while self._queue and self._next_deadline_ms() <= end_ms:
+        while self._queue and self.next_deadline_ms() <= end_ms:
             self.step()
         self.now_ms = max(self.now_ms, end_ms)
 
-    def _next_deadline_ms(self) -> int:
+    def next_deadline_ms(self) -> int:
+        """When the next live event is due (now when nothing is queued)."""
         while self._queue and self._queue[0].handle.cancelled:
             heapq.heappop(self._queue)
         return self._queue[0].deadline_ms if self._queue else self.now_ms
