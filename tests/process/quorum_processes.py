@@ -26,6 +26,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 HOST = "127.0.0.1"
+# The installed console script, as a user runs it (`python -m kraft_engine.cli.main` would load the
+# CLI module twice, as __main__ and by name).
+KRAFT = str(Path(sys.executable).parent / "kraft")
 # Short timeouts keep the suite fast: election 300 ms, fetch 600 ms.
 FAST_TIMEOUTS = {
     "controller.quorum.election.timeout.ms": "300",
@@ -49,7 +52,7 @@ def free_ports(count: int) -> list[int]:
 def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the `kraft` command in a subprocess, as a user would."""
     result = subprocess.run(
-        [sys.executable, "-m", "kraft_engine.cli.main", *args],
+        [KRAFT, *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -153,7 +156,7 @@ class ProcessCluster:
             raise AssertionError(f"controller {node_id} is already running")
         with node.log_path.open("ab") as log:
             node.process = subprocess.Popen(
-                [sys.executable, "-m", "kraft_engine.cli.main", "server", "start", "--config", str(node.config_path)],
+                [KRAFT, "server", "start", "--config", str(node.config_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -267,3 +270,26 @@ class ProcessCluster:
         if answer is None or answer[0] != 200:
             raise AssertionError(f"controller {node_id} did not list its entries: {answer}")
         return [(int(offset), str(value)) for offset, value in answer[1]["entries"]]
+
+
+def metadata_quorum(cluster: ProcessCluster, *args: str, bootstrap_ids: list[int] | None = None,
+                    check: bool = False) -> subprocess.CompletedProcess[str]:
+    return kraft("metadata-quorum", "--bootstrap-controller", cluster.bootstrap_servers(bootstrap_ids), *args,
+                 check=check)
+
+
+def describe_status(cluster: ProcessCluster, *, bootstrap_ids: list[int] | None = None) -> dict[str, Any]:
+    result = metadata_quorum(cluster, "--output", "json", "describe", "--status", bootstrap_ids=bootstrap_ids,
+                             check=True)
+    return dict(json.loads(result.stdout))
+
+
+def voter_ids(status: dict[str, Any]) -> list[int]:
+    return sorted(int(v["id"]) for v in status["currentVoters"])
+
+
+def directory_of(status: dict[str, Any], node_id: int) -> str:
+    for replica in [*status["currentVoters"], *status["currentObservers"]]:
+        if replica["id"] == node_id:
+            return str(replica["directoryId"])
+    raise AssertionError(f"node {node_id} is neither voter nor observer in {status}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kraft_engine.protocol import (
+    API_VERSIONS_KEY,
     ConnectionConfig,
     ConnectionFailed,
     ConnectionLost,
@@ -37,6 +39,9 @@ from kraft_engine.protocol import (
     RequestTimedOut,
     UnsupportedApi,
     UnsupportedVersion,
+    kio_version_range,
+    request_class,
+    response_class,
 )
 from kraft_engine.raft import (
     KRAFT_VERSION_1,
@@ -105,7 +110,7 @@ class RaftDriver:
         raft: RaftNode,
         log: FileMetadataLog,
         quorum_state: FileQuorumStateStore,
-        store: AppendOnlyStore,
+        store: AppendOnlyStore | None,
         metrics: RaftMetrics,
         connection_config: ConnectionConfig,
         clock_ms: Callable[[], int] = wall_clock_ms,
@@ -303,12 +308,14 @@ class RaftDriver:
     def _deliver(self, event: SnapshotLoad | CommittedBatch | LeaderChange) -> None:
         now_ms = self._clock_ms()
         if isinstance(event, SnapshotLoad):
-            self.store.load_snapshot(event)
+            if self.store is not None:
+                self.store.load_snapshot(event)
             for waiter in list(self._waiters):
                 if waiter.offset < event.snapshot_id.offset:
                     self._finish_waiter(waiter, committed=None)
         elif isinstance(event, CommittedBatch):
-            self.store.apply(event)
+            if self.store is not None:
+                self.store.apply(event)
             if self.raft.role is Role.LEADER and event.epoch == self.raft.epoch:
                 self._metrics.commit_latency_ms.record(max(0, now_ms - event.append_timestamp_ms))
             for waiter in list(self._waiters):
@@ -337,7 +344,8 @@ class RaftDriver:
             )
 
     def _maybe_snapshot(self) -> None:
-        request = self.store.snapshot_due()
+        # Without the stand-in store the state machine (the quorum controller) snapshots itself.
+        request = None if self.store is None else self.store.snapshot_due()
         if request is None:
             return
         try:
@@ -400,7 +408,7 @@ class RaftDriver:
                 ):
                     result = RequestFailure.DISCONNECTED
                 else:
-                    result = await connection.send(message.request, timeout_ms=message.timeout_ms)
+                    result = await self._exchange(connection, message)
             except RequestTimedOut:
                 result = RequestFailure.TIMED_OUT
             except (UnsupportedApi, UnsupportedVersion):
@@ -413,6 +421,25 @@ class RaftDriver:
         if not isinstance(result, RequestFailure):
             self._count_fetched(message, result, now_ms)
         self._perform(self.raft.handle_response(message.token, result, now_ms=now_ms))
+
+    async def _exchange(self, connection: KafkaConnection, message: OutboundRequest) -> Any:
+        request = message.request
+        if int(request.__api_key__) != API_VERSIONS_KEY:
+            return await connection.send(request, timeout_ms=message.timeout_ms)
+        # The core asks a would-be voter's ApiVersions for its kraft.version range. ApiVersions
+        # v0-v3 responses leave out features whose minimum is 0 (kraft.version is 0..1), so, as
+        # Kafka's NetworkClient does, we speak the newest version on the wire and hand the core
+        # the same fields in the response class of the version it built.
+        newest = kio_version_range(API_VERSIONS_KEY)
+        wire_version = int(request.__version__) if newest is None else newest[1]
+        wire_request = request_class(API_VERSIONS_KEY, wire_version)(
+            **{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+        )
+        response = await connection.send(wire_request, timeout_ms=message.timeout_ms)
+        wanted = response_class(API_VERSIONS_KEY, int(request.__version__))
+        if type(response) is wanted:
+            return response
+        return wanted(**{f.name: getattr(response, f.name) for f in dataclasses.fields(wanted)})
 
     def _count_fetched(self, message: OutboundRequest, response: Any, now_ms: int) -> None:
         if int(message.request.__api_key__) != _FETCH_API_KEY:
