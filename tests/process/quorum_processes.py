@@ -219,6 +219,11 @@ class ProcessCluster:
         except (OSError, ValueError):
             return None
 
+    def http_text(self, node_id: int, path: str) -> str:
+        url = f"http://{HOST}:{self.nodes[node_id].http_port}{path}"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
     def status(self, node_id: int) -> dict[str, Any] | None:
         node = self.nodes[node_id]
         if node.process is None or node.process.poll() is not None:

@@ -55,6 +55,18 @@ def test_three_controllers_elect_a_leader_and_commit(three_voters: ProcessCluste
     assert document["highWatermark"] >= second["offset"] + 1
     assert sorted(v["id"] for v in document["currentVoters"]) == [1, 2, 3]
 
+    metrics = cluster.http_text(leader, "/metrics")
+    assert f"kafka_raft_current_leader {float(leader)}" in metrics
+    assert 'kafka_raft_current_state{state="leader"} 1.0' in metrics
+    assert "kafka_raft_commit_latency_avg" in metrics and "kafka_raft_append_records_total" in metrics
+    assert 'kafka_network_requests_total{listener="CONTROLLER",request="Fetch"}' in metrics
+    follower_metrics = cluster.http_text(followers[0], "/metrics")
+    assert 'kafka_raft_current_state{state="follower"} 1.0' in follower_metrics
+    assert cluster.http(leader, "/healthz") == (200, {"status": "serving"})
+    for node_id in (1, 2, 3):
+        ready = cluster.http(node_id, "/readyz")
+        assert ready is not None and ready[0] == 200, ready
+
 
 def test_kill_9_of_the_leader_loses_no_committed_entry(three_voters: ProcessCluster) -> None:
     cluster = three_voters
