@@ -3,9 +3,18 @@ valid prefix, then says where it stopped and exits non-zero."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import types
+import uuid
 from pathlib import Path
+from typing import Any, get_args, get_origin
 
 import pytest
+
+# tests/ is on sys.path (it holds the root conftest), so the interop helpers are importable here.
+from interop.kafka_jars import CLASSPATH as KAFKA_CLASSPATH
+from interop.kafka_jars import kafka_dump
 from kio.schema.k_raft_version_record.v0 import KRaftVersionRecord
 from kio.schema.leader_change_message.v0 import LeaderChangeMessage
 from kio.schema.leader_change_message.v0.data import Voter as LeaderChangeVoter
@@ -18,20 +27,25 @@ from kio.static.primitive import i16, i32, i64, u16
 from kraft_engine.cli.main import main
 from kraft_engine.kafka_uuid import from_kafka_str
 from kraft_engine.records import (
+    METADATA_RECORD_TYPES,
+    ControlRecord,
+    ControlRecordType,
     FeatureLevelRecord,
     TopicRecord,
     build_batch,
     build_control_batch,
     encode_metadata_record,
     read_batch_header,
+    record_to_json,
 )
+from kraft_engine.storage.snapshots import SnapshotId, SnapshotWriter, snapshot_file_name
 
 TS_MS = 1795214642077
 DIR_ID = "JEXY6aqzQY-32P5TStzaFg"
 
 
-def snapshot_bytes() -> bytes:
-    voters = VotersRecord(
+def snapshot_voters() -> VotersRecord:
+    return VotersRecord(
         version=i16(0),
         voters=(
             Voter(
@@ -44,6 +58,10 @@ def snapshot_bytes() -> bytes:
             ),
         ),
     )
+
+
+def snapshot_bytes() -> bytes:
+    voters = snapshot_voters()
     head = build_control_batch(
         base_offset=0,
         partition_leader_epoch=0,
@@ -211,7 +229,6 @@ def test_a_data_batch_without_the_decoder_prints_record_metadata_only(
     assert lines[3] == f"| offset: 0 CreateTime: {TS_MS} keySize: -1 valueSize: 3 sequence: -1 headerKeys: []"
 
 
-
 def test_metadata_records_print_as_kafkas_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     topic_id = from_kafka_str("Qm9vdHN0cmFwVG9waWMxAA")
     values = [
@@ -240,3 +257,149 @@ def test_kafkas_binary_bootstrap_file_is_read(tmp_path: Path, capsys: pytest.Cap
     assert rc == 0
     assert lines[1] == "KRaft bootstrap snapshot"
     assert "SnapshotFooter" in lines[-1]
+
+
+# --- every record type, in a segment and in a snapshot ---------------------------------------------
+
+
+def _sample_value(kafka_type: str, annotation: Any, *, n: int, default: Any) -> Any:
+    """A value of one field that differs from its default, so tagged fields are written too."""
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return sample_entity(annotation, n=n)
+    values: dict[str, Any] = {
+        "int8": n % 100 + 1,
+        "int16": n + 1,
+        "int32": 1000 + n,
+        "int64": 10**12 + n,
+        "uint16": 9000 + n,
+        "bool": not default if isinstance(default, bool) else True,
+        "float64": n + 0.5,
+        "string": f"s{n}",
+        "bytes": bytes([n % 256, 7]),
+        "uuid": uuid.UUID(int=(n + 1) << 64 | 0xABC),
+    }
+    return values[kafka_type]
+
+
+def sample_entity(cls: type[Any], *, n: int = 1) -> Any:
+    """One instance of a generated record class (any version) or of its nested structs, with a
+    non-default value in every field, built from the kio field metadata."""
+    kwargs = {}
+    for i, field in enumerate(dataclasses.fields(cls)):
+        annotation = field.type
+        if get_origin(annotation) is types.UnionType:
+            annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
+        default = field.default if field.default is not dataclasses.MISSING else None
+        kafka_type = field.metadata["kafka_type"]
+        if get_origin(annotation) is tuple:
+            element = get_args(annotation)[0]
+            kwargs[field.name] = tuple(
+                _sample_value(kafka_type, element, n=n * 10 + i + j, default=None) for j in range(2)
+            )
+        else:
+            kwargs[field.name] = _sample_value(kafka_type, annotation, n=n * 10 + i, default=default)
+    return cls(**kwargs)
+
+
+EVERY_METADATA_RECORD = [
+    sample_entity(record_type.version_classes[version], n=record_type.api_key * 10 + version)
+    for record_type in METADATA_RECORD_TYPES.values()
+    for version in range(record_type.highest_version + 1)
+]
+
+
+def every_control_record() -> list[ControlRecord]:
+    return [
+        LeaderChangeMessage(
+            version=i16(0),
+            leader_id=i32(2),
+            voters=(LeaderChangeVoter(voter_id=i32(1)), LeaderChangeVoter(voter_id=i32(2))),
+            granting_voters=(LeaderChangeVoter(voter_id=i32(2)),),
+        ),
+        SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(TS_MS - 1)),
+        KRaftVersionRecord(version=i16(0), k_raft_version=i16(1)),
+        snapshot_voters(),
+        SnapshotFooterRecord(version=i16(0)),
+    ]
+
+
+def every_record_segment(directory: Path) -> Path:
+    """A metadata log segment holding one control batch with every KRaft control record type and
+    one data batch with every metadata record type at every version."""
+    control = build_control_batch(
+        base_offset=0, partition_leader_epoch=3, timestamp_ms=TS_MS, records=every_control_record()
+    )
+    data = build_batch(
+        base_offset=5,
+        partition_leader_epoch=3,
+        values=[encode_metadata_record(record) for record in EVERY_METADATA_RECORD],
+        timestamp_ms=TS_MS + 1,
+    )
+    path = directory / "00000000000000000000.log"
+    path.write_bytes(control + data)
+    return path
+
+
+def every_record_snapshot(directory: Path) -> Path:
+    """A snapshot written by the engine's snapshot writer, with every metadata record type at every
+    version between its header (plus KRaftVersion and Voters) and its footer."""
+    snapshot_id = SnapshotId(end_offset=len(EVERY_METADATA_RECORD) + 3, epoch=3)
+    writer = SnapshotWriter(
+        directory,
+        snapshot_id=snapshot_id,
+        last_contained_log_timestamp_ms=TS_MS - 1,
+        control_records=[KRaftVersionRecord(version=i16(0), k_raft_version=i16(1)), snapshot_voters()],
+        timestamp_ms=TS_MS,
+    )
+    writer.append([encode_metadata_record(record) for record in EVERY_METADATA_RECORD])
+    path = writer.freeze()
+    assert path.name == snapshot_file_name(snapshot_id)
+    return path
+
+
+def _payloads(lines: list[str]) -> list[Any]:
+    return [json.loads(line.split(" payload: ", 1)[1]) for line in lines if " payload: " in line]
+
+
+def test_every_metadata_record_type_and_version_is_decoded_from_a_segment_and_a_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = [record_to_json(record, type(record).__version__) for record in EVERY_METADATA_RECORD]
+    # The samples reach every record type Kafka defines, at every version, with every field set.
+    assert {(j["type"], j["version"]) for j in expected} == {
+        (t.type_name, v) for t in METADATA_RECORD_TYPES.values() for v in range(t.highest_version + 1)
+    }
+    for path in (every_record_segment(tmp_path), every_record_snapshot(tmp_path)):
+        rc, lines, err = run(capsys, "--cluster-metadata-decoder", "--files", str(path))
+        assert rc == 0, err
+        assert not err
+        assert _payloads(lines) == expected
+        assert not any("Error at" in line for line in lines)
+
+
+def test_every_control_record_type_is_decoded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, lines, err = run(capsys, "--cluster-metadata-decoder", "--files", str(every_record_segment(tmp_path)))
+    assert rc == 0, err
+    control = lines[3:8]
+    labels = ["LeaderChange:", "SnapshotHeader", "KRaftVersion", "KRaftVoters", "SnapshotFooter"]
+    assert len(labels) == len(ControlRecordType) - 2  # every KRaft type; ABORT/COMMIT are transaction markers
+    for line, label, record in zip(control, labels, every_control_record(), strict=True):
+        assert line.startswith("| offset: ")
+        printed = json.loads(line.split(f" {label} ", 1)[1])
+        assert printed["version"] == record.version
+    assert '"voterDirectoryId":"JEXY6aqzQY-32P5TStzaFg"' in control[3]
+    assert '"grantingVoters":[{"voterId":2}]' in control[0]
+
+
+@pytest.mark.kafka_jars
+@pytest.mark.skipif(KAFKA_CLASSPATH is None, reason="Kafka jars not cached (run scripts/fetch-kafka-jars) or no java")
+def test_kafkas_dump_log_prints_the_same_for_every_record_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = [every_record_segment(tmp_path), every_record_snapshot(tmp_path)]
+    kafka = kafka_dump(*files)
+    assert "Error at" not in kafka
+    assert len(_payloads(kafka.splitlines())) == 2 * len(EVERY_METADATA_RECORD)
+    rc, ours, err = run(capsys, "--cluster-metadata-decoder", "--files", *map(str, files))
+    assert rc == 0, err
+    assert ours == kafka.splitlines()
