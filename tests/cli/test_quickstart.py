@@ -17,7 +17,7 @@ from kraft_engine.storage.meta_properties import read_meta_properties
 
 
 def quickstart(capsys: pytest.CaptureFixture[str], state: Path) -> tuple[int, str, str]:
-    rc = main(["quickstart", "--state-dir", str(state)])
+    rc = main(["quickstart", "--state-dir", str(state), "--no-start"])
     captured = capsys.readouterr()
     return rc, captured.out, captured.err
 

@@ -1,10 +1,14 @@
 """`kraft quickstart`: a local three-controller KRaft cluster, from nothing, in one command.
 
-It is the shortest path from a checkout to something real on disk: three controller configs
-(node ids 1, 2, 3) on loopback ports picked free on the first run, storage formatted exactly as
-`kraft storage format --initial-controllers` formats it (a dynamic KIP-853 quorum), then the
+It is the shortest path from a checkout to a running quorum: three controller configs (node ids
+1, 2, 3) on loopback ports picked free on the first run, storage formatted exactly as
+`kraft storage format --initial-controllers` formats it (a dynamic KIP-853 quorum), the
 `kraft storage info` report of every node and `kraft dump-log --cluster-metadata-decoder` of the
-bootstrap checkpoint.
+bootstrap checkpoint. Then it starts the three controllers (`kraft server start`, one process
+each, logging to `<state-dir>/controller-N/server.log`), prints `kraft metadata-quorum describe
+--status` and `--replication` once the quorum has a leader, and keeps them running until Ctrl-C
+(SIGINT) or SIGTERM, when it sends SIGTERM to each controller and waits for it to stop.
+`--duration-s` stops it by itself (for CI); `--no-start` only formats and shows the storage.
 
 Runs are idempotent. The first run records its choices (cluster id, ports, directory ids) in
 `<state-dir>/quickstart.properties`; later runs reuse them, find the storage formatted and say so,
@@ -15,7 +19,10 @@ the reusable part: starting the quorum live builds on `prepare_cluster` and `for
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -24,9 +31,11 @@ from typing import TextIO
 
 from kraft_engine.cli.dump_log import dump_file
 from kraft_engine.cli.main import CliError
+from kraft_engine.cli.metadata_quorum import describe_replication, describe_status
 from kraft_engine.cli.storage import info
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
 from kraft_engine.server.config import ConfigError, KafkaConfig, load_config
+from kraft_engine.server.quorum_admin import QuorumAdmin, QuorumAdminError, QuorumDescription
 from kraft_engine.storage.formatter import (
     BOOTSTRAP_SNAPSHOT_NAME,
     CLUSTER_METADATA_DIR_NAME,
@@ -81,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="state/quickstart",
         help="where the configs and log directories live (default: state/quickstart)",
     )
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=None,
+        help="stop the controllers after this many seconds (default: run until Ctrl-C)",
+    )
+    parser.add_argument("--no-start", action="store_true", help="only format and show the storage")
     parser.set_defaults(func=_run)
 
 
@@ -101,7 +117,124 @@ def _run(args: argparse.Namespace) -> int:
     checkpoint = cluster.nodes[0].metadata_log_dir / CLUSTER_METADATA_DIR_NAME / BOOTSTRAP_SNAPSHOT_NAME
     print(f"== kraft dump-log --cluster-metadata-decoder --files {checkpoint}", file=out)
     dumped = dump_file(checkpoint, out=out, err=sys.stderr, decode_metadata=True, deep=True)
-    return 0 if problems == 0 and dumped else 1
+    if problems or not dumped:
+        return 1
+    if args.no_start:
+        return 0
+    return run_cluster(cluster, duration_s=args.duration_s, out=out)
+
+
+# How long a controller gets to stop after SIGTERM before it is killed.
+_STOP_TIMEOUT_S = 30.0
+_FORMING_TIMEOUT_S = 60.0
+_CATCH_UP_GRACE_S = 10.0
+
+
+def run_cluster(cluster: QuickstartCluster, *, duration_s: float | None, out: TextIO) -> int:
+    """Start the controllers, show the quorum as it forms, stop them on a signal or after `duration_s`."""
+    stop_requested: list[int] = []
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop_requested.append(signum)
+
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for node in cluster.nodes:
+            children[node.node_id] = _start_controller(node)
+        print(f"== started controllers {', '.join(f'{i} (pid {p.pid})' for i, p in children.items())}", file=out)
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        failed = _show_quorum(cluster, children, stop_requested, out=out)
+        if failed:
+            return 1
+        print("== the quorum is running; Ctrl-C stops it", file=out, flush=True)
+        while not stop_requested and (deadline is None or time.monotonic() < deadline):
+            dead = [i for i, p in children.items() if p.poll() is not None]
+            if dead:
+                print(f"Controller {dead[0]} exited with code {children[dead[0]].returncode}; see its server.log",
+                      file=out)
+                return 1
+            time.sleep(0.2)
+        return 0
+    finally:
+        _stop_controllers(children, out=out)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _start_controller(node: QuickstartNode) -> subprocess.Popen[bytes]:
+    log_path = node.config_path.parent / "server.log"
+    with log_path.open("ab") as log:
+        # Each controller runs in its own session so that a terminal's Ctrl-C reaches only us; we
+        # then stop them one by one with SIGTERM (their graceful path).
+        return subprocess.Popen(
+            [sys.executable, "-c", "import sys; from kraft_engine.cli.main import main; sys.exit(main())",
+             "server", "start", "--config", str(node.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _show_quorum(
+    cluster: QuickstartCluster, children: dict[int, subprocess.Popen[bytes]], stop_requested: list[int], *, out: TextIO
+) -> bool:
+    """Print describe --status and --replication once a leader is known; True if the quorum failed to form."""
+    bootstrap = [(node.voter.host, node.voter.port) for node in cluster.nodes]
+    deadline = time.monotonic() + _FORMING_TIMEOUT_S
+
+    async def describe() -> tuple[str, QuorumDescription]:
+        async with QuorumAdmin(bootstrap, timeout_ms=1000) as admin:
+            described = await admin.describe_cluster()
+            return described.cluster_id, await admin.describe_quorum()
+
+    leader_seen_at: float | None = None
+    while not stop_requested:
+        dead = [i for i, p in children.items() if p.poll() is not None]
+        if dead:
+            print(f"Controller {dead[0]} exited with code {children[dead[0]].returncode}; see its server.log", file=out)
+            return True
+        try:
+            cluster_id, quorum = asyncio.run(describe())
+        except QuorumAdminError:
+            if time.monotonic() > deadline:
+                print(f"The quorum did not form within {_FORMING_TIMEOUT_S:.0f} s; see the server.log files", file=out)
+                return True
+            continue
+        # Show the quorum once it has formed: a leader, a high watermark and every voter caught
+        # up (or, if a voter lags, after a grace period, so that the lag is what gets shown).
+        leader_seen_at = leader_seen_at or time.monotonic()
+        leader = quorum.leader
+        formed = (
+            quorum.high_watermark >= 0
+            and leader is not None
+            and all(v.log_end_offset == leader.log_end_offset for v in quorum.voters)
+        )
+        if not formed and time.monotonic() - leader_seen_at < _CATCH_UP_GRACE_S:
+            time.sleep(0.2)
+            continue
+        print("== kraft metadata-quorum --bootstrap-controller "
+              + ",".join(f"{h}:{p}" for h, p in bootstrap) + " describe --status", file=out)
+        describe_status(cluster_id, quorum, out=out)
+        print("", file=out)
+        print("== kraft metadata-quorum describe --replication", file=out)
+        describe_replication(quorum, out=out)
+        print("", file=out, flush=True)
+        return False
+    return False
+
+
+def _stop_controllers(children: dict[int, subprocess.Popen[bytes]], *, out: TextIO) -> None:
+    running = {i: p for i, p in children.items() if p.poll() is None}
+    for process in running.values():
+        process.send_signal(signal.SIGTERM)
+    for node_id, process in running.items():
+        try:
+            code = process.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        print(f"Controller {node_id} stopped (exit code {code})", file=out, flush=True)
 
 
 def prepare_cluster(state_dir: Path) -> QuickstartCluster:
