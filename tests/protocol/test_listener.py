@@ -346,6 +346,23 @@ async def test_idle_connection_is_closed(make_listener, raw_peer, caplog):
     assert "idle for more than 50 ms" in caplog.text
 
 
+async def test_negative_idle_time_keeps_idle_connections_open_like_kafka(make_listener, raw_peer):
+    keeps = await make_listener(connections_max_idle_ms=-1)
+    closes = await make_listener(connections_max_idle_ms=50)
+    kept, closed = await raw_peer(keeps), await raw_peer(closes)
+    await kept.send_request(metadata_request(12, []), correlation_id=1)
+    await kept.read_frame()
+    await closed.send_request(metadata_request(12, []), correlation_id=1)
+    await closed.read_frame()
+    # By the time the 50 ms listener gave up on its peer, `kept` had been idle for longer still.
+    assert await closed.closed_by_server()
+    await kept.send_request(metadata_request(12, ["still-open"]), correlation_id=2)
+    assert struct.unpack_from(">i", await kept.read_frame())[0] == 2
+    assert keeps.registry.get_sample_value(
+        "kafka_network_connections_closed_total", {"listener": "PLAINTEXT", "reason": CloseReason.IDLE}
+    ) is None
+
+
 async def test_a_request_in_progress_is_not_idleness(make_listener, raw_peer):
     listener = await make_listener(connections_max_idle_ms=20)
     peer = await raw_peer(listener)
@@ -498,7 +515,7 @@ async def test_peer_that_stops_reading_responses_is_closed_as_idle(make_listener
     ("setting", "key"),
     [
         ({"request_max_bytes": 0}, "socket.request.max.bytes"),
-        ({"connections_max_idle_ms": -1}, "connections.max.idle.ms"),
+        ({"connections_max_idle_ms": 0}, "connections.max.idle.ms"),
         ({"max_in_flight_requests": 0}, "max_in_flight_requests"),
     ],
 )

@@ -21,7 +21,7 @@ Serving (`Listener`)::
 - Requests on one connection may be pipelined: handlers start in arrival order and may overlap,
   responses are written in request order, at most `max_in_flight_requests` outstanding.
 - `socket.request.max.bytes` (`request_max_bytes`), `connections.max.idle.ms`
-  (`connections_max_idle_ms`); bad input or an unknown api/version closes that connection with a
+  (`connections_max_idle_ms`, negative: never close idle connections, as in Kafka); bad input or an unknown api/version closes that connection with a
   WARNING log and a `kafka_network_connections_closed{reason}` count (`CloseReason` values).
   A handler that raises closes its connection (logged at ERROR), the server keeps serving.
 - Metrics (on the registry passed in, else a private one): `kafka_network_requests_total

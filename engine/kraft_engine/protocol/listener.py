@@ -152,11 +152,14 @@ class Listener:
     ) -> None:
         for key, value in (
             ("socket.request.max.bytes", request_max_bytes),
-            ("connections.max.idle.ms", connections_max_idle_ms),
             ("max_in_flight_requests", max_in_flight_requests),
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be positive, got {value}")
+        # Kafka's Selector keeps idle connections forever when connections.max.idle.ms is
+        # negative; 0 would close every connection before its first request.
+        if connections_max_idle_ms == 0:
+            raise ValueError("connections.max.idle.ms must be positive, or negative to never close idle connections")
         self.name = name
         self.request_max_bytes = request_max_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
@@ -376,7 +379,10 @@ class _Connection:
         self.slots = asyncio.Semaphore(listener.max_in_flight_requests)
         self.aborted = False
         self.in_flight = 0
-        self.idle_s = listener.connections_max_idle_ms / 1000
+        # None: idle connections are never closed (a negative connections.max.idle.ms).
+        self.idle_s: float | None = (
+            listener.connections_max_idle_ms / 1000 if listener.connections_max_idle_ms > 0 else None
+        )
         self.idle: asyncio.Timeout | None = None
         self.close_reason: str | None = None
 
@@ -413,6 +419,10 @@ class _Connection:
                 await self.writer.wait_closed()
             self.listener._count_close(self.close_reason or CloseReason.PEER_CLOSED)
 
+    def _idle_deadline(self) -> float | None:
+        """When the connection counts as idle if nothing arrives before then (None: never)."""
+        return None if self.idle_s is None else self.loop.time() + self.idle_s
+
     def _note_close(self, reason: str, detail: str, *, level: int) -> None:
         if self.close_reason is not None:
             return
@@ -432,7 +442,7 @@ class _Connection:
         listener = self.listener
         reader = self.reader
         max_bytes = listener.request_max_bytes
-        async with asyncio.timeout(self.loop.time() + self.idle_s) as idle:
+        async with asyncio.timeout(self._idle_deadline()) as idle:
             self.idle = idle
             while True:
                 prefix = await reader.read(4)
@@ -565,7 +575,7 @@ class _Connection:
                     return
                 if self.in_flight == 0 and self.idle is not None and not self.idle.expired():
                     with contextlib.suppress(RuntimeError):
-                        self.idle.reschedule(self.loop.time() + self.idle_s)
+                        self.idle.reschedule(self._idle_deadline())
 
     def _abort(self) -> None:
         """End the connection from the writer's side: drop queued work, and abort the transport,
