@@ -161,6 +161,31 @@ def test_release_version_out_of_range_is_refused_with_the_supported_range(
     assert on_disk(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("roles", "flags"),
+    [("controller", ["-s"]), ("controller", ["-I", INITIAL]), ("controller", ["-N"]), ("broker", ["-N"])],
+)
+def test_a_dynamic_quorum_needs_metadata_version_3_9(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], roles: str, flags: list[str]
+) -> None:
+    config = write_config(tmp_path, roles=roles, node_id=1 if roles == "controller" else 4)
+    rc, _, err = fmt(capsys, config, "-r", "3.8-IV0", *flags)
+    assert rc == 1
+    assert "kraft.version could not be set to 1 because it depends on metadata.version level 21" in err
+    assert on_disk(tmp_path) == []
+    rc, _, err = fmt(capsys, config, "-r", "3.9-IV0", *flags)
+    assert rc == 0, err
+
+
+def test_a_broker_without_quorum_flags_keeps_kraft_version_0_and_any_metadata_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, roles="broker", node_id=4)
+    rc, out, err = fmt(capsys, config, "-r", "3.3-IV3")
+    assert rc == 0, err
+    assert f"Formatting metadata directory {tmp_path}/meta with metadata.version 3.3-IV3." in out
+
+
 def test_a_broker_gets_meta_properties_but_no_bootstrap_snapshot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

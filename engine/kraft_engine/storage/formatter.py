@@ -70,6 +70,9 @@ BOOTSTRAP_SNAPSHOT_ID = SnapshotId(end_offset=0, epoch=0)
 BOOTSTRAP_SNAPSHOT_NAME = snapshot_file_name(BOOTSTRAP_SNAPSHOT_ID)
 KRAFT_VERSION_STATIC = 0
 KRAFT_VERSION_DYNAMIC = 1
+# Kafka's KRaftVersion.KRAFT_VERSION_1 depends on metadata.version 3.9-IV0: older brokers and
+# controllers cannot read the voter records.
+KRAFT_VERSION_DYNAMIC_MINIMUM_METADATA_VERSION = metadata_version.IBP_3_9_IV0
 
 
 class FormatterError(Exception):
@@ -228,6 +231,14 @@ class FormatRequest:
         level, name = _metadata_version(
             release_version, unstable_enabled=config.unstable_feature_versions_enable
         )
+        # Like Kafka, kraft.version 1 is only chosen when a quorum flag is given; a broker with
+        # controller.quorum.bootstrap.servers and no flag keeps kraft.version 0.
+        minimum = KRAFT_VERSION_DYNAMIC_MINIMUM_METADATA_VERSION
+        if chosen and level < minimum.level:
+            raise FormatterError(
+                f"kraft.version could not be set to {KRAFT_VERSION_DYNAMIC} because it depends on "
+                f"metadata.version level {minimum.level} ({minimum}), and {chosen[0]} needs it."
+            )
         return cls(
             cluster_id=cluster_id,
             node_id=config.node_id,
