@@ -418,6 +418,37 @@ def test_another_clusters_disk_is_refused_even_with_ignore_formatted(
     assert rc == 1 and "cluster.id" in err
 
 
+def test_an_unreadable_data_directory_is_skipped_and_the_others_are_formatted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(
+        tmp_path, **{"controller.quorum.voters": "1@localhost:19093", "log.dirs": f"{tmp_path}/meta,{tmp_path}/bad"}
+    )
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "meta.properties").write_text("version=1\ncluster.id=x\n")  # no node.id
+    rc, out, err = fmt(capsys, config)
+    assert rc == 0, err
+    assert out.splitlines()[0] == f"I/O error trying to read log directory {tmp_path}/bad. Ignoring..."
+    assert f"Formatting metadata directory {tmp_path}/meta" in out
+    assert read_meta_properties(tmp_path / "meta").cluster_id == CLUSTER_ID
+    assert (tmp_path / "bad" / "meta.properties").read_text() == "version=1\ncluster.id=x\n"
+
+
+def test_no_readable_directory_to_format_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(
+        tmp_path,
+        roles="broker",
+        node_id=4,
+        **{"log.dirs": f"{tmp_path}/bad", "metadata.log.dir": f"{tmp_path}/bad"},
+    )
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "meta.properties").write_text("version=1\ncluster.id=x\n")
+    rc, _, err = fmt(capsys, config)
+    assert rc == 1
+    assert "bad" in err
+    assert (tmp_path / "bad" / "meta.properties").read_text() == "version=1\ncluster.id=x\n"
+
+
 # --- info ---------------------------------------------------------------------------------------
 
 
