@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from kraft_engine.cli.quickstart import free_loopback_ports as free_ports
 
 T = TypeVar("T")
 
@@ -38,15 +39,6 @@ FAST_TIMEOUTS = {
 }
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:

@@ -48,7 +48,15 @@ from kraft_engine.storage.formatter import (
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
 from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble
 
-__all__ = ["QuickstartCluster", "QuickstartNode", "format_cluster", "prepare_cluster", "register"]
+__all__ = [
+    "QuickstartCluster",
+    "QuickstartNode",
+    "format_cluster",
+    "free_loopback_ports",
+    "prepare_cluster",
+    "register",
+    "run_cluster",
+]
 
 NODE_IDS = (1, 2, 3)
 HOST = "127.0.0.1"
@@ -247,7 +255,7 @@ def prepare_cluster(state_dir: Path) -> QuickstartCluster:
         cluster_id = to_kafka_str(random_uuid())
         initial = ",".join(
             str(DynamicVoter(node_id=node_id, host=HOST, port=port, directory_id=random_uuid()))
-            for node_id, port in zip(NODE_IDS, _free_ports(len(NODE_IDS)), strict=True)
+            for node_id, port in zip(NODE_IDS, free_loopback_ports(len(NODE_IDS)), strict=True)
         )
         state_dir.mkdir(parents=True, exist_ok=True)
         plan_path.write_text(
@@ -319,7 +327,7 @@ def _read_plan(path: Path) -> tuple[str, str]:
     return plan["cluster.id"], plan["initial.controllers"]
 
 
-def _free_ports(count: int) -> list[int]:
+def free_loopback_ports(count: int) -> list[int]:
     """Ports the kernel says are free now, held open together so that they are distinct."""
     sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
     try:
