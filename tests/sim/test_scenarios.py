@@ -1,16 +1,17 @@
 """The simulation sweep: every scenario over a fixed set of seeds, invariants checked per event.
 
 The seeds are fixed (0..199 by default) so CI is reproducible; `KRAFT_SIM_SEEDS` changes the
-count for a quick local run, and `kraft sim` runs any number. The runs are spread over two
-worker processes (the CI machine has two cores). A failure names its seed, its event index and
-the broken invariant, plus the command that replays it.
+count for a quick local run, and `kraft sim` runs any number. Each scenario's seeds are spread
+over two worker processes (the CI machine has two cores). A failure names its seed, its event
+index and the broken invariant, plus the command that replays it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
 
 import pytest
 
@@ -18,6 +19,7 @@ from kraft_engine.sim.invariants import SimulationFailure
 from kraft_engine.sim.scenarios import SCENARIOS
 
 SEEDS = int(os.environ.get("KRAFT_SIM_SEEDS", "200"))
+_CHUNK = 10
 
 
 def _run_seeds(job: tuple[str, int, int]) -> tuple[int, list[str]]:
@@ -33,23 +35,20 @@ def _run_seeds(job: tuple[str, int, int]) -> tuple[int, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def sweep() -> dict[str, tuple[int, list[str]]]:
-    chunk = max(SEEDS // 10, 1)
-    jobs = [(name, start, min(chunk, SEEDS - start)) for name in SCENARIOS for start in range(0, SEEDS, chunk)]
-    results: dict[str, tuple[int, list[str]]] = {name: (0, []) for name in SCENARIOS}
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
-        for (name, _, _), (events, failures) in zip(jobs, pool.map(_run_seeds, jobs), strict=True):
-            total, seen = results[name]
-            results[name] = (total + events, seen + failures)
-    return results
+def pool() -> Iterator[Executor]:
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as executor:
+        yield executor
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_scenario_holds_every_invariant_for_every_seed(
-    name: str, sweep: dict[str, tuple[int, list[str]]]
-) -> None:
-    events, failures = sweep[name]
+def test_scenario_holds_every_invariant_for_every_seed(name: str, pool: Executor) -> None:
+    jobs = [(name, start, min(_CHUNK, SEEDS - start)) for start in range(0, SEEDS, _CHUNK)]
+    events = 0
+    failures: list[str] = []
+    for chunk_events, chunk_failures in pool.map(_run_seeds, jobs):
+        events += chunk_events
+        failures += chunk_failures
     assert not failures, f"{len(failures)} of {SEEDS} seeds failed:\n" + "\n".join(failures[:5])
     assert events > 0

@@ -182,7 +182,7 @@ class SimCluster:
         self.node_configs = dict(node_configs or {})
         self.voter_ids = sorted(voter_ids)
         self.observer_ids = sorted(observer_ids)
-        self.network = Network(scheduler, deliver=self._arrive, default_rule=link_rule)
+        self.network = Network(scheduler, deliver=self._arrive, default_rule=link_rule, lost=self._lost)
         self.disks = {node_id: SimDisk(self._new_directory_id()) for node_id in self.all_ids}
         self.running: dict[int, SimNode] = {}
         self._incarnations = dict.fromkeys(self.all_ids, 0)
@@ -284,17 +284,18 @@ class SimCluster:
                 forget(node_id)
 
     # -- the state machine's writes ------------------------------------------------------------
-    def append_on_leader(self) -> bool:
-        """Like Kafka's SequentialAppendAction: the writable leader appends its next value."""
+    def append_on_leader(self, records_per_append: int = 1) -> bool:
+        """Like Kafka's SequentialAppendAction: the writable leader appends its next value(s)."""
         for node in list(self.running.values()):
             counter = node.counter
             if not counter.writable or node.shutting_down or counter.claimed_epoch is None:
                 continue
             now_ms = self.scheduler.now_ms
+            records = [counter.next_append() for _ in range(records_per_append)]
             try:
-                node.raft.append([counter.next_append()], epoch=counter.claimed_epoch, now_ms=now_ms)
+                node.raft.append(records, epoch=counter.claimed_epoch, now_ms=now_ms)
             except NotLeaderError:
-                counter.append_failed()
+                counter.append_failed(len(records))
                 self._perform(node, node.raft.resign(counter.claimed_epoch, now_ms=now_ms))
                 continue
             self._arm_poll(node, node.raft.next_deadline_ms(now_ms))
@@ -389,6 +390,19 @@ class SimCluster:
         self.scheduler.call_later(
             1, lambda: self._receive_response(node.node_id, response), label=f"refused {node.node_id}"
         )
+
+    def _lost(self, envelope: Envelope) -> None:
+        """A message lost to a broken connection: the side waiting for a response learns it."""
+        payload = envelope.payload
+        if isinstance(payload, _Request):
+            sender = self.running.get(envelope.source)
+            if sender is not None and sender.incarnation == payload.incarnation:
+                self._fail_later(sender, payload, RequestFailure.DISCONNECTED)
+        elif envelope.destination != ADMIN_ID:
+            failure = _Response(payload.token, payload.incarnation, None, b"", RequestFailure.DISCONNECTED)
+            self.scheduler.call_later(
+                1, lambda: self._receive_response(envelope.destination, failure), label="connection lost"
+            )
 
     def _arrive(self, envelope: Envelope) -> None:
         payload = envelope.payload

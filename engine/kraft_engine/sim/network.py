@@ -1,7 +1,7 @@
 """An in-memory network whose misbehaviour is chosen by the run's seed.
 
 Every directed link (source → destination) follows a `LinkRule`: how often a message is lost
-or duplicated, how long it takes (a random delay in a range, which is also what reorders
+(a connection failure the waiting side hears about) or duplicated, how long it takes (a random delay in a range, which is also what reorders
 messages), and whether the link is cut. Scenarios change rules mid-run (partition, heal,
 isolate a node) without touching the nodes. A cut is checked both when a message is sent and
 when it would arrive, so a partition also swallows what was already in flight, as a broken
@@ -57,9 +57,13 @@ class Network:
         *,
         deliver: Callable[[Envelope], None],
         default_rule: LinkRule | None = None,
+        lost: Callable[[Envelope], None] | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._deliver = deliver
+        # Random loss is a broken connection, not a black hole: whoever waits for an answer on
+        # it is told (TCP would reset). Cut links, by contrast, swallow messages silently.
+        self._lost = lost
         self.default_rule = default_rule or LinkRule()
         self._rules: dict[tuple[int, int], LinkRule] = {}
         self.stats = NetworkStats()
@@ -96,8 +100,13 @@ class Network:
         self.stats.sent += 1
         rule = self.rule(source, destination)
         rand = self._scheduler.random
-        if rule.cut or (rule.drop_rate > 0 and rand.random() < rule.drop_rate):
+        if rule.cut:
             self.stats.dropped += 1
+            return
+        if rule.drop_rate > 0 and rand.random() < rule.drop_rate:
+            self.stats.dropped += 1
+            if self._lost is not None:
+                self._lost(Envelope(source, destination, payload, self._scheduler.now_ms))
             return
         copies = 2 if rule.duplicate_rate > 0 and rand.random() < rule.duplicate_rate else 1
         if copies == 2:

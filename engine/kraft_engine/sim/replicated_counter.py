@@ -104,8 +104,8 @@ class ReplicatedCounter:
         self.uncommitted += 1
         return encode_value(self.uncommitted)
 
-    def append_failed(self) -> None:
-        self.uncommitted -= 1
+    def append_failed(self, count: int = 1) -> None:
+        self.uncommitted -= count
 
     def snapshot_due(self) -> SnapshotRequest | None:
         if self._last_committed is None:

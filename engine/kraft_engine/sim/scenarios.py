@@ -42,8 +42,8 @@ __all__ = ["APPEND_PERIOD_MS", "LIVENESS_BOUND_MS", "SCENARIOS", "RunOutcome", "
 LIVENESS_BOUND_MS = 30_000
 """After faults heal: a leader is elected and a new append commits within this much virtual time."""
 
-APPEND_PERIOD_MS = 20
-"""How often the leader's state machine appends its next value (plus up to as much jitter)."""
+APPEND_PERIOD_MS = 50
+"""How often the leader's state machine appends 1-4 next values (plus up to as much jitter)."""
 
 # Each run gives up (as a liveness failure) after this many events, whatever the virtual time.
 _MAX_EVENTS = 200_000
@@ -99,7 +99,7 @@ class SimRun:
         self.cluster.start_all()
         self.scheduler.every(
             APPEND_PERIOD_MS,
-            self.cluster.append_on_leader,
+            lambda: self.cluster.append_on_leader(self.random.randint(1, 4)),
             label="append",
             jitter_ms=APPEND_PERIOD_MS,
             delay_ms=1,

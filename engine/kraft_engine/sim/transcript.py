@@ -14,7 +14,7 @@ Directives (ids are node ids; `ids` is a comma-separated list):
     deliver [from=ids] [to=ids] [drop=ids] [type=Name]   deliver pending messages (those to or
                                      from `drop` are lost); messages they cause stay pending
     stabilize                        deliver until no message is pending (time stands still)
-    append ID VALUE...               the leader's state machine appends counter values
+    append ID|leader VALUE...        the leader's state machine appends counter values
     crash ID | restart ID | wipe ID  crash (unflushed log lost), restart, re-format
     shutdown ID                      graceful shutdown (the node stops when the core says so)
     partition IDS IDS ... | heal     cut links between groups | restore every link
@@ -349,7 +349,7 @@ class TranscriptRunner:
 
     def _do_append(self, d: Directive) -> list[str]:
         cluster, _ = self._need()
-        node = self._running(int(d.args[0]))
+        node = self._leader() if d.args[0] == "leader" else self._running(int(d.args[0]))
         now_ms = cluster.scheduler.now_ms
         values = [encode_value(int(v)) for v in d.args[1:]]
         try:
