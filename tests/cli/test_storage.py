@@ -509,3 +509,4 @@ def test_info_reports_a_node_id_that_differs_from_the_config(tmp_path: Path, cap
 def test_info_with_a_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = storage(capsys, "info", "-c", str(tmp_path / "nope.properties"))
     assert rc == 1 and "Cannot read configuration file" in err
+    assert err.count(str(tmp_path / "nope.properties")) == 1

@@ -222,6 +222,16 @@ def test_load_config_reads_java_properties_syntax(tmp_path: Path) -> None:
     assert config.log_dirs == (f"{tmp_path}/logs",)
 
 
+def test_a_malformed_escape_is_refused_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("process.roles=controller\nnode.id=1\nlog.dirs=/data/\\uZZZZ\n")
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path)
+    message = str(excinfo.value)
+    assert str(path) in message
+    assert "malformed \\uxxxx encoding in the value of log.dirs" in message
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="Cannot read configuration file"):
         load_config(tmp_path / "nope.properties")

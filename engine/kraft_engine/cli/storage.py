@@ -84,7 +84,9 @@ def _load(path: str) -> KafkaConfig:
     try:
         return load_config(path)
     except ConfigError as e:
-        raise CliError(f"{path}: {e}") from None
+        # Errors reading the file already name it; errors about a key do not.
+        message = str(e)
+        raise CliError(message if path in message else f"{path}: {message}") from None
 
 
 def _run_random_uuid(args: argparse.Namespace) -> int:

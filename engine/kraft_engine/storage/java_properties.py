@@ -45,7 +45,7 @@ def _logical_lines(text: str) -> list[str]:
     return logical
 
 
-def _unescape(raw: str) -> str:
+def _unescape(raw: str, *, what: str) -> str:
     out: list[str] = []
     i = 0
     while i < len(raw):
@@ -58,7 +58,7 @@ def _unescape(raw: str) -> str:
         if nxt == "u":
             digits = raw[i + 2 : i + 6]
             if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                raise JavaPropertiesError(f"malformed \\uxxxx encoding in {raw!r}")
+                raise JavaPropertiesError(f"malformed \\uxxxx encoding in {what}: {raw!r}")
             out.append(chr(int(digits, 16)))
             i += 6
             continue
@@ -90,7 +90,9 @@ def parse_properties(text: str) -> dict[str, str]:
     result: dict[str, str] = {}
     for line in _logical_lines(text):
         key, value = _split_key(line)
-        result[_unescape(key)] = _unescape(value)
+        name = _unescape(key, what="a key")
+        # Naming the key tells the user which setting to fix.
+        result[name] = _unescape(value, what=f"the value of {name}")
     return result
 
 
