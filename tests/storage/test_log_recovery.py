@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kraft_engine.records.batches import build_batch, iter_batches
+from kraft_engine.storage import partition_log
 from kraft_engine.storage.partition_log import DroppedBytes, PartitionLog, RecoveryReport, segment_file_name
 
 SEGMENT = segment_file_name(0)
@@ -66,7 +68,11 @@ def test_torn_tail_mid_batch_is_truncated_and_reported(tmp_path: Path) -> None:
     log, report = PartitionLog.open(tmp_path)
     with log:
         assert report.truncated == DroppedBytes(
-            SEGMENT, kept, 20, f"torn batch: batch declares {len(batches[2])} bytes but only 20 are present"
+            SEGMENT,
+            kept,
+            20,
+            f"torn batch: batch declares {len(batches[2])} bytes but only 20 are present",
+            intact_searched_bytes=20,
         )
         assert report.deleted_segments == ()
         assert report.offsets_dropped == (3, None)
@@ -103,6 +109,28 @@ def test_flipped_byte_in_the_middle_drops_everything_after_and_says_so(tmp_path:
         assert any("intact batches dropped" in line and "3..4" in line for line in report.describe())
         assert read_all(log) == batches[0]
         assert log.log_end_offset == 2
+
+
+def test_a_bounded_search_for_intact_batches_says_it_may_be_incomplete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = three_batches()
+    write_log(tmp_path, batches)
+    segment = tmp_path / SEGMENT
+    raw = bytearray(segment.read_bytes())
+    raw[40] ^= 0xFF  # the first batch is corrupt; the two behind it are intact
+    segment.write_bytes(bytes(raw))
+    # Search only as far as the second batch: the third one is dropped without being seen.
+    monkeypatch.setattr(partition_log, "_INTACT_SEARCH_LIMIT_BYTES", len(batches[0]) + len(batches[1]))
+    log, report = PartitionLog.open(tmp_path)
+    with log:
+        assert report.truncated is not None
+        assert report.truncated.bytes_dropped == len(raw)
+        assert report.truncated.intact_batches == ((2, 2),)
+        assert not report.truncated.intact_search_complete
+        assert f"only the first {len(batches[0]) + len(batches[1])} of the {len(raw)} dropped bytes" in "\n".join(
+            report.describe()
+        )
 
 
 def test_garbage_after_the_last_batch_is_dropped(tmp_path: Path) -> None:
@@ -181,7 +209,9 @@ def test_corrupt_earlier_segment_deletes_later_segments_and_reports_them(tmp_pat
             one,
         )
         assert report.deleted_segments == (
-            DroppedBytes(names[2], 0, 2 * one, f"follows the point where {names[1]} was cut", ((4, 4), (5, 5))),
+            DroppedBytes(
+                names[2], 0, 2 * one, f"follows the point where {names[1]} was cut", ((4, 4), (5, 5)), 2 * one
+            ),
         )
         assert report.offsets_dropped == (3, 5)
         assert log.segment_names == names[:2]

@@ -157,6 +157,13 @@ class DroppedBytes:
     reason: str
     # (base offset, last offset) of batches inside the dropped bytes that were themselves intact.
     intact_batches: tuple[tuple[int, int], ...] = ()
+    # How many of the dropped bytes were searched for intact batches: the search is bounded, and
+    # the report must say when `intact_batches` may be incomplete.
+    intact_searched_bytes: int | None = None
+
+    @property
+    def intact_search_complete(self) -> bool:
+        return self.intact_searched_bytes is None or self.intact_searched_bytes >= self.bytes_dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +206,11 @@ class RecoveryReport:
                 ranges = ", ".join(f"{b}..{e}" for b, e in drop.intact_batches)
                 lines.append(
                     f"  intact batches dropped because they follow the damage (Kafka's behaviour): {ranges}"
+                )
+            if not drop.intact_search_complete:
+                lines.append(
+                    f"  only the first {drop.intact_searched_bytes} of the {drop.bytes_dropped} dropped bytes "
+                    "were searched for intact batches; more may have been lost"
                 )
         lines.extend(f"removed leftover {name}" for name in self.removed_files)
         lines.extend(f"rebuilt index {name}" for name in self.rebuilt_indexes)
@@ -355,9 +367,21 @@ def _scan_segment(
     return scan
 
 
-def _intact_batches_in(segment: _Segment, start: int) -> tuple[tuple[int, int], ...]:
+def _dropped(segment: _Segment, start: int, reason: str) -> DroppedBytes:
+    """The bytes of `segment` from `start` on, as recovery drops them, with what was intact there."""
+    searched = min(segment.size_bytes - start, _INTACT_SEARCH_LIMIT_BYTES)
+    return DroppedBytes(
+        segment.name,
+        start,
+        segment.size_bytes - start,
+        reason,
+        _intact_batches_in(segment, start, start + searched),
+        searched,
+    )
+
+
+def _intact_batches_in(segment: _Segment, start: int, end: int) -> tuple[tuple[int, int], ...]:
     """Batches that still pass every batch-level check inside a segment's dropped bytes."""
-    end = min(segment.size_bytes, start + _INTACT_SEARCH_LIMIT_BYTES)
     data = os.pread(segment.fd, end - start, start)
     found = []
     position = 0
@@ -495,15 +519,7 @@ class PartitionLog:
         for i, segment in enumerate(segments):
             is_last = i == len(segments) - 1
             if cut_in is not None:
-                dropped.append(
-                    DroppedBytes(
-                        segment.name,
-                        0,
-                        segment.size_bytes,
-                        f"follows the point where {cut_in} was cut",
-                        _intact_batches_in(segment, 0),
-                    )
-                )
+                dropped.append(_dropped(segment, 0, f"follows the point where {cut_in} was cut"))
                 continue
             if segment.size_bytes == 0 and not is_last:
                 # Holds nothing; if it leaves an offset gap, the gap check on the next segment cuts there.
@@ -511,13 +527,7 @@ class PartitionLog:
                 continue
             if next_offset is not None and segment.base_offset != next_offset:
                 dropped.append(
-                    DroppedBytes(
-                        segment.name,
-                        0,
-                        segment.size_bytes,
-                        f"segment base offset {segment.base_offset} where {next_offset} was expected",
-                        _intact_batches_in(segment, 0),
-                    )
+                    _dropped(segment, 0, f"segment base offset {segment.base_offset} where {next_offset} was expected")
                 )
                 cut_in = segment.name
                 continue
@@ -533,13 +543,7 @@ class PartitionLog:
             if verify_crc:
                 validated.append(segment.name)
             if scan.error is not None:
-                truncated = DroppedBytes(
-                    segment.name,
-                    scan.valid_bytes,
-                    segment.size_bytes - scan.valid_bytes,
-                    scan.error,
-                    _intact_batches_in(segment, scan.valid_bytes),
-                )
+                truncated = _dropped(segment, scan.valid_bytes, scan.error)
                 segment.truncate_to_position(scan.valid_bytes, next_offset=scan.next_offset)
                 cut_in = segment.name
             segment.next_offset = scan.next_offset
