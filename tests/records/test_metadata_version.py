@@ -64,6 +64,12 @@ def test_unknown_version_strings_list_the_supported_ones(text: str) -> None:
         from_version_string(text)
 
 
+@pytest.mark.parametrize("text", ["4.3", "4.3-IV0", "4.3.1", "30"])
+def test_newer_kafka_versions_are_named_as_not_implemented(text: str) -> None:
+    with pytest.raises(ValueError, match=r"\(Kafka's 4\.3-IV0, level 30, which this engine does not implement\)"):
+        from_version_string(text)
+
+
 def test_ordering_and_comparison() -> None:
     assert mv.IBP_3_3_IV3 < mv.IBP_3_9_IV0 < mv.IBP_4_2_IV1
     assert mv.IBP_3_9_IV0.is_at_least(mv.IBP_3_7_IV2)

@@ -290,8 +290,20 @@ def from_version_string(text: str, *, unstable_enabled: bool = False) -> Metadat
     if found is None or (not unstable_enabled and not found.is_production):
         last = latest(unstable_enabled=unstable_enabled)
         supported = ", ".join(str(v) for v in METADATA_VERSIONS if MINIMUM <= v <= last)
-        raise ValueError(f"Unknown metadata.version '{text}'. Supported metadata.version are: {supported}")
+        newer = _known_unimplemented(text)
+        known = f" ({newer}, which this engine does not implement)" if newer else ""
+        raise ValueError(f"Unknown metadata.version '{text}'{known}. Supported metadata.version are: {supported}")
     return found
+
+
+def _known_unimplemented(text: str) -> str | None:
+    """Kafka's name and level for a metadata.version newer than the engine's, given by name,
+    release or level: a clearer refusal than "unknown" for a version Kafka really has."""
+    for level, name in _KNOWN_UNIMPLEMENTED.items():
+        release = name.split("-")[0]
+        if text in (name, release, str(level)) or text.startswith(release + "."):
+            return f"Kafka's {name}, level {level}"
+    return None
 
 
 def is_metadata_changed(source: MetadataVersion, target: MetadataVersion) -> bool:
