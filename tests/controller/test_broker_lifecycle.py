@@ -7,6 +7,7 @@ import datetime
 import uuid
 
 from kio.schema.alter_partition.v3 import request as ap
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.errors import ErrorCode
@@ -186,3 +187,29 @@ def test_delete_topics_removes_the_topic_and_its_configs() -> None:
     assert cluster.written == [RemoveTopicRecord(topic_id=topic_id)]
     cluster.create_topic("orders", 1, 1)
     assert controller.configuration_control.configs(2, "orders") == {}
+
+
+def test_renounce_reverts_an_uncommitted_fencing_in_the_reverse_indexes() -> None:
+    cluster = _unfenced_cluster(1, 2, 3)
+    cluster.create_topic("orders", 4, 3)
+    controller = cluster.controller
+    replication = controller.replication_control
+    topic_id = cluster.topic_id("orders")
+    everything = [(topic_id, p) for p in range(4)]
+    led_by_1 = [p for p in range(4) if cluster.partition("orders", p).leader == 1]
+    assert led_by_1 and replication.partitions_with_broker_in_isr(1) == everything
+    # Fencing broker 1 is applied at once but not committed: the indexes follow it...
+    controller.broker_heartbeat(BrokerHeartbeatRequest(
+        broker_id=BrokerId(1), broker_epoch=i64(cluster.epochs[1]),
+        current_metadata_offset=i64(controller.last_stable_offset()), want_fence=True, want_shut_down=False,
+        offline_log_dirs=(),
+    ), now_ms=cluster.now_ms)
+    assert replication.partitions_with_broker_in_isr(1) == []
+    assert not replication.has_leaderships(1)
+    # ...and losing leadership before the commit puts broker 1 back everywhere it was.
+    controller.handle_leader_change(leader_id=3001, epoch=2, log_end_offset=100, now_ms=0)
+    controller.take_effects()
+    assert replication.partitions_with_broker_in_isr(1) == everything
+    assert replication.has_leaderships(1)
+    assert [p for p in range(4) if cluster.partition("orders", p).leader == 1] == led_by_1
+    assert replication.partitions_with_broker_in_isr(2) == everything

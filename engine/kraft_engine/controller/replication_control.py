@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from kio.schema.alter_partition.v3 import request as alter_partition_request
 from kio.schema.alter_partition.v3 import response as alter_partition_response
@@ -90,6 +90,63 @@ MAX_ELECTIONS_PER_IMBALANCE = 1000
 
 TopicPartition = tuple[uuid.UUID, int]
 
+M = TypeVar("M")
+
+
+def _partition_order(key: TopicPartition) -> tuple[int, int]:
+    """Kafka's order of partitions: by topic id, then partition. A Uuid's text is its integer in
+    fixed-width hex, so comparing the integers orders them as their text does, without building
+    a string per partition."""
+    return key[0].int, key[1]
+
+
+def _is_imbalanced(partition: PartitionRegistration) -> bool:
+    return partition.leader != NO_LEADER and bool(partition.replicas) and partition.leader != partition.replicas[0]
+
+
+def _is_reassigning(partition: PartitionRegistration) -> bool:
+    return bool(partition.adding_replicas or partition.removing_replicas)
+
+
+def _move(members: TimelineHashSet[TopicPartition], key: TopicPartition, *, was: bool, now: bool) -> None:
+    if was and not now:
+        members.discard(key)
+    elif now and not was:
+        members.add(key)
+
+
+class _PartitionsByMember(Generic[M]):
+    """A reverse index (broker or directory -> partitions), revertible membership by membership.
+
+    One timeline set per member rather than one timeline map of member -> frozenset: replacing a
+    frozenset copies every partition the member holds, which made each PartitionRecord or
+    PartitionChangeRecord cost O(partitions per broker), and creating or fencing at 100k
+    partitions quadratic. A member whose set empties keeps its (empty) set; that reads the same
+    as having none, at every snapshot.
+    """
+
+    def __init__(self, registry: SnapshotRegistry, *, ignored: frozenset[M] = frozenset()) -> None:
+        self._registry = registry
+        self._ignored = ignored
+        self._sets: dict[M, TimelineHashSet[TopicPartition]] = {}
+
+    def members(self, member: M) -> Iterable[TopicPartition]:
+        found = self._sets.get(member)
+        return () if found is None else found
+
+    def update(self, key: TopicPartition, *, old: Sequence[M], new: Sequence[M]) -> None:
+        if old == new:
+            return
+        for member in old:
+            if member not in new and member not in self._ignored:
+                self._sets[member].discard(key)
+        for member in new:
+            if member not in old and member not in self._ignored:
+                found = self._sets.get(member)
+                if found is None:
+                    found = self._sets[member] = TimelineHashSet(self._registry)
+                found.add(key)
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerHeartbeatReply:
@@ -142,13 +199,13 @@ class ReplicationControlManager:
         self._partition_counts: TimelineHashMap[uuid.UUID, int] = TimelineHashMap(registry)
         self._partitions: TimelineHashMap[TopicPartition, PartitionRegistration] = TimelineHashMap(registry)
         # Reverse index: broker id -> partitions whose ISR holds it (leaders are always in it).
-        self._brokers_to_isrs: TimelineHashMap[int, frozenset[TopicPartition]] = TimelineHashMap(registry)
+        self._brokers_to_isrs: _PartitionsByMember[int] = _PartitionsByMember(registry)
         self._leaderless: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
         self._imbalanced: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
         self._reassigning: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
         # Reverse index: log directory -> partitions with a replica assigned to it (JBOD).
-        self._directories_to_partitions: TimelineHashMap[uuid.UUID, frozenset[TopicPartition]] = (
-            TimelineHashMap(registry)
+        self._directories_to_partitions: _PartitionsByMember[uuid.UUID] = _PartitionsByMember(
+            registry, ignored=_RESERVED_DIRECTORIES
         )
 
     # -- reads -----------------------------------------------------------------------------
@@ -160,12 +217,12 @@ class ReplicationControlManager:
         return self._partitions.get((topic_id, partition_id), epoch)
 
     def partitions_with_broker_in_isr(self, broker_id: int) -> list[TopicPartition]:
-        return sorted(self._brokers_to_isrs.get(broker_id) or (), key=lambda tp: (str(tp[0]), tp[1]))
+        return sorted(self._brokers_to_isrs.members(broker_id), key=_partition_order)
 
     def has_leaderships(self, broker_id: int) -> bool:
         return any(
             (p := self._partitions.get(tp)) is not None and p.leader == broker_id
-            for tp in self._brokers_to_isrs.get(broker_id) or ()
+            for tp in self._brokers_to_isrs.members(broker_id)
         )
 
     def offline_partition_count(self) -> int:
@@ -223,39 +280,26 @@ class ReplicationControlManager:
 
     def _set_partition(self, key: TopicPartition, previous: PartitionRegistration | None,
                        current: PartitionRegistration) -> None:
-        if previous is not None:
-            self._unindex(key, previous)
         self._partitions.put(key, current)
-        for broker in current.isr:
-            self._brokers_to_isrs.put(broker, (self._brokers_to_isrs.get(broker) or frozenset()) | {key})
-        if current.leader == NO_LEADER:
-            self._leaderless.add(key)
-        if current.leader != NO_LEADER and current.replicas and current.leader != current.replicas[0]:
-            self._imbalanced.add(key)
-        if current.adding_replicas or current.removing_replicas:
-            self._reassigning.add(key)
-        for directory in current.directories:
-            if directory not in _RESERVED_DIRECTORIES:
-                members = self._directories_to_partitions.get(directory) or frozenset()
-                self._directories_to_partitions.put(directory, members | {key})
+        self._reindex(key, previous, current)
 
     def _unindex(self, key: TopicPartition, previous: PartitionRegistration) -> None:
-        for broker in previous.isr:
-            remaining = (self._brokers_to_isrs.get(broker) or frozenset()) - {key}
-            if remaining:
-                self._brokers_to_isrs.put(broker, remaining)
-            else:
-                self._brokers_to_isrs.remove(broker)
-        self._leaderless.discard(key)
-        self._imbalanced.discard(key)
-        self._reassigning.discard(key)
-        for directory in previous.directories:
-            if directory not in _RESERVED_DIRECTORIES:
-                remaining = (self._directories_to_partitions.get(directory) or frozenset()) - {key}
-                if remaining:
-                    self._directories_to_partitions.put(directory, remaining)
-                else:
-                    self._directories_to_partitions.remove(directory)
+        self._reindex(key, previous, None)
+
+    def _reindex(self, key: TopicPartition, previous: PartitionRegistration | None,
+                 current: PartitionRegistration | None) -> None:
+        """Move `key` between the reverse indexes and partition sets it belongs to, touching only
+        the memberships that change (a leader move leaves the ISR index alone)."""
+        self._brokers_to_isrs.update(key, old=() if previous is None else previous.isr,
+                                     new=() if current is None else current.isr)
+        self._directories_to_partitions.update(key, old=() if previous is None else previous.directories,
+                                               new=() if current is None else current.directories)
+        _move(self._leaderless, key, was=previous is not None and previous.leader == NO_LEADER,
+              now=current is not None and current.leader == NO_LEADER)
+        _move(self._imbalanced, key, was=previous is not None and _is_imbalanced(previous),
+              now=current is not None and _is_imbalanced(current))
+        _move(self._reassigning, key, was=previous is not None and _is_reassigning(previous),
+              now=current is not None and _is_reassigning(current))
 
     # -- CreateTopics ----------------------------------------------------------------------
 
@@ -670,8 +714,7 @@ class ReplicationControlManager:
         if not newly_offline:
             return
         for directory in newly_offline:
-            partitions = sorted(self._directories_to_partitions.get(directory) or (),
-                                key=lambda tp: (str(tp[0]), tp[1]))
+            partitions = sorted(self._directories_to_partitions.members(directory), key=_partition_order)
             self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                          partitions=partitions, records=records)
         online = tuple(d for d in registration.directories if d not in offline)
@@ -680,7 +723,7 @@ class ReplicationControlManager:
         ))
 
     def leaderless_partitions(self) -> list[TopicPartition]:
-        return sorted(self._leaderless, key=lambda tp: (str(tp[0]), tp[1]))
+        return sorted(self._leaderless, key=_partition_order)
 
     def process_broker_heartbeat(
         self, *, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool,
@@ -1029,7 +1072,7 @@ class ReplicationControlManager:
         """Move leadership back to preferred replicas where they are in the ISR and able to
         lead. The response says whether the cap was hit (run again at once)."""
         records: list[RecordAndVersion] = []
-        for key in sorted(self._imbalanced, key=lambda tp: (str(tp[0]), tp[1])):
+        for key in sorted(self._imbalanced, key=_partition_order):
             if len(records) >= max_elections:
                 break
             partition = self._partitions.get(key)

@@ -202,12 +202,17 @@ class TimelineHashMap(_Revertable, Generic[K, V]):
         self._id = registry._register(self)
 
     def _save(self, key: K) -> None:
-        if not self._registry._has_snapshots():
+        # Runs on every write, so it reads the registry's latest snapshot directly rather than
+        # through three helper calls.
+        snapshots = self._registry._snapshots
+        if not snapshots:
             return
-        delta = self._registry._latest_delta(self._id)
+        deltas = snapshots[-1].deltas
+        delta = deltas.get(self._id)
         if delta is None:
-            delta = {}
-            self._registry._set_latest_delta(self._id, delta)
+            saved: dict[K, object] = {key: self._current.get(key, _ABSENT)}
+            deltas[self._id] = saved
+            return
         if not isinstance(delta, dict):
             raise TypeError("corrupt timeline delta")
         if key not in delta:
