@@ -290,6 +290,56 @@ def test_the_formatter_itself_refuses_two_quorum_flags(tmp_path: Path) -> None:
         FormatRequest.from_config(config, cluster_id=CLUSTER_ID, standalone=True, initial_controllers=INITIAL)
 
 
+# --- format: every combination of role, quorum configuration and quorum flag ----------------------
+
+_QUORUM_FLAGS = {"none": [], "-s": ["-s"], "-I": ["-I", INITIAL], "-N": ["-N"]}
+
+
+@pytest.mark.parametrize("flag", list(_QUORUM_FLAGS))
+@pytest.mark.parametrize("quorum", ["static", "dynamic"])
+@pytest.mark.parametrize("roles", ["controller", "broker", "broker,controller"])
+def test_every_role_quorum_and_flag_combination(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], roles: str, quorum: str, flag: str
+) -> None:
+    is_controller = "controller" in roles
+    extra = {"controller.quorum.voters": "1@localhost:19093"} if quorum == "static" else {}
+    config = write_config(tmp_path, roles=roles, node_id=1 if is_controller else 4, **extra)
+    rc, out, err = fmt(capsys, config, *_QUORUM_FLAGS[flag])
+
+    if quorum == "static" and flag != "none":
+        refusal: str | None = "You cannot specify controller.quorum.voters and format the node with"
+    elif quorum == "dynamic" and flag == "none" and is_controller:
+        refusal = "Because controller.quorum.voters is not set on this controller, you must specify one of"
+    elif flag == "-s" and not is_controller:
+        refusal = "You can only use --standalone on a controller."
+    else:
+        refusal = None
+    if refusal is not None:
+        assert rc == 1 and refusal in err
+        assert on_disk(tmp_path) == []
+        return
+
+    assert rc == 0, err
+    assert read_meta_properties(tmp_path / "meta").cluster_id == CLUSTER_ID
+    assert read_meta_properties(tmp_path / "data").cluster_id == CLUSTER_ID
+    assert (f"Formatting data directory {tmp_path}/data") in out
+    snapshot = tmp_path / "meta" / CLUSTER_METADATA_DIR_NAME / BOOTSTRAP_SNAPSHOT_NAME
+    assert snapshot.exists() == is_controller  # only controllers get the bootstrap snapshot
+    if not is_controller:
+        return
+    records = snapshot_records(tmp_path / "meta")
+    kinds = [type(r).__name__ for r in records]
+    expected_voters = {"none": None, "-s": [1], "-I": [1, 2, 3], "-N": None}[flag]
+    assert kinds[0] == "SnapshotHeaderRecord" and kinds[-1] == "SnapshotFooterRecord"
+    assert records[-2] == FeatureLevelRecord(name="metadata.version", feature_level=metadata_version.latest().level)
+    if quorum == "static":
+        assert kinds == ["SnapshotHeaderRecord", "FeatureLevelRecord", "SnapshotFooterRecord"]
+    else:
+        assert records[1] == KRaftVersionRecord(version=0, k_raft_version=1)  # type: ignore[arg-type]
+        voters = [r for r in records if isinstance(r, VotersRecord)]
+        assert [[v.voter_id for v in r.voters] for r in voters] == ([] if expected_voters is None else [expected_voters])
+
+
 # --- format: refusals (nothing is written) ------------------------------------------------------
 
 
