@@ -6,6 +6,7 @@ import pytest
 
 from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, CommittedBatch, OffsetAndEpoch, SnapshotLoad
 from kraft_engine.server.append_only_store import AppendOnlyStore
+from kraft_engine.server.config import ConfigError, parse_config
 
 
 def _batch(base_offset: int, values: list[bytes], *, epoch: int = 1) -> CommittedBatch:
@@ -73,3 +74,19 @@ def test_a_snapshot_record_without_its_offset_is_refused() -> None:
 def test_the_snapshot_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match=r"metadata\.log\.max\.record\.bytes\.between\.snapshots"):
         AppendOnlyStore(snapshot_interval_bytes=0)
+
+
+def test_the_key_that_enables_the_store_is_a_known_config_key() -> None:
+    base = {
+        "process.roles": "controller",
+        "node.id": "1",
+        "listeners": "CONTROLLER://127.0.0.1:9093",
+        "controller.listener.names": "CONTROLLER",
+        "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+    }
+    assert parse_config(base).kraftwerk_test_state_machine_enable is False
+    enabled = parse_config({**base, "kraftwerk.test.state.machine.enable": "true"})
+    assert enabled.kraftwerk_test_state_machine_enable is True
+    assert "kraftwerk.test.state.machine.enable" not in enabled.unknown_keys  # no "not used" warning
+    with pytest.raises(ConfigError, match=r"Invalid value yes for configuration kraftwerk\.test\.state\.machine\.enable"):
+        parse_config({**base, "kraftwerk.test.state.machine.enable": "yes"})

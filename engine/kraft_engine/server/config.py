@@ -6,8 +6,10 @@ broken combinations that Kafka's `KafkaConfig` refuses, with an error that names
 do not know are kept (Kafka only warns about them), so a Kafka file with tuning we ignore still
 loads.
 
-One key is ours: `kraftwerk.metrics.port`, the port of the Prometheus metrics and health HTTP
-endpoint (default 0: disabled).
+Two keys are ours: `kraftwerk.metrics.port`, the port of the Prometheus metrics and health HTTP
+endpoint (default 0: disabled), and `kraftwerk.test.state.machine.enable` (default false), which
+puts the append-only test store behind the raft listener instead of the quorum controller (for
+the raft-level process tests and bench/quorum.py only).
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ class KafkaConfig(BaseModel):
     connections_max_idle_ms: int = 600_000
     unstable_feature_versions_enable: bool = False
     kraftwerk_metrics_port: int = 0
+    kraftwerk_test_state_machine_enable: bool = False
     originals: dict[str, str] = Field(default_factory=dict)
     unknown_keys: tuple[str, ...] = ()
 
@@ -214,6 +217,7 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
 _BOOL_KEYS: dict[str, str] = {
     "controller.quorum.auto.join.enable": "controller_quorum_auto_join_enable",
     "unstable.feature.versions.enable": "unstable_feature_versions_enable",
+    "kraftwerk.test.state.machine.enable": "kraftwerk_test_state_machine_enable",
 }
 _STRUCTURED_KEYS = frozenset(
     {
