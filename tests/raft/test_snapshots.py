@@ -147,3 +147,20 @@ def test_snapshot_of_a_dynamic_quorum_holds_the_voters_as_of_its_offset() -> Non
     from kraft_engine.raft import VoterSet
 
     assert VoterSet.from_record(controls[2]) == voter_set([1, 2, 3])
+
+
+def test_restart_with_a_snapshot_and_the_uncleaned_log_before_it_rebuilds_the_voters_once() -> None:
+    from raft_harness import voter_set
+
+    cluster = Cluster([1, 2, 3], static=False)
+    leader = cluster.elect()
+    cluster.advance(1_000)
+    node_id = leader.node_id
+    snapshot_id = leader.create_snapshot(end_offset=leader.high_watermark, records=[], last_contained_log_timestamp_ms=0, now_ms=cluster.now_ms)
+    # No retention pressure: the log still starts at 0, before the snapshot.
+    assert cluster[node_id].log.log_start_offset == 0
+    cluster.crash(node_id)
+    restarted = cluster.restart(node_id)
+    assert restarted.node.voters == voter_set([1, 2, 3])
+    assert restarted.node.kraft_version == 1
+    assert snapshot_id in restarted.log.snapshot_ids()

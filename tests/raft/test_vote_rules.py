@@ -143,11 +143,16 @@ def test_follower_grants_pre_vote_only_before_it_has_fetched_from_its_leader() -
     assert part(answer(fresh, fresh_request)).vote_granted
 
 
-def test_observer_never_votes() -> None:
-    node = make_node(9, [1, 2, 3])
+def test_a_replica_that_has_not_read_its_own_addition_votes_when_asked() -> None:
+    # Node 4's log does not have the VotersRecord adding it yet (it sees itself as an observer),
+    # but the candidate's voter set has it: refusing could stall the election (KIP-853).
+    node = make_node(4, [1, 2, 3])
     assert not node.is_voter
-    response = answer(node, vote(candidate=2, voter=9, epoch=1))
-    assert not part(response).vote_granted
+    response = answer(node, vote(candidate=2, voter=4, epoch=1))
+    assert part(response).vote_granted
+    # It still never campaigns itself.
+    node.poll(NOW + 100_000)
+    assert node.role is Role.UNATTACHED and node.epoch == 1
 
 
 def test_prospective_falls_back_to_candidacy_when_a_voter_does_not_know_pre_vote() -> None:

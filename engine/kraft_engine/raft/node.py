@@ -993,8 +993,9 @@ class RaftNode:
         return reply(ErrorCode.none, granted)
 
     def _can_grant_vote(self, candidate: ReplicaKey, *, up_to_date: bool, pre_vote: bool) -> bool:
-        if not self._quorum.is_voter():
-            return False
+        # No "am I a voter" check, as in Kafka since KIP-853: the candidate asked us because its
+        # voter set has us, and ours may be stale (we may not have read our own addition yet).
+        # Refusing would stall an election that needs us. Brokers are never asked.
         state = self._quorum.state
         if isinstance(state, UnattachedState | ProspectiveState):
             if pre_vote:
@@ -1608,13 +1609,14 @@ class RaftNode:
                 self._history.add_voter_set(at, voters)
             if version is not None:
                 self._history.add_kraft_version(at, version)
-        offset = self._log.log_start_offset
+        # The snapshot already holds every control record before its offset; replay only the rest.
+        offset = max(self._log.log_start_offset, snapshots[-1].offset if snapshots else 0)
         end = self._log.end_offset().offset
         while offset < end:
-            batches = parse_batches(self._log.read(offset, _LISTENER_BATCH_BYTES))
+            batches = [b for b in parse_batches(self._log.read(offset, _LISTENER_BATCH_BYTES)) if b.base_offset >= offset]
             if not batches:
                 break
-            self._history.replay(b for b in batches if b.base_offset >= offset or b.is_control)
+            self._history.replay(batches)
             offset = batches[-1].next_offset
 
     def _on_voter_set_changed(self, now_ms: int) -> None:

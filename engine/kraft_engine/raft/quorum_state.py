@@ -322,7 +322,6 @@ class QuorumState:
     def transition_to_unattached_voted(self, candidate: ReplicaKey, *, epoch: int, now_ms: int) -> None:
         """Grant a (standard) vote: persisted before the response leaves (unattachedAddVotedState)."""
         state = self._state
-        require(self.is_voter(), "an observer cannot vote")
         if not isinstance(state, UnattachedState | ProspectiveState):
             require(False, f"cannot vote while {self.role.value}")
             return
