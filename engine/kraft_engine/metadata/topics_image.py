@@ -114,13 +114,22 @@ class _IndexBuilder:
     def __init__(self, base: BrokerPartitionIndex) -> None:
         self._base = base
         self._touched: dict[int, dict[uuid.UUID, set[int]]] = {}
+        # The sets of the topic being updated, by broker: a topic's partitions arrive together, so
+        # each (broker, topic) set is found once per topic instead of once per partition, which
+        # spares hashing the Uuid (a Python-level __hash__) for every replica of every partition.
+        self._topic_id: uuid.UUID | None = None
+        self._topic_sets: dict[int, set[int]] = {}
 
-    def _set(self, broker_id: int, topic_id: uuid.UUID) -> set[int]:
+    def _set(self, broker_id: int) -> set[int]:
+        topic_id = self._topic_id
+        if topic_id is None:
+            raise MetadataReplayError("reverse index update without a topic")
         topics = self._touched.setdefault(broker_id, {})
         found = topics.get(topic_id)
         if found is None:
             found = set(self._base.by_broker.get(broker_id, EMPTY_MAP).get(topic_id, ()))
             topics[topic_id] = found
+        self._topic_sets[broker_id] = found
         return found
 
     def update(
@@ -128,11 +137,17 @@ class _IndexBuilder:
     ) -> None:
         if old == new:
             return
-        old_set, new_set = set(old), set(new)
-        for broker_id in old_set - new_set:
-            self._set(broker_id, topic_id).discard(partition_id)
-        for broker_id in new_set - old_set:
-            self._set(broker_id, topic_id).add(partition_id)
+        if topic_id is not self._topic_id:
+            self._topic_id = topic_id
+            self._topic_sets = {}
+        sets = self._topic_sets
+        # Replica lists are a handful of brokers: tuple membership beats building sets.
+        for broker_id in old:
+            if broker_id not in new:
+                (sets.get(broker_id) or self._set(broker_id)).discard(partition_id)
+        for broker_id in new:
+            if broker_id not in old:
+                (sets.get(broker_id) or self._set(broker_id)).add(partition_id)
 
     def build(self) -> BrokerPartitionIndex:
         if not self._touched:
