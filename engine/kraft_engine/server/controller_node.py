@@ -10,11 +10,12 @@ stopping is graceful: a leader resigns with EndQuorumEpoch, then everything is f
 What the controller listener serves (ApiVersions lists exactly this):
 Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v18, FetchSnapshot v1, DescribeQuorum v2
 and DescribeCluster v1 (endpoint type 2: the voters), plus AddRaftVoter v1, RemoveRaftVoter v0 and
-UpdateRaftVoter v0 when the raft core handles them.
+UpdateRaftVoter v0 when the raft core handles them; and the quorum controller's APIs
+(`controller_apis.py`).
 
-Until the quorum controller is wired in, the raft listener is `AppendOnlyStore`, enabled only
-with `kraftwerk.test.state.machine.enable=true`; otherwise committed batches are applied to it
-anyway (it is the only listener) but no route can write to it.
+The raft listener is the quorum controller (`ControllerRuntime`). Only with
+`kraftwerk.test.state.machine.enable=true` is it the stand-in `AppendOnlyStore` instead, written
+through the HTTP test routes; the raft-level process tests and bench/quorum.py still use it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from kraft_engine.raft import (
 )
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.config import KafkaConfig
+from kraft_engine.server.controller_runtime import ControllerRuntime
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.raft_driver import NotLeader, RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
@@ -140,6 +142,7 @@ class ControllerNode:
         self.listener: Listener | None = None
         self.http: HttpEndpoint | None = None
         self.driver: RaftDriver | None = None
+        self.controller: ControllerRuntime | None = None
         self.test_api_enabled = config.originals.get(TEST_STATE_MACHINE_KEY, "false").strip().lower() == "true"
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
@@ -186,7 +189,11 @@ class ControllerNode:
         )
         self.listener = listener
         raft_config = config.raft_config()
-        store = AppendOnlyStore(snapshot_interval_bytes=config.metadata_log_max_record_bytes_between_snapshots)
+        store = (
+            AppendOnlyStore(snapshot_interval_bytes=config.metadata_log_max_record_bytes_between_snapshots)
+            if self.test_api_enabled
+            else None
+        )
         metrics = RaftMetrics(self.registry, node=lambda: None if self.driver is None else self.driver.raft)
         try:
             advertised = [
@@ -229,6 +236,12 @@ class ControllerNode:
             )
             self.driver = driver
             self._register_apis(listener, driver)
+            if store is None:
+                self.controller = ControllerRuntime(
+                    config=config, driver=driver, registry=self.registry, cluster_id=self.identity.cluster_id
+                )
+                self.controller.register_apis(listener)
+                self.controller.start()
             await listener.start(controller_listener.host or "0.0.0.0", controller_listener.port)
             if config.kraftwerk_metrics_port or self.test_api_enabled:
                 self.http = self._http_endpoint(driver)
@@ -240,7 +253,7 @@ class ControllerNode:
                 "off" if self.http is None else self.http.port,
             )
             self.started.set()
-            await self._stop.wait()
+            await self._wait_for_stop()
             logger.info("Shutting down controller %d", config.node_id)
             if not await driver.shutdown(timeout_ms=_SHUTDOWN_TIMEOUT_MS):
                 logger.warning("Raft shutdown did not complete within %d ms", _SHUTDOWN_TIMEOUT_MS)
@@ -248,13 +261,30 @@ class ControllerNode:
             if self.http is not None:
                 await self.http.close()
             await listener.close()
+            if self.controller is not None:
+                await self.controller.close()
             if self.driver is not None:
                 await self.driver.close()
             else:
                 self.log.close()
             logger.info("Controller %d stopped", config.node_id)
 
+    async def _wait_for_stop(self) -> None:
+        # A controller that hit a fatal fault must not keep serving: the process exits non-zero.
+        waits = [asyncio.ensure_future(self._stop.wait())]
+        if self.controller is not None:
+            waits.append(asyncio.ensure_future(self.controller.fatal.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if self.controller is not None and self.controller.fatal_error is not None:
+            raise StartupError(f"the quorum controller stopped: {self.controller.fatal_error}")
+
     def _features(self) -> Features:
+        if self.controller is not None:
+            return self.controller.features()
         driver = self.driver
         finalized = {} if driver is None else {"kraft.version": driver.raft.kraft_version}
         return Features(supported={"kraft.version": (KRAFT_VERSION_0, KRAFT_VERSION_1)}, finalized=finalized)
@@ -336,7 +366,7 @@ class ControllerNode:
                     "voters": sorted(raft.voters.ids),
                     "kraft_version": raft.kraft_version,
                     "snapshots": [[s.offset, s.epoch] for s in raft.log.snapshot_ids()],
-                    "applied_offset": driver.store.next_offset,
+                    "applied_offset": self._applied_offset(driver),
                 },
             )
 
@@ -347,6 +377,12 @@ class ControllerNode:
             http.route("POST", "/kraftwerk/test/append", self._test_append)
             http.route("GET", "/kraftwerk/test/entries", self._test_entries)
         return http
+
+    def _applied_offset(self, driver: RaftDriver) -> int:
+        """The next offset the state machine has not applied (committed image offset + 1)."""
+        if driver.store is not None:
+            return driver.store.next_offset
+        return 0 if self.controller is None else self.controller.service.image.offset + 1
 
     async def _test_append(self, query: dict[str, list[str]], body: bytes) -> HttpResponse:
         driver = self.driver
@@ -377,11 +413,14 @@ class ControllerNode:
             limit = int(query["limit"][0]) if "limit" in query else None
         except ValueError:
             return HttpResponse.json(400, {"error": "from and limit must be integers"})
-        entries = driver.store.entries(from_offset=start, limit=limit)
+        store = driver.store
+        if store is None:
+            return HttpResponse.json(404, {"error": "the test state machine is not enabled"})
+        entries = store.entries(from_offset=start, limit=limit)
         return HttpResponse.json(
             200,
             {
-                "next_offset": driver.store.next_offset,
+                "next_offset": store.next_offset,
                 "entries": [[offset, value.decode("utf-8", "replace")] for offset, value in entries],
             },
         )
