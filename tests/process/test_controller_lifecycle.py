@@ -28,6 +28,8 @@ from quorum_processes import HOST, ProcessCluster, kraft
 from kraft_engine.records import metadata_version
 from kraft_engine.server.controller_admin import ControllerAdmin
 
+pytestmark = pytest.mark.process
+
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 500
 CONTROLLER_MODE = {

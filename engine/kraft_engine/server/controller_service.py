@@ -66,6 +66,7 @@ from kraft_engine.raft import (
 )
 from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.records import decode_metadata_record, encode_metadata_record
+from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
 
 __all__ = ["ControllerService", "ControllerStopped", "RaftPort", "SnapshotPolicy"]
 
@@ -485,7 +486,7 @@ class ControllerService:
                 records=records,
                 last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
             )
-        except SnapshotError as error:
+        except (SnapshotError, StorageSnapshotError) as error:
             logger.warning("Skipping the snapshot at offset %d: %s", image.offset + 1, error)
             return
         self.snapshots_written.append(snapshot_id)
