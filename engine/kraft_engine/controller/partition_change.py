@@ -89,6 +89,9 @@ class PartitionChange:
     last_known_elr: tuple[int, ...] | None = None
 
 
+_NO_CHANGE = PartitionChange()
+
+
 def complete_reassignment(
     *, isr: Sequence[int], replicas: Sequence[int], removing: Sequence[int], adding: Sequence[int]
 ) -> tuple[list[int], list[int]] | None:
@@ -136,6 +139,9 @@ class PartitionChangeBuilder:
         self._target_directories: dict[int, uuid.UUID] = dict(
             zip(partition.replicas, partition.directories, strict=False)
         )
+        # Whether a caller placed any replica on a directory; until then, an unchanged replica
+        # list keeps its directories and `build` need not recompute them.
+        self._directories_set = False
 
     # -- targets ---------------------------------------------------------------------------
 
@@ -165,10 +171,12 @@ class PartitionChangeBuilder:
 
     def set_directory(self, broker_id: int, directory: uuid.UUID) -> PartitionChangeBuilder:
         self._target_directories[broker_id] = directory
+        self._directories_set = True
         return self
 
     def set_directories(self, directories: Mapping[int, uuid.UUID]) -> PartitionChangeBuilder:
         self._target_directories.update(directories)
+        self._directories_set = True
         return self
 
     # -- election --------------------------------------------------------------------------
@@ -228,8 +236,9 @@ class PartitionChangeBuilder:
                 if partition.leader_recovery_state != _RECOVERING:
                     recovery = _RECOVERING
 
+        same_replicas = self.target_replicas == list(partition.replicas)
         # Dropping replicas from the assignment must fence their fetches: bump the leader epoch.
-        if leader == NO_LEADER_CHANGE and not set(partition.replicas) <= set(self.target_replicas):
+        if leader == NO_LEADER_CHANGE and not same_replicas and not set(partition.replicas) <= set(self.target_replicas):
             leader = partition.leader
 
         # ELR disabled: clear whatever ELR the partition carries. (Kafka leaves the last-known
@@ -251,11 +260,13 @@ class PartitionChangeBuilder:
         replicas: tuple[int, ...] | None = None
         directories: tuple[uuid.UUID, ...] | None = None
         if self.target_replicas:
-            if self._metadata_version.is_directory_assignment_supported:
+            if self._metadata_version.is_directory_assignment_supported and (
+                self._directories_set or not same_replicas
+            ):
                 target_directories = tuple(self._directory_of(r) for r in self.target_replicas)
                 if target_directories != tuple(partition.directories):
                     directories = target_directories
-            if self.target_replicas != list(partition.replicas):
+            if not same_replicas:
                 replicas = tuple(self.target_replicas)
         removing = tuple(self.target_removing) if self.target_removing != list(partition.removing_replicas) else None
         adding = tuple(self.target_adding) if self.target_adding != list(partition.adding_replicas) else None
@@ -272,7 +283,7 @@ class PartitionChangeBuilder:
             directories=directories,
             eligible_leader_replicas=elr,
         )
-        return None if change == PartitionChange() else change
+        return None if change == _NO_CHANGE else change
 
     def _directory_of(self, replica: int) -> uuid.UUID:
         directory = self._target_directories.get(replica)

@@ -600,8 +600,11 @@ class ReplicationControlManager:
 
     # -- the fan-out primitive -------------------------------------------------------------
 
-    def _change_record(self, key: TopicPartition, change: PartitionChange) -> RecordAndVersion:
-        mv = self._features.metadata_version_or_raise()
+    def _change_record(
+        self, key: TopicPartition, change: PartitionChange, *, mv: MetadataVersion | None = None
+    ) -> RecordAndVersion:
+        if mv is None:
+            mv = self._features.metadata_version_or_raise()
         record = PartitionChangeRecord(
             partition_id=key[1], topic_id=key[0],
             isr=change.isr, leader=change.leader, replicas=change.replicas,
@@ -613,6 +616,7 @@ class ReplicationControlManager:
 
     def _builder(
         self, partition: PartitionRegistration, *, exclude: int | None = None, include: int | None = None,
+        mv: MetadataVersion | None = None,
     ) -> PartitionChangeBuilder:
         """A builder whose acceptable leaders are active brokers whose replica's directory is
         online (Kafka's LeaderAcceptor); `exclude` is never acceptable, `include` is even while
@@ -632,7 +636,7 @@ class ReplicationControlManager:
         return PartitionChangeBuilder(
             partition,
             is_acceptable_leader=acceptable,
-            metadata_version=self._features.metadata_version_or_raise(),
+            metadata_version=self._features.metadata_version_or_raise() if mv is None else mv,
             default_directory=self._default_directory,
         )
 
@@ -647,18 +651,26 @@ class ReplicationControlManager:
         self, *, broker_to_remove: int | None, broker_to_add: int | None, partitions: Iterable[TopicPartition],
         records: list[RecordAndVersion],
     ) -> None:
+        # Generation changes no state, so what every partition of the fan-out shares (the
+        # metadata.version, each topic's unclean election setting) is looked up once, not per
+        # partition: a fenced broker can be in the ISR of tens of thousands of partitions.
+        mv = self._features.metadata_version_or_raise()
+        unclean_by_topic: dict[uuid.UUID, bool] = {}
         for key in partitions:
             partition = self._partitions.get(key)
             if partition is None:
                 raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
-            builder = self._builder(partition, exclude=broker_to_remove, include=broker_to_add)
-            if self.unclean_leader_election_enabled(key[0]):
+            builder = self._builder(partition, exclude=broker_to_remove, include=broker_to_add, mv=mv)
+            unclean = unclean_by_topic.get(key[0])
+            if unclean is None:
+                unclean = unclean_by_topic[key[0]] = self.unclean_leader_election_enabled(key[0])
+            if unclean:
                 builder.set_election(Election.UNCLEAN)
             if broker_to_remove is not None:
                 builder.set_target_isr([r for r in partition.isr if r != broker_to_remove])
             change = builder.build()
             if change is not None:
-                records.append(self._change_record(key, change))
+                records.append(self._change_record(key, change, mv=mv))
 
     # -- broker lifecycle ------------------------------------------------------------------
 

@@ -130,7 +130,10 @@ class PartitionRegistration:
         every change record bumps the partition epoch.
         """
         replicas = self.replicas if record.replicas is None else _ints(record.replicas)
-        if record.directories is None:
+        if record.directories is None and len(replicas) == len(self.directories):
+            # The common case (ISR and leader changes): the placements stand as they are.
+            directories = self.directories
+        elif record.directories is None:
             # Unknown placements stretch to the new replica count; real ones must be restated by
             # any record that changes the replica count (checked in __post_init__), as in Kafka.
             directories = _directories(self.directories, len(replicas))
