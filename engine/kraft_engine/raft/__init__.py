@@ -48,6 +48,7 @@ The ordering contract (what the driver does with an Output, in this order)
 from kraft_engine.raft.config import RaftConfig
 from kraft_engine.raft.errors import (
     BufferFullError,
+    KRaftVersionUpgradeError,
     NotLeaderError,
     RaftError,
     RecordBatchTooLargeError,
@@ -90,14 +91,15 @@ from kraft_engine.raft.voter_set import (
 
 __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",
-    "KRAFT_VERSION_0",
-    "KRAFT_VERSION_1",
     "BufferFullError",
     "CandidateState",
     "CommittedBatch",
     "ElectionState",
     "Endpoint",
     "FollowerState",
+    "KRAFT_VERSION_0",
+    "KRAFT_VERSION_1",
+    "KRaftVersionUpgradeError",
     "LeaderAndEpoch",
     "LeaderChange",
     "LeaderState",
