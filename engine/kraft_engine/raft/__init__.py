@@ -22,7 +22,12 @@ only through methods that take `now_ms` and return an `Output`:
   leader epoch it believes in; raises `NotLeaderError` for any other epoch. The batch reaches the
   log after `append_linger_ms` on a later `poll` (`next_deadline_ms(now_ms)` says when).
 - `resign(epoch, *, now_ms)`, `shutdown(timeout_ms, *, now_ms)` (`Output.shutdown_complete`).
-- `create_snapshot(end_offset=, records=, last_contained_log_timestamp_ms=, now_ms=)`.
+- `create_snapshot(end_offset=, records=, last_contained_log_timestamp_ms=, now_ms=)`: freeze a
+  snapshot at a committed offset (SnapshotError otherwise); retention then cleans the log prefix
+  above `retention_max_bytes`, always keeping the latest snapshot.
+- `upgrade_kraft_version(epoch, version, *, validate_only, now_ms)`: the kraft.version 0 -> 1
+  upgrade the controller's UpdateFeatures calls (NotLeaderError / KRaftVersionUpgradeError).
+- `voter_set_at(offset)`, `kraft_version_at(offset)`: the control-record history.
 - Introspection: `role`, `epoch`, `leader_id`, `leader_and_epoch`, `voted_key`, `election_state`,
   `high_watermark`, `log_end_offset`, `voters`, `kraft_version`, `is_voter`, `state` (the role's
   state object; `LeaderState.voter_states` / `observer_states` hold per-replica progress).
@@ -43,6 +48,10 @@ The ordering contract (what the driver does with an Output, in this order)
 5. Call `poll` again no later than `next_deadline_ms`.
 
 `MemoryLog` is the pure in-memory `RaftLog`; `QuorumState` is the only code that changes roles.
+The node answers only the raft APIs at the versions above; the node process answers ApiVersions
+(with the `kraft.version` supported feature, which AddRaftVoter checks) and routes the rest.
+Bootstrap servers (`controller.quorum.bootstrap.servers`) appear as negative destination ids.
+Each rule and the test that proves it: `docs/raft-rules.md`.
 """
 
 from kraft_engine.raft.config import RaftConfig
