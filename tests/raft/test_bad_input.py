@@ -60,3 +60,27 @@ def test_records_that_do_not_start_at_the_log_end_are_not_appended() -> None:
     )
     follower.handle_response(fetch.token, response, now_ms=NOW)
     assert follower.log_end_offset == 0
+
+
+def test_served_requests_match_the_versions_the_core_itself_sends() -> None:
+    from kraft_engine.raft import OffsetAndEpoch
+
+    node = make_node(1, [1])
+    key = ReplicaKey(1, directory(1))
+    built = [
+        m.vote_request(cluster_id=CLUSTER_ID, voter=key, replica=key, epoch=1, last=OffsetAndEpoch(epoch=0, offset=0), pre_vote=True),
+        m.begin_quorum_epoch_request(cluster_id=CLUSTER_ID, voter=key, leader_id=1, epoch=1, leader_endpoints=()),
+        m.end_quorum_epoch_request(cluster_id=CLUSTER_ID, leader_id=1, epoch=1, preferred=(), leader_endpoints=()),
+        m.fetch_request(cluster_id=CLUSTER_ID, replica=key, epoch=1, fetch_offset=0, last_fetched_epoch=0,
+                        high_watermark=None, max_wait_ms=0, max_bytes=1),
+        m.fetch_snapshot_request(cluster_id=CLUSTER_ID, replica=key, epoch=1, snapshot_id=OffsetAndEpoch(epoch=1, offset=1),
+                                 position=0, max_bytes=1),
+        m.describe_quorum_request(),
+        m.add_voter_request(cluster_id=CLUSTER_ID, voter=key, endpoints=(), timeout_ms=1),
+        m.remove_voter_request(cluster_id=CLUSTER_ID, voter=key),
+        m.update_voter_request(cluster_id=CLUSTER_ID, epoch=1, voter=key, endpoints=(), min_kraft_version=0, max_kraft_version=1),
+    ]
+    assert {int(r.__api_key__): int(r.__version__) for r in built} == node.served_requests
+    # Every served request is dispatched (none is refused as unknown).
+    for request in built:
+        node.handle_request(request, token=99, now_ms=NOW)

@@ -266,6 +266,11 @@ class RaftNode:
     def is_shutdown_complete(self) -> bool:
         return self._shutdown is not None and self._shutdown.completed
 
+    @property
+    def served_requests(self) -> dict[int, int]:
+        """{api key: version} of every request `handle_request` answers."""
+        return dict(messages.SERVED_REQUESTS)
+
     def voter_set_at(self, offset: int) -> VoterSet:
         return self._history.voter_set_at(offset)
 
