@@ -145,3 +145,32 @@ def test_describe_quorum_reports_voters_and_observers_on_the_leader_only() -> No
     other = only_response(follower.handle_request(m.describe_quorum_request(), token=1, now_ms=cluster.now_ms))
     assert other.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
     assert other.topics[0].partitions[0].leader_id == leader.node_id
+
+
+def test_resign_steps_down_only_for_the_leaders_own_epoch() -> None:
+    cluster = Cluster([1, 2, 3])
+    leader = cluster.elect()
+    cluster.advance(500)
+    cluster.apply(leader.node_id, leader.resign(leader.epoch - 1, now_ms=cluster.now_ms))
+    assert leader.role is Role.LEADER
+    cluster.sent.clear()
+    cluster.apply(leader.node_id, leader.resign(leader.epoch, now_ms=cluster.now_ms))
+    assert leader.role is Role.RESIGNED
+    assert any(type(e.payload).__name__ == "EndQuorumEpochRequest" for e in cluster.sent)
+    cluster.advance(5_000)
+    new_leader = cluster.leader()
+    assert new_leader is not None and new_leader.epoch > 1
+
+
+def test_a_leader_that_cannot_hand_over_completes_shutdown_at_the_timeout() -> None:
+    cluster = Cluster([1, 2, 3])
+    leader = cluster.elect()
+    cluster.advance(500)
+    cluster.drop = lambda e: True  # nobody hears the hand-over
+    out = cluster.apply(leader.node_id, leader.shutdown(1_000, now_ms=cluster.now_ms))
+    assert not out.shutdown_complete
+    assert leader.next_deadline_ms(cluster.now_ms) <= cluster.now_ms + 1_000
+    cluster.advance(999)
+    assert not leader.is_shutdown_complete
+    cluster.advance(2)
+    assert leader.is_shutdown_complete
