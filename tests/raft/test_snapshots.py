@@ -164,3 +164,28 @@ def test_restart_with_a_snapshot_and_the_uncleaned_log_before_it_rebuilds_the_vo
     assert restarted.node.voters == voter_set([1, 2, 3])
     assert restarted.node.kraft_version == 1
     assert snapshot_id in restarted.log.snapshot_ids()
+
+
+def test_time_retention_drops_snapshots_older_than_retention_and_the_log_before_the_next() -> None:
+    config = RaftConfig(retention_max_ms=60_000)
+    cluster, leader = cluster_with_data(config, count=6)
+    now = cluster.now_ms
+    old = leader.create_snapshot(end_offset=3, records=[b"o"], last_contained_log_timestamp_ms=now - 120_000, now_ms=now)
+    recent = leader.create_snapshot(end_offset=leader.high_watermark, records=[b"r"], last_contained_log_timestamp_ms=now, now_ms=now)
+    log = cluster[leader.node_id].log
+    # The old snapshot is expired: it goes, and the log before the next snapshot with it.
+    assert log.snapshot_ids() == [recent]
+    assert old not in log.snapshot_ids()
+    assert log.log_start_offset == recent.offset
+
+
+def test_time_retention_keeps_snapshots_within_retention() -> None:
+    config = RaftConfig(retention_max_ms=600_000)
+    cluster, leader = cluster_with_data(config, count=6)
+    now = cluster.now_ms
+    first = leader.create_snapshot(end_offset=3, records=[b"o"], last_contained_log_timestamp_ms=now - 1_000, now_ms=now)
+    second = leader.create_snapshot(end_offset=leader.high_watermark, records=[b"r"], last_contained_log_timestamp_ms=now, now_ms=now)
+    cluster.advance(120_000)
+    log = cluster[leader.node_id].log
+    assert log.snapshot_ids() == [first, second]
+    assert log.log_start_offset == 0

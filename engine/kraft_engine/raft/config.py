@@ -40,6 +40,8 @@ class RaftConfig:
     max_number_of_batches: int = 10
     # metadata.max.retention.bytes: the log prefix and old snapshots are cleaned above this size.
     retention_max_bytes: int = 100 * 1024 * 1024
+    # metadata.max.retention.ms: snapshots (and the log before the next one) older than this go.
+    retention_max_ms: int = 7 * 24 * 60 * 60 * 1000
     # Listener name the node advertises for itself when it has no other endpoints.
     controller_listener_name: str = "CONTROLLER"
 

@@ -1,8 +1,8 @@
 """The KRaft RPCs as kio entities at the wire versions a Kafka 4.x controller speaks.
 
 Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v18 (KIP-1166: the follower reports its high watermark), FetchSnapshot v1, DescribeQuorum v2,
-AddRaftVoter v1, RemoveRaftVoter v0, UpdateRaftVoter v0 and ApiVersions v4 (v0-v3 omit features whose minimum
-version is 0, and kraft.version's is). Building them in one
+AddRaftVoter v1, RemoveRaftVoter v0, UpdateRaftVoter v0 and ApiVersions v3 (the node process speaks the newest ApiVersions on the
+wire, since v0-v3 omit features whose minimum version is 0, and hands back the v3 fields). Building them in one
 place keeps the single-partition framing (`__cluster_metadata`-0, topic id AAAAAAAAAAAAAAAAAAAAAQ)
 and the leader-endpoint plumbing out of the consensus logic.
 """
@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from kio.schema.add_raft_voter.v1 import request as add_voter_req
 from kio.schema.add_raft_voter.v1 import response as add_voter_resp
-from kio.schema.api_versions.v4 import request as api_versions_req
+from kio.schema.api_versions.v3 import request as api_versions_req
 from kio.schema.begin_quorum_epoch.v1 import request as begin_req
 from kio.schema.begin_quorum_epoch.v1 import response as begin_resp
 from kio.schema.describe_quorum.v2 import request as describe_req

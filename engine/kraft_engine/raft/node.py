@@ -75,6 +75,8 @@ __all__ = ["RaftNode"]
 # Kafka's RETRY_BACKOFF_BASE_MS for the candidate's binary exponential election backoff.
 _RETRY_BACKOFF_BASE_MS: Final = 100
 _NEVER: Final = 2**62
+# How often retention runs (Kafka's metadata log cleaner runs every 60 s).
+_CLEAN_INTERVAL_MS: Final = 60_000
 _NO_SNAPSHOT: Final = OffsetAndEpoch(epoch=-1, offset=-1)
 # How much of the log the listener is handed per call (more follows on the next poll at once).
 _LISTENER_BATCH_BYTES: Final = 1024 * 1024
@@ -172,6 +174,7 @@ class RaftNode:
         self._shutdown: _Shutdown | None = None
         self._out = Output()
         self._voter_change: _VoterChange | None = None
+        self._next_clean_ms = now_ms + _CLEAN_INTERVAL_MS
         self._learned_voters: dict[int, VoterNode] = {}
         # A single-voter quorum elects itself at once (KafkaRaftClient.initialize), including
         # after a restart as Resigned: it is the only one who could lead the next epoch.
@@ -286,6 +289,8 @@ class RaftNode:
     def poll(self, now_ms: int) -> Output:
         """Fire whatever timers are due: elections, fetches, linger, resends, timeouts."""
         self._expire_requests(now_ms)
+        if now_ms >= self._next_clean_ms:
+            self._maybe_clean(now_ms)
         self._poll_state(now_ms)
         return self._finish(now_ms)
 
@@ -387,7 +392,7 @@ class RaftNode:
             snapshot_id, records=records, last_contained_log_timestamp_ms=last_contained_log_timestamp_ms, now_ms=now_ms
         )
         self._log.store_snapshot(snapshot_id, data)
-        self._maybe_clean()
+        self._maybe_clean(now_ms)
         return snapshot_id
 
     # ==========================================================================================
@@ -497,6 +502,7 @@ class RaftNode:
         if self._shutdown is not None and not self._shutdown.completed:
             deadlines.append(self._shutdown.deadline_ms)
         deadlines.extend(self._extra_deadlines(now_ms))
+        deadlines.append(self._next_clean_ms)
         return max(min(deadlines, default=_NEVER), now_ms)
 
     def _ready_at(self, now_ms: int, destination_id: int | None = None) -> int:
@@ -1674,23 +1680,47 @@ class RaftNode:
         control([SnapshotFooterRecord(version=i16(0))])
         return b"".join(chunks)
 
-    def _maybe_clean(self) -> None:
-        """Retention: above `retention_max_bytes`, drop the log prefix and older snapshots behind the
-        latest snapshot. The latest snapshot is always kept, and nothing uncommitted is dropped."""
+    def _maybe_clean(self, now_ms: int) -> None:
+        """Retention (KafkaRaftLog.maybeClean). Above `retention_max_bytes` the log prefix and every
+        older snapshot behind the latest snapshot go; snapshots whose last contained record is older
+        than `retention_max_ms` go with the log before the next snapshot. The latest snapshot is
+        always kept, and nothing above the high watermark is dropped."""
+        self._next_clean_ms = now_ms + _CLEAN_INTERVAL_MS
         snapshots = self._log.snapshot_ids()
-        if not snapshots:
+        hwm = self.high_watermark
+        if not snapshots or hwm is None:
             return
         total = self._log.size_in_bytes() + sum(self._log.snapshot_size(s) or 0 for s in snapshots)
-        if total <= self._config.retention_max_bytes:
+        if total > self._config.retention_max_bytes:
+            keep = snapshots[-1]
+        else:
+            expired = [
+                i for i, s in enumerate(snapshots[:-1])
+                if self._snapshot_timestamp_ms(s) < now_ms - self._config.retention_max_ms
+            ]
+            if not expired:
+                return
+            keep = snapshots[expired[-1] + 1]
+        if keep.offset > hwm:
             return
-        latest = snapshots[-1]
-        hwm = self.high_watermark
-        if hwm is None or latest.offset > hwm or latest.offset <= self._log.log_start_offset:
-            return
-        self._log.delete_before(latest.offset)
-        for old in snapshots[:-1]:
-            self._log.delete_snapshot(old)
-        self._history.truncate_old_entries(latest.offset - 1)
+        if keep.offset > self._log.log_start_offset:
+            self._log.delete_before(keep.offset)
+        for old in snapshots:
+            if old.offset < keep.offset or (old.offset == keep.offset and old != keep):
+                self._log.delete_snapshot(old)
+        self._history.truncate_old_entries(keep.offset - 1)
+
+    def _snapshot_timestamp_ms(self, snapshot_id: OffsetAndEpoch) -> int:
+        """The SnapshotHeaderRecord's last contained log timestamp (-1 if it has none)."""
+        head = self._log.read_snapshot(snapshot_id, 0, 12)
+        if len(head) < 12:
+            return -1
+        size = 12 + int.from_bytes(head[8:12], "big", signed=True)
+        for batch in parse_batches(self._log.read_snapshot(snapshot_id, 0, size)):
+            for record in batch.control_records:
+                if isinstance(record, SnapshotHeaderRecord):
+                    return int(record.last_contained_log_timestamp)
+        return -1
 
     # ==========================================================================================
     # KIP-853: AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter, auto-join, kraft.version upgrade
