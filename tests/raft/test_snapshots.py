@@ -189,3 +189,15 @@ def test_time_retention_keeps_snapshots_within_retention() -> None:
     log = cluster[leader.node_id].log
     assert log.snapshot_ids() == [first, second]
     assert log.log_start_offset == 0
+
+
+def test_negative_retention_limits_mean_unlimited() -> None:
+    config = RaftConfig(retention_max_bytes=-1, retention_max_ms=-1)
+    cluster, leader = cluster_with_data(config, count=6)
+    now = cluster.now_ms
+    first = leader.create_snapshot(end_offset=3, records=[b"o"], last_contained_log_timestamp_ms=0, now_ms=now)
+    second = leader.create_snapshot(end_offset=leader.high_watermark, records=[b"r"], last_contained_log_timestamp_ms=0, now_ms=now)
+    cluster.advance(120_000)
+    log = cluster[leader.node_id].log
+    assert log.snapshot_ids() == [first, second]
+    assert log.log_start_offset == 0

@@ -38,9 +38,11 @@ class RaftConfig:
     # Kafka's leader batch caps (KafkaRaftClient.MAX_BATCH_SIZE_BYTES / MAX_NUMBER_OF_BATCHES).
     max_batch_size_bytes: int = 8 * 1024 * 1024
     max_number_of_batches: int = 10
-    # metadata.max.retention.bytes: the log prefix and old snapshots are cleaned above this size.
+    # metadata.max.retention.bytes: the log prefix and old snapshots are cleaned above this size
+    # (-1: unlimited).
     retention_max_bytes: int = 100 * 1024 * 1024
-    # metadata.max.retention.ms: snapshots (and the log before the next one) older than this go.
+    # metadata.max.retention.ms: snapshots (and the log before the next one) older than this go
+    # (-1: unlimited).
     retention_max_ms: int = 7 * 24 * 60 * 60 * 1000
     # Listener name the node advertises for itself when it has no other endpoints.
     controller_listener_name: str = "CONTROLLER"

@@ -1691,12 +1691,14 @@ class RaftNode:
         if not snapshots or hwm is None:
             return
         total = self._log.size_in_bytes() + sum(self._log.snapshot_size(s) or 0 for s in snapshots)
-        if total > self._config.retention_max_bytes:
+        max_bytes, max_ms = self._config.retention_max_bytes, self._config.retention_max_ms
+        # A negative limit means unlimited, as in Kafka.
+        if 0 <= max_bytes < total:
             keep = snapshots[-1]
         else:
             expired = [
                 i for i, s in enumerate(snapshots[:-1])
-                if self._snapshot_timestamp_ms(s) < now_ms - self._config.retention_max_ms
+                if max_ms >= 0 and self._snapshot_timestamp_ms(s) < now_ms - max_ms
             ]
             if not expired:
                 return
