@@ -350,3 +350,21 @@ def test_local_changes_classify_what_a_delta_means_for_one_broker() -> None:
     removal.replay(RemoveTopicRecord(topic_id=topic_id(1)))
     assert removal.topics_delta is not None
     assert removal.topics_delta.local_changes(3).deletes == {TopicPartition("orders", 0), TopicPartition("orders", 1)}
+
+
+def test_reverse_indexes_answer_membership_counts_and_order_after_changes() -> None:
+    image = image_of(
+        mv_record(25), *(register_broker(b) for b in (1, 2, 3)), topic("orders", 1),
+        *(partition(1, p, replicas=(1 + p % 3, 1 + (p + 1) % 3)) for p in (4, 0, 3, 1, 2)),
+    )
+    changed = image_of(change(1, 3, isr=(2,), leader=2), change(1, 0, isr=(2,), leader=2), base=image)
+    leaders = changed.topics.leaders
+    assert [p.partition_id for p in changed.topics.partitions_led_by(2)] == [0, 1, 3, 4]
+    assert leaders.count(2) == 4 and leaders.count(1) == 0
+    assert leaders.contains(2, TopicIdPartition(topic_id(1), 3))
+    assert not leaders.contains(2, TopicIdPartition(topic_id(1), 2))
+    assert not leaders.contains(1, TopicIdPartition(topic_id(1), 0))
+    assert not leaders.contains(7, TopicIdPartition(topic_id(1), 0))
+    # The base image's indexes are untouched by the delta.
+    assert [p.partition_id for p in image.topics.partitions_led_by(1)] == [0, 3]
+    assert changed.topics.replicas.count(1) == image.topics.replicas.count(1) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -153,3 +154,19 @@ def test_registrations_are_values() -> None:
     assert registration() == registration()
     assert registration() != registration(isr=(1, 2))
     assert uuid.UUID(int=1) == MIGRATING_DIRECTORY
+
+
+def test_replayed_registrations_are_the_same_frozen_values_the_constructor_builds() -> None:
+    replayed = PartitionRegistration.from_record(partition(1, 0, replicas=(1, 2, 3), leader=2))
+    built = PartitionRegistration(
+        replicas=(1, 2, 3), directories=(MIGRATING_DIRECTORY,) * 3, isr=(1, 2, 3), leader=2, leader_epoch=0,
+        partition_epoch=0,
+    )
+    merged = replayed.merge(change(1, 0, isr=(2, 3)))
+    assert replayed == built and hash(replayed) == hash(built) and repr(replayed) == repr(built)
+    assert merged == dataclasses.replace(built, isr=(2, 3), partition_epoch=1)
+    for value in (replayed, merged):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.leader = 3  # type: ignore[misc]
+    with pytest.raises(MetadataReplayError, match="has 3 replicas but 2 directories"):
+        registration().merge(change(1, 0, directories=(dir_id(1), dir_id(2))))

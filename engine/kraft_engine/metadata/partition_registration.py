@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
+from kraft_engine.invariant import require
 from kraft_engine.kafka_uuid import ONE_UUID
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriterOptions
@@ -95,11 +97,7 @@ class PartitionRegistration:
     partition_epoch: int
 
     def __post_init__(self) -> None:
-        if len(self.directories) != len(self.replicas):
-            raise MetadataReplayError(
-                f"partition has {len(self.replicas)} replicas {list(self.replicas)} but "
-                f"{len(self.directories)} directories"
-            )
+        _check_directories(self.replicas, self.directories)
 
     @classmethod
     def from_record(cls, record: PartitionRecord) -> PartitionRegistration:
@@ -109,7 +107,7 @@ class PartitionRegistration:
                 f"PartitionRecord for {record.topic_id}:{record.partition_id} has "
                 f"{len(replicas)} replicas but {len(record.directories)} directories"
             )
-        return cls(
+        return _built(
             replicas=replicas,
             directories=_directories(record.directories, len(replicas)),
             isr=_ints(record.isr),
@@ -157,7 +155,7 @@ class PartitionRegistration:
             recovery = self.leader_recovery_state
         else:
             recovery = LeaderRecoveryState.of(record.leader_recovery_state)
-        return PartitionRegistration(
+        return _built(
             replicas=replicas,
             directories=directories,
             isr=self.isr if record.isr is None else _ints(record.isr),
@@ -246,3 +244,61 @@ class PartitionRegistration:
             last_known_elr=last_known_elr,
         )
         return record, options.partition_record_version
+
+
+def _check_directories(replicas: tuple[int, ...], directories: tuple[uuid.UUID, ...]) -> None:
+    if len(directories) != len(replicas):
+        raise MetadataReplayError(
+            f"partition has {len(replicas)} replicas {list(replicas)} but {len(directories)} directories"
+        )
+
+
+# Replay builds one registration per PartitionRecord and PartitionChangeRecord: hundreds of
+# thousands when an image is built from a snapshot. A frozen dataclass's __init__ stores each field
+# through object.__setattr__, which made construction three times the cost of storing the fields
+# through their slot descriptors, as `_built` does. The result is the same frozen object.
+_FIELD_NAMES = (
+    "replicas", "directories", "isr", "removing_replicas", "adding_replicas", "elr", "last_known_elr",
+    "leader", "leader_recovery_state", "leader_epoch", "partition_epoch",
+)
+require(
+    tuple(field.name for field in fields(PartitionRegistration)) == _FIELD_NAMES,
+    "PartitionRegistration's fields and _built's setters are out of step",
+)
+_Setter = Callable[[PartitionRegistration, Any], None]
+(
+    _set_replicas, _set_directories, _set_isr, _set_removing, _set_adding, _set_elr, _set_last_known_elr,
+    _set_leader, _set_recovery, _set_leader_epoch, _set_partition_epoch,
+) = cast("tuple[_Setter, ...]", tuple(PartitionRegistration.__dict__[name].__set__ for name in _FIELD_NAMES))
+_new = object.__new__
+
+
+def _built(
+    *,
+    replicas: tuple[int, ...],
+    directories: tuple[uuid.UUID, ...],
+    isr: tuple[int, ...],
+    removing_replicas: tuple[int, ...],
+    adding_replicas: tuple[int, ...],
+    elr: tuple[int, ...],
+    last_known_elr: tuple[int, ...],
+    leader: int,
+    leader_recovery_state: LeaderRecoveryState,
+    leader_epoch: int,
+    partition_epoch: int,
+) -> PartitionRegistration:
+    """`PartitionRegistration(...)` with the same check, at a third of the cost."""
+    _check_directories(replicas, directories)
+    registration: PartitionRegistration = _new(PartitionRegistration)
+    _set_replicas(registration, replicas)
+    _set_directories(registration, directories)
+    _set_isr(registration, isr)
+    _set_removing(registration, removing_replicas)
+    _set_adding(registration, adding_replicas)
+    _set_elr(registration, elr)
+    _set_last_known_elr(registration, last_known_elr)
+    _set_leader(registration, leader)
+    _set_recovery(registration, leader_recovery_state)
+    _set_leader_epoch(registration, leader_epoch)
+    _set_partition_epoch(registration, partition_epoch)
+    return registration

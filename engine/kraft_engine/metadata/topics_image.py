@@ -10,6 +10,7 @@ one broker costs in proportion to that broker's partitions, not the cluster's.
 
 from __future__ import annotations
 
+import bisect
 import operator
 import uuid
 from collections.abc import Iterator, Mapping
@@ -78,9 +79,12 @@ class TopicImage:
 
 _uuid_int = operator.attrgetter("int")
 
-# broker id -> topic id -> partition ids. Two levels so that a change to one partition copies one
-# broker's topic map and one small set, not a set of every partition the broker holds.
-_Index = Mapping[int, Mapping[uuid.UUID, frozenset[int]]]
+# broker id -> topic id -> partition ids, ascending. Two levels so that a change to one partition
+# copies one broker's topic map and one topic's ids, not every partition the broker holds. The ids
+# are a sorted tuple rather than a frozenset: a tuple of ints drops out of the garbage collector's
+# tracking, while the 300k frozensets of a 100k-partition image (three indexes, ten brokers, 10k
+# topics) were scanned by every full collection and doubled the cost of building an image.
+_Index = Mapping[int, Mapping[uuid.UUID, tuple[int, ...]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +98,16 @@ class BrokerPartitionIndex:
         topics = self.by_broker.get(broker_id, EMPTY_MAP)
         # Sorting on the Uuid's integer compares in C; Uuid.__lt__ would be a Python call per step.
         for topic_id in sorted(topics, key=_uuid_int):
-            for partition_id in sorted(topics[topic_id]):
+            for partition_id in topics[topic_id]:
                 yield TopicIdPartition(topic_id, partition_id)
 
     def count(self, broker_id: int) -> int:
         return sum(len(p) for p in self.by_broker.get(broker_id, EMPTY_MAP).values())
 
     def contains(self, broker_id: int, partition: TopicIdPartition) -> bool:
-        return partition.partition_id in self.by_broker.get(broker_id, EMPTY_MAP).get(partition.topic_id, ())
+        partition_ids = self.by_broker.get(broker_id, EMPTY_MAP).get(partition.topic_id, ())
+        index = bisect.bisect_left(partition_ids, partition.partition_id)
+        return index < len(partition_ids) and partition_ids[index] == partition.partition_id
 
     def brokers(self) -> list[int]:
         return sorted(self.by_broker)
@@ -157,7 +163,7 @@ class _IndexBuilder:
             inner = thawed(by_broker.get(broker_id, EMPTY_MAP))
             for topic_id, partitions in topics.items():
                 if partitions:
-                    inner[topic_id] = frozenset(partitions)
+                    inner[topic_id] = tuple(sorted(partitions))
                 else:
                     inner.pop(topic_id, None)
             if inner:
