@@ -131,3 +131,15 @@ def test_update_voter_with_a_stale_epoch_or_unknown_voter_is_refused() -> None:
         min_kraft_version=0, max_kraft_version=1,
     )
     assert only_response(node.handle_request(unknown, token=2, now_ms=NOW)).error_code == ErrorCode.voter_not_found
+
+
+def test_a_wiped_node_told_it_leads_an_epoch_it_forgot_adopts_the_epoch_without_leading() -> None:
+    # Node 1 lost its disk; its peers still follow its previous incarnation, leader of epoch 7.
+    node = make_node(1, [1, 2, 3])
+    assert node.epoch == 0
+    pre_vote = node.poll(NOW + 10_000).requests[0]
+    answer = m.vote_response(error=ErrorCode.none, leader_id=1, epoch=7, granted=False, endpoints=(), listener="CONTROLLER")
+    node.handle_response(pre_vote.token, answer, now_ms=NOW + 10_001)
+    assert node.epoch == 7
+    assert node.role is Role.UNATTACHED
+    assert node.leader_id is None

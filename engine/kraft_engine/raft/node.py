@@ -862,11 +862,11 @@ class RaftNode:
 
     def _maybe_transition(self, leader_id: int | None, epoch: int, endpoints: tuple[Endpoint, ...], now_ms: int) -> None:
         if leader_id is not None and leader_id == self.node_id:
-            # A peer says we lead; only believable if we do (or did, in an epoch we resigned).
-            require(
-                epoch < self.epoch or self.leader_id == self.node_id,
-                f"told we lead epoch {epoch} but we are {self.role.value} in epoch {self.epoch}",
-            )
+            # A peer says we lead. If we do not remember it (our disk was re-formatted and the
+            # peers still follow our previous incarnation), adopt the epoch and lead nothing: the
+            # quorum elects a new leader once their fetches to us fail.
+            if self.leader_id != self.node_id and epoch > self.epoch:
+                self._to_unattached(epoch, now_ms)
             return
         if epoch == self.epoch and leader_id is not None and self.leader_id is not None and self.leader_id != leader_id:
             raise_inconsistent = self.role in (Role.LEADER, Role.RESIGNED, Role.FOLLOWER)
