@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+from typing import Any
 
 import pytest
 from quorum_processes import (
+    HOST,
+    KRAFT,
     ProcessCluster,
     describe_status,
     directory_of,
+    free_ports,
     metadata_quorum,
     voter_ids,
     wait_for,
@@ -140,3 +146,92 @@ def test_replace_a_controllers_disk(three_voters: ProcessCluster) -> None:
     assert directory_of(status, replaced) != old_directory
     wait_for(lambda: [v for _, v in cluster.entries(replaced)][:1] == ["before-replacement"], timeout_s=15,
              what="the new disk to be filled from the leader")
+
+
+def test_a_voter_change_while_another_is_uncommitted_is_refused_and_changes_nothing(cluster: ProcessCluster) -> None:
+    # A long fetch timeout keeps the leader from resigning (check-quorum) while a voter is frozen.
+    cluster.extra_config["controller.quorum.fetch.timeout.ms"] = "20000"
+    cluster.extra_config["controller.quorum.request.timeout.ms"] = "2000"
+    for node_id in (1, 2, 3, 4):
+        cluster.add_node(node_id)
+    cluster.format_initial([1, 2, 3])
+    cluster.format(4, "--no-initial-controllers")
+    for node_id in (1, 2, 3, 4):
+        cluster.start(node_id)
+    leader = cluster.wait_for_leader([1, 2, 3])
+    cluster.append(["before"], node_ids=[1, 2, 3])
+    wait_for(lambda: _observer_caught_up(cluster, 4, [leader]), timeout_s=20, what="controller 4 to catch up")
+    frozen, removed = [n for n in (1, 2, 3) if n != leader]
+    status = describe_status(cluster, bootstrap_ids=[leader])
+
+    # Removing `removed` needs the new voter set {leader, frozen} to commit it; `frozen` is
+    # stopped, so the change stays uncommitted (forced past the CLI's reachability check).
+    cluster.signal(frozen, signal.SIGSTOP)
+    removal = subprocess.Popen(
+        [KRAFT, "metadata-quorum", "--bootstrap-controller", cluster.bootstrap_servers([leader]), "remove-controller",
+         "--controller-id", str(removed), "--controller-directory-id", directory_of(status, removed), "--force"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        pending = sorted([leader, frozen])
+        wait_for(lambda: voter_ids(describe_status(cluster, bootstrap_ids=[leader])) == pending, timeout_s=10,
+                 what="the leader to append the uncommitted removal")
+        high_watermark = describe_status(cluster, bootstrap_ids=[leader])["highWatermark"]
+
+        refused = metadata_quorum(cluster, "add-controller", "--config", str(cluster.nodes[4].config_path),
+                                  bootstrap_ids=[leader])
+        assert refused.returncode == 1
+        assert "Error: AddRaftVoter: REQUEST_TIMED_OUT: the leader has another voter change that is not committed" \
+            in refused.stderr
+        refused_removal = metadata_quorum(cluster, "remove-controller", "--controller-id", str(frozen),
+                                          "--controller-directory-id", directory_of(status, frozen), "--force",
+                                          bootstrap_ids=[leader])
+        assert refused_removal.returncode == 1
+        assert "Error: RemoveRaftVoter: REQUEST_TIMED_OUT" in refused_removal.stderr
+        during = describe_status(cluster, bootstrap_ids=[leader])
+        assert voter_ids(during) == pending
+        assert 4 in [o["id"] for o in during["currentObservers"]]
+        assert during["highWatermark"] == high_watermark  # nothing committed meanwhile
+    finally:
+        cluster.signal(frozen, signal.SIGCONT)
+        removal.communicate(timeout=60)
+
+    # Once the removal commits, the same add is accepted: the refusal was only about the pending change.
+    wait_for(lambda: describe_status(cluster, bootstrap_ids=[leader])["highWatermark"] > high_watermark,
+             timeout_s=20, what="the removal to commit")
+    _add(cluster, 4, [leader])
+    assert voter_ids(describe_status(cluster, bootstrap_ids=[leader])) == sorted([leader, frozen, 4])
+
+
+def test_a_voter_that_moved_to_another_port_updates_its_endpoint(three_voters: ProcessCluster) -> None:
+    # UpdateRaftVoter end to end: the restarted voter finds its recorded endpoint stale and asks
+    # the leader to record the new one; every voter learns it from the committed VotersRecord.
+    cluster = three_voters
+    leader = cluster.wait_for_leader()
+    cluster.append(["before-move"])
+    moved = next(n for n in (1, 2, 3) if n != leader)
+    node = cluster.nodes[moved]
+    old_endpoint = f"CONTROLLER://{HOST}:{node.port}"
+    cluster.stop(moved)
+    (node.port,) = free_ports(1)
+    new_endpoint = f"CONTROLLER://{HOST}:{node.port}"
+    for each in cluster.nodes.values():
+        cluster.write_config(each)
+    cluster.start(moved)
+
+    def endpoints_of(status: dict[str, Any]) -> list[str]:
+        return next(v.get("endpoints", []) for v in status["currentVoters"] if v["id"] == moved)
+
+    wait_for(lambda: endpoints_of(describe_status(cluster, bootstrap_ids=[leader])) == [new_endpoint],
+             timeout_s=20, what=f"controller {moved}'s new endpoint in the voter set")
+    status = describe_status(cluster, bootstrap_ids=[leader])
+    assert voter_ids(status) == [1, 2, 3]
+    assert old_endpoint not in json.dumps(status)
+    # The update is in the replicated log: the next leader reports it too, and the quorum still works.
+    cluster.kill(leader)
+    survivors = [n for n in (1, 2, 3) if n != leader]
+    new_leader = cluster.wait_for_leader(survivors)
+    assert endpoints_of(describe_status(cluster, bootstrap_ids=[new_leader])) == [new_endpoint]
+    cluster.append(["after-move"], node_ids=survivors)
+    wait_for(lambda: [v for _, v in cluster.entries(moved)][:2] == ["before-move", "after-move"], timeout_s=10,
+             what="the moved voter to apply both entries")

@@ -51,6 +51,15 @@ _RETRIABLE = frozenset(
     }
 )
 _RETRY_INTERVAL_S = 0.1
+_VOTER_CHANGE_TIMED_OUT = (
+    "the leader has another voter change that is not committed yet, has not committed anything in its epoch, "
+    "or the new voter did not catch up in time; retry once the quorum has settled"
+)
+
+
+def _error_text(what: str, code: ErrorCode, message: str | None) -> str:
+    """`What: ERROR_NAME` plus the server's message when it sent one (Kafka's are often null)."""
+    return f"{what}: {code.name.upper()}" + (f": {message}" if message else "")
 
 
 class QuorumAdminError(Exception):
@@ -174,7 +183,7 @@ class QuorumAdmin:
             return None
         if response.error_code != ErrorCode.none:
             raise QuorumAdminError(
-                f"DescribeCluster: {ErrorCode(response.error_code).name.upper()}: {response.error_message}",
+                _error_text("DescribeCluster", ErrorCode(response.error_code), response.error_message),
                 error=ErrorCode(response.error_code),
             )
         return ClusterDescription(
@@ -238,7 +247,11 @@ class QuorumAdmin:
                 return None
             code = ErrorCode(response.error_code)
             if code != ErrorCode.none:
-                raise QuorumAdminError(f"{what}: {code.name.upper()}: {response.error_message}", error=code)
+                message = response.error_message
+                if code == ErrorCode.request_timed_out and not message:
+                    # The leader's gates all answer REQUEST_TIMED_OUT (as Kafka's do); say which.
+                    message = _VOTER_CHANGE_TIMED_OUT
+                raise QuorumAdminError(_error_text(what, code, message), error=code)
             return True
 
         await self._retrying(attempt, what=what)
@@ -248,13 +261,13 @@ def _quorum_description(response: Any) -> QuorumDescription | None:
     """The leader's answer as a description; None for a non-leader's NOT_LEADER_OR_FOLLOWER."""
     code = ErrorCode(response.error_code)
     if code != ErrorCode.none:
-        raise QuorumAdminError(f"DescribeQuorum: {code.name.upper()}: {response.error_message}", error=code)
+        raise QuorumAdminError(_error_text("DescribeQuorum", code, response.error_message), error=code)
     partition = response.topics[0].partitions[0]
     code = ErrorCode(partition.error_code)
     if code in _RETRIABLE:
         return None
     if code != ErrorCode.none:
-        raise QuorumAdminError(f"DescribeQuorum: {code.name.upper()}: {partition.error_message}", error=code)
+        raise QuorumAdminError(_error_text("DescribeQuorum", code, partition.error_message), error=code)
 
     def replica(state: Any) -> ReplicaDescription:
         return ReplicaDescription(
