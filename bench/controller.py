@@ -90,7 +90,7 @@ class Quorum:
                 "controller.listener.names=CONTROLLER", "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
                 f"controller.quorum.bootstrap.servers={bootstrap}", f"log.dirs={self.root / f'c{i}' / 'data'}",
                 f"kraftwerk.metrics.port={self.http_ports[i]}",
-                "metadata.log.max.record.bytes.between.snapshots=8388608",
+                "metadata.log.max.record.bytes.between.snapshots=4194304",
             ]) + "\n")
             self._kraft("storage", "format", "-c", str(self.config(i)), "-t", self.cluster_id,
                         "--initial-controllers", initial)
@@ -226,7 +226,7 @@ async def bench_cluster(topics: int, partitions: int, root: Path) -> None:
                       f"{size / 1e6:.1f} MB of records, encoded and written in {ms:.0f} ms; "
                       f"file {files[-1].name} {files[-1].stat().st_size / 1e6:.1f} MB")
             else:
-                print("no snapshot: less than metadata.log.max.record.bytes.between.snapshots (8 MiB) was written")
+                print("no snapshot: less than metadata.log.max.record.bytes.between.snapshots (4 MiB) was written")
 
             # Restart of a standby.
             standby = next(i for i in (1, 2, 3) if i != leader)

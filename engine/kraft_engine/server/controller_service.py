@@ -491,8 +491,8 @@ class ControllerService:
             return
         self.snapshots_written.append(snapshot_id)
         logger.info(
-            "Controller %d wrote snapshot %s: %d records, %d bytes in %.1f ms", self.controller.node_id, snapshot_id,
-            len(records), sum(len(r) for r in records), (time.monotonic_ns() - started_ns) / 1e6,
+            "Controller %d wrote snapshot %d-%d: %d records, %d bytes in %.1f ms", self.controller.node_id,
+            snapshot_id.offset, snapshot_id.epoch, len(records), sum(len(r) for r in records), (time.monotonic_ns() - started_ns) / 1e6,
         )
 
 
