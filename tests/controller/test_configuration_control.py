@@ -3,6 +3,9 @@ checks CreateTopics makes: records written, per-resource results, and values in 
 
 from __future__ import annotations
 
+import datetime
+
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import (
@@ -10,7 +13,8 @@ from kio.schema.incremental_alter_configs.v1.request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
-from kio.static.primitive import i8
+from kio.schema.types import TopicName
+from kio.static.primitive import i8, i32Timedelta
 
 from kraft_engine.controller.config_schema import ConfigSource
 from kraft_engine.records import ConfigRecord
@@ -180,3 +184,19 @@ def test_create_topics_validates_its_configs() -> None:
     assert effective["min.insync.replicas"] == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert effective["retention.ms"] == ("604800000", ConfigSource.DEFAULT_CONFIG)
     assert len(effective) == 31
+
+
+def test_deleting_a_topic_drops_only_its_configs_and_a_revert_brings_them_back() -> None:
+    h = Harness().unfenced(1)
+    h.create_topic("orders", configs={"retention.ms": "1000"})
+    h.create_topic("payments", configs={"retention.ms": "2000"})
+    configs = h.controller.configuration_control
+    h.controller.delete_topics(DeleteTopicsRequest(topics=(DeleteTopicState(name=TopicName("orders"), topic_id=None),),
+                                                   timeout=i32Timedelta.parse(datetime.timedelta(seconds=30))))
+    assert configs.configs(TOPIC, "orders") == {}
+    assert configs.configs(TOPIC, "orders", h.controller.last_stable_offset()) == {"retention.ms": "1000"}
+    assert configs.configs(TOPIC, "payments") == {"retention.ms": "2000"}
+    # Losing leadership before the deletion commits reverts it, configs included.
+    h.controller.handle_leader_change(leader_id=3001, epoch=2, log_end_offset=100, now_ms=0)
+    assert configs.configs(TOPIC, "orders") == {"retention.ms": "1000"}
+    assert configs.topic_config("orders", "retention.ms") == "1000"

@@ -61,24 +61,22 @@ Resource = tuple[int, str]
 
 
 class _ResourceConfigs(Mapping[str, str]):
-    """One resource's configs as a read-only mapping over the shared timeline map: lookups by
-    name are direct, so resolving a topic config does not scan every config in the cluster
-    (elections consult unclean.leader.election.enable once per partition)."""
+    """One resource's configs as a read-only mapping at one epoch: lookups by name are direct,
+    so resolving a topic config does not scan every config in the cluster (elections consult
+    unclean.leader.election.enable once per partition)."""
 
-    def __init__(self, configs: TimelineHashMap[tuple[int, str, str], str], resource: Resource,
-                 epoch: int | None) -> None:
+    def __init__(self, configs: TimelineHashMap[str, str] | None, epoch: int | None) -> None:
         self._configs = configs
-        self._resource = resource
         self._epoch = epoch
 
     def __getitem__(self, name: str) -> str:
-        value = self._configs.get((*self._resource, name), self._epoch)
+        value = None if self._configs is None else self._configs.get(name, self._epoch)
         if value is None:
             raise KeyError(name)
         return value
 
     def _names(self) -> list[str]:
-        return [key[2] for key in self._configs.keys(self._epoch) if key[:2] == self._resource]
+        return [] if self._configs is None else self._configs.keys(self._epoch)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names())
@@ -97,8 +95,13 @@ class ConfigurationControlManager:
         topic_exists: Callable[[str], bool] = lambda _: True,
         node_exists: Callable[[int], bool] = lambda _: True,
     ) -> None:
-        # (resource type, resource name, config name) -> value
-        self._configs: TimelineHashMap[tuple[int, str, str], str] = TimelineHashMap(registry)
+        self._registry = registry
+        # (resource type, resource name) -> config name -> value. One timeline map per resource,
+        # as in Kafka, so that reading or deleting one topic's configs costs what that topic has,
+        # not what the whole cluster has (a single map keyed by all three made every topic
+        # deletion and every DescribeConfigs scan, and at an epoch copy, every config). A
+        # resource whose map empties keeps it; an empty map reads as no configs at every epoch.
+        self._configs: dict[Resource, TimelineHashMap[str, str]] = {}
         self._node_id = node_id
         self._static_config = dict(static_config or {})
         self._topic_exists = topic_exists
@@ -107,32 +110,36 @@ class ConfigurationControlManager:
     # -- replay and reads ------------------------------------------------------------------
 
     def replay(self, record: ConfigRecord, offset: int) -> None:
-        key = (int(record.resource_type), record.resource_name, record.name)
+        resource = (int(record.resource_type), record.resource_name)
         if record.value is None:
-            self._configs.remove(key)
-        else:
-            self._configs.put(key, record.value)
+            found = self._configs.get(resource)
+            if found is not None:
+                found.remove(record.name)
+            return
+        configs = self._configs.get(resource)
+        if configs is None:
+            configs = self._configs[resource] = TimelineHashMap(self._registry)
+        configs.put(record.name, record.value)
 
     def delete_topic_configs(self, topic_name: str) -> None:
         """Replay side of RemoveTopicRecord: a deleted topic's configs go with it (a topic
         created later under the same name must not inherit them)."""
-        for key in [k for k in self._configs if k[0] == ConfigResourceType.TOPIC and k[1] == topic_name]:
-            self._configs.remove(key)
+        found = self._configs.get((ConfigResourceType.TOPIC, topic_name))
+        if found is not None:
+            found.clear()
 
     def configs(self, resource_type: int, resource_name: str, epoch: int | None = None) -> dict[str, str]:
-        return {
-            name: value
-            for (rtype, rname, name), value in self._configs.items(epoch)
-            if rtype == resource_type and rname == resource_name
-        }
+        found = self._configs.get((resource_type, resource_name))
+        return {} if found is None else found.snapshot(epoch)
 
     def _layers(self, topic_name: str | None, epoch: int | None = None) -> dict[str, Mapping[str, str]]:
         broker = ConfigResourceType.BROKER
         return {
-            "topic": _ResourceConfigs(self._configs, (ConfigResourceType.TOPIC, topic_name), epoch)
+            "topic": _ResourceConfigs(self._configs.get((ConfigResourceType.TOPIC, topic_name)), epoch)
             if topic_name is not None else {},
-            "node": _ResourceConfigs(self._configs, (broker, str(self._node_id)), epoch) if self._node_id >= 0 else {},
-            "cluster": _ResourceConfigs(self._configs, (broker, ""), epoch),
+            "node": _ResourceConfigs(self._configs.get((broker, str(self._node_id))), epoch)
+            if self._node_id >= 0 else {},
+            "cluster": _ResourceConfigs(self._configs.get((broker, "")), epoch),
             "static": self._static_config,
         }
 
