@@ -20,7 +20,7 @@ from typing import ClassVar, NamedTuple
 from kraft_engine.metadata._maps import EMPTY_MAP, frozen_map, thawed
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriter, ImageWriterOptions
-from kraft_engine.metadata.partition_registration import PartitionRegistration
+from kraft_engine.metadata.partition_registration import NO_LEADER, PartitionRegistration
 from kraft_engine.records.metadata_records import (
     PartitionChangeRecord,
     PartitionRecord,
@@ -171,10 +171,6 @@ class _IndexBuilder:
             else:
                 by_broker.pop(broker_id, None)
         return BrokerPartitionIndex(frozen_map(by_broker))
-
-
-def _leaders(partition: PartitionRegistration | None) -> tuple[int, ...]:
-    return () if partition is None or not partition.has_leader else (partition.leader,)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -399,36 +395,8 @@ class TopicsDelta:
         base = self.image
         by_id = thawed(base.topics_by_id)
         by_name = thawed(base.topics_by_name)
-        leaders = _IndexBuilder(base.leaders)
-        isr_members = _IndexBuilder(base.isr_members)
-        replicas = _IndexBuilder(base.replicas)
-        offline = base.offline_partition_count
-        imbalanced = base.preferred_replica_imbalance_count
-
-        def account(
-            topic_id: uuid.UUID,
-            partition_id: int,
-            *,
-            old: PartitionRegistration | None,
-            new: PartitionRegistration | None,
-        ) -> None:
-            nonlocal offline, imbalanced
-            leaders.update(topic_id, partition_id, old=_leaders(old), new=_leaders(new))
-            isr_members.update(
-                topic_id, partition_id, old=() if old is None else old.isr, new=() if new is None else new.isr
-            )
-            replicas.update(
-                topic_id,
-                partition_id,
-                old=() if old is None else old.replicas,
-                new=() if new is None else new.replicas,
-            )
-            if old is not None:
-                offline -= not old.has_leader
-                imbalanced -= not old.has_preferred_leader
-            if new is not None:
-                offline += not new.has_leader
-                imbalanced += not new.has_preferred_leader
+        accounts = _Accounts(base)
+        account = accounts.account
 
         for topic_id in self.deleted_topic_ids:
             topic = by_id.pop(topic_id)
@@ -464,9 +432,57 @@ class TopicsDelta:
         return TopicsImage(
             frozen_map(by_id),
             frozen_map(by_name),
-            leaders=leaders.build(),
-            isr_members=isr_members.build(),
-            replicas=replicas.build(),
-            offline_partition_count=offline,
-            preferred_replica_imbalance_count=imbalanced,
+            leaders=accounts.leaders.build(),
+            isr_members=accounts.isr_members.build(),
+            replicas=accounts.replicas.build(),
+            offline_partition_count=accounts.offline,
+            preferred_replica_imbalance_count=accounts.imbalanced,
         )
+
+
+class _Accounts:
+    """The reverse indexes and partition-health counts of a new image, moved partition by
+    partition from the base image's. Runs once per changed partition (30,000 times for one
+    broker's fencing at 100k partitions), hence the inlined predicates and the index updates
+    skipped when a role's holders did not change."""
+
+    def __init__(self, base: TopicsImage) -> None:
+        self.leaders = _IndexBuilder(base.leaders)
+        self.isr_members = _IndexBuilder(base.isr_members)
+        self.replicas = _IndexBuilder(base.replicas)
+        self.offline = base.offline_partition_count
+        self.imbalanced = base.preferred_replica_imbalance_count
+
+    def account(
+        self,
+        topic_id: uuid.UUID,
+        partition_id: int,
+        *,
+        old: PartitionRegistration | None,
+        new: PartitionRegistration | None,
+    ) -> None:
+        old_leader = new_leader = NO_LEADER
+        old_isr: tuple[int, ...] = ()
+        new_isr: tuple[int, ...] = ()
+        old_replicas: tuple[int, ...] = ()
+        new_replicas: tuple[int, ...] = ()
+        if old is not None:
+            old_leader, old_isr, old_replicas = old.leader, old.isr, old.replicas
+            # Leaderless counts as offline, and never as having its preferred (first) replica lead.
+            self.offline -= old_leader == NO_LEADER
+            self.imbalanced -= old_leader == NO_LEADER or not old_replicas or old_leader != old_replicas[0]
+        if new is not None:
+            new_leader, new_isr, new_replicas = new.leader, new.isr, new.replicas
+            self.offline += new_leader == NO_LEADER
+            self.imbalanced += new_leader == NO_LEADER or not new_replicas or new_leader != new_replicas[0]
+        if old_leader != new_leader:
+            self.leaders.update(
+                topic_id,
+                partition_id,
+                old=() if old_leader == NO_LEADER else (old_leader,),
+                new=() if new_leader == NO_LEADER else (new_leader,),
+            )
+        if old_isr != new_isr:
+            self.isr_members.update(topic_id, partition_id, old=old_isr, new=new_isr)
+        if old_replicas != new_replicas:
+            self.replicas.update(topic_id, partition_id, old=old_replicas, new=new_replicas)
