@@ -89,9 +89,6 @@ class PartitionChange:
     last_known_elr: tuple[int, ...] | None = None
 
 
-_NO_CHANGE = PartitionChange()
-
-
 def complete_reassignment(
     *, isr: Sequence[int], replicas: Sequence[int], removing: Sequence[int], adding: Sequence[int]
 ) -> tuple[list[int], list[int]] | None:
@@ -136,9 +133,8 @@ class PartitionChangeBuilder:
         self.target_adding: list[int] = list(partition.adding_replicas)
         self.target_leader_recovery_state = int(partition.leader_recovery_state)
         self.election = Election.ONLINE
-        self._target_directories: dict[int, uuid.UUID] = dict(
-            zip(partition.replicas, partition.directories, strict=False)
-        )
+        # Built on first use: most changes (ISR shrinks, leader moves) never look at directories.
+        self._target_directories: dict[int, uuid.UUID] | None = None
         # Whether a caller placed any replica on a directory; until then, an unchanged replica
         # list keeps its directories and `build` need not recompute them.
         self._directories_set = False
@@ -169,13 +165,19 @@ class PartitionChangeBuilder:
         self.target_leader_recovery_state = state
         return self
 
+    def _directories(self) -> dict[int, uuid.UUID]:
+        if self._target_directories is None:
+            partition = self._partition
+            self._target_directories = dict(zip(partition.replicas, partition.directories, strict=False))
+        return self._target_directories
+
     def set_directory(self, broker_id: int, directory: uuid.UUID) -> PartitionChangeBuilder:
-        self._target_directories[broker_id] = directory
+        self._directories()[broker_id] = directory
         self._directories_set = True
         return self
 
     def set_directories(self, directories: Mapping[int, uuid.UUID]) -> PartitionChangeBuilder:
-        self._target_directories.update(directories)
+        self._directories().update(directories)
         self._directories_set = True
         return self
 
@@ -213,15 +215,16 @@ class PartitionChangeBuilder:
 
     def build(self) -> PartitionChange | None:
         partition = self._partition
-        completed = complete_reassignment(
-            isr=self.target_isr,
-            replicas=self.target_replicas,
-            removing=self.target_removing,
-            adding=self.target_adding,
-        )
-        if completed is not None:
-            self.target_replicas, self.target_isr = completed
-            self.target_removing, self.target_adding = [], []
+        if self.target_removing or self.target_adding:
+            completed = complete_reassignment(
+                isr=self.target_isr,
+                replicas=self.target_replicas,
+                removing=self.target_removing,
+                adding=self.target_adding,
+            )
+            if completed is not None:
+                self.target_replicas, self.target_isr = completed
+                self.target_removing, self.target_adding = [], []
 
         leader = NO_LEADER_CHANGE
         isr: tuple[int, ...] | None = None
@@ -249,9 +252,9 @@ class PartitionChangeBuilder:
             isr = tuple(self.target_isr)
 
         if (
-            self._metadata_version.is_leader_epoch_bump_required_on_isr_shrink
-            and leader == NO_LEADER_CHANGE
+            leader == NO_LEADER_CHANGE
             and isr is not None
+            and self._metadata_version.is_leader_epoch_bump_required_on_isr_shrink
             and not set(partition.isr) <= set(isr)
         ):
             # Before 3.6-IV0 brokers needed a leader epoch bump on every ISR shrink (KAFKA-15021).
@@ -260,8 +263,8 @@ class PartitionChangeBuilder:
         replicas: tuple[int, ...] | None = None
         directories: tuple[uuid.UUID, ...] | None = None
         if self.target_replicas:
-            if self._metadata_version.is_directory_assignment_supported and (
-                self._directories_set or not same_replicas
+            if (self._directories_set or not same_replicas) and (
+                self._metadata_version.is_directory_assignment_supported
             ):
                 target_directories = tuple(self._directory_of(r) for r in self.target_replicas)
                 if target_directories != tuple(partition.directories):
@@ -273,7 +276,12 @@ class PartitionChangeBuilder:
         if self.target_leader_recovery_state != partition.leader_recovery_state:
             recovery = self.target_leader_recovery_state
 
-        change = PartitionChange(
+        if (
+            isr is None and leader == NO_LEADER_CHANGE and replicas is None and removing is None
+            and adding is None and recovery == -1 and directories is None and elr is None
+        ):
+            return None
+        return PartitionChange(
             isr=isr,
             leader=leader,
             replicas=replicas,
@@ -283,10 +291,9 @@ class PartitionChangeBuilder:
             directories=directories,
             eligible_leader_replicas=elr,
         )
-        return None if change == _NO_CHANGE else change
 
     def _directory_of(self, replica: int) -> uuid.UUID:
-        directory = self._target_directories.get(replica)
+        directory = self._directories().get(replica)
         if directory is not None:
             return directory
         if self._default_directory is None:
