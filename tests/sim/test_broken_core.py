@@ -30,3 +30,40 @@ def test_a_core_that_grants_every_vote_is_caught(monkeypatch: pytest.MonkeyPatch
                 assert f"seed {seed}:" in str(failure)
                 seen[failure.invariant] += 1
     assert seen["SingleLeader"] > 0, seen
+
+
+def test_a_snapshot_holding_another_value_fails_the_final_validation() -> None:
+    from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
+    from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
+    from kio.static.primitive import i16, i64
+
+    from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, build_control_batch, build_data_batch
+    from kraft_engine.sim.invariants import Violation
+    from kraft_engine.sim.replicated_counter import encode_value
+    from kraft_engine.sim.scenarios import lagging_follower_snapshot
+
+    run = lagging_follower_snapshot(0)
+    run.cluster.validate_committed_logs()  # the healthy run passes
+    node_id, snapshot_id = next(
+        (i, s) for i, d in run.cluster.disks.items() for s in d.log.snapshot_ids() if s != BOOTSTRAP_SNAPSHOT_ID
+    )
+    forged = b"".join(
+        [
+            build_control_batch(
+                base_offset=0,
+                partition_leader_epoch=snapshot_id.epoch,
+                timestamp_ms=0,
+                records=[SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(0))],
+            ),
+            build_data_batch([encode_value(999_999)], base_offset=1, epoch=snapshot_id.epoch, timestamp_ms=0),
+            build_control_batch(
+                base_offset=2,
+                partition_leader_epoch=snapshot_id.epoch,
+                timestamp_ms=0,
+                records=[SnapshotFooterRecord(version=i16(0))],
+            ),
+        ]
+    )
+    run.cluster.disks[node_id].log.store_snapshot(snapshot_id, forged)
+    with pytest.raises(Violation, match=f"snapshot .* on node {node_id} holds 999999"):
+        run.cluster.validate_committed_logs()

@@ -22,7 +22,8 @@ def test_runs_a_scenario_and_reports_one_line(
     assert main(["sim", "--scenario", "healthy", "--seeds", "2", "--start", "4"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1
-    assert out[0].startswith("healthy: seeds 4..5 (2 run), 209 events, 4 s virtual, 0 violations")
+    assert out[0].startswith("healthy: seeds 4..5 (2 run), 209 events, 4 s virtual, slowest recovery 0 ms")
+    assert " 0 violations" in out[0]
 
 
 def test_violation_exits_non_zero_with_seed_and_replay_command(

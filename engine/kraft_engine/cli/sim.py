@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from kraft_engine.sim.scenarios import SCENARIOS
+    from kraft_engine.sim.scenarios import LIVENESS_BOUND_MS, SCENARIOS
 
     if args.list:
         for name, scenario in SCENARIOS.items():
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         scenario = SCENARIOS[name]
         events = 0
         virtual_ms = 0
+        slowest_wait_ms = 0
         failures: list[SimulationFailure] = []
         began = time.monotonic()
         run_count = 0
@@ -75,11 +76,13 @@ def run(args: argparse.Namespace) -> int:
                 continue
             events += outcome.events
             virtual_ms += outcome.virtual_ms
+            slowest_wait_ms = max(slowest_wait_ms, outcome.slowest_wait_ms)
         elapsed_s = time.monotonic() - began
         last_seed = args.start + run_count - 1
         print(
             f"{name}: seeds {args.start}..{last_seed} ({run_count} run), {events} events, "
-            f"{virtual_ms // 1000} s virtual, {len(failures)} violations, {elapsed_s:.1f} s"
+            f"{virtual_ms // 1000} s virtual, slowest recovery {slowest_wait_ms} ms "
+            f"(bound {LIVENESS_BOUND_MS}), {len(failures)} violations, {elapsed_s:.1f} s"
         )
         for failure in failures:
             any_failed = True

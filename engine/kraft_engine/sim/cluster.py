@@ -55,13 +55,14 @@ from kraft_engine.raft import (
     VoterNode,
     VoterSet,
     build_control_batch,
+    parse_batches,
 )
 from kraft_engine.raft.errors import KRaftVersionUpgradeError
 from kraft_engine.raft.log import ValidationKind, validate_offset_and_epoch
 from kraft_engine.sim.disk import SimDisk
 from kraft_engine.sim.invariants import ElectionRecord, Invariant, NodeView, Violation
 from kraft_engine.sim.network import Envelope, LinkRule, Network
-from kraft_engine.sim.replicated_counter import ReplicatedCounter
+from kraft_engine.sim.replicated_counter import ReplicatedCounter, decode_value
 from kraft_engine.sim.scheduler import EventHandle, Scheduler
 
 __all__ = ["ADMIN_ID", "CLUSTER_ID", "SimCluster", "SimNode", "endpoint_of"]
@@ -124,6 +125,16 @@ def _decode(entity_type: type, data: Any) -> Any:
     if size != len(data):
         raise Violation("WireFormat", f"{entity_type.__name__} decoded {size} of {len(data)} bytes")
     return entity
+
+
+def _agree(committed: dict[int, tuple[int, int]], offset: int, value: int, node_id: int, where: str) -> None:
+    """Record `value` as committed at `offset`, or fail if the cluster committed another one."""
+    known = committed.setdefault(offset, (value, node_id))
+    if known[0] != value:
+        raise Violation(
+            "ConsistentCommittedData",
+            f"{where} holds {value} at committed offset {offset}; node {known[1]} committed {known[0]}",
+        )
 
 
 @dataclass(frozen=True)
@@ -311,19 +322,19 @@ class SimCluster:
         self.network.send(ADMIN_ID, node_id, payload)
         return token
 
-    def upgrade_kraft_version(self, version: int) -> bool:
+    def upgrade_kraft_version(self, version: int) -> str | None:
         """What `kafka-features upgrade --feature kraft.version=1` makes the controller do: ask
-        the current leader to finalize `version`. False when there is no leader or it refuses."""
+        the current leader to finalize `version`. Returns why it was refused, or None."""
         leader = self.leader()
         if leader is None:
-            return False
+            return "no leader"
         now_ms = self.scheduler.now_ms
         try:
             out = leader.raft.upgrade_kraft_version(leader.raft.epoch, version, validate_only=False, now_ms=now_ms)
-        except (NotLeaderError, KRaftVersionUpgradeError):
-            return False
+        except (NotLeaderError, KRaftVersionUpgradeError) as refusal:
+            return str(refusal)
         self._perform(leader, out)
-        return True
+        return None
 
     # -- the driver ----------------------------------------------------------------------------
     def _perform(self, node: SimNode, out: Output) -> None:
@@ -543,8 +554,9 @@ class SimCluster:
             invariant.check(views)
 
     def validate_committed_logs(self) -> None:
-        """End-of-run check (Kafka's ConsistentCommittedData validation) over the logs themselves:
-        every running node's log below its high watermark holds the values the cluster committed."""
+        """End-of-run check (Kafka's ConsistentCommittedData validation) over the disks themselves:
+        every running node's log below its high watermark, and every snapshot on any disk, holds
+        the values the cluster committed."""
         committed: dict[int, tuple[int, int]] = {}
         for node_id, node in self.running.items():
             for offset, value in node.counter.applied:
@@ -560,14 +572,20 @@ class SimCluster:
                     offset = batch.base_offset + delta
                     if offset >= hwm:
                         break
-                    value = int.from_bytes(data, "big", signed=True)
-                    known = committed.setdefault(offset, (value, node_id))
-                    if known[0] != value:
-                        raise Violation(
-                            "ConsistentCommittedData",
-                            f"node {node_id}'s log holds {value} at committed offset {offset}; "
-                            f"node {known[1]} committed {known[0]}",
-                        )
+                    _agree(committed, offset, decode_value(data), node_id, f"node {node_id}'s log")
+        # Snapshots included: every snapshot on every disk (running or not) holds the counter
+        # value the cluster committed at its last contained offset.
+        for node_id, disk in sorted(self.disks.items()):
+            log = disk.log
+            for snapshot_id in log.snapshot_ids():
+                if snapshot_id == BOOTSTRAP_SNAPSHOT_ID:
+                    continue
+                size = log.snapshot_size(snapshot_id) or 0
+                values = [v for b in parse_batches(log.read_snapshot(snapshot_id, 0, size)) for v in b.records]
+                if len(values) != 1:
+                    raise Violation("SnapshotContent", f"snapshot {snapshot_id} on node {node_id} holds {len(values)} values")
+                where = f"snapshot {snapshot_id} on node {node_id}"
+                _agree(committed, snapshot_id.offset - 1, decode_value(values[0]), node_id, where)
 
     # -- queries for scenarios -----------------------------------------------------------------
     def leader(self) -> SimNode | None:

@@ -56,6 +56,8 @@ _ADMIN_RETRY_MS = 1000
 class RunOutcome:
     events: int
     virtual_ms: int
+    # The longest any single liveness wait of the run took (compare with LIVENESS_BOUND_MS).
+    slowest_wait_ms: int = 0
 
 
 class SimRun:
@@ -96,6 +98,7 @@ class SimRun:
             dynamic=dynamic,
             node_configs=node_configs,
         )
+        self.slowest_wait_ms = 0
         self.cluster.start_all()
         self.scheduler.every(
             APPEND_PERIOD_MS,
@@ -106,7 +109,10 @@ class SimRun:
         )
 
     def until(self, condition: Callable[[], bool], what: str, *, within_ms: int = LIVENESS_BOUND_MS) -> None:
+        began_ms = self.scheduler.now_ms
         self.scheduler.run_until(condition, what=what, within_ms=within_ms, max_events=_MAX_EVENTS)
+        if within_ms == LIVENESS_BOUND_MS:
+            self.slowest_wait_ms = max(self.slowest_wait_ms, self.scheduler.now_ms - began_ms)
 
     def warm_up(self, committed: int = 10) -> int:
         """Elect a leader and commit some data; returns the leader's id."""
@@ -171,7 +177,9 @@ class SimRun:
     def finish(self) -> RunOutcome:
         self.cluster.check_invariants()
         self.cluster.validate_committed_logs()
-        return RunOutcome(events=self.scheduler.event_index, virtual_ms=self.scheduler.now_ms)
+        return RunOutcome(
+            events=self.scheduler.event_index, virtual_ms=self.scheduler.now_ms, slowest_wait_ms=self.slowest_wait_ms
+        )
 
 
 @dataclass(frozen=True)

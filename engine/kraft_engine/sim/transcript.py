@@ -239,7 +239,12 @@ class TranscriptRunner:
         lines = []
         for node_id in ids:
             node = cluster.running.get(node_id)
-            extra = "" if node is None else f" voters={sorted(node.raft.voters.ids)} committed={node.counter.committed}"
+            extra = (
+                ""
+                if node is None
+                else f" voters={sorted(node.raft.voters.ids)} kraft.version={node.raft.kraft_version} "
+                f"committed={node.counter.committed}"
+            )
             lines.append(f"{node_id}: {states[node_id]}{extra}")
         return lines
 
@@ -255,11 +260,12 @@ class TranscriptRunner:
 
     def _do_run(self, d: Directive) -> list[str]:
         """Let N ms pass with a working network: every message is delivered as soon as it is
-        sent (cut links still drop it). Prints only how many messages flowed."""
+        sent (cut links still drop it). Prints how many messages flowed, and admin answers."""
         cluster, network = self._need()
         scheduler = cluster.scheduler
         end_ms = scheduler.now_ms + int(d.options.get("ms", "0"))
         delivered = dropped = 0
+        answers: list[str] = []
         while True:
             while network.pending:
                 envelope = network.pending.pop(0)
@@ -267,13 +273,15 @@ class TranscriptRunner:
                     dropped += 1
                     continue
                 delivered += 1
+                if envelope.destination == ADMIN_ID:
+                    answers.append(self._describe(envelope))
                 cluster._arrive(envelope)
                 scheduler.verify()
             if not scheduler.pending or scheduler.next_deadline_ms() > end_ms:
                 break
             scheduler.step()
         scheduler.now_ms = max(scheduler.now_ms, end_ms)
-        return [f"t={scheduler.now_ms} delivered={delivered} cut={dropped}"]
+        return [f"t={scheduler.now_ms} delivered={delivered} cut={dropped}", *answers]
 
     def _do_campaign(self, d: Directive) -> list[str]:
         cluster, network = self._need()
@@ -424,7 +432,8 @@ class TranscriptRunner:
 
     def _do_upgrade_kraft_version(self, d: Directive) -> list[str]:
         cluster, _ = self._need()
-        return ["ok" if cluster.upgrade_kraft_version(KRAFT_VERSION_1) else "refused"]
+        refusal = cluster.upgrade_kraft_version(KRAFT_VERSION_1)
+        return ["ok" if refusal is None else f"refused: {refusal}"]
 
     def _do_log(self, d: Directive) -> list[str]:
         cluster, _ = self._need()
