@@ -127,10 +127,12 @@ class PartitionChangeBuilder:
         self._is_acceptable_leader = is_acceptable_leader
         self._metadata_version = metadata_version
         self._default_directory = default_directory
-        self.target_isr: list[int] = list(partition.isr)
-        self.target_replicas: list[int] = list(partition.replicas)
-        self.target_removing: list[int] = list(partition.removing_replicas)
-        self.target_adding: list[int] = list(partition.adding_replicas)
+        # Tuples: a registration's own tuples are taken as they are (no copy per builder, and
+        # one is made for every partition a fenced broker is in), and compare without copying.
+        self.target_isr: tuple[int, ...] = tuple(partition.isr)
+        self.target_replicas: tuple[int, ...] = tuple(partition.replicas)
+        self.target_removing: tuple[int, ...] = tuple(partition.removing_replicas)
+        self.target_adding: tuple[int, ...] = tuple(partition.adding_replicas)
         self.target_leader_recovery_state = int(partition.leader_recovery_state)
         self.election = Election.ONLINE
         # Built on first use: most changes (ISR shrinks, leader moves) never look at directories.
@@ -142,19 +144,19 @@ class PartitionChangeBuilder:
     # -- targets ---------------------------------------------------------------------------
 
     def set_target_isr(self, isr: Sequence[int]) -> PartitionChangeBuilder:
-        self.target_isr = list(isr)
+        self.target_isr = tuple(isr)
         return self
 
     def set_target_replicas(self, replicas: Sequence[int]) -> PartitionChangeBuilder:
-        self.target_replicas = list(replicas)
+        self.target_replicas = tuple(replicas)
         return self
 
     def set_target_removing(self, removing: Sequence[int]) -> PartitionChangeBuilder:
-        self.target_removing = list(removing)
+        self.target_removing = tuple(removing)
         return self
 
     def set_target_adding(self, adding: Sequence[int]) -> PartitionChangeBuilder:
-        self.target_adding = list(adding)
+        self.target_adding = tuple(adding)
         return self
 
     def set_election(self, election: Election) -> PartitionChangeBuilder:
@@ -223,8 +225,8 @@ class PartitionChangeBuilder:
                 adding=self.target_adding,
             )
             if completed is not None:
-                self.target_replicas, self.target_isr = completed
-                self.target_removing, self.target_adding = [], []
+                self.target_replicas, self.target_isr = tuple(completed[0]), tuple(completed[1])
+                self.target_removing, self.target_adding = (), ()
 
         leader = NO_LEADER_CHANGE
         isr: tuple[int, ...] | None = None
@@ -239,7 +241,7 @@ class PartitionChangeBuilder:
                 if partition.leader_recovery_state != _RECOVERING:
                     recovery = _RECOVERING
 
-        same_replicas = self.target_replicas == list(partition.replicas)
+        same_replicas = self.target_replicas == tuple(partition.replicas)
         # Dropping replicas from the assignment must fence their fetches: bump the leader epoch.
         if leader == NO_LEADER_CHANGE and not same_replicas and not set(partition.replicas) <= set(self.target_replicas):
             leader = partition.leader
@@ -248,8 +250,8 @@ class PartitionChangeBuilder:
         # ELR alone when ELR is off, since it may hold the last known leader.)
         elr = () if partition.elr else None
 
-        if isr is None and self.target_isr and self.target_isr != list(partition.isr):
-            isr = tuple(self.target_isr)
+        if isr is None and self.target_isr and self.target_isr != tuple(partition.isr):
+            isr = self.target_isr
 
         if (
             leader == NO_LEADER_CHANGE
@@ -270,9 +272,9 @@ class PartitionChangeBuilder:
                 if target_directories != tuple(partition.directories):
                     directories = target_directories
             if not same_replicas:
-                replicas = tuple(self.target_replicas)
-        removing = tuple(self.target_removing) if self.target_removing != list(partition.removing_replicas) else None
-        adding = tuple(self.target_adding) if self.target_adding != list(partition.adding_replicas) else None
+                replicas = self.target_replicas
+        removing = self.target_removing if self.target_removing != tuple(partition.removing_replicas) else None
+        adding = self.target_adding if self.target_adding != tuple(partition.adding_replicas) else None
         if self.target_leader_recovery_state != partition.leader_recovery_state:
             recovery = self.target_leader_recovery_state
 
