@@ -88,6 +88,15 @@ def test_high_watermark_going_backwards() -> None:
         invariant.check([view(2, is_leader=True, epoch=2, high_watermark=7)])
 
 
+def test_a_deposed_leader_that_has_not_heard_yet_is_not_the_clusters_high_watermark() -> None:
+    invariant = MonotonicHighWatermark()
+    invariant.check([view(2, is_leader=True, epoch=2, high_watermark=30)])
+    # The epoch-2 leader steps down for a moment; the cut-off epoch-1 leader still leads in its head.
+    invariant.check([view(1, is_leader=True, epoch=1, high_watermark=12)])
+    with pytest.raises(Violation, match="high watermark 20 after 30"):
+        invariant.check([view(3, is_leader=True, epoch=3, high_watermark=20)])
+
+
 def test_high_watermark_beyond_the_majority() -> None:
     views = [view(1, is_leader=True, high_watermark=10), view(2, log_end_offset=4), view(3, log_end_offset=9)]
     with pytest.raises(Violation, match=r"only voters \[1\]"):

@@ -180,17 +180,26 @@ class MonotonicEpoch(Invariant):
 
 
 class MonotonicHighWatermark(Invariant):
-    """The high watermark of the leader with the highest epoch never goes backwards."""
+    """The high watermark of the leader with the highest epoch never goes backwards.
+
+    A deposed leader cut off from the quorum still believes it leads its old epoch; when the new
+    leader steps down for a moment it can be the highest-epoch leader still running. Its HWM is
+    not the cluster's any more, so leaders of an epoch below the highest one seen are skipped.
+    """
 
     name = "MonotonicHighWatermark"
 
     def __init__(self) -> None:
         self._high_watermark = 0
+        self._epoch = 0
 
     def check(self, views: Sequence[NodeView]) -> None:
         leader = _leader_with_max_epoch(views)
-        if leader is None or leader.high_watermark is None:
+        if leader is None or leader.high_watermark is None or leader.epoch is None:
             return
+        if leader.epoch < self._epoch:
+            return
+        self._epoch = leader.epoch
         if leader.high_watermark < self._high_watermark:
             raise self.fail(
                 f"leader {leader.node_id} (epoch {leader.epoch}) has high watermark "
