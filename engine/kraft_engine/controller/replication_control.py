@@ -93,6 +93,9 @@ TopicPartition = tuple[uuid.UUID, int]
 
 M = TypeVar("M")
 
+_NO_BROKERS: tuple[int, ...] = ()
+_NO_DIRECTORIES: tuple[uuid.UUID, ...] = ()
+
 
 def _partition_order(key: TopicPartition) -> tuple[int, int]:
     """Kafka's order of partitions: by topic id, then partition. A Uuid's text is its integer in
@@ -109,11 +112,11 @@ def _is_reassigning(partition: PartitionRegistration) -> bool:
     return bool(partition.adding_replicas or partition.removing_replicas)
 
 
-def _move(members: TimelineHashSet[TopicPartition], key: TopicPartition, *, was: bool, now: bool) -> None:
-    if was and not now:
-        members.discard(key)
-    elif now and not was:
+def _move(members: TimelineHashSet[TopicPartition], key: TopicPartition, *, now: bool) -> None:
+    if now:
         members.add(key)
+    else:
+        members.discard(key)
 
 
 class _PartitionsByMember(Generic[M]):
@@ -290,17 +293,28 @@ class ReplicationControlManager:
     def _reindex(self, key: TopicPartition, previous: PartitionRegistration | None,
                  current: PartitionRegistration | None) -> None:
         """Move `key` between the reverse indexes and partition sets it belongs to, touching only
-        the memberships that change (a leader move leaves the ISR index alone)."""
-        self._brokers_to_isrs.update(key, old=() if previous is None else previous.isr,
-                                     new=() if current is None else current.isr)
-        self._directories_to_partitions.update(key, old=() if previous is None else previous.directories,
-                                               new=() if current is None else current.directories)
-        _move(self._leaderless, key, was=previous is not None and previous.leader == NO_LEADER,
-              now=current is not None and current.leader == NO_LEADER)
-        _move(self._imbalanced, key, was=previous is not None and _is_imbalanced(previous),
-              now=current is not None and _is_imbalanced(current))
-        _move(self._reassigning, key, was=previous is not None and _is_reassigning(previous),
-              now=current is not None and _is_reassigning(current))
+        the memberships that change (a leader move leaves the ISR index alone). This runs for
+        every partition record replayed, so each role is compared before anything is called."""
+        old_isr = _NO_BROKERS if previous is None else previous.isr
+        new_isr = _NO_BROKERS if current is None else current.isr
+        if old_isr != new_isr:
+            self._brokers_to_isrs.update(key, old=old_isr, new=new_isr)
+        old_directories = _NO_DIRECTORIES if previous is None else previous.directories
+        new_directories = _NO_DIRECTORIES if current is None else current.directories
+        if old_directories != new_directories:
+            self._directories_to_partitions.update(key, old=old_directories, new=new_directories)
+        was = previous is not None and previous.leader == NO_LEADER
+        now = current is not None and current.leader == NO_LEADER
+        if was != now:
+            _move(self._leaderless, key, now=now)
+        was = previous is not None and _is_imbalanced(previous)
+        now = current is not None and _is_imbalanced(current)
+        if was != now:
+            _move(self._imbalanced, key, now=now)
+        was = previous is not None and _is_reassigning(previous)
+        now = current is not None and _is_reassigning(current)
+        if was != now:
+            _move(self._reassigning, key, now=now)
 
     # -- CreateTopics ----------------------------------------------------------------------
 
