@@ -69,8 +69,20 @@ def _directories(directories: Sequence[uuid.UUID] | None, replica_count: int) ->
     # Kafka stores "no directory information" (a v0 record, or all-MIGRATING) as one MIGRATING
     # entry per replica, so the two spellings of "unknown" compare equal after replay.
     if not directories or all(d == MIGRATING_DIRECTORY for d in directories):
-        return (MIGRATING_DIRECTORY,) * replica_count
+        return _all_migrating(replica_count)
     return tuple(directories)
+
+
+_ALL_MIGRATING: dict[int, tuple[uuid.UUID, ...]] = {}
+
+
+def _all_migrating(replica_count: int) -> tuple[uuid.UUID, ...]:
+    # One shared tuple per replica count: every partition of a cluster without directory
+    # assignment holds one, and 100k copies cost memory and garbage-collector time for nothing.
+    found = _ALL_MIGRATING.get(replica_count)
+    if found is None:
+        found = _ALL_MIGRATING[replica_count] = (MIGRATING_DIRECTORY,) * replica_count
+    return found
 
 
 def _ints(values: Sequence[int] | None) -> tuple[int, ...]:
