@@ -215,6 +215,28 @@ class Cluster:
         self.records[node_id].alive = False
         self.queue = [e for e in self.queue if e.destination != node_id and e.source != node_id]
 
+    def kill(self, node_id: int) -> None:
+        """The node's process dies and the OS closes its sockets: every peer request it held or
+        had queued (a parked Fetch) fails DISCONNECTED at once, as a reset connection does, and
+        later requests to it are refused (`deliver_one`)."""
+        self.records[node_id].alive = False
+        self.break_connections(lambda source, destination: destination == node_id)
+        self.queue = [e for e in self.queue if e.source != node_id]
+
+    def break_connections(self, broken: Callable[[int, int], bool]) -> None:
+        """Reset the connections `broken(source, destination)` selects: their outstanding requests
+        (queued or held by the destination) fail DISCONNECTED; late answers are ignored."""
+        failed = [(e.source, e.token) for e in self.queue if e.is_request and broken(e.source, e.destination)]
+        self.queue = [e for e in self.queue if not (e.is_request and broken(e.source, e.destination))]
+        for (holder, token), (source, source_token) in list(self.inbound.items()):
+            if source != CLIENT and broken(source, holder):
+                del self.inbound[(holder, token)]
+                failed.append((source, source_token))
+        for source, source_token in failed:
+            if self.records[source].alive:
+                out = self.node(source).handle_response(source_token, RequestFailure.DISCONNECTED, now_ms=self.now_ms)
+                self.apply(source, out)
+
     def restart(self, node_id: int, *, lose_unflushed: bool = True) -> NodeRecord:
         old = self.records[node_id]
         log = old.log
@@ -241,6 +263,8 @@ class Cluster:
                     destination = message.endpoints[0].port - 19000  # a bootstrap server
                 envelope = Envelope(node_id, destination, True, message.token, wire(message.request))
             else:
+                if (node_id, message.token) not in self.inbound:
+                    continue  # the requester's connection was broken: nobody is listening
                 source, token = self.inbound.pop((node_id, message.token))
                 if source == CLIENT:
                     self.client_responses[token] = wire(message.response)

@@ -16,7 +16,10 @@ only through methods that take `now_ms` and return an `Output`:
   parked up to its max wait; AddRaftVoter answers after the commit).
 - `handle_response(token, response | RequestFailure, *, now_ms)`: the outcome of an
   `OutboundRequest(token, destination_id, endpoints, request, timeout_ms)` the node sent. The node
-  times requests out itself after `timeout_ms`; the driver may report failures earlier.
+  times requests out itself after `timeout_ms`; the driver may report failures earlier. A broken,
+  reset, refused or unestablished connection is `RequestFailure.DISCONNECTED`, no answer on a
+  working connection is `TIMED_OUT`: a voter whose leader connection breaks and whose immediate
+  reconnect is refused starts pre-vote without waiting out the fetch timeout (`_maybe_fail_over`).
 - `poll(now_ms)`: timers. Call it by `Output.next_deadline_ms`.
 - `append(records, *, epoch, now_ms) -> last offset`: the state machine's write, bound to the
   leader epoch it believes in; raises `NotLeaderError` for any other epoch. The batch reaches the

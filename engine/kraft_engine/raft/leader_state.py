@@ -120,8 +120,8 @@ class LeaderState:
         self, key: ReplicaKey, *, fetch_offset: int, leader_end_offset: int, now_ms: int
     ) -> bool:
         """Record a Fetch from `key`; returns True if the high watermark advanced."""
-        if key.id == self.local_key.id and key == self.local_key:
-            return False
+        if key.id == self.local_key.id:
+            return False  # never our own progress, whatever directory a request claims
         if self._voters.is_voter(key):
             state = self.voter_states[key.id]
         else:

@@ -486,7 +486,10 @@ class RaftNode:
                 deadlines.extend(self._ready_at(now_ms, v) for v in state.election.unrecorded() if v != self.node_id)
         elif isinstance(state, ProspectiveState):
             deadlines.append(state.election_deadline_ms)
-            deadlines.extend(self._ready_at(now_ms, v) for v in state.election.unrecorded() if v != self.node_id)
+            if now_ms < state.pre_vote_start_ms:
+                deadlines.append(state.pre_vote_start_ms)
+            else:
+                deadlines.extend(self._ready_at(now_ms, v) for v in state.election.unrecorded() if v != self.node_id)
         elif isinstance(state, UnattachedState):
             if self._quorum.is_voter():
                 deadlines.append(state.election_deadline_ms)
@@ -721,14 +724,16 @@ class RaftNode:
             return [(-(i + 2), (endpoint,)) for i, endpoint in enumerate(self._bootstrap_servers)]
         return [(v.key.id, v.endpoints) for v in self.voters if v.key.id != self.node_id and v.endpoints]
 
-    def _start_prospective(self, now_ms: int) -> None:
-        self._quorum.transition_to_prospective(now_ms=now_ms)
+    def _start_prospective(self, now_ms: int, *, pre_vote_delay_ms: int = 0) -> None:
+        self._quorum.transition_to_prospective(now_ms=now_ms, pre_vote_delay_ms=pre_vote_delay_ms)
         self._reset_connections()
         self._maybe_advance_election(now_ms)
 
     def _poll_prospective(self, state: ProspectiveState, now_ms: int) -> None:
         if now_ms >= state.election_deadline_ms:
             self._prospective_lost(state, now_ms)
+            return
+        if now_ms < state.pre_vote_start_ms:
             return
         self._send_vote_requests(state.election.unrecorded(), epoch=state.epoch, pre_vote=True, now_ms=now_ms)
 
@@ -933,6 +938,59 @@ class RaftNode:
                 self._maybe_advance_election(now_ms)
                 return True
         self._extra_failure(inflight, failure, now_ms)
+        if failure is RequestFailure.DISCONNECTED:
+            return self._maybe_fail_over(inflight, now_ms)
+        return False
+
+    def _maybe_fail_over(self, inflight: _Inflight, now_ms: int) -> bool:
+        """A voter whose connection to the leader it fetches from broke, and whose immediate
+        retry failed too, starts pre-vote at once. Returns True to retry without backoff.
+
+        Kafka waits out `controller.quorum.fetch.timeout.ms` (2 s) before a follower stands; a
+        connection that breaks and then cannot be re-established (`RequestFailure.DISCONNECTED`
+        twice in a row: reset or closed, then refused) is a much earlier and much stronger sign
+        that the leader's process is gone. One broken connection alone is retried at once,
+        without the retry backoff: a dead leader's host refuses the reconnect within a round
+        trip, while a connection lost to a passing fault reconnects and the follower carries on
+        without troubling anyone. A request that merely got no answer (`TIMED_OUT`, a frozen or
+        partitioned leader) keeps the fetch timeout.
+
+        Why this cannot disrupt a healthy leader: the follower only becomes Prospective. A
+        pre-vote bumps no epoch and persists nothing, and it turns into a candidacy only with a
+        majority of pre-votes granted. The leader rejects every (pre-)vote, and a follower that
+        has fetched from its leader in this epoch rejects pre-votes until its own fetch timeout
+        expires (`_can_grant_vote`, Kafka's FollowerState rule). So the epoch moves only when a
+        majority of voters have lost the leader too (by this rule or by their fetch timeout); a
+        follower that alone cannot reach a live leader costs one rejected pre-vote, after which
+        it returns to following the same leader in the same epoch.
+
+        Only a follower that has fetched from the leader in this state fails over early: it had
+        a working connection that then broke. One that returned from a lost pre-vote (or never
+        reached the leader) waits out the fetch timeout as before, so a leader that only this
+        follower cannot reach does not keep it cycling through pre-votes. Observers never stand.
+
+        The pre-votes go out after a random delay in [0, election timeout / 4). When the leader
+        dies, every surviving follower sees its connection break at the same instant; if they
+        all asked at once, each could grant the others' pre-votes, stand, vote for itself and
+        split the real vote, costing an election timeout plus backoff. A window that is wide
+        against a round trip (ms on a LAN) makes two starts within one round trip unlikely,
+        while a quarter of the election timeout keeps the worst case far below the 2 s fetch
+        timeout this path replaces. Meanwhile the follower is already Prospective, so it grants
+        the pre-vote of whichever survivor asks first.
+        """
+        state = self._quorum.state
+        if (
+            not isinstance(state, FollowerState)
+            or inflight.destination_id != state.leader_id
+            or not state.has_fetched_from_leader
+            or not self._quorum.is_voter()
+        ):
+            return False
+        if not state.leader_connection_broken:
+            state.leader_connection_broken = True
+            return True
+        window_ms = max(1, self._config.election_timeout_ms // 4)
+        self._start_prospective(now_ms, pre_vote_delay_ms=self._rng.randrange(window_ms))
         return False
 
     def _check_cluster_id(self, cluster_id: str | None) -> bool:
@@ -1180,6 +1238,10 @@ class RaftNode:
         ):
             return self._fetch_error(ErrorCode.invalid_request)
         replica = ReplicaKey.of(int(request.replica_state.replica_id), partition.replica_directory_id)
+        if replica.id == self.node_id and isinstance(self._quorum.state, LeaderState):
+            # Only a forged or misrouted Fetch names the leader itself. Counting it would overwrite
+            # the leader's own progress; Kafka's leader throws here, which stops its raft thread.
+            return self._fetch_error(ErrorCode.invalid_request)
         parked = _ParkedFetch(
             token=token,
             replica=replica,
@@ -1323,6 +1385,7 @@ class RaftNode:
             if leader_hwm >= 0:
                 self._update_follower_hwm(min(leader_hwm, self._log.end_offset().offset))
         state.has_fetched_from_leader = True
+        state.leader_connection_broken = False
         state.fetch_deadline_ms = now_ms + self._config.fetch_timeout_ms
         return True
 

@@ -71,7 +71,18 @@ class OutboundResponse:
 
 
 class RequestFailure(Enum):
-    """Why a request got no response (passed to `handle_response` instead of a response)."""
+    """Why a request got no response (passed to `handle_response` instead of a response).
+
+    - DISCONNECTED: the connection failed: refused (ECONNREFUSED), reset (ECONNRESET, EPIPE),
+      closed by the peer before the answer (EOF), or never set up (no endpoint, a connect attempt
+      that failed or timed out).
+    - TIMED_OUT: the request went out on a working connection and no answer came in time.
+    - UNSUPPORTED_VERSION: the peer does not serve this api or version.
+
+    The core reads DISCONNECTED from its leader as a sign the leader is gone (a follower retries
+    at once and stands if that fails too), so a driver must never report a slow answer as
+    DISCONNECTED.
+    """
 
     DISCONNECTED = "disconnected"
     TIMED_OUT = "timed out"

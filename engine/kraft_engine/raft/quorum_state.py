@@ -101,7 +101,12 @@ class UnattachedState:
 
 @dataclass(slots=True)
 class ProspectiveState:
-    """Pre-vote (KIP-996) at the current epoch; nothing persisted, nothing bumped yet."""
+    """Pre-vote (KIP-996) at the current epoch; nothing persisted, nothing bumped yet.
+
+    `pre_vote_start_ms` is when the pre-vote requests go out. It is the transition time except
+    after a lost leader connection, where a short random delay keeps the surviving voters, who
+    all see the same connection break at the same moment, from splitting the vote.
+    """
 
     epoch: int
     election: EpochElection
@@ -109,6 +114,7 @@ class ProspectiveState:
     leader_id: int | None = None
     leader_endpoints: tuple[Endpoint, ...] = ()
     voted_key: ReplicaKey | None = None
+    pre_vote_start_ms: int = 0
     role: Role = field(default=Role.PROSPECTIVE, init=False)
 
 
@@ -141,6 +147,9 @@ class FollowerState:
     fetch_deadline_ms: int
     voted_key: ReplicaKey | None = None
     has_fetched_from_leader: bool = False
+    # The connection to the leader broke since the last successful fetch (see the node's
+    # `_maybe_fail_over`): one more connection failure and this voter starts pre-vote.
+    leader_connection_broken: bool = False
     snapshot_download: SnapshotDownload | None = None
     update_voter_deadline_ms: int = 0
     role: Role = field(default=Role.FOLLOWER, init=False)
@@ -330,7 +339,7 @@ class QuorumState:
         deadline = now_ms + self.random_election_timeout_ms()
         self._durable(UnattachedState(epoch=epoch, election_deadline_ms=deadline, voted_key=candidate))
 
-    def transition_to_prospective(self, *, now_ms: int) -> ProspectiveState:
+    def transition_to_prospective(self, *, now_ms: int, pre_vote_delay_ms: int = 0) -> ProspectiveState:
         state = self._state
         require(self.is_voter(), "an observer cannot become Prospective")
         require(not isinstance(state, LeaderState | ProspectiveState), f"{self.role.value} cannot become Prospective")
@@ -350,6 +359,7 @@ class QuorumState:
             leader_id=leader_id,
             leader_endpoints=endpoints,
             voted_key=voted,
+            pre_vote_start_ms=now_ms + pre_vote_delay_ms,
         )
         self._state = new_state  # pre-vote changes nothing durable
         return new_state
