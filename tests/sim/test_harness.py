@@ -123,3 +123,22 @@ def test_transcript_without_separator_is_refused_with_its_line() -> None:
 def test_directive_parsing() -> None:
     d = Directive.parse("deliver 1 drop=2,3 'to=a b'")
     assert (d.command, d.args, d.options) == ("deliver", ("1",), {"drop": "2,3", "to": "a b"})
+
+
+def test_a_crash_loses_exactly_the_unflushed_log_and_a_wipe_loses_everything() -> None:
+    import uuid
+
+    from kraft_engine.raft import ElectionState, build_data_batch
+    from kraft_engine.sim.disk import SimDisk
+
+    disk = SimDisk(uuid.UUID(int=1))
+    disk.log.append(build_data_batch([b"a", b"b"], base_offset=0, epoch=1, timestamp_ms=0))
+    disk.log.flush()
+    disk.log.append(build_data_batch([b"c"], base_offset=2, epoch=1, timestamp_ms=0))
+    disk.write_quorum_state(ElectionState(epoch=1, leader_id=2))
+    assert disk.crash() == 1
+    assert disk.log.end_offset().offset == 2
+    assert disk.quorum_state == ElectionState(epoch=1, leader_id=2)  # written durably
+    assert disk.crash() == 0  # nothing more to lose
+    disk.wipe(uuid.UUID(int=2))
+    assert (disk.log.end_offset().offset, disk.quorum_state, disk.directory_id) == (0, None, uuid.UUID(int=2))
