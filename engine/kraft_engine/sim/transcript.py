@@ -20,6 +20,7 @@ Directives (ids are node ids; `ids` is a comma-separated list):
     partition IDS IDS ... | heal     cut links between groups | restore every link
     add-voter ID | remove-voter ID   AddRaftVoter / RemoveRaftVoter sent to the leader
     upgrade-kraft-version            the leader finalizes kraft.version 1
+    describe-quorum [ID]             DescribeQuorum (kafka-metadata-quorum describe) to ID/leader
     status [IDS] | log ID | persisted ID | pending
 
 Every step prints the messages it delivered and then how each node's role, epoch, leader,
@@ -60,6 +61,10 @@ _NOISE = frozenset(
 )
 
 
+# KRaft RPCs address exactly one topic and partition: those wrappers are flattened away.
+_SINGLE_PARTITION = frozenset({"topics", "partitions", "responses"})
+
+
 def _records(data: bytes) -> str:
     parts = []
     for batch in parse_batches(data):
@@ -84,7 +89,7 @@ def _fields(entity: Any, out: list[str]) -> None:
             if inner:
                 out.append(f"{f.name}(" + " ".join(inner) + ")")
         elif isinstance(value, tuple) and value and all(dataclasses.is_dataclass(v) for v in value):
-            if len(value) == 1:
+            if len(value) == 1 and f.name in _SINGLE_PARTITION:
                 _fields(value[0], out)
             else:
                 out.append(f"{f.name}=[" + "; ".join(summarize(v, name=False) for v in value) + "]")
@@ -428,6 +433,12 @@ class TranscriptRunner:
             cluster_id=CLUSTER_ID, voter=ReplicaKey(node_id, cluster.disks[node_id].directory_id)
         )
         cluster.admin_request(self._leader().node_id, request)
+        return []
+
+    def _do_describe_quorum(self, d: Directive) -> list[str]:
+        cluster, _ = self._need()
+        target = int(d.args[0]) if d.args else self._leader().node_id
+        cluster.admin_request(target, raft_messages.describe_quorum_request())
         return []
 
     def _do_upgrade_kraft_version(self, d: Directive) -> list[str]:
