@@ -62,6 +62,8 @@ def test_kafka_defaults_apply_when_keys_are_absent() -> None:
     assert config.controller_quorum_retry_backoff_ms == 20
     assert config.controller_quorum_append_linger_ms == 25
     assert config.controller_quorum_auto_join_enable is False
+    assert config.controller_quorum_fetch_max_bytes == 1048576
+    assert config.controller_quorum_fetch_snapshot_max_bytes == 1048576
     assert config.metadata_log_segment_bytes == 1024 * 1024 * 1024
     assert config.metadata_log_max_record_bytes_between_snapshots == 20971520
     assert config.metadata_log_max_snapshot_interval_ms == 3600000
@@ -131,6 +133,9 @@ def test_the_quorum_keys_reach_the_raft_core() -> None:
             controller_quorum_append_linger_ms="5",
             controller_quorum_auto_join_enable="true",
             metadata_max_retention_bytes="1048576",
+            metadata_max_retention_ms="3600000",
+            controller_quorum_fetch_max_bytes="65536",
+            controller_quorum_fetch_snapshot_max_bytes="131072",
         )
     )
     raft = config.raft_config()
@@ -138,7 +143,21 @@ def test_the_quorum_keys_reach_the_raft_core() -> None:
     assert (raft.election_backoff_max_ms, raft.request_timeout_ms, raft.retry_backoff_ms) == (1000, 2000, 20)
     assert raft.auto_join_enable is True
     assert raft.retention_max_bytes == 1048576
+    assert raft.retention_max_ms == 3600000
+    assert (raft.fetch_max_bytes, raft.fetch_snapshot_max_bytes) == (65536, 131072)
     assert raft.controller_listener_name == "CONTROLLER"
+
+
+def test_kafka_defaults_reach_the_raft_core_unchanged() -> None:
+    from kraft_engine.raft import RaftConfig
+
+    raft = parse_config(CONTROLLER).raft_config()
+    defaults = RaftConfig()
+    for field in ("fetch_max_bytes", "fetch_snapshot_max_bytes", "retention_max_bytes", "retention_max_ms", "fetch_max_wait_ms"):
+        assert getattr(raft, field) == getattr(defaults, field), field
+    # Unlimited retention (-1) passes through as unlimited.
+    unlimited = parse_config(with_(CONTROLLER, metadata_max_retention_ms="-1", metadata_max_retention_bytes="-1")).raft_config()
+    assert (unlimited.retention_max_ms, unlimited.retention_max_bytes) == (-1, -1)
 
 
 def test_controller_structure_is_parsed() -> None:
@@ -362,6 +381,8 @@ def test_malformed_bootstrap_servers_are_refused() -> None:
         ("kraftwerk.metrics.port", "70000", "no more than 65535"),
         ("unstable.feature.versions.enable", "yes", "true or false"),
         ("controller.quorum.auto.join.enable", "1", "true or false"),
+        ("controller.quorum.fetch.max.bytes", "0", "at least 1"),
+        ("controller.quorum.fetch.snapshot.max.bytes", "-1", "at least 1"),
     ],
 )
 def test_bad_values_name_the_key_and_reason(key: str, value: str, reason: str) -> None:

@@ -27,13 +27,15 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     # controller.quorum.append.linger.ms
     append_linger_ms: int = 25
-    # controller.quorum.fetch.max.bytes (a Fetch always returns at least one whole batch)
+    # controller.quorum.fetch.max.bytes (KIP-1219, Kafka 4.3; a Fetch always returns at least
+    # one whole batch)
     fetch_max_bytes: int = 1024 * 1024
-    # controller.quorum.fetch.snapshot.max.bytes
+    # controller.quorum.fetch.snapshot.max.bytes (KIP-1219, Kafka 4.3)
     fetch_snapshot_max_bytes: int = 1024 * 1024
     # controller.quorum.auto.join.enable
     auto_join_enable: bool = False
-    # replica.fetch.wait.max.ms: how long the leader parks a Fetch that found nothing new.
+    # How long a Fetch that found nothing new is parked (the follower's max wait). Kafka has no
+    # key for it: KafkaRaftClient.MAX_FETCH_WAIT_MS is a constant 500 ms.
     fetch_max_wait_ms: int = 500
     # Kafka's leader batch caps (KafkaRaftClient.MAX_BATCH_SIZE_BYTES / MAX_NUMBER_OF_BATCHES).
     max_batch_size_bytes: int = 8 * 1024 * 1024

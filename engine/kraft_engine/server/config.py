@@ -125,6 +125,8 @@ class KafkaConfig(BaseModel):
     controller_quorum_retry_backoff_ms: int = 20
     controller_quorum_append_linger_ms: int = 25
     controller_quorum_auto_join_enable: bool = False
+    controller_quorum_fetch_max_bytes: int = 1024 * 1024
+    controller_quorum_fetch_snapshot_max_bytes: int = 1024 * 1024
     log_dirs: tuple[str, ...]
     metadata_log_dir: str
     metadata_log_segment_bytes: int = _DEFAULT_SEGMENT_BYTES
@@ -180,7 +182,10 @@ class KafkaConfig(BaseModel):
             retry_backoff_ms=self.controller_quorum_retry_backoff_ms,
             append_linger_ms=self.controller_quorum_append_linger_ms,
             auto_join_enable=self.controller_quorum_auto_join_enable,
+            fetch_max_bytes=self.controller_quorum_fetch_max_bytes,
+            fetch_snapshot_max_bytes=self.controller_quorum_fetch_snapshot_max_bytes,
             retention_max_bytes=self.metadata_max_retention_bytes,
+            retention_max_ms=self.metadata_max_retention_ms,
             controller_listener_name=self.controller_listener_names[0],
         )
 
@@ -199,6 +204,9 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "controller.quorum.request.timeout.ms": ("controller_quorum_request_timeout_ms", 1, _INT_MAX),
     "controller.quorum.retry.backoff.ms": ("controller_quorum_retry_backoff_ms", 0, _INT_MAX),
     "controller.quorum.append.linger.ms": ("controller_quorum_append_linger_ms", 0, _INT_MAX),
+    # KIP-1219 (Kafka 4.3): caps on what one Fetch / FetchSnapshot answer carries.
+    "controller.quorum.fetch.max.bytes": ("controller_quorum_fetch_max_bytes", 1, _INT_MAX),
+    "controller.quorum.fetch.snapshot.max.bytes": ("controller_quorum_fetch_snapshot_max_bytes", 1, _INT_MAX),
     "metadata.log.segment.bytes": ("metadata_log_segment_bytes", _LOG_OVERHEAD_BYTES, _INT_MAX),
     "metadata.log.max.record.bytes.between.snapshots": (
         "metadata_log_max_record_bytes_between_snapshots",
