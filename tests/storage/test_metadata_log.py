@@ -18,8 +18,9 @@ from kio.static.primitive import i16, i64
 from kraft_engine.raft.log import MemoryLog, OffsetAndEpoch, validate_offset_and_epoch
 from kraft_engine.records.batches import build_batch
 from kraft_engine.records.control import build_control_batch
+from kraft_engine.storage import snapshots
 from kraft_engine.storage.metadata_log import FileMetadataLog
-from kraft_engine.storage.snapshots import SnapshotError
+from kraft_engine.storage.snapshots import SnapshotError, list_snapshots
 
 
 def data_batch(base_offset: int, epoch: int, count: int) -> bytes:
@@ -53,6 +54,7 @@ def observe(log: MemoryLog | FileMetadataLog) -> dict[str, object]:
         "for_epoch": [log.end_offset_for_epoch(e) for e in range(0, 8)],
         "read": [log.read(o, 1) for o in range(log.log_start_offset, end.offset + 1)],
         "snapshots": log.snapshot_ids(),
+        "snapshot sizes": [log.snapshot_size(s) for s in log.snapshot_ids()],
         "valid": [
             validate_offset_and_epoch(log, offset=o, epoch=e)
             for o in range(log.log_start_offset, end.offset + 1)
@@ -184,3 +186,39 @@ def test_after_a_restart_the_log_starts_at_its_first_segment(tmp_path: Path) -> 
         assert log.log_start_offset == 2
         assert log.end_offset() == OffsetAndEpoch(epoch=1, offset=6)
         assert log.snapshot_ids() == [OffsetAndEpoch(epoch=1, offset=3)]
+
+
+def on_disk(directory: Path) -> list[OffsetAndEpoch]:
+    return [OffsetAndEpoch(epoch=s.epoch, offset=s.end_offset) for s in list_snapshots(directory)]
+
+
+def test_the_snapshot_listing_stays_true_to_the_directory_when_a_store_or_delete_fails_part_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = OffsetAndEpoch(epoch=1, offset=3), OffsetAndEpoch(epoch=2, offset=5)
+    log, _ = FileMetadataLog.open(tmp_path)
+    with log:
+        log.append(data_batch(0, 1, 3) + data_batch(3, 2, 2))
+        log.store_snapshot(first, snapshot_bytes(1))
+
+        def failing_fsync_dir(directory: Path) -> None:
+            raise OSError(5, "Input/output error")
+
+        # The rename happened, the directory fsync did not: the snapshot is there, and listed.
+        monkeypatch.setattr(snapshots, "fsync_dir", failing_fsync_dir)
+        with pytest.raises(OSError):
+            log.store_snapshot(second, snapshot_bytes(2))
+        assert log.snapshot_ids() == on_disk(tmp_path) == [first, second]
+        assert log.snapshot_size(second) == len(snapshot_bytes(2))
+        # A delete renamed to .deleted but failed before the unlink: the snapshot is gone.
+        with pytest.raises(OSError):
+            log.delete_snapshot(first)
+        assert log.snapshot_ids() == on_disk(tmp_path) == [second]
+        assert log.snapshot_size(first) is None
+        monkeypatch.undo()
+        log.delete_snapshot(second)
+        assert log.snapshot_ids() == on_disk(tmp_path) == []
+    log, report = FileMetadataLog.open(tmp_path)
+    with log:
+        assert log.snapshot_ids() == []
+        assert report.removed_files == (f"{snapshots.snapshot_file_name(snapshots.SnapshotId(3, 1))}.deleted",)

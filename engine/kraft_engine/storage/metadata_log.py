@@ -14,10 +14,17 @@ with log start 0 and no log-start checkpoint), after a restart it is the first r
 segment's base offset. `delete_before` removes whole segments only, so a restart can bring back
 committed offsets between that base and the snapshot the log had been trimmed to; they are valid
 data, and the next retention pass trims them again.
+
+The core asks for the snapshot list on every poll and every Fetch it serves, so the list is read
+from the directory once, on open, and then kept in step by `store_snapshot` and
+`delete_snapshot` (re-read from the directory if either fails part-way). While the log is open
+it owns its directory: snapshots must be stored and deleted through it. Snapshot files never
+change once frozen, so their sizes are remembered too.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +54,9 @@ class FileMetadataLog:
     def __init__(self, log: PartitionLog) -> None:
         self._log = log
         self.directory = log.directory
+        self._snapshots: list[OffsetAndEpoch] = []
+        self._snapshot_sizes: dict[OffsetAndEpoch, int] = {}
+        self._reload_snapshots()
 
     @classmethod
     def open(
@@ -54,10 +64,20 @@ class FileMetadataLog:
     ) -> tuple[FileMetadataLog, RecoveryReport]:
         """Open and recover; `segment_bytes` is Kafka's `metadata.log.segment.bytes`."""
         log, report = PartitionLog.open(directory, segment_bytes=segment_bytes)
-        snapshots = list_snapshots(directory)
-        if snapshots and snapshots[-1].end_offset > log.log_end_offset:
-            log.truncate_fully_and_start_at(snapshots[-1].end_offset)
-        return cls(log), report
+        try:
+            metadata_log = cls(log)
+            snapshots = metadata_log._snapshots
+            if snapshots and snapshots[-1].offset > log.log_end_offset:
+                log.truncate_fully_and_start_at(snapshots[-1].offset)
+        except BaseException:
+            log.close()
+            raise
+        return metadata_log, report
+
+    def _reload_snapshots(self) -> None:
+        # Oldest first, as list_snapshots orders them (by end offset): not OffsetAndEpoch's order.
+        self._snapshots = [OffsetAndEpoch(epoch=s.epoch, offset=s.end_offset) for s in list_snapshots(self.directory)]
+        self._snapshot_sizes = {k: v for k, v in self._snapshot_sizes.items() if k in self._snapshots}
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -66,8 +86,8 @@ class FileMetadataLog:
         return self._log.log_start_offset
 
     def _start_epoch(self) -> int:
-        for snapshot in list_snapshots(self.directory):
-            if snapshot.end_offset == self._log.log_start_offset:
+        for snapshot in self._snapshots:
+            if snapshot.offset == self._log.log_start_offset:
                 return snapshot.epoch
         return 0
 
@@ -125,26 +145,28 @@ class FileMetadataLog:
         self._log.delete_below(offset)
 
     def truncate_to_latest_snapshot(self) -> None:
-        snapshots = list_snapshots(self.directory)
-        if not snapshots:
+        if not self._snapshots:
             raise SnapshotError(f"no snapshot in {self.directory} to truncate the log to")
-        self._log.truncate_fully_and_start_at(snapshots[-1].end_offset)
+        self._log.truncate_fully_and_start_at(self._snapshots[-1].offset)
 
     # -- snapshots -----------------------------------------------------------------------------
 
     def snapshot_ids(self) -> list[OffsetAndEpoch]:
-        return [OffsetAndEpoch(epoch=s.epoch, offset=s.end_offset) for s in list_snapshots(self.directory)]
+        return list(self._snapshots)
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
         with SnapshotReader(self.directory, _snapshot_id(snapshot_id)) as reader:
             return reader.read(position, max_bytes)
 
     def snapshot_size(self, snapshot_id: OffsetAndEpoch) -> int | None:
-        try:
-            with SnapshotReader(self.directory, _snapshot_id(snapshot_id)) as reader:
-                return reader.size_bytes
-        except SnapshotError:
-            return None
+        size = self._snapshot_sizes.get(snapshot_id)
+        if size is None and snapshot_id in self._snapshots:
+            try:
+                with SnapshotReader(self.directory, _snapshot_id(snapshot_id)) as reader:
+                    size = self._snapshot_sizes[snapshot_id] = reader.size_bytes
+            except SnapshotError:
+                return None
+        return size
 
     def store_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
         """Validate and durably freeze a complete snapshot (tmp `.part` + fsync + rename + dir fsync)."""
@@ -154,10 +176,24 @@ class FileMetadataLog:
         except BaseException:
             writer.abort()
             raise
-        writer.freeze()
+        try:
+            writer.freeze()
+        except BaseException:
+            # The rename may or may not have happened: ask the directory.
+            self._reload_snapshots()
+            raise
+        bisect.insort(self._snapshots, snapshot_id, key=lambda s: (s.offset, s.epoch))
+        self._snapshot_sizes[snapshot_id] = len(data)
 
     def delete_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
-        delete_snapshot(self.directory, _snapshot_id(snapshot_id))
+        try:
+            delete_snapshot(self.directory, _snapshot_id(snapshot_id))
+        except BaseException:
+            self._reload_snapshots()
+            raise
+        if snapshot_id in self._snapshots:
+            self._snapshots.remove(snapshot_id)
+        self._snapshot_sizes.pop(snapshot_id, None)
 
     def close(self) -> None:
         self._log.close()

@@ -8,8 +8,14 @@ position, so the floor entry for any offset points at or before the batch that h
 
 Kafka preallocates the file (segment.index.bytes, 10 MiB) and trims it when the segment is
 closed or rolled. We simply append entries, so the file is always exactly `8 * entries` bytes —
-which Kafka reads fine (a trimmed index looks the same). The index is derived data: recovery
-checks it against the batches it describes and rewrites it when it does not match.
+which Kafka reads fine (a trimmed index looks the same).
+
+The index is derived data, and that is what keeps its fsync off the commit path. Recovery walks
+every segment's batch headers on open and rewrites any index file that does not match them
+exactly (entries missing, entries beyond the log end, garbage, a torn size), so nothing in the
+file needs to survive a crash. `flush()` is therefore only called where Kafka makes an index
+durable for its own tools: when the segment rolls and when it is closed. It syncs only when
+something was written since the last sync.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class OffsetIndex:
         self._offsets = [o for o, _ in entries]
         self._positions = [p for _, p in entries]
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._dirty = False
         self._rewrite()
 
     @staticmethod
@@ -61,6 +68,7 @@ class OffsetIndex:
         os.pwrite(self._fd, _ENTRY.pack(offset - self.base_offset, position), len(self._offsets) * INDEX_ENTRY_SIZE)
         self._offsets.append(offset)
         self._positions.append(position)
+        self._dirty = True
 
     def lookup(self, offset: int) -> int:
         """Byte position of a batch at or before the one holding `offset` (0 when none is indexed)."""
@@ -74,17 +82,26 @@ class OffsetIndex:
             del self._offsets[keep:]
             del self._positions[keep:]
             os.ftruncate(self._fd, keep * INDEX_ENTRY_SIZE)
+            self._dirty = True
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """fsync the file if anything was written since the last flush."""
+        if self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
 
     def close(self) -> None:
+        """Flush (as Kafka does when it closes an index) and close the file."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                self.flush()
+            finally:
+                os.close(self._fd)
+                self._fd = -1
 
     def _rewrite(self) -> None:
         data = b"".join(_ENTRY.pack(o - self.base_offset, p) for o, p in self.entries)
         if os.pread(self._fd, len(data) + 1, 0) != data:
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, data, 0)
+            self._dirty = True

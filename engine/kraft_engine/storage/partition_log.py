@@ -19,7 +19,7 @@ API (all offsets are Kafka offsets; batches are raw bytes, never re-encoded):
     log.truncate_to(offset)                -> int          # the real new log end (batch boundary)
     log.truncate_fully_and_start_at(offset)                # e.g. after downloading a snapshot
     log.delete_below(offset)               -> [segment names deleted]
-    log.flush()                                            # fsync; flushed_offset = log end
+    log.flush()                                            # fsync the data; flushed_offset = log end
     log.end_offset_for_epoch(epoch)        -> (epoch, end offset)
     log.log_start_offset / log_end_offset / flushed_offset / latest_epoch
     log.close()
@@ -41,6 +41,12 @@ Decisions worth knowing:
   segment — are CRC-checked. Without a log start offset it is the first segment's base offset;
   with one, segments wholly below it (a crash interrupted retention) are deleted on open.
 - `flushed_offset` is the recovery point to checkpoint: every offset below it was fsynced.
+- `flush()` fsyncs the active segment's `.log` only (and nothing when nothing was written). The
+  offset index is derived data, as Kafka treats it: every open walks each segment's batch
+  headers (it must anyway, to rebuild the leader-epoch cache) and rewrites an index that does
+  not match them — entries missing, entries past the log end, garbage — so a crash may leave
+  any index behind. Indexes are fsynced when their segment rolls and when the log is closed,
+  so Kafka's tools find them whole. On the commit path this halves the fsyncs per flush.
 - Input errors (`LogError`) leave the log untouched. An `OSError` from the disk during an
   append or truncation leaves the in-memory view unreliable, as it makes Kafka take the log
   directory offline: close the log and reopen it, and recovery reconciles memory with disk.
@@ -115,6 +121,8 @@ _INT32_MAX = 2**31 - 1
 # How far recovery searches a dropped tail for intact batches to report (it is a report, not a fix).
 _INTACT_SEARCH_LIMIT_BYTES = 64 * 1024 * 1024
 _MAGIC_BYTE = b"\x02"
+# base_offset, batch_length and last_offset_delta: all a walk over known-good batches needs.
+_WALKED_FIELDS = struct.Struct(">qi11xi")
 _MAGIC_POSITION = 16
 
 
@@ -230,6 +238,13 @@ class _Segment:
         self.next_offset = base_offset
         self.bytes_since_index_entry = 0
         self.index: OffsetIndex | None = None
+        # Base offsets and positions of the batches appended since the last index entry: fetches
+        # read near the log end, and this finds their batch without walking from the entry.
+        self.tail_bases: list[int] = []
+        self.tail_positions: list[int] = []
+        # Whether bytes may sit in the page cache only. An opened file may hold writes a crashed
+        # process never synced, so it starts unflushed.
+        self.unflushed = True
 
     @property
     def name(self) -> str:
@@ -245,9 +260,6 @@ class _Segment:
             self.log_path.with_suffix(_INDEX_SUFFIX), base_offset=self.base_offset, entries=entries
         )
 
-    def header_at(self, position: int) -> BatchHeader:
-        return read_batch_header(os.pread(self.fd, RECORD_BATCH_OVERHEAD, position))
-
     def append(self, batch: bytes | memoryview, header: BatchHeader, *, index_interval_bytes: int) -> None:
         index = self.index
         if index is None:
@@ -255,30 +267,37 @@ class _Segment:
         if self.bytes_since_index_entry > index_interval_bytes:
             index.append(header.last_offset, self.size_bytes)
             self.bytes_since_index_entry = 0
+            self.tail_bases.clear()
+            self.tail_positions.clear()
+        self.tail_bases.append(header.base_offset)
+        self.tail_positions.append(self.size_bytes)
         written = os.write(self.fd, batch)
         require(written == len(batch), f"short write to {self.log_path}: {written} of {len(batch)} bytes")
         self.size_bytes += len(batch)
         self.bytes_since_index_entry += len(batch)
         self.next_offset = header.next_offset
+        self.unflushed = True
 
-    def position_of(self, offset: int) -> tuple[int, BatchHeader | None]:
-        """(position, header) of the batch holding `offset`, or (size, None) past the last batch."""
-        position = self.index.lookup(offset) if self.index is not None else 0
-        while position < self.size_bytes:
-            header = self.header_at(position)
-            if header.last_offset >= offset:
-                return position, header
-            position += header.size_bytes
-        return self.size_bytes, None
+    def walk_from(self, offset: int, *, window_bytes: int) -> _HeaderWalk:
+        """A header walk starting at the indexed position at or before the batch holding `offset`."""
+        if self.tail_bases and offset >= self.tail_bases[0]:
+            position = self.tail_positions[bisect.bisect_right(self.tail_bases, offset) - 1]
+        else:
+            position = self.index.lookup(offset) if self.index is not None else 0
+        return _HeaderWalk(self, position, window_bytes=window_bytes)
 
     def truncate_to_position(self, position: int, *, next_offset: int) -> None:
         # A time index from Kafka would now describe batches that are gone; Kafka rebuilds a missing one.
         self.derived_paths[1].unlink(missing_ok=True)
         os.ftruncate(self.fd, position)
         os.fsync(self.fd)
+        self.unflushed = False
         if self.index is not None:
+            # Not synced: recovery rebuilds an index that still holds entries past the cut.
             self.index.truncate_to_position(position)
-            self.index.flush()
+        keep = bisect.bisect_left(self.tail_positions, position)
+        del self.tail_bases[keep:]
+        del self.tail_positions[keep:]
         self.size_bytes = position
         self.next_offset = next_offset
         # Exactly what a fresh scan of the remaining bytes computes, so a reopen finds the same index.
@@ -286,16 +305,71 @@ class _Segment:
         self.bytes_since_index_entry = position - entries[-1][1] if entries else position
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        """fsync the segment's data; the index is derived and synced only at roll and close."""
+        if self.unflushed:
+            os.fsync(self.fd)
+            self.unflushed = False
+
+    def seal(self) -> None:
+        """Make data and index durable before a newer segment takes over (Kafka's roll)."""
+        self.flush()
         if self.index is not None:
             self.index.flush()
 
     def close(self) -> None:
-        if self.index is not None:
-            self.index.close()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        try:
+            if self.index is not None:
+                self.index.close()
+        finally:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+
+class _HeaderWalk:
+    """Walks one segment's batches through a window of bytes instead of a pread per header.
+
+    Between two index entries sit up to `index.interval.bytes` of batches; locating an offset
+    walks their headers, and a read then walks the headers of the batches it returns. One pread
+    of the whole stretch (refilled when the walk leaves it) replaces dozens of 61-byte preads,
+    the batches returned are usually a slice of that same window, and the walk unpacks only the
+    three header fields it needs. The bytes were checked when appended or recovered.
+    """
+
+    def __init__(self, segment: _Segment, position: int, *, window_bytes: int) -> None:
+        self._segment = segment
+        self._window_bytes = max(window_bytes, RECORD_BATCH_OVERHEAD)
+        self.position = position
+        self._start = position
+        self._data = b""
+
+    def bounds_at(self, position: int) -> tuple[int, int, int]:
+        """(base offset, last offset delta, size in bytes) of the batch at `position`."""
+        relative = position - self._start
+        if relative < 0 or relative + _WALKED_FIELDS.size > len(self._data):
+            size = min(self._window_bytes, self._segment.size_bytes - position)
+            self._start, self._data, relative = position, os.pread(self._segment.fd, size, position), 0
+            if len(self._data) < _WALKED_FIELDS.size:
+                raise InvariantViolation(f"{self._segment.log_path} has no whole batch header at byte {position}")
+        base_offset, batch_length, last_offset_delta = _WALKED_FIELDS.unpack_from(self._data, relative)
+        return base_offset, last_offset_delta, LOG_OVERHEAD + batch_length
+
+    def find(self, offset: int) -> tuple[int, int] | None:
+        """Advance `position` to the batch holding `offset`: its (base offset, size), None past the end."""
+        end = self._segment.size_bytes
+        while self.position < end:
+            base_offset, last_offset_delta, size = self.bounds_at(self.position)
+            if base_offset + last_offset_delta >= offset:
+                return base_offset, size
+            self.position += size
+        return None
+
+    def read(self, start: int, end: int) -> bytes:
+        """The segment's bytes [start, end), from the window when it holds them."""
+        relative = start - self._start
+        if relative >= 0 and end - self._start <= len(self._data):
+            return self._data[relative : end - self._start]
+        return os.pread(self._segment.fd, end - start, start)
 
 
 @dataclass
@@ -602,6 +676,7 @@ class PartitionLog:
             cache.flush()
 
         # What was read back from the page cache is now made durable, so flushed_offset is honest.
+        # (Rebuilt indexes need not be: the next open checks them against the batches again.)
         kept[-1].flush()
         log = cls(
             directory,
@@ -702,7 +777,7 @@ class PartitionLog:
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset)
 
     def _roll(self, base_offset: int) -> None:
-        self._segments[-1].flush()
+        self._segments[-1].seal()
         segment = _Segment(self.directory, base_offset)
         segment.open_index([])
         self._segments.append(segment)
@@ -719,19 +794,28 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside the log [{self._log_start_offset}, {self.log_end_offset})"
             )
-        index = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
-        for segment in self._segments[index:]:
-            start, header = segment.position_of(offset)
-            if header is None:
+        # The window covers the walk from the index entry to `offset` and the batches returned.
+        window_bytes = self._index_interval_bytes + max(max_bytes, 0) + RECORD_BATCH_OVERHEAD
+        for segment in self._segments[self._segment_index(offset) :]:
+            walk = segment.walk_from(offset, window_bytes=window_bytes)
+            found = walk.find(offset)
+            if found is None:
                 continue
-            end = start
+            start = walk.position
+            end = start + found[1]
             while end < segment.size_bytes:
-                size = segment.header_at(end).size_bytes
-                if end > start and end - start + size > max_bytes:
+                size = walk.bounds_at(end)[2]
+                if end - start + size > max_bytes:
                     break
                 end += size
-            return os.pread(segment.fd, end - start, start)
+            return walk.read(start, end)
         return b""
+
+    def _segment_index(self, offset: int) -> int:
+        """Index in `_segments` of the segment whose offsets start at or before `offset`."""
+        if offset >= self._segments[-1].base_offset:
+            return len(self._segments) - 1  # the active segment: where nearly every read lands
+        return bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
 
     # ---- truncation and retention ------------------------------------------------------------
 
@@ -746,10 +830,12 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"cannot truncate to {offset}, below the log start offset {self._log_start_offset}"
             )
-        index = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
+        index = self._segment_index(offset)
         segment = self._segments[index]
-        position, header = segment.position_of(offset)
-        new_end = segment.next_offset if header is None else header.base_offset
+        walk = segment.walk_from(offset, window_bytes=self._index_interval_bytes + RECORD_BATCH_OVERHEAD)
+        found = walk.find(offset)
+        position = walk.position
+        new_end = segment.next_offset if found is None else found[0]
         if new_end < self._log_start_offset:
             raise OffsetOutOfRangeError(
                 f"truncating to {offset} would cut the batch holding the log start offset {self._log_start_offset}"
@@ -803,7 +889,12 @@ class PartitionLog:
     # ---- durability and lifetime --------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync the active segment and its index (older ones were fsynced when they rolled)."""
+        """fsync the active segment's data (older segments were synced when they rolled).
+
+        The offset index is not synced here: it is derived data that recovery rebuilds from the
+        batch headers whenever it does not match them, so only the batches need to be durable.
+        Nothing is synced when nothing was written since the last flush.
+        """
         self._segments[-1].flush()
         self._flushed_offset = self.log_end_offset
 
