@@ -226,6 +226,10 @@ class SimCluster:
         self.lost_offsets = 0  # unflushed offsets lost to crashes, for reports
         self.wire_format = wire_format
         self._snapshot_checks: dict[int, tuple[object, bool]] = {}
+        # Views are rebuilt only for nodes something happened to since the last check: a node's
+        # state (and its disk) only changes inside calls the driver makes on it.
+        self._views: dict[int, NodeView] = {}
+        self._dirty: set[int] = set(self.all_ids)
 
     # -- topology ------------------------------------------------------------------------------
     @property
@@ -244,6 +248,7 @@ class SimCluster:
         if node_id in self.running:
             raise ValueError(f"node {node_id} is already running")
         disk = self.disks[node_id]
+        self._dirty.add(node_id)
         self._incarnations[node_id] += 1
         now_ms = self.scheduler.now_ms
         raft = RaftNode(
@@ -273,6 +278,7 @@ class SimCluster:
     def kill(self, node_id: int) -> None:
         """Crash: the process is gone, its connections drop, unflushed log data is lost."""
         node = self.running.pop(node_id, None)
+        self._dirty.add(node_id)
         if node is None:
             return
         if node.poll_handle is not None:
@@ -289,6 +295,7 @@ class SimCluster:
         """Crash and re-format: empty disk and a new directory id."""
         self.kill(node_id)
         self.disks[node_id].wipe(self._new_directory_id())
+        self._dirty.add(node_id)
         for invariant in self.invariants:
             forget = getattr(invariant, "forget", None)
             if forget is not None:
@@ -302,6 +309,7 @@ class SimCluster:
             if not counter.writable or node.shutting_down or counter.claimed_epoch is None:
                 continue
             now_ms = self.scheduler.now_ms
+            self._dirty.add(node.node_id)
             records = [counter.next_append() for _ in range(records_per_append)]
             try:
                 node.raft.append(records, epoch=counter.claimed_epoch, now_ms=now_ms)
@@ -338,6 +346,7 @@ class SimCluster:
 
     # -- the driver ----------------------------------------------------------------------------
     def _perform(self, node: SimNode, out: Output) -> None:
+        self._dirty.add(node.node_id)
         if self.running.get(node.node_id) is not node:
             return  # the call that produced this Output crashed the node (never happens today)
         # 1. Durable quorum-state before anything of this Output is revealed.
@@ -546,7 +555,10 @@ class SimCluster:
         )
 
     def views(self) -> list[NodeView]:
-        return [self.view(node_id) for node_id in self.all_ids]
+        for node_id in self._dirty:
+            self._views[node_id] = self.view(node_id)
+        self._dirty.clear()
+        return [self._views[node_id] for node_id in self.all_ids]
 
     def check_invariants(self) -> None:
         views = self.views()
