@@ -136,6 +136,26 @@ def test_only_one_voter_change_at_a_time() -> None:
     assert cluster.client_responses[first].error_code == ErrorCode.none
 
 
+def test_a_written_voter_change_past_its_timeout_waits_for_its_commit_without_asking_to_be_polled_at_once() -> None:
+    cluster, leader = dynamic_cluster(observers=[4])
+    request = m.add_voter_request(cluster_id=CLUSTER_ID, voter=ReplicaKey(4, directory(4)), endpoints=(endpoint(4),), timeout_ms=100)
+    token = cluster.client_request(leader.node_id, request)
+    while 4 not in leader.voters.ids:  # until ApiVersions is answered and the VotersRecord written
+        assert cluster.deliver_one() is not None
+    held, cluster.queue = cluster.queue, []  # then nobody fetches it for a while
+    start = cluster.now_ms
+    for now in (start + 30, start + 150, start + 400):  # linger, then well past the 100 ms timeout
+        out = leader.poll(now)
+        held.extend(cluster.apply(leader.node_id, out) and cluster.queue)
+        cluster.queue = []
+        assert token not in cluster.client_responses
+        assert leader.next_deadline_ms(now) > now, "a written change past its deadline must not spin"
+    cluster.queue = held
+    cluster.now_ms = start + 400
+    cluster.advance(1_000)
+    assert cluster.client_responses[token].error_code == ErrorCode.none
+
+
 def test_add_voter_refuses_a_voter_that_does_not_support_the_finalized_kraft_version() -> None:
     cluster, leader = dynamic_cluster(observers=[4])
     cluster.supported_kraft[4] = (0, 0)

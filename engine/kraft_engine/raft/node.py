@@ -1984,7 +1984,10 @@ class RaftNode:
 
     def _extra_deadlines(self, now_ms: int) -> list[int]:
         deadlines = []
-        if self._voter_change is not None:
+        if self._voter_change is not None and self._voter_change.record_offset is None:
+            # Once the VotersRecord is written the change ends with its commit (the high watermark
+            # wakes us) or with the leadership; its deadline no longer applies (`_poll_extras`),
+            # and asking to be polled at it again would spin.
             deadlines.append(self._voter_change.deadline_ms)
         state = self._quorum.state
         if isinstance(state, FollowerState) and self._wants_membership_request(state):
