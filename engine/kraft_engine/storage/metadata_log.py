@@ -101,6 +101,10 @@ class FileMetadataLog:
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         """The largest epoch <= `epoch` in the log and where it ends; below every epoch in the log,
         the epoch of the snapshot the log starts at and the offset of the first batch."""
+        latest = self._log.latest_epoch
+        if latest is not None and epoch >= latest:
+            # Every Fetch from an up-to-date follower asks about the latest epoch: no list work.
+            return OffsetAndEpoch(epoch=latest, offset=self._log.log_end_offset)
         entries = self._log.epoch_entries
         found = [(e, start) for e, start in entries if e <= epoch]
         if not found:
