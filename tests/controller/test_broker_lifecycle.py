@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import uuid
 
+import pytest
 from kio.schema.alter_partition.v3 import request as ap
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
@@ -18,6 +19,7 @@ from kraft_engine.controller.replication_control import BrokerHeartbeatReply
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
     PartitionChangeRecord,
+    PartitionRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
 )
@@ -213,3 +215,27 @@ def test_renounce_reverts_an_uncommitted_fencing_in_the_reverse_indexes() -> Non
     assert replication.has_leaderships(1)
     assert [p for p in range(4) if cluster.partition("orders", p).leader == 1] == led_by_1
     assert replication.partitions_with_broker_in_isr(2) == everything
+
+
+def test_partitions_of_a_broker_come_in_kafka_order_across_topics() -> None:
+    cluster = _unfenced_cluster(1, 2)
+    for name in ("orders", "payments", "refunds"):
+        cluster.create_topic(name, 3, 2)
+    replication = cluster.controller.replication_control
+    found = replication.partitions_with_broker_in_isr(1)
+    # Kafka orders partitions by the topic id's text, then the partition id.
+    assert found == sorted(found, key=lambda tp: (str(tp[0]), tp[1]))
+    assert {tp[0] for tp in found} == {cluster.topic_id(n) for n in ("orders", "payments", "refunds")}
+    assert len(found) == 9
+
+
+def test_a_partition_record_with_a_negative_partition_id_is_refused() -> None:
+    cluster = _unfenced_cluster(1)
+    cluster.create_topic("orders")
+    record = PartitionRecord(
+        partition_id=-1, topic_id=cluster.topic_id("orders"), replicas=(1,), isr=(1,), removing_replicas=(),
+        adding_replicas=(), leader=1, leader_epoch=0, partition_epoch=0,
+    )
+    with pytest.raises(RuntimeError, match="invalid partition id -1"):
+        cluster.controller.replication_control.replay_partition(record, 99)
+    assert cluster.controller.replication_control.partition(cluster.topic_id("orders"), -1) is None

@@ -97,11 +97,20 @@ _NO_BROKERS: tuple[int, ...] = ()
 _NO_DIRECTORIES: tuple[uuid.UUID, ...] = ()
 
 
-def _partition_order(key: TopicPartition) -> tuple[int, int]:
-    """Kafka's order of partitions: by topic id, then partition. A Uuid's text is its integer in
-    fixed-width hex, so comparing the integers orders them as their text does, without building
-    a string per partition."""
-    return key[0].int, key[1]
+PackedPartition = int
+"""A partition as one int, (topic id's integer << 32) | partition id, in the controller's
+partition sets and reverse indexes. Hashing a (Uuid, int) tuple calls Uuid.__hash__, a Python
+function, and the sets hash their key several times per change (membership, the timeline's
+saved value, the store): an int hashes in C. Packed partitions also sort as plain ints in
+Kafka's order of partitions, by topic id then partition id (a Uuid's text is its integer in
+fixed-width hex, so the integers order as the text does)."""
+
+_PARTITION_BITS = 32
+_PARTITION_MASK = (1 << _PARTITION_BITS) - 1
+
+
+def _pack(key: TopicPartition) -> PackedPartition:
+    return key[0].int << _PARTITION_BITS | key[1]
 
 
 def _is_imbalanced(partition: PartitionRegistration) -> bool:
@@ -112,7 +121,7 @@ def _is_reassigning(partition: PartitionRegistration) -> bool:
     return bool(partition.adding_replicas or partition.removing_replicas)
 
 
-def _move(members: TimelineHashSet[TopicPartition], key: TopicPartition, *, now: bool) -> None:
+def _move(members: TimelineHashSet[PackedPartition], key: PackedPartition, *, now: bool) -> None:
     if now:
         members.add(key)
     else:
@@ -132,13 +141,13 @@ class _PartitionsByMember(Generic[M]):
     def __init__(self, registry: SnapshotRegistry, *, ignored: frozenset[M] = frozenset()) -> None:
         self._registry = registry
         self._ignored = ignored
-        self._sets: dict[M, TimelineHashSet[TopicPartition]] = {}
+        self._sets: dict[M, TimelineHashSet[PackedPartition]] = {}
 
-    def members(self, member: M) -> Iterable[TopicPartition]:
+    def members(self, member: M) -> Iterable[PackedPartition]:
         found = self._sets.get(member)
         return () if found is None else found
 
-    def update(self, key: TopicPartition, *, old: Sequence[M], new: Sequence[M]) -> None:
+    def update(self, key: PackedPartition, *, old: Sequence[M], new: Sequence[M]) -> None:
         if old == new:
             return
         for member in old:
@@ -204,9 +213,12 @@ class ReplicationControlManager:
         self._partitions: TimelineHashMap[TopicPartition, PartitionRegistration] = TimelineHashMap(registry)
         # Reverse index: broker id -> partitions whose ISR holds it (leaders are always in it).
         self._brokers_to_isrs: _PartitionsByMember[int] = _PartitionsByMember(registry)
-        self._leaderless: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
-        self._imbalanced: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
-        self._reassigning: TimelineHashSet[TopicPartition] = TimelineHashSet(registry)
+        self._leaderless: TimelineHashSet[PackedPartition] = TimelineHashSet(registry)
+        self._imbalanced: TimelineHashSet[PackedPartition] = TimelineHashSet(registry)
+        self._reassigning: TimelineHashSet[PackedPartition] = TimelineHashSet(registry)
+        # The topic ids of packed partitions, by their integer: revertible like the sets, so that
+        # every packed partition a set holds, at any epoch, unpacks to its topic.
+        self._topic_ids_by_int: TimelineHashMap[int, uuid.UUID] = TimelineHashMap(registry)
         # Reverse index: log directory -> partitions with a replica assigned to it (JBOD).
         self._directories_to_partitions: _PartitionsByMember[uuid.UUID] = _PartitionsByMember(
             registry, ignored=_RESERVED_DIRECTORIES
@@ -220,13 +232,23 @@ class ReplicationControlManager:
     def partition(self, topic_id: uuid.UUID, partition_id: int, epoch: int | None = None) -> PartitionRegistration | None:
         return self._partitions.get((topic_id, partition_id), epoch)
 
+    def _unpack(self, packed: PackedPartition, epoch: int | None = None) -> TopicPartition:
+        topic_id = self._topic_ids_by_int.get(packed >> _PARTITION_BITS, epoch)
+        if topic_id is None:
+            raise RuntimeError(f"partition set holds partition {packed & _PARTITION_MASK} of an unknown topic")
+        return topic_id, packed & _PARTITION_MASK
+
+    def _unpacked(self, packed: Iterable[PackedPartition]) -> list[TopicPartition]:
+        """In Kafka's partition order."""
+        return [self._unpack(p) for p in sorted(packed)]
+
     def partitions_with_broker_in_isr(self, broker_id: int) -> list[TopicPartition]:
-        return sorted(self._brokers_to_isrs.members(broker_id), key=_partition_order)
+        return self._unpacked(self._brokers_to_isrs.members(broker_id))
 
     def has_leaderships(self, broker_id: int) -> bool:
         return any(
-            (p := self._partitions.get(tp)) is not None and p.leader == broker_id
-            for tp in self._brokers_to_isrs.members(broker_id)
+            (p := self._partitions.get(self._unpack(packed))) is not None and p.leader == broker_id
+            for packed in self._brokers_to_isrs.members(broker_id)
         )
 
     def offline_partition_count(self) -> int:
@@ -249,10 +271,13 @@ class ReplicationControlManager:
         self._topics_by_name.put(record.name, record.topic_id)
         self._topic_names.put(record.topic_id, record.name)
         self._partition_counts.put(record.topic_id, 0)
+        self._topic_ids_by_int.put(record.topic_id.int, record.topic_id)
 
     def replay_partition(self, record: PartitionRecord, offset: int) -> None:
         if record.topic_id not in self._topic_names:
             raise RuntimeError(f"PartitionRecord at offset {offset} names unknown topic {record.topic_id}")
+        if not 0 <= record.partition_id <= _PARTITION_MASK >> 1:
+            raise RuntimeError(f"PartitionRecord at offset {offset} has invalid partition id {record.partition_id}")
         key = (record.topic_id, int(record.partition_id))
         previous = self._partitions.get(key)
         if previous is None:
@@ -279,6 +304,7 @@ class ReplicationControlManager:
         self._topics_by_name.remove(name)
         self._topic_names.remove(record.topic_id)
         self._partition_counts.remove(record.topic_id)
+        self._topic_ids_by_int.remove(record.topic_id.int)
         if self._configuration is not None:
             self._configuration.delete_topic_configs(name)
 
@@ -295,26 +321,27 @@ class ReplicationControlManager:
         """Move `key` between the reverse indexes and partition sets it belongs to, touching only
         the memberships that change (a leader move leaves the ISR index alone). This runs for
         every partition record replayed, so each role is compared before anything is called."""
+        packed = _pack(key)
         old_isr = _NO_BROKERS if previous is None else previous.isr
         new_isr = _NO_BROKERS if current is None else current.isr
         if old_isr != new_isr:
-            self._brokers_to_isrs.update(key, old=old_isr, new=new_isr)
+            self._brokers_to_isrs.update(packed, old=old_isr, new=new_isr)
         old_directories = _NO_DIRECTORIES if previous is None else previous.directories
         new_directories = _NO_DIRECTORIES if current is None else current.directories
         if old_directories != new_directories:
-            self._directories_to_partitions.update(key, old=old_directories, new=new_directories)
+            self._directories_to_partitions.update(packed, old=old_directories, new=new_directories)
         was = previous is not None and previous.leader == NO_LEADER
         now = current is not None and current.leader == NO_LEADER
         if was != now:
-            _move(self._leaderless, key, now=now)
+            _move(self._leaderless, packed, now=now)
         was = previous is not None and _is_imbalanced(previous)
         now = current is not None and _is_imbalanced(current)
         if was != now:
-            _move(self._imbalanced, key, now=now)
+            _move(self._imbalanced, packed, now=now)
         was = previous is not None and _is_reassigning(previous)
         now = current is not None and _is_reassigning(current)
         if was != now:
-            _move(self._reassigning, key, now=now)
+            _move(self._reassigning, packed, now=now)
 
     # -- CreateTopics ----------------------------------------------------------------------
 
@@ -741,7 +768,7 @@ class ReplicationControlManager:
         if not newly_offline:
             return
         for directory in newly_offline:
-            partitions = sorted(self._directories_to_partitions.members(directory), key=_partition_order)
+            partitions = self._unpacked(self._directories_to_partitions.members(directory))
             self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                          partitions=partitions, records=records)
         online = tuple(d for d in registration.directories if d not in offline)
@@ -750,7 +777,7 @@ class ReplicationControlManager:
         ))
 
     def leaderless_partitions(self) -> list[TopicPartition]:
-        return sorted(self._leaderless, key=_partition_order)
+        return self._unpacked(self._leaderless)
 
     def process_broker_heartbeat(
         self, *, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool,
@@ -1002,7 +1029,7 @@ class ReplicationControlManager:
         partitions asked for (unknown topics and partitions are left out, as in Kafka)."""
         wanted: dict[uuid.UUID, list[int]] = {}
         if request.topics is None:
-            for topic_id, partition_id in self._reassigning.elements(epoch):
+            for topic_id, partition_id in (self._unpack(p, epoch) for p in self._reassigning.elements(epoch)):
                 wanted.setdefault(topic_id, []).append(partition_id)
             for partition_ids in wanted.values():
                 partition_ids.sort()
@@ -1099,7 +1126,7 @@ class ReplicationControlManager:
         """Move leadership back to preferred replicas where they are in the ISR and able to
         lead. The response says whether the cap was hit (run again at once)."""
         records: list[RecordAndVersion] = []
-        for key in sorted(self._imbalanced, key=_partition_order):
+        for key in self._unpacked(self._imbalanced):
             if len(records) >= max_elections:
                 break
             partition = self._partitions.get(key)
