@@ -19,12 +19,14 @@ import pytest
 from kio.schema.alter_partition.v3 import request as ap
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i64, u16
-from quorum_processes import HOST, ProcessCluster, kraft
+from quorum_processes import HOST, ProcessCluster, kraft, wait_for
 
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
 from kraft_engine.records import metadata_version
 from kraft_engine.server.controller_admin import ControllerAdmin
 
@@ -114,11 +116,22 @@ class Broker:
 
 
 async def _committed_offset(admin: ControllerAdmin) -> int:
-    # The finalized-features epoch in ApiVersions is the offset of the controller's committed image.
-    connection = await admin.any_connection()
-    await connection.disconnect()
-    connection = await admin.any_connection()
-    return int(connection.api_versions_response.finalized_features_epoch)
+    """The offset of the quorum's committed image, as a broker's metadata cache would reach it.
+
+    The finalized-features epoch a controller puts in ApiVersions is its committed image's
+    offset; a fresh connection of its own asks for it (the admin's connections carry the other
+    brokers' requests)."""
+    for host, port in admin.bootstrap:
+        connection = KafkaConnection(host, port, config=ConnectionConfig(client_id="metadata-offset",
+                                                                         request_timeout_ms=2000))
+        try:
+            await connection.connect(timeout_ms=1000)
+            return int(connection.api_versions_response.finalized_features_epoch)
+        except (KafkaProtocolError, OSError):
+            continue
+        finally:
+            await connection.close()
+    raise ConnectionError("no controller reachable")
 
 
 async def _metadata(admin: ControllerAdmin, *topics: str) -> Any:
@@ -302,13 +315,11 @@ async def test_alter_partition_shrinks_and_expands_the_isr(controllers: ProcessC
                 break
         assert answer is not None and answer.error_code == ErrorCode.none, answer
         assert sorted(int(b) for b in answer.isr) == shrunk
-        # (A request the admin client had to resend after a lost answer finds its own change
-        # applied: the new epoch is then the one it tried.)
-        assert int(answer.partition_epoch) >= 1
+        assert int(answer.partition_epoch) == partition_epoch + 1
         [topic] = (await _metadata(admin, "a")).topics
         assert sorted(int(r) for r in topic.partitions[0].isr_nodes) == shrunk
         # The epoch it just used is now stale; the new one expands the ISR again.
-        stale = await alter([*shrunk, follower], int(answer.partition_epoch) - 1)
+        stale = await alter([*shrunk, follower], partition_epoch)
         assert stale.topics[0].partitions[0].error_code == ErrorCode.invalid_update_version
         expanded = await alter(sorted([*shrunk, follower]), int(answer.partition_epoch))
         [[grown]] = [t.partitions for t in expanded.topics]
@@ -393,3 +404,58 @@ async def test_kill_9_of_the_active_controller_loses_no_acknowledged_write(
         await _until(caught_up, timeout_s=30, what=f"controller {active} to catch up")
     finally:
         await _stop_all(brokers)
+
+
+async def test_a_standby_that_fell_behind_the_cleaned_log_loads_a_snapshot(cluster: ProcessCluster) -> None:
+    cluster.extra_config.update(CONTROLLER_MODE)
+    # Small snapshots, small segments and no retention to speak of: the active controller
+    # snapshots often and cleans the log prefix behind each snapshot at once.
+    cluster.extra_config.update({
+        "metadata.log.max.record.bytes.between.snapshots": "4096",
+        "metadata.log.segment.bytes": "16384",
+        "metadata.max.retention.bytes": "1",
+    })
+    for node_id in (1, 2, 3):
+        cluster.add_node(node_id)
+    await asyncio.to_thread(cluster.format_initial, [1, 2, 3])
+    for node_id in (1, 2, 3):
+        await asyncio.to_thread(cluster.start, node_id)
+    async with ControllerAdmin([(HOST, n.port) for n in cluster.nodes.values()], timeout_ms=30000) as admin:
+        brokers = await _brokers(cluster, admin)
+        try:
+            active = await asyncio.to_thread(cluster.wait_for_leader)
+            standby = next(n for n in (1, 2, 3) if n != active)
+            await asyncio.to_thread(cluster.kill, standby)
+            status = cluster.status(active)
+            assert status is not None
+            behind_end = int(status["log_end_offset"])
+            names = [f"t{index:03d}" for index in range(60)]
+            for start in range(0, len(names), 20):
+                response = await admin.send_to_active(CreateTopicsRequest(topics=tuple(
+                    CreatableTopic(name=TopicName(n), num_partitions=i32(3), replication_factor=i16(3),
+                                   assignments=(), configs=())
+                    for n in names[start:start + 20]
+                )))
+                assert all(t.error_code == ErrorCode.none for t in response.topics), response
+
+            def cleaned() -> dict[str, Any] | None:
+                found = cluster.status(active)
+                return found if found is not None and int(found["log_start_offset"]) > behind_end else None
+
+            status = await asyncio.to_thread(wait_for, cleaned, timeout_s=30, what="the log prefix to be cleaned")
+            assert status["snapshots"], status
+            # The standby comes back behind the log start: it must fetch and load a snapshot.
+            await asyncio.to_thread(cluster.start, standby)
+            own = cluster.nodes[standby].address
+
+            async def caught_up() -> bool:
+                listed = await _kraft("topics", "--bootstrap-controller", own, "--list")
+                return sorted(listed.stdout.split()) == names
+
+            await _until(caught_up, timeout_s=60, what=f"controller {standby} to load the snapshot and catch up")
+            standby_status = cluster.status(standby)
+            assert standby_status is not None
+            assert any(offset > behind_end for offset, _ in standby_status["snapshots"]), standby_status
+            assert int(standby_status["log_start_offset"]) > behind_end
+        finally:
+            await _stop_all(brokers)

@@ -58,6 +58,11 @@ class ControllerAdmin:
             socket_connection_setup_timeout_ms=min(timeout_ms, 2000),
         )
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
+        self._active: tuple[str, int] | None = None
+
+    @property
+    def bootstrap(self) -> list[tuple[str, int]]:
+        return list(self._bootstrap)
 
     async def close(self) -> None:
         connections, self._connections = list(self._connections.values()), {}
@@ -101,6 +106,9 @@ class ControllerAdmin:
     # -- any controller ----------------------------------------------------------------------------
     async def any_connection(self) -> KafkaConnection:
         """A connected (ApiVersions-negotiated) connection to some bootstrap controller."""
+        for connection in self._connections.values():
+            if connection.connected:
+                return connection
         deadline = self._deadline()
         while True:
             for address in self._bootstrap:
@@ -138,13 +146,18 @@ class ControllerAdmin:
         return None
 
     async def send_to_active(self, request: Any) -> Any:
-        """Send `request` to the active controller; retried while no controller takes it."""
+        """Send `request` to the active controller; retried while no controller takes it.
+
+        The last controller that took a request is asked first, as a broker's controller channel
+        does; DescribeCluster runs again only when it refuses or cannot be reached."""
         deadline = self._deadline()
         name = type(request).__name__
         while True:
-            address = await self.active_controller()
+            address = self._active or await self.active_controller()
             if address is not None:
                 response = await self._exchange(address, request)
                 if response is not None and not _not_controller(response):
+                    self._active = address
                     return response
+            self._active = None
             await self._pause_or_give_up(deadline, name)
