@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from kraft_engine.controller import ControllerApiError, QuorumController, RecordAndVersion
 from kraft_engine.metadata import VersionRange
+from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.raft import (
     MemoryLog,
     NotLeaderError,
@@ -38,7 +39,13 @@ from kraft_engine.raft import (
     VoterSet,
 )
 from kraft_engine.raft.log_batch import parse_batches
-from kraft_engine.records import FeatureLevelRecord, TopicRecord, decode_metadata_record
+from kraft_engine.records import (
+    FeatureLevelRecord,
+    NoOpRecord,
+    TopicRecord,
+    decode_metadata_record,
+    encode_metadata_record,
+)
 from kraft_engine.server.controller_service import ControllerService, SnapshotPolicy
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
@@ -324,3 +331,68 @@ async def test_an_active_controller_asked_to_load_a_snapshot_stops_and_fails_wai
     assert node.metric("kafka_controller_kafkacontroller_metadataerrorcount") == 1
     with pytest.raises(Exception, match="stopped"):
         await node.service.write("createTopics", lambda c: c.create_topics(_topics(("x", 1, 1))))
+
+
+async def test_a_snapshot_is_also_written_after_the_interval_when_something_new_committed() -> None:
+    node = InProcessController(policy=SnapshotPolicy(max_bytes_between_snapshots=1 << 40, max_interval_ms=50))
+    await node.start()
+    try:
+        for broker in (1, 2, 3):
+            await _unfenced_broker(node, broker)
+        async with asyncio.timeout(10):
+            while not node.service.snapshots_written:
+                await node.service.write("createTopics", lambda c: c.create_topics(_topics()))
+                await asyncio.sleep(0.02)
+        written = len(node.service.snapshots_written)
+        # Nothing new commits: the interval alone writes no further snapshot.
+        await asyncio.sleep(0.3)
+        assert len(node.service.snapshots_written) == written
+    finally:
+        await node.close()
+
+
+async def test_heartbeat_contact_is_recorded_before_the_event_waits_in_the_queue(node: InProcessController) -> None:
+    epoch = await _unfenced_broker(node, 1)
+    tracker = node.service.controller.cluster_control.tracker
+    before = tracker.contact_time_ms(1, epoch)
+    assert before is not None
+    # The loop is busy (this coroutine holds it): the contact time still moves at arrival.
+    node.service.track_broker_heartbeat(1, epoch)
+    after = tracker.contact_time_ms(1, epoch)
+    assert after is not None and after >= before
+    assert node.service._queue.empty()
+
+
+async def test_consecutive_commits_reach_the_loader_as_one_delta(node: InProcessController) -> None:
+    published: list[int] = []
+
+    class _Counter:
+        name = "counter"
+
+        def on_metadata_update(self, delta: Any, *, image: Any, manifest: Any) -> None:
+            published.append(getattr(manifest, "num_batches", 0))
+
+        def on_controller_change(self, leader_and_epoch: Any) -> None:
+            pass
+
+    node.service.loader.install_publishers([_Counter()])
+    for broker in (1, 2, 3):
+        await _unfenced_broker(node, broker)
+    published.clear()
+    # Three batches committed while the loop is busy are folded into one publish.
+    # From here on this node is a standby that is handed three batches another leader wrote.
+    await node.raft.close()
+    node.service.controller.renounce()
+    offset = node.raft.log_end_offset
+    for index in range(3):
+        value = encode_metadata_record(NoOpRecord(), 0)
+        node.service.handle_raft_event(RaftBatch(
+            base_offset=offset + index, last_offset=offset + index, epoch=99, append_timestamp_ms=0,
+            records=(value,), control_records=(), size_in_bytes=80, raw=b"",
+        ))
+    async with asyncio.timeout(5):
+        while not published:
+            await asyncio.sleep(0.005)
+    assert published == [3]
+    assert node.service.image.offset == offset + 2
+    assert node.service.fault is None

@@ -190,6 +190,7 @@ class ControllerService:
         self.loader = MetadataLoader(publisher_fault_handler=self._publisher_fault)
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._futures: dict[int, asyncio.Future[Any]] = {}
+        self._open_commit_group: list[RaftBatch] | None = None
         self._task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self.fault: BaseException | None = None
@@ -238,10 +239,19 @@ class ControllerService:
     # -- raft listener (the driver calls these synchronously, in raft order) ---------------------
     def handle_raft_event(self, event: SnapshotLoad | RaftBatch | LeaderChange) -> None:
         """Queue a raft listener event; it runs on the controller loop in the order delivered."""
+        if isinstance(event, RaftBatch):
+            # Consecutive commits become one event, so the loader folds them into one delta and
+            # one new image (an image per batch would dominate a catch-up).
+            group = self._open_commit_group
+            if group is None:
+                group = self._open_commit_group = []
+                self._enqueue("handleCommit", lambda: self._commit(group))
+            group.append(event)
+            return
+        # Any other event closes the group: commits delivered after it must run after it.
+        self._open_commit_group = None
         if isinstance(event, SnapshotLoad):
             self._enqueue("handleLoadSnapshot", lambda: self._load_snapshot(event))
-        elif isinstance(event, RaftBatch):
-            self._enqueue("handleCommit", lambda: self._commit(event))
         else:
             # The log end offset now is where a new local leader's first append will land.
             log_end_offset = self._raft.log_end_offset
@@ -391,28 +401,29 @@ class ControllerService:
         return True
 
     # -- raft events -----------------------------------------------------------------------------
-    def _commit(self, batch: RaftBatch) -> None:
-        records = tuple(decode_metadata_record(value)[0] for value in batch.records)
-        self.controller.handle_commit(
-            CommittedBatch(batch.base_offset, batch.epoch, records, batch.last_offset, batch.append_timestamp_ms)
-        )
-        if self.loader.last_applied_offset >= batch.last_offset:
-            return  # already in a snapshot the loader was given
-        self.loader.handle_commit(
-            [
-                LoaderBatch(
-                    base_offset=batch.base_offset,
-                    last_offset=batch.last_offset,
-                    epoch=batch.epoch,
-                    append_time_ms=batch.append_timestamp_ms,
-                    size_bytes=batch.size_in_bytes,
-                    records=records,
-                )
-            ],
-            high_watermark=self._raft.high_watermark,
-        )
-        self._bytes_since_snapshot += batch.size_in_bytes
-        self._applied_since_snapshot = True
+    def _commit(self, batches: list[RaftBatch]) -> None:
+        if self._open_commit_group is batches:
+            self._open_commit_group = None  # later commits start a new event
+        loaded: list[LoaderBatch] = []
+        for batch in batches:
+            records = tuple(decode_metadata_record(value)[0] for value in batch.records)
+            self.controller.handle_commit(
+                CommittedBatch(batch.base_offset, batch.epoch, records, batch.last_offset, batch.append_timestamp_ms)
+            )
+            if batch.last_offset <= self.loader.last_applied_offset:
+                continue  # already in a snapshot the loader was given
+            loaded.append(LoaderBatch(
+                base_offset=batch.base_offset,
+                last_offset=batch.last_offset,
+                epoch=batch.epoch,
+                append_time_ms=batch.append_timestamp_ms,
+                size_bytes=batch.size_in_bytes,
+                records=records,
+            ))
+            self._bytes_since_snapshot += batch.size_in_bytes
+        if loaded:
+            self.loader.handle_commit(loaded, high_watermark=self._raft.high_watermark)
+            self._applied_since_snapshot = True
 
     def _load_snapshot(self, event: SnapshotLoad) -> None:
         if event.snapshot_id == BOOTSTRAP_SNAPSHOT_ID:
