@@ -362,6 +362,46 @@ def lagging_follower_snapshot(seed: int) -> SimRun:
     return run
 
 
+def chaos(seed: int) -> SimRun:
+    # Random faults one after another - crashes, restarts, graceful shutdowns, isolated nodes,
+    # random splits, heals - at random intervals, with safety checked after every event; then
+    # everything is repaired and the quorum must make progress within the liveness bound.
+    voters, observers = _sizes(seed, 3, 5)
+    run = SimRun(seed, voters=voters, observers=observers)
+    cluster = run.cluster
+    run.warm_up()
+    for _ in range(6):
+        run.scheduler.run_for(run.random.randint(200, 2000))
+        down = [i for i in cluster.all_ids if i not in cluster.running]
+        action = run.random.choice(["kill", "restart", "shutdown", "isolate", "split", "heal"])
+        if action == "kill" and cluster.running:
+            cluster.kill(run.random.choice(sorted(cluster.running)))
+        elif action == "shutdown" and cluster.running:
+            victim = run.random.choice(sorted(cluster.running))
+            if not cluster.running[victim].shutting_down:
+                cluster.shutdown(victim)
+        elif action == "restart" and down:
+            cluster.start(run.random.choice(down))
+        elif action == "isolate":
+            cluster.network.isolate(run.random.choice(cluster.all_ids), others=[ADMIN_ID, *cluster.all_ids])
+        elif action == "split":
+            shuffled = run.random.sample(cluster.all_ids, len(cluster.all_ids))
+            cut = run.random.randint(1, len(shuffled) - 1)
+            cluster.network.partition(shuffled[:cut], shuffled[cut:])
+        else:
+            cluster.network.heal()
+    # Repair: shutdowns finish (or are cut short by a crash), everyone restarts, links heal.
+    run.scheduler.run_for(2000)
+    for node_id in cluster.all_ids:
+        if node_id in cluster.running and cluster.running[node_id].shutting_down:
+            cluster.kill(node_id)
+        if node_id not in cluster.running:
+            cluster.start(node_id)
+    cluster.network.heal()
+    run.progress(what="progress after the chaos is repaired")
+    return run
+
+
 def _add_request(cluster: SimCluster, node_id: int) -> Callable[[], Any]:
     def build() -> Any:
         return raft_messages.add_voter_request(
@@ -497,6 +537,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("back-to-back-partitions", "leader cut off, then its successor", back_to_back_partitions),
         Scenario("wiped-disk", "a voter's disk is re-formatted (new directory id); removed and re-added", wiped_disk),
         Scenario("lagging-snapshot", "a follower away past log cleaning catches up by snapshot", lagging_follower_snapshot),
+        Scenario("chaos", "random crashes, shutdowns, partitions and heals, then repair", chaos),
         Scenario("voter-changes", "add, remove (maybe the leader), add voters under crashes and partitions", voter_changes),
         Scenario("remove-leader", "the leader is removed from the voter set and hands over", remove_leader),
         Scenario("auto-join", "auto-join of a new controller and of a re-formatted voter", auto_join),
