@@ -174,3 +174,17 @@ def test_a_leader_that_cannot_hand_over_completes_shutdown_at_the_timeout() -> N
     assert not leader.is_shutdown_complete
     cluster.advance(2)
     assert leader.is_shutdown_complete
+
+
+def test_end_quorum_epoch_backoff_doubles_with_each_successor_position() -> None:
+    # Strict exponential by position among 4 preferred successors, capped by
+    # controller.quorum.election.backoff.max.ms: 0, max/8, max/4, max/2; not listed: max.
+    config = RaftConfig(fetch_timeout_ms=5_000, election_backoff_max_ms=1_000)
+    preferred = tuple(ReplicaKey(i, directory(i)) for i in (2, 3, 4, 5))
+    request = m.end_quorum_epoch_request(cluster_id=CLUSTER_ID, leader_id=1, epoch=3, preferred=preferred, leader_endpoints=())
+    waits = {}
+    for node_id in (3, 4, 5, 6):
+        node = make_node(node_id, [1, 2, 3, 4, 5, 6], persisted=ElectionState(epoch=3, leader_id=1), config=config)
+        only_response(node.handle_request(request, token=1, now_ms=NOW))
+        waits[node_id] = node.state.fetch_deadline_ms - NOW
+    assert waits == {3: 125, 4: 250, 5: 500, 6: 1_000}

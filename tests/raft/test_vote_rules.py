@@ -205,3 +205,43 @@ def test_candidate_backoff_is_capped_by_election_backoff_max() -> None:
         now = node.state.election_deadline_ms - 1
         node.handle_response(pre[0].token, reply, now_ms=now)
         assert node.role is Role.CANDIDATE and node.epoch == epoch + 1
+
+
+def test_backoff_after_a_lost_candidacy_is_binary_exponential() -> None:
+    # Kafka's formula: after the r-th lost candidacy the candidate waits 100 ms x rand(2^r),
+    # capped by controller.quorum.election.backoff.max.ms (set out of reach here).
+    config = RaftConfig(election_timeout_ms=100, election_backoff_max_ms=1_000_000)
+    observed: dict[int, list[int]] = {}
+    for seed in range(40):
+        node = make_node(1, [1, 2, 3], config=config, seed=seed)
+        now = NOW + 1_000
+        out = node.poll(now)
+        granted = m.vote_response(error=ErrorCode.none, leader_id=None, epoch=0, granted=True, endpoints=(), listener="CONTROLLER")
+        node.handle_response(out.requests[0].token, granted, now_ms=now)
+        for retry in range(1, 7):
+            epoch = node.epoch
+            deadline = node.state.election_deadline_ms
+            node.poll(deadline)
+            backoff = node.state.backoff_until_ms - deadline
+            assert backoff % 100 == 0 and 0 <= backoff < 100 * 2**retry, (retry, backoff)
+            observed.setdefault(retry, []).append(backoff)
+            out = node.poll(node.state.backoff_until_ms)
+            reply = m.vote_response(error=ErrorCode.none, leader_id=None, epoch=epoch, granted=True, endpoints=(), listener="CONTROLLER")
+            node.handle_response(out.requests[0].token, reply, now_ms=node.state.election_deadline_ms - 1)
+            assert node.role is Role.CANDIDATE and node.epoch == epoch + 1
+    # The range doubles with every lost candidacy: later retries reach past the earlier ranges.
+    assert max(observed[1]) <= 100
+    assert max(observed[6]) >= 100 * 2**4
+
+
+def test_a_follower_that_has_not_fetched_still_refuses_a_pre_vote_from_a_stale_log() -> None:
+    log = MemoryLog()
+    log.append(build_data_batch([b"x", b"y"], base_offset=0, epoch=3, timestamp_ms=0))
+    fresh = make_node(5, [5, 6, 7], log=log, persisted=ElectionState(epoch=3, leader_id=6))
+    assert fresh.role is Role.FOLLOWER and not fresh.state.has_fetched_from_leader
+    behind = vote(candidate=7, voter=5, epoch=3, last=OffsetAndEpoch(epoch=3, offset=1), pre_vote=True)
+    assert not part(answer(fresh, behind)).vote_granted
+    level = vote(candidate=7, voter=5, epoch=3, last=OffsetAndEpoch(epoch=3, offset=2), pre_vote=True)
+    assert part(answer(fresh, level)).vote_granted
+    # A pre-vote grant changes nothing durable: still following leader 6, no vote recorded.
+    assert fresh.role is Role.FOLLOWER and fresh.voted_key is None

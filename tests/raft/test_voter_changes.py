@@ -285,3 +285,100 @@ def test_static_quorum_ignores_election_state_voters() -> None:
     assert leader.kraft_version == 0
     assert leader.voters == voter_set([1, 2, 3], with_directories=False)
     assert isinstance(cluster[leader.node_id].persisted, ElectionState)
+
+
+# -- the AddRaftVoter / RemoveRaftVoter gates, each ahead of the next (the seed's order) --------
+def is_fetch_from(*sources: int) -> object:
+    return lambda e: e.is_request and type(e.payload).__name__ == "FetchRequest" and e.source in sources
+
+
+def remove_request(node_id: int) -> object:
+    return m.remove_voter_request(cluster_id=CLUSTER_ID, voter=ReplicaKey(node_id, directory(node_id)))
+
+
+def test_a_leader_without_a_high_watermark_answers_request_timed_out_before_the_kraft_version_gate() -> None:
+    # Static quorum (kraft.version 0) whose followers cannot fetch yet: no HWM. Gate 1 answers
+    # first; once the HWM exists, gate 2 (kraft.version < 1) does.
+    cluster = Cluster([1, 2, 3])
+    cluster.drop = is_fetch_from(1, 2, 3)  # type: ignore[assignment]
+    leader = cluster.elect()
+    assert leader.high_watermark is None
+    for request in (add_request(4), remove_request(2)):
+        token = cluster.client_request(leader.node_id, request)
+        assert cluster.client_responses[token].error_code == ErrorCode.request_timed_out
+    cluster.drop = lambda e: False
+    cluster.advance(3_000)
+    assert leader.high_watermark is not None
+    for request in (add_request(4), remove_request(2)):
+        token = cluster.client_request(leader.node_id, request)
+        assert cluster.client_responses[token].error_code == ErrorCode.unsupported_version
+
+
+def test_an_uncommitted_voters_record_answers_request_timed_out_before_duplicate_voter_or_voter_not_found() -> None:
+    # The kraft.version upgrade writes the first VotersRecord without a pending voter change;
+    # until it commits, gate 3 refuses every change, even one gate 4 would refuse otherwise.
+    cluster = Cluster([1, 2, 3])
+    leader = cluster.elect()
+    cluster.advance(5_000)
+    cluster.apply(leader.node_id, leader.upgrade_kraft_version(leader.epoch, 1, validate_only=False, now_ms=cluster.now_ms))
+    # Past the linger, with nothing delivered: the records are in the leader's log, not committed.
+    cluster.now_ms += 100
+    cluster.apply(leader.node_id, leader.poll(cluster.now_ms))
+    assert leader.high_watermark < leader.log_end_offset
+    assert leader.kraft_version == KRAFT_VERSION_1
+    follower = next(i for i in (1, 2, 3) if i != leader.node_id)
+    duplicate = cluster.client_request(leader.node_id, add_request(follower))
+    unknown = cluster.client_request(leader.node_id, remove_request(9))
+    assert cluster.client_responses[duplicate].error_code == ErrorCode.request_timed_out
+    assert cluster.client_responses[unknown].error_code == ErrorCode.request_timed_out
+    cluster.advance(2_000)
+    duplicate = cluster.client_request(leader.node_id, add_request(follower))
+    unknown = cluster.client_request(leader.node_id, remove_request(9))
+    assert cluster.client_responses[duplicate].error_code == ErrorCode.duplicate_voter
+    assert cluster.client_responses[unknown].error_code == ErrorCode.voter_not_found
+
+
+def test_a_duplicate_voter_is_refused_without_asking_it_for_api_versions() -> None:
+    cluster, leader = dynamic_cluster()
+    cluster.sent.clear()
+    token = cluster.client_request(leader.node_id, add_request(2))
+    cluster.advance(100)
+    assert cluster.client_responses[token].error_code == ErrorCode.duplicate_voter
+    assert not any(type(e.payload).__name__ == "ApiVersionsRequest" for e in cluster.sent)
+
+
+def test_the_new_voters_kraft_version_is_checked_before_whether_it_caught_up() -> None:
+    # Observer 4 never fetched (not caught up). Told it supports only kraft.version 0, the leader
+    # refuses it for the version (INVALID_REQUEST, as Kafka); supporting 1, for the lag.
+    cluster = Cluster([1, 2, 3], observers=[4], static=False)
+    cluster.drop = is_fetch_from(4)  # type: ignore[assignment]
+    leader = cluster.elect()
+    cluster.advance(3_000)
+    cluster.supported_kraft[4] = (0, 0)
+    token = cluster.client_request(leader.node_id, add_request(4))
+    cluster.advance(100)
+    assert cluster.client_responses[token].error_code == ErrorCode.invalid_request
+    cluster.supported_kraft[4] = (0, 1)
+    token = cluster.client_request(leader.node_id, add_request(4))
+    cluster.advance(100)
+    assert cluster.client_responses[token].error_code == ErrorCode.request_timed_out
+    assert 4 not in leader.voters.ids
+
+
+def test_add_voter_is_answered_only_after_commit_under_the_new_majority() -> None:
+    # {1,2,3} + 4 needs 3 of 4 to commit the VotersRecord. With the new voter and one old follower
+    # not fetching, the old majority (leader + the other follower) is not enough: no answer.
+    cluster, leader = dynamic_cluster(observers=[4])
+    silent = next(i for i in (1, 2, 3) if i != leader.node_id)
+    token = cluster.client_request(leader.node_id, add_request(4))
+    while 4 not in leader.voters.ids:  # ApiVersions answered, caught up, VotersRecord written
+        assert cluster.deliver_one() is not None
+    cluster.drop = is_fetch_from(4, silent)  # type: ignore[assignment]
+    cluster.advance(1_000)
+    assert token not in cluster.client_responses
+    voters_offset = leader.log_end_offset - 1
+    assert leader.high_watermark is not None and leader.high_watermark <= voters_offset
+    cluster.drop = lambda e: False
+    cluster.advance(1_000)
+    assert cluster.client_responses[token].error_code == ErrorCode.none
+    assert leader.high_watermark > voters_offset
