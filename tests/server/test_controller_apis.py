@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,8 +48,8 @@ class _Served:
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[_Served]:
-    node = InProcessController()
+async def served(tmp_path: Path) -> AsyncIterator[_Served]:
+    node = InProcessController(tmp_path)
     await node.start()
     listener = KafkaListener("CONTROLLER", features_provider=node.service.features, registry=node.registry)
     ControllerApis(node.service).register(listener)

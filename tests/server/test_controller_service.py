@@ -1,18 +1,17 @@
-"""ControllerService on a real single-voter raft node, driven in-process on the event loop.
+"""ControllerService on a real single-voter raft node, in-process on the event loop.
 
-The raft node is the pure core over a MemoryLog; the tiny driver below performs its Outputs
-(a single voter sends nothing) and hands listener events to the service, as the node's driver
-does. Requests go through the service the way the listener's handlers send them.
+The raft node runs under the node's own RaftDriver over a file-backed metadata log and
+quorum-state in a temporary directory (a single voter sends nothing). Requests go through the
+service the way the listener's handlers send them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,15 +25,16 @@ from prometheus_client import CollectorRegistry
 
 from kraft_engine.controller import ControllerApiError, QuorumController, RecordAndVersion
 from kraft_engine.metadata import VersionRange
+from kraft_engine.protocol import ConnectionConfig
 from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.raft import (
-    MemoryLog,
+    ElectionState,
     NotLeaderError,
     OffsetAndEpoch,
-    Output,
     RaftConfig,
     RaftNode,
     ReplicaKey,
+    SnapshotLoad,
     VoterNode,
     VoterSet,
 )
@@ -47,93 +47,52 @@ from kraft_engine.records import (
     encode_metadata_record,
 )
 from kraft_engine.server.controller_service import ControllerService, SnapshotPolicy
+from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
+from kraft_engine.server.raft_metrics import RaftMetrics
+from kraft_engine.storage.metadata_log import FileMetadataLog
+from kraft_engine.storage.quorum_state_store import QUORUM_STATE_FILE_NAME, FileQuorumStateStore
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 MV = 25
 NODE_ID = 3000
 
 
-def _clock_ms() -> int:
-    return int(time.monotonic() * 1000)
+class _Driver(RaftDriver):
+    """The node's raft driver, with a switch that makes raft refuse the controller's appends."""
 
-
-class _LoopRaft:
-    """A single-voter raft node performed on the running loop (the RaftPort of the service)."""
-
-    def __init__(self, log: MemoryLog) -> None:
-        self.log = log
-        self.node = RaftNode(
-            config=RaftConfig(append_linger_ms=1),
-            node_id=NODE_ID,
-            directory_id=None,
-            cluster_id=CLUSTER_ID,
-            log=log,
-            persisted=None,
-            static_voters=VoterSet([VoterNode(key=ReplicaKey(NODE_ID, None), endpoints=())]),
-            rng=random.Random(1),
-            now_ms=_clock_ms(),
-            local_endpoints=(),
-            bootstrap_servers=(),
-        )
-        self.service: ControllerService | None = None
-        self.refuse_appends = False
-        self._wake = asyncio.Event()
-        self._deadline_ms = 0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self, service: ControllerService) -> None:
-        self.service = service
-        self._perform(self.node.poll(_clock_ms()))
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self) -> None:
-        while True:
-            now_ms = _clock_ms()
-            if now_ms >= self._deadline_ms:
-                self._perform(self.node.poll(now_ms))
-                continue
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout((self._deadline_ms - now_ms) / 1000):
-                    await self._wake.wait()
-
-    def _perform(self, out: Output) -> None:
-        assert self.service is not None
-        for event in out.events:
-            self.service.handle_raft_event(event)
-        self._deadline_ms = out.next_deadline_ms
-        self._wake.set()
-
-    # -- RaftPort ----------------------------------------------------------------------------------
-    @property
-    def high_watermark(self) -> int | None:
-        return self.node.high_watermark
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.node.log_end_offset
+    refuse_appends = False
 
     def append(self, records: list[bytes], *, epoch: int) -> int:
         if self.refuse_appends:
             raise NotLeaderError("refused by the test")
-        offset = self.node.append(records, epoch=epoch, now_ms=_clock_ms())
-        self._deadline_ms = min(self._deadline_ms, self.node.next_deadline_ms(_clock_ms()))
-        self._wake.set()
-        return offset
+        return super().append(records, epoch=epoch)
 
-    def resign(self, epoch: int) -> None:
-        self._perform(self.node.resign(epoch, now_ms=_clock_ms()))
 
-    def create_snapshot(self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int) -> OffsetAndEpoch:
-        return self.node.create_snapshot(end_offset=end_offset, records=records,
-                                         last_contained_log_timestamp_ms=last_contained_log_timestamp_ms,
-                                         now_ms=_clock_ms())
+def _driver(directory: Path, registry: CollectorRegistry) -> _Driver:
+    """A single voter over a file-backed metadata log in `directory` (reopened as it was left)."""
+    log, _ = FileMetadataLog.open(directory)
+    quorum_state = FileQuorumStateStore(directory / QUORUM_STATE_FILE_NAME)
+    saved = quorum_state.read()
+    persisted = None if saved is None else ElectionState(
+        epoch=saved.leader_epoch, leader_id=saved.leader_id,
+        voted_key=None if saved.voted_id is None else ReplicaKey.of(saved.voted_id, None),
+    )
+    raft = RaftNode(
+        config=RaftConfig(append_linger_ms=1),
+        node_id=NODE_ID,
+        directory_id=None,
+        cluster_id=CLUSTER_ID,
+        log=log,
+        persisted=persisted,
+        static_voters=VoterSet([VoterNode(key=ReplicaKey(NODE_ID, None), endpoints=())]),
+        rng=random.Random(1),
+        now_ms=wall_clock_ms(),
+        local_endpoints=(),
+        bootstrap_servers=(),
+    )
+    return _Driver(raft=raft, log=log, quorum_state=quorum_state, store=None,
+                   metrics=RaftMetrics(registry, node=lambda: raft),
+                   connection_config=ConnectionConfig(client_id="test"))
 
 
 def _controller(node_id: int = NODE_ID) -> QuorumController:
@@ -149,17 +108,23 @@ def _controller(node_id: int = NODE_ID) -> QuorumController:
 
 
 class InProcessController:
-    def __init__(self, *, log: MemoryLog | None = None, policy: SnapshotPolicy | None = None) -> None:
-        self.raft = _LoopRaft(log or MemoryLog())
+    def __init__(self, directory: Path, *, policy: SnapshotPolicy | None = None) -> None:
+        self.directory = directory
         self.registry = CollectorRegistry()
+        self.raft = _driver(directory, self.registry)
         self.service = ControllerService(
             controller=_controller(), raft=self.raft, registry=self.registry,
             supported_features={"metadata.version": (7, MV)}, snapshot_policy=policy,
         )
+        self.raft.add_listener(self.service.handle_raft_event)
+
+    @property
+    def log(self) -> FileMetadataLog:
+        return self.raft.log
 
     async def start(self) -> None:
         self.service.start()
-        self.raft.start(self.service)
+        self.raft.start()
         async with asyncio.timeout(10):
             while not self.service.controller.is_active() or self.service.loader.image.features.metadata_version is None:
                 await asyncio.sleep(0.005)
@@ -173,8 +138,8 @@ class InProcessController:
 
 
 @pytest.fixture
-async def node() -> AsyncIterator[InProcessController]:
-    n = InProcessController()
+async def node(tmp_path: Path) -> AsyncIterator[InProcessController]:
+    n = InProcessController(tmp_path)
     await n.start()
     try:
         yield n
@@ -215,7 +180,7 @@ async def _unfenced_broker(node: InProcessController, broker_id: int) -> int:
     return epoch
 
 
-def _log_records(log: MemoryLog) -> list[tuple[int, Any]]:
+def _log_records(log: FileMetadataLog) -> list[tuple[int, Any]]:
     out = []
     for batch in parse_batches(log.read(0, 1 << 30)):
         for index, value in enumerate(batch.records):
@@ -224,7 +189,7 @@ def _log_records(log: MemoryLog) -> list[tuple[int, Any]]:
 
 
 async def test_the_node_activates_and_writes_the_bootstrap_records(node: InProcessController) -> None:
-    records = [r for _, r in _log_records(node.raft.log)]
+    records = [r for _, r in _log_records(node.log)]
     assert FeatureLevelRecord(name="metadata.version", feature_level=MV) in records
     assert node.metric("kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert node.metric("kafka_controller_kafkacontroller_newactivecontrollerscount") == 1
@@ -241,7 +206,7 @@ async def test_a_created_topic_is_in_the_log_and_the_image_when_the_write_comple
     # Acknowledged means committed: the records are in the log below the high watermark.
     hwm = node.raft.high_watermark
     assert hwm is not None
-    topic_offsets = [o for o, r in _log_records(node.raft.log) if isinstance(r, TopicRecord) and r.name == "orders"]
+    topic_offsets = [o for o, r in _log_records(node.log) if isinstance(r, TopicRecord) and r.name == "orders"]
     assert topic_offsets and topic_offsets[0] < hwm
     assert node.metric("kafka_controller_kafkacontroller_globaltopiccount") == 1
     assert node.metric("kafka_controller_kafkacontroller_globalpartitioncount") == 3
@@ -276,7 +241,7 @@ async def test_a_refused_append_renounces_reverts_and_the_client_gets_not_contro
     [result] = await node.service.write("createTopics", lambda c: c.create_topics(_topics(("lost", 1, 3))))
     assert result.error_code == ErrorCode.none
     assert node.metric("kafka_controller_kafkacontroller_newactivecontrollerscount") == 2
-    assert [r.name for _, r in _log_records(node.raft.log) if isinstance(r, TopicRecord)] == ["lost"]
+    assert [r.name for _, r in _log_records(node.log) if isinstance(r, TopicRecord)] == ["lost"]
 
 
 async def test_a_refused_request_fails_its_own_future_only(node: InProcessController) -> None:
@@ -286,8 +251,8 @@ async def test_a_refused_request_fails_its_own_future_only(node: InProcessContro
     assert node.service.controller.is_active()
 
 
-async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it() -> None:
-    node = InProcessController(policy=SnapshotPolicy(max_bytes_between_snapshots=1, max_interval_ms=0))
+async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it(tmp_path: Path) -> None:
+    node = InProcessController(tmp_path, policy=SnapshotPolicy(max_bytes_between_snapshots=1, max_interval_ms=0))
     await node.start()
     try:
         for broker in (1, 2, 3):
@@ -297,15 +262,15 @@ async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it() ->
             while not node.service.snapshots_written or node.service.snapshots_written[-1].offset < node.raft.high_watermark:  # type: ignore[operator]
                 await node.service.write("createTopics", lambda c: c.create_topics(_topics()))
                 await asyncio.sleep(0.01)
-        snapshot = node.raft.log.snapshot_ids()[-1]
+        snapshot = node.log.snapshot_ids()[-1]
         image_bytes = node.service.image.to_bytes()
     finally:
         await node.close()
-    # A restarted node over the same log loads that snapshot and replays the rest of the log.
-    restarted = InProcessController(log=node.raft.log)
+    # A restarted node over the same files loads that snapshot and replays the rest of the log.
+    restarted = InProcessController(tmp_path)
     await restarted.start()
     try:
-        assert snapshot in restarted.raft.log.snapshot_ids()
+        assert snapshot in restarted.log.snapshot_ids()
         async with asyncio.timeout(5):
             while restarted.service.image.offset < snapshot.offset - 1:
                 await asyncio.sleep(0.005)
@@ -321,8 +286,6 @@ async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it() ->
 async def test_an_active_controller_asked_to_load_a_snapshot_stops_and_fails_waiters(node: InProcessController) -> None:
     stopped: list[BaseException] = []
     node.service._on_fatal = stopped.append
-    from kraft_engine.raft import SnapshotLoad
-
     node.service.handle_raft_event(SnapshotLoad(snapshot_id=OffsetAndEpoch(epoch=1, offset=5),
                                                 last_contained_log_timestamp_ms=0, batches=()))
     async with asyncio.timeout(5):
@@ -333,8 +296,8 @@ async def test_an_active_controller_asked_to_load_a_snapshot_stops_and_fails_wai
         await node.service.write("createTopics", lambda c: c.create_topics(_topics(("x", 1, 1))))
 
 
-async def test_a_snapshot_is_also_written_after_the_interval_when_something_new_committed() -> None:
-    node = InProcessController(policy=SnapshotPolicy(max_bytes_between_snapshots=1 << 40, max_interval_ms=50))
+async def test_a_snapshot_is_also_written_after_the_interval_when_something_new_committed(tmp_path: Path) -> None:
+    node = InProcessController(tmp_path, policy=SnapshotPolicy(max_bytes_between_snapshots=1 << 40, max_interval_ms=50))
     await node.start()
     try:
         for broker in (1, 2, 3):
