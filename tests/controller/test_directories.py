@@ -10,7 +10,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i32, i64
 
 from kraft_engine.controller import ControllerApiError
-from kraft_engine.kafka_uuid import ZERO_UUID
+from kraft_engine.kafka_uuid import ONE_UUID
 from kraft_engine.records import BrokerRegistrationChangeRecord, PartitionChangeRecord
 
 from .harness import Harness
@@ -35,12 +35,12 @@ def test_a_broker_with_several_directories_reports_where_each_replica_lives() ->
     h.create_topic("orders", assignments=[[1, 2]])
     topic_id = h.topic_id("orders")
     # With several directories the controller cannot choose: the replica is unassigned.
-    assert h.partition("orders").directories == (ZERO_UUID, ZERO_UUID)
+    assert h.partition("orders").directories == (ONE_UUID, ONE_UUID)  # Kafka's DirectoryId.UNASSIGNED
     directory = h.log_dirs[1][1]
     response = _assign(h, 1, directory, {topic_id: [0, 5], uuid.uuid4(): [0]})
     assert _codes(response) == [ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id]
     [record] = h.written
-    assert isinstance(record, PartitionChangeRecord) and record.directories == (directory, ZERO_UUID)
+    assert isinstance(record, PartitionChangeRecord) and record.directories == (directory, ONE_UUID)
     assert h.partition("orders").directory(1) == directory
     assert _codes(_assign(h, 1, directory, {topic_id: [0]})) == [ErrorCode.none] and h.written == []
     h.register(3)

@@ -20,7 +20,7 @@ _MV_LATEST = 25
 def _mv(level: int) -> MetadataVersion:
     return MetadataVersion.from_feature_level(level)
 
-_MIGRATING = uuid.UUID(int=1)
+_MIGRATING = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING
 
 
 @dataclass(frozen=True)

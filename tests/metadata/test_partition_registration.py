@@ -153,7 +153,8 @@ def test_to_record_refuses_to_drop_directories_or_elr_unless_told_to() -> None:
 def test_registrations_are_values() -> None:
     assert registration() == registration()
     assert registration() != registration(isr=(1, 2))
-    assert uuid.UUID(int=1) == MIGRATING_DIRECTORY
+    # Kafka's DirectoryId.MIGRATING is Uuid (0, 0); (0, 1) is UNASSIGNED.
+    assert uuid.UUID(int=0) == MIGRATING_DIRECTORY
 
 
 def test_replayed_registrations_are_the_same_frozen_values_the_constructor_builds() -> None:

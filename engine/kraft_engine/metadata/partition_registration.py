@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from kraft_engine.invariant import require
-from kraft_engine.kafka_uuid import ONE_UUID
+from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriterOptions
 from kraft_engine.records.metadata_records import PartitionChangeRecord, PartitionRecord
@@ -39,9 +39,10 @@ __all__ = [
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 
-# Kafka's DirectoryId.MIGRATING: the replica's directory is not known yet (records written before
-# metadata.version 3.7-IV2, or by a broker that has not reported its placement).
-MIGRATING_DIRECTORY = ONE_UUID
+# Kafka's DirectoryId.MIGRATING, Uuid (0, 0): the replica's directory is not known yet (records
+# written before metadata.version 3.7-IV2). Kafka's other reserved directory ids are UNASSIGNED,
+# (0, 1), a replica still to be placed, and LOST, (0, 2), an unspecified offline directory.
+MIGRATING_DIRECTORY = ZERO_UUID
 
 # PartitionChangeRecord.LeaderRecoveryState default: the recovery state is unchanged.
 _RECOVERY_STATE_NO_CHANGE = -1
