@@ -11,19 +11,16 @@ any other answer is the caller's to interpret.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8
 
-from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError, request_class
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+from kraft_engine.server.quorum_admin import QuorumAdmin, QuorumAdminError
 
 __all__ = ["ControllerAdmin", "ControllerAdminError"]
 
-_DESCRIBE_CLUSTER = 60
-_CONTROLLER_ENDPOINT_TYPE = 2
 _RETRY_INTERVAL_S = 0.1
 
 
@@ -43,57 +40,26 @@ def _not_controller(response: Any) -> bool:
     return False
 
 
-class ControllerAdmin:
-    """Connections to the bootstrap controllers and to whichever of them is active."""
+class ControllerAdmin(QuorumAdmin):
+    """The quorum admin's connections and DescribeCluster, plus any request to any controller or
+    to whichever of them is active."""
 
     def __init__(self, bootstrap: Sequence[tuple[str, int]], *, timeout_ms: int = 30000,
                  client_id: str = "kraft-admin") -> None:
-        if not bootstrap:
-            raise ValueError("no bootstrap controllers given")
-        self._bootstrap = [(str(host), int(port)) for host, port in bootstrap]
-        self.timeout_ms = timeout_ms
+        super().__init__(bootstrap, timeout_ms=timeout_ms)
         self._config = ConnectionConfig(
             client_id=client_id,
             request_timeout_ms=min(timeout_ms, 10000),
             socket_connection_setup_timeout_ms=min(timeout_ms, 2000),
         )
-        self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self._active: tuple[str, int] | None = None
-
-    @property
-    def bootstrap(self) -> list[tuple[str, int]]:
-        return list(self._bootstrap)
-
-    async def close(self) -> None:
-        connections, self._connections = list(self._connections.values()), {}
-        for connection in connections:
-            await connection.close()
 
     async def __aenter__(self) -> ControllerAdmin:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    # -- plumbing ----------------------------------------------------------------------------------
-    def _connection(self, address: tuple[str, int]) -> KafkaConnection:
-        connection = self._connections.get(address)
-        if connection is None:
-            connection = KafkaConnection(address[0], address[1], config=self._config)
-            self._connections[address] = connection
-        return connection
-
-    async def _exchange(self, address: tuple[str, int], request: Any) -> Any | None:
-        """One request; None when the node is unreachable or dropped the connection."""
-        connection = self._connection(address)
-        try:
-            if not connection.connected:
-                await connection.connect(timeout_ms=self._config.socket_connection_setup_timeout_ms)
-            return await connection.send(request, timeout_ms=self._config.request_timeout_ms)
-        except (KafkaProtocolError, OSError):
-            with contextlib.suppress(Exception):
-                await connection.disconnect()
-            return None
+    @property
+    def bootstrap(self) -> list[tuple[str, int]]:
+        return list(self._bootstrap)
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.timeout_ms / 1000
@@ -114,8 +80,7 @@ class ControllerAdmin:
             for address in self._bootstrap:
                 connection = self._connection(address)
                 try:
-                    if not connection.connected:
-                        await connection.connect(timeout_ms=self._config.socket_connection_setup_timeout_ms)
+                    await connection.connect(timeout_ms=self._config.socket_connection_setup_timeout_ms)
                     return connection
                 except (KafkaProtocolError, OSError):
                     continue
@@ -125,7 +90,7 @@ class ControllerAdmin:
         deadline = self._deadline()
         while True:
             for address in self._bootstrap:
-                response = await self._exchange(address, request)
+                response = await self._send(address, request)
                 if response is not None:
                     return response
             await self._pause_or_give_up(deadline, type(request).__name__)
@@ -133,17 +98,10 @@ class ControllerAdmin:
     # -- the active controller ---------------------------------------------------------------------
     async def active_controller(self) -> tuple[str, int] | None:
         """The active controller's address per DescribeCluster on a reachable bootstrap controller."""
-        request = request_class(_DESCRIBE_CLUSTER, 1)(
-            include_cluster_authorized_operations=False, endpoint_type=i8(_CONTROLLER_ENDPOINT_TYPE)
-        )
-        for address in self._bootstrap:
-            response = await self._exchange(address, request)
-            if response is None or response.error_code != ErrorCode.none or int(response.controller_id) < 0:
-                continue
-            for node in response.brokers:
-                if int(node.broker_id) == int(response.controller_id):
-                    return str(node.host), int(node.port)
-        return None
+        try:
+            return await self._leader_address()
+        except QuorumAdminError:
+            return None
 
     async def send_to_active(self, request: Any) -> Any:
         """Send `request` to the active controller; retried while no controller takes it.
@@ -155,7 +113,7 @@ class ControllerAdmin:
         while True:
             address = self._active or await self.active_controller()
             if address is not None:
-                response = await self._exchange(address, request)
+                response = await self._send(address, request)
                 if response is not None and not _not_controller(response):
                     self._active = address
                     return response
