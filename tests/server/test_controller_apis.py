@@ -193,6 +193,16 @@ async def test_kraft_topics_create_list_describe_delete(served: _Served, capsys:
         "\tTopic: audit\tPartition: 1\tLeader: 2\tReplicas: 2,3\tIsr: 2,3\tElr: N/A\tLastKnownElr: N/A",
     ]
 
+    # More partitions for orders; fewer is refused with the controller's message.
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--alter", "--topic", "orders",
+                        "--partitions", "5") == 0
+    assert capsys.readouterr().out == ""
+    await _until_partitions(served, "orders", 5)
+    assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--alter", "--topic", "orders",
+                        "--partitions", "2") == 1
+    assert "Error while executing topic command : " in capsys.readouterr().err
+    assert len(served.node.service.image.topics.topics_by_name["orders"].partitions) == 5
+
     assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--delete", "--topic", "ord.*") == 0
     await _until_gone(served, "orders")
     assert await _kraft("topics", "--bootstrap-controller", bootstrap, "--list") == 0
@@ -245,6 +255,12 @@ async def test_kraft_features_describe_and_a_refused_then_accepted_upgrade(
 async def _until_in_image(served: _Served, *names: str) -> None:
     async with asyncio.timeout(5):
         while not all(n in served.node.service.image.topics.topics_by_name for n in names):
+            await asyncio.sleep(0.005)
+
+
+async def _until_partitions(served: _Served, name: str, count: int) -> None:
+    async with asyncio.timeout(5):
+        while len(served.node.service.image.topics.topics_by_name[name].partitions) != count:
             await asyncio.sleep(0.005)
 
 

@@ -1,11 +1,12 @@
 """`kraft topics`: Kafka's kafka-topics tool against the controller quorum.
 
-Same verbs, flags and output as kafka-topics: `--create` ("Created topic T."), `--delete`, `--list`
-(one name per line), `--describe` (the topic line and one tab-indented line per partition).
-`--topic` is a regular expression for `--delete` and `--describe`, as in kafka-topics.
+Same verbs, flags and output as kafka-topics: `--create` ("Created topic T."), `--delete`, `--alter
+--partitions N` (silent, like kafka-topics), `--list` (one name per line), `--describe` (the topic
+line and one tab-indented line per partition). `--topic` is a regular expression for `--delete`,
+`--alter` and `--describe`, as in kafka-topics.
 
-Kafka's tool talks to brokers; here the controllers answer directly: CreateTopics and DeleteTopics
-go to the active controller, topics are read with Metadata from the committed image of any
+Kafka's tool talks to brokers; here the controllers answer directly: CreateTopics, CreatePartitions
+and DeleteTopics go to the active controller, topics are read with Metadata from the committed image of any
 controller, and `--describe` takes the non-default configs from DescribeConfigs. ELR is not part of
 a Metadata answer, so `Elr` and `LastKnownElr` print `N/A` as kafka-topics does in that case.
 """
@@ -18,6 +19,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
 from kio.schema.create_topics.v7.request import (
     CreatableReplicaAssignment,
     CreatableTopic,
@@ -54,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions.add_argument("--delete", action="store_true", help="Delete a topic.")
     actions.add_argument("--list", action="store_true", help="List all available topics.")
     actions.add_argument("--describe", action="store_true", help="List details for the given topics.")
+    actions.add_argument("--alter", action="store_true", help="Alter the number of partitions of a topic.")
     parser.add_argument("--topic", help="The topic to create, or a regular expression for --delete and --describe.")
     parser.add_argument("--partitions", type=int, help="The number of partitions for the topic being created.")
     parser.add_argument("--replication-factor", type=int,
@@ -75,8 +78,10 @@ def _run(args: argparse.Namespace) -> int:
         bootstrap = parse_bootstrap_servers(args.bootstrap_controller)
     except ValueError as e:
         raise CliError(f"--bootstrap-controller: {e}") from None
-    if (args.create or args.delete) and not args.topic:
-        raise CliError("--topic is required with --create and --delete")
+    if (args.create or args.delete or args.alter) and not args.topic:
+        raise CliError("--topic is required with --create, --alter and --delete")
+    if args.alter and args.partitions is None:
+        raise CliError("--partitions is required with --alter")
     if args.create:
         request = _create_request(args)
     return asyncio.run(_main(args, bootstrap, request if args.create else None))
@@ -97,6 +102,8 @@ async def _main(args: argparse.Namespace, bootstrap: list[tuple[str, int]], crea
                 raise CliError(f"Topic '{args.topic}' does not exist as expected")
             if args.delete:
                 return await _delete(admin, matched)
+            if args.alter:
+                return await _alter(admin, matched, partitions=args.partitions)
             return await _describe(admin, matched, topics)
         except ControllerAdminError as e:
             raise CliError(str(e)) from None
@@ -163,6 +170,24 @@ async def _delete(admin: ControllerAdmin, names: list[str]) -> int:
                             timeout=i32Timedelta.parse(timedelta(seconds=30)))
     )
     failed = [r for r in response.responses if r.error_code != ErrorCode.none]
+    if failed:
+        first = failed[0]
+        raise CliError(
+            f"Error while executing topic command : {first.error_message or ErrorCode(first.error_code).name.upper()}"
+        )
+    return 0
+
+
+# -- alter ---------------------------------------------------------------------------------------------
+async def _alter(admin: ControllerAdmin, names: list[str], *, partitions: int) -> int:
+    if not names:
+        return 0
+    response = await admin.send_to_active(CreatePartitionsRequest(
+        topics=tuple(CreatePartitionsTopic(name=TopicName(n), count=i32(partitions), assignments=None) for n in names),
+        timeout=i32Timedelta.parse(timedelta(seconds=30)),
+        validate_only=False,
+    ))
+    failed = [r for r in response.results if r.error_code != ErrorCode.none]
     if failed:
         first = failed[0]
         raise CliError(
