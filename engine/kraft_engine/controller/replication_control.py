@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -683,6 +683,19 @@ class ReplicationControlManager:
             default_directory=self._default_directory,
         )
 
+    def _unclean_election_lookup(self) -> Callable[[uuid.UUID], bool]:
+        """`unclean_leader_election_enabled`, looked up once per topic: for one generation, which
+        changes no state, while a fan-out asks for each of a topic's partitions in turn."""
+        found: dict[uuid.UUID, bool] = {}
+
+        def enabled(topic_id: uuid.UUID) -> bool:
+            value = found.get(topic_id)
+            if value is None:
+                value = found[topic_id] = self.unclean_leader_election_enabled(topic_id)
+            return value
+
+        return enabled
+
     def unclean_leader_election_enabled(self, topic_id: uuid.UUID) -> bool:
         """The topic's unclean.leader.election.enable, falling back to the broker-level setting."""
         name = self._topic_names.get(topic_id)
@@ -698,16 +711,13 @@ class ReplicationControlManager:
         # metadata.version, each topic's unclean election setting) is looked up once, not per
         # partition: a fenced broker can be in the ISR of tens of thousands of partitions.
         mv = self._features.metadata_version_or_raise()
-        unclean_by_topic: dict[uuid.UUID, bool] = {}
+        unclean_enabled = self._unclean_election_lookup()
         for key in partitions:
             partition = self._partitions.get(key)
             if partition is None:
                 raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
             builder = self._builder(partition, exclude=broker_to_remove, include=broker_to_add, mv=mv)
-            unclean = unclean_by_topic.get(key[0])
-            if unclean is None:
-                unclean = unclean_by_topic[key[0]] = self.unclean_leader_election_enabled(key[0])
-            if unclean:
+            if unclean_enabled(key[0]):
                 builder.set_election(Election.UNCLEAN)
             if broker_to_remove is not None:
                 builder.set_target_isr([r for r in partition.isr if r != broker_to_remove])
@@ -1142,11 +1152,13 @@ class ReplicationControlManager:
         """Bring leaderless partitions of topics that allow unclean election back online with
         any live replica. The response says whether the cap was hit."""
         records: list[RecordAndVersion] = []
+        # With every broker down, all 100k partitions are leaderless: look the setting up per topic.
+        unclean_enabled = self._unclean_election_lookup()
         for key in self.leaderless_partitions():
             if len(records) >= max_elections:
                 break
             name = self._topic_names.get(key[0])
-            if name is not None and self.unclean_leader_election_enabled(key[0]):
+            if name is not None and unclean_enabled(key[0]):
                 self._elect_leader(name, key[1], _ELECTION_UNCLEAN, records)
         return ControllerResult(records, len(records) >= max_elections)
 
