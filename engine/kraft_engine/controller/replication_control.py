@@ -524,9 +524,12 @@ class ReplicationControlManager:
 
     def _has_online_dir(self, broker_id: int, directory: uuid.UUID) -> bool:
         """Kafka's DirectoryId.isOnline against the broker's registered online directories."""
-        if directory in (_UNASSIGNED_DIRECTORY, _MIGRATING_DIRECTORY):
+        # The reserved ids compared as integers: Uuid.__eq__ is a Python call, and elections ask
+        # this for every candidate leader of every partition in a fan-out.
+        marker = directory.int
+        if marker in (_UNASSIGNED_DIRECTORY.int, _MIGRATING_DIRECTORY.int):
             return True
-        if directory == _LOST_DIRECTORY:
+        if marker == _LOST_DIRECTORY.int:
             return False
         registration = self._cluster.broker(broker_id)
         if registration is None:
