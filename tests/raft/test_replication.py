@@ -129,6 +129,20 @@ def test_follower_hwm_is_the_leader_hwm_capped_by_its_own_log_end() -> None:
     assert follower.high_watermark == 2
 
 
+def test_follower_hwm_never_moves_back() -> None:
+    # The leader's HWM only grows, so a lower one is a broken invariant (as Kafka's FollowerState
+    # throws on a non-monotonic update): the follower raises and keeps the HWM it had.
+    follower = make_node(2, [1, 2, 3], log=log_with([1, 1, 1, 1]), persisted=ElectionState(epoch=3, leader_id=1))
+    out = follower.poll(NOW)
+    out = follower.handle_response(out.requests[0].token, fetch_response(leader=1, epoch=3, hwm=3), now_ms=NOW)
+    assert follower.high_watermark == 3
+    out = follower.handle_response(out.requests[0].token, fetch_response(leader=1, epoch=3, hwm=3), now_ms=NOW)
+    assert follower.high_watermark == 3
+    with pytest.raises(InvariantViolation, match="move back"):
+        follower.handle_response(out.requests[0].token, fetch_response(leader=1, epoch=3, hwm=2), now_ms=NOW)
+    assert follower.high_watermark == 3
+
+
 def test_fetch_with_another_cluster_id_is_refused() -> None:
     node = make_node(1, [1])
     response = only_response(node.handle_request(fetch(replica=2, epoch=1, offset=0, last_epoch=0, cluster_id="x"), token=1, now_ms=NOW))
@@ -281,3 +295,28 @@ def test_an_observer_that_loses_its_leader_forgets_it_and_rediscovers_it() -> No
     cluster.advance(2_000)
     assert observer.role is Role.FOLLOWER
     assert observer.leader_id == leader.node_id
+
+
+def test_the_leader_counts_a_fetch_only_for_the_voter_with_that_directory_id() -> None:
+    # The Fetch's replica id and directory id together name the replica: the same id from
+    # another directory (a re-formatted disk) is not the voter and does not commit anything.
+    cluster = Cluster([1, 2, 3], static=False)
+    leader = cluster.elect()
+    cluster.advance(1_000)
+    leader.append([b"x"], epoch=leader.epoch, now_ms=cluster.now_ms)
+    cluster.now_ms += 100
+    cluster.apply(leader.node_id, leader.poll(cluster.now_ms))  # written, nobody has fetched it
+    end = leader.log_end_offset
+    assert leader.high_watermark == end - 1
+    follower = next(i for i in (1, 2, 3) if i != leader.node_id)
+
+    def fetch_from(directory_id: object) -> object:
+        return m.fetch_request(
+            cluster_id=CLUSTER_ID, replica=ReplicaKey(follower, directory_id), epoch=leader.epoch,  # type: ignore[arg-type]
+            fetch_offset=end, last_fetched_epoch=leader.epoch, high_watermark=end - 1, max_wait_ms=0, max_bytes=1 << 20,
+        )
+
+    cluster.apply(leader.node_id, leader.handle_request(fetch_from(directory(follower + 50)), token=10_001, now_ms=cluster.now_ms))
+    assert leader.high_watermark == end - 1
+    cluster.apply(leader.node_id, leader.handle_request(fetch_from(directory(follower)), token=10_002, now_ms=cluster.now_ms))
+    assert leader.high_watermark == end

@@ -83,6 +83,17 @@ def test_lagging_follower_downloads_the_snapshot_in_slices_and_catches_up() -> N
     cluster.advance(3_000)
     slices = [e for e in cluster.sent if type(e.payload).__name__ == "FetchSnapshotRequest" and e.source == lagging]
     assert len(slices) > 1
+    # Each slice names the snapshot id and the position after the bytes already received.
+    answers = [e for e in cluster.sent if type(e.payload).__name__ == "FetchSnapshotResponse" and e.destination == lagging]
+    position = 0
+    for request, response in zip(slices, answers, strict=True):
+        asked = request.payload.topics[0].partitions[0]
+        assert (int(asked.snapshot_id.end_offset), int(asked.snapshot_id.epoch)) == (snapshot_id.offset, snapshot_id.epoch)
+        assert int(asked.position) == position
+        answered = response.payload.topics[0].partitions[0]
+        assert int(answered.position) == position and 0 < len(answered.unaligned_records) <= 64
+        position += len(answered.unaligned_records)
+    assert position == int(answered.size)
     assert record.log.snapshot_ids() == [snapshot_id]
     assert record.log.log_start_offset == snapshot_id.offset
     loads = record.snapshot_loads

@@ -382,3 +382,42 @@ def test_add_voter_is_answered_only_after_commit_under_the_new_majority() -> Non
     cluster.advance(1_000)
     assert cluster.client_responses[token].error_code == ErrorCode.none
     assert leader.high_watermark > voters_offset
+
+
+def test_a_voter_whose_supported_kraft_versions_changed_updates_its_entry() -> None:
+    # A voter restarted on a build supporting kraft.version 1 only (version drift, same endpoint
+    # and directory) sends UpdateRaftVoter once it follows; the committed entry then says 1..1.
+    import random
+
+    from raft_harness import NodeRecord
+
+    from kraft_engine.raft import RaftNode
+
+    cluster, leader = dynamic_cluster()
+    upgraded = next(i for i in (1, 2, 3) if i != leader.node_id)
+    assert (leader.voters.get(upgraded).min_kraft_version, leader.voters.get(upgraded).max_kraft_version) == (0, 1)  # type: ignore[union-attr]
+    old = cluster[upgraded]
+    cluster.crash(upgraded)
+    node = RaftNode(
+        config=RaftConfig(), node_id=upgraded, directory_id=directory(upgraded), cluster_id=CLUSTER_ID,
+        log=old.log, persisted=old.persisted, static_voters=None, rng=random.Random(7), now_ms=cluster.now_ms,
+        local_endpoints=(endpoint(upgraded),), supported_kraft_versions=(1, 1),
+    )
+    cluster.records[upgraded] = NodeRecord(node=node, log=old.log, persisted=old.persisted)
+    cluster.sent.clear()
+    cluster.apply(upgraded, node.poll(cluster.now_ms))
+    cluster.advance(5_000)
+    assert any(type(e.payload).__name__ == "UpdateRaftVoterRequest" and e.source == upgraded for e in cluster.sent)
+    entry = leader.voters.get(upgraded)
+    assert entry is not None and (entry.min_kraft_version, entry.max_kraft_version) == (1, 1)
+    assert entry.key.directory_id == directory(upgraded) and entry.endpoints == (endpoint(upgraded),)
+    assert leader.high_watermark == leader.log_end_offset  # the update is committed
+
+
+def test_the_last_voter_cannot_be_removed() -> None:
+    cluster = Cluster([1], static=False)
+    leader = cluster.elect()
+    cluster.advance(1_000)
+    token = cluster.client_request(leader.node_id, remove_request(1))
+    assert cluster.client_responses[token].error_code == ErrorCode.invalid_request
+    assert leader.voters.ids == {1}
