@@ -334,21 +334,23 @@ class TopicsDelta:
         self.changed_topics[topic_id] = TopicDelta(empty, replaces_existing=existed)
         self.created_topic_ids.add(topic_id)
 
-    def _topic_delta(self, topic_id: uuid.UUID, what: str) -> TopicDelta:
+    def _topic_delta(self, topic_id: uuid.UUID, record: PartitionRecord | PartitionChangeRecord) -> TopicDelta:
         delta = self.changed_topics.get(topic_id)
         if delta is None:
             topic = self.image.topics_by_id.get(topic_id)
             if topic is None or topic_id in self.deleted_topic_ids:
-                raise MetadataReplayError(f"{what} for unknown topic id {topic_id}")
+                raise MetadataReplayError(
+                    f"{type(record).__name__} {record.partition_id} for unknown topic id {topic_id}"
+                )
             delta = TopicDelta(topic)
             self.changed_topics[topic_id] = delta
         return delta
 
     def replay_partition(self, record: PartitionRecord) -> None:
-        self._topic_delta(record.topic_id, f"PartitionRecord {record.partition_id}").replay_partition(record)
+        self._topic_delta(record.topic_id, record).replay_partition(record)
 
     def replay_partition_change(self, record: PartitionChangeRecord) -> None:
-        delta = self._topic_delta(record.topic_id, f"PartitionChangeRecord {record.partition_id}")
+        delta = self._topic_delta(record.topic_id, record)
         delta.replay_partition_change(record)
 
     def replay_remove_topic(self, record: RemoveTopicRecord) -> str:
