@@ -17,6 +17,7 @@ import sys
 from kraft_engine.cli.main import CliError
 from kraft_engine.server.config import ConfigError, load_config, parse_config
 from kraft_engine.server.controller_node import ControllerNode, StartupError
+from kraft_engine.server.controller_runtime import ControllerFatalError
 
 __all__ = ["register"]
 
@@ -56,7 +57,10 @@ def _start(args: argparse.Namespace) -> int:
         node = ControllerNode.open(config)
     except StartupError as e:
         raise CliError(str(e)) from None
-    asyncio.run(_serve(node))
+    try:
+        asyncio.run(_serve(node))
+    except ControllerFatalError as e:
+        raise CliError(str(e)) from None
     return 0
 
 

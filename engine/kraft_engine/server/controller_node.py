@@ -49,7 +49,7 @@ from kraft_engine.raft import (
 )
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.config import KafkaConfig
-from kraft_engine.server.controller_runtime import ControllerRuntime
+from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.raft_driver import NotLeader, RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
@@ -280,7 +280,7 @@ class ControllerNode:
             for wait in waits:
                 wait.cancel()
         if self.controller is not None and self.controller.fatal_error is not None:
-            raise StartupError(f"the quorum controller stopped: {self.controller.fatal_error}")
+            raise ControllerFatalError(f"the quorum controller stopped: {self.controller.fatal_error}")
 
     def _features(self) -> Features:
         if self.controller is not None:

@@ -38,13 +38,17 @@ from kraft_engine.server.controller_apis import ControllerApis
 from kraft_engine.server.controller_service import ControllerService, SnapshotPolicy
 from kraft_engine.server.raft_driver import RaftDriver
 
-__all__ = ["ControllerRuntime", "bootstrap_records"]
+__all__ = ["ControllerFatalError", "ControllerRuntime", "bootstrap_records"]
 
 logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 _REGISTRATION_RETRY_S = 0.2
 _REGISTRATION_CHECK_S = 1.0
+
+
+class ControllerFatalError(Exception):
+    """The quorum controller stopped on a fault it must not survive; the process must exit."""
 
 
 def bootstrap_records(log: RaftLog) -> list[RecordAndVersion]:
