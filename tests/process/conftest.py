@@ -24,6 +24,5 @@ def three_voters(cluster: ProcessCluster) -> ProcessCluster:
     for node_id in (1, 2, 3):
         cluster.add_node(node_id)
     cluster.format_initial([1, 2, 3])
-    for node_id in (1, 2, 3):
-        cluster.start(node_id)
+    cluster.start_all([1, 2, 3])
     return cluster

@@ -5,6 +5,11 @@
 endpoint (status, the append-only test store) and runs `kraft metadata-quorum` like a user would.
 Every process it starts is killed with SIGKILL by `cleanup()` (the fixture's finalizer), so a
 failing test never leaks a node.
+
+CI runs this on a small, sometimes busy machine, so the harness never relies on timing: it waits
+for conditions (a leader every live node agrees on, an entry applied) up to generous deadlines,
+treats a node that is slow to answer as "not yet" rather than as a failure, and picks ports
+outside the kernel's ephemeral range (see `free_loopback_ports`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kraft_engine.cli.quickstart import free_loopback_ports as free_ports
+from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
 
 T = TypeVar("T")
 
@@ -30,15 +37,19 @@ HOST = "127.0.0.1"
 # The installed console script, as a user runs it (`python -m kraft_engine.cli.main` would load the
 # CLI module twice, as __main__ and by name).
 KRAFT = str(Path(sys.executable).parent / "kraft")
-# Short timeouts keep the suite fast: election 300 ms, fetch 600 ms.
+# Shorter than Kafka's defaults (election 1000 ms, fetch and request 2000 ms) to keep failover
+# tests fast, yet with room for a loaded machine: an idle follower's Fetch is parked for 500 ms
+# (Kafka's constant max wait) before it is answered, so a fetch or request timeout close to 500 ms
+# turns any scheduling hiccup into a spurious election.
 FAST_TIMEOUTS = {
-    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.election.timeout.ms": "500",
     "controller.quorum.election.backoff.max.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "controller.quorum.request.timeout.ms": "600",
+    "controller.quorum.fetch.timeout.ms": "1500",
+    "controller.quorum.request.timeout.ms": "1500",
 }
-
-
+# How long a node may take to answer one HTTP request before the harness calls it unresponsive.
+# A loaded node answers late, not never; polling loops retry until their own deadline.
+HTTP_TIMEOUT_S = 10.0
 
 
 def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -56,13 +67,23 @@ def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.
 
 
 def wait_for(condition: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.05) -> T:
+    """Poll `condition` until it returns a truthy value.
+
+    A condition that raises AssertionError (a node that did not answer, a tool that failed during
+    an election) counts as "not yet"; the last such error is reported if the deadline passes.
+    """
     deadline = time.monotonic() + timeout_s
+    last_error: AssertionError | None = None
     while True:
-        value = condition()
+        try:
+            value = condition()
+        except AssertionError as e:
+            last_error, value = e, None
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+            detail = f"; last error: {last_error}" if last_error is not None else ""
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}") from last_error
         time.sleep(interval_s)
 
 
@@ -90,6 +111,7 @@ class ProcessCluster:
 
     # -- configuration ---------------------------------------------------------------------------
     def add_node(self, node_id: int) -> Node:
+        """A node with its own ports; every node's bootstrap servers then name every node."""
         port, http_port = free_ports(2)
         node_dir = self.root / f"controller-{node_id}"
         node_dir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +124,11 @@ class ProcessCluster:
             log_path=node_dir / "server.log",
         )
         self.nodes[node_id] = node
-        self.write_config(node)
+        # A node formatted without voters (--no-initial-controllers, a replaced disk) finds the
+        # quorum only through controller.quorum.bootstrap.servers, so it must list every node,
+        # not just those added before it.
+        for each in self.nodes.values():
+            self.write_config(each)
         return node
 
     def bootstrap_servers(self, node_ids: list[int] | None = None) -> str:
@@ -126,7 +152,8 @@ class ProcessCluster:
         node.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()), encoding="utf-8")
 
     def random_uuid(self) -> str:
-        return kraft("storage", "random-uuid", check=True).stdout.strip()
+        # What `kraft storage random-uuid` prints, without a process start per id.
+        return to_kafka_str(random_uuid())
 
     def format(self, node_id: int, *flags: str) -> subprocess.CompletedProcess[str]:
         if not self.cluster_id:
@@ -137,26 +164,39 @@ class ProcessCluster:
     def format_initial(self, node_ids: list[int]) -> str:
         """Format every node as one dynamic quorum (`--initial-controllers`); returns that flag."""
         initial = ",".join(f"{i}@{HOST}:{self.nodes[i].port}:{self.random_uuid()}" for i in node_ids)
-        for node_id in node_ids:
-            self.format(node_id, "--initial-controllers", initial)
+        if not self.cluster_id:
+            self.cluster_id = self.random_uuid()
+        with ThreadPoolExecutor(max_workers=len(node_ids)) as pool:
+            list(pool.map(lambda n: self.format(n, "--initial-controllers", initial), node_ids))
         return initial
 
     # -- processes -------------------------------------------------------------------------------
     def start(self, node_id: int) -> Node:
-        node = self.nodes[node_id]
-        if node.process is not None and node.process.poll() is None:
-            raise AssertionError(f"controller {node_id} is already running")
-        with node.log_path.open("ab") as log:
-            node.process = subprocess.Popen(
-                [KRAFT, "server", "start", "--config", str(node.config_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        wait_for(lambda: self.status(node_id) is not None or self._exited(node), timeout_s=30,
-                 what=f"controller {node_id} to serve HTTP")
-        if self._exited(node):
-            raise AssertionError(f"controller {node_id} exited at start:\n{self.log(node_id)}")
-        return node
+        self.start_all([node_id])
+        return self.nodes[node_id]
+
+    def start_all(self, node_ids: Iterable[int]) -> None:
+        """Start the nodes together (their interpreters load in parallel), then wait for each to serve."""
+        started = list(node_ids)
+        for node_id in started:
+            node = self.nodes[node_id]
+            if node.process is not None and node.process.poll() is None:
+                raise AssertionError(f"controller {node_id} is already running")
+            with node.log_path.open("ab") as log:
+                node.process = subprocess.Popen(
+                    [KRAFT, "server", "start", "--config", str(node.config_path)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+        for node_id in started:
+            node = self.nodes[node_id]
+
+            def serving_or_exited(node: Node = node) -> bool:
+                return self.status(node.node_id) is not None or self._exited(node)
+
+            wait_for(serving_or_exited, timeout_s=60, what=f"controller {node_id} to serve HTTP")
+            if self._exited(node):
+                raise AssertionError(f"controller {node_id} exited at start:\n{self.log(node_id)}")
 
     def _exited(self, node: Node) -> bool:
         return node.process is not None and node.process.poll() is not None
@@ -171,9 +211,9 @@ class ProcessCluster:
         process = self.nodes[node_id].process
         if process is not None and process.poll() is None:
             process.kill()
-            process.wait(timeout=30)
+            process.wait(timeout=60)
 
-    def stop(self, node_id: int, *, timeout_s: float = 30) -> int:
+    def stop(self, node_id: int, *, timeout_s: float = 60) -> int:
         """SIGTERM and wait: the graceful path. Returns the exit code."""
         process = self.nodes[node_id].process
         if process is None:
@@ -190,14 +230,15 @@ class ProcessCluster:
             if process.poll() is None:
                 # A SIGSTOPped process still dies of SIGKILL.
                 process.kill()
-            process.wait(timeout=30)
+            process.wait(timeout=60)
 
     def log(self, node_id: int) -> str:
         path = self.nodes[node_id].log_path
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
     # -- HTTP ------------------------------------------------------------------------------------
-    def http(self, node_id: int, path: str, *, body: Any = None, timeout_s: float = 5) -> tuple[int, Any] | None:
+    def http(self, node_id: int, path: str, *, body: Any = None,
+             timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, Any] | None:
         node = self.nodes[node_id]
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(f"http://{HOST}:{node.http_port}{path}", data=data,
@@ -213,15 +254,19 @@ class ProcessCluster:
 
     def http_text(self, node_id: int, path: str) -> str:
         url = f"http://{HOST}:{self.nodes[node_id].http_port}{path}"
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
             return str(response.read().decode())
 
     def status(self, node_id: int) -> dict[str, Any] | None:
         node = self.nodes[node_id]
         if node.process is None or node.process.poll() is not None:
             return None
-        answer = self.http(node_id, "/kraftwerk/status", timeout_s=1)
+        answer = self.http(node_id, "/kraftwerk/status")
         return None if answer is None or answer[0] != 200 else answer[1]
+
+    def status_of(self, node_id: int) -> dict[str, Any]:
+        """The status of a node that is running; a node slow to answer is asked again."""
+        return wait_for(lambda: self.status(node_id), timeout_s=60, what=f"controller {node_id}'s status")
 
     def statuses(self, node_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
         found = {}
@@ -232,15 +277,21 @@ class ProcessCluster:
         return found
 
     def leader(self, node_ids: list[int] | None = None) -> int | None:
-        """The node that reports itself leader in the highest epoch, if its peers agree."""
+        """The node that reports itself leader in the highest epoch any answering node knows.
+
+        A deposed leader that has not heard of the next epoch yet still says "Leader"; it is not
+        the leader while another node already is in a later epoch (an election under way).
+        """
         statuses = self.statuses(node_ids)
         leaders = [s for s in statuses.values() if s["role"] == "Leader"]
         if not leaders:
             return None
         best = max(leaders, key=lambda s: s["epoch"])
+        if any(s["epoch"] > best["epoch"] for s in statuses.values()):
+            return None
         return int(best["node_id"])
 
-    def wait_for_leader(self, node_ids: list[int] | None = None, *, timeout_s: float = 30,
+    def wait_for_leader(self, node_ids: list[int] | None = None, *, timeout_s: float = 60,
                         other_than: int | None = None) -> int:
         def found() -> int | None:
             leader = self.leader(node_ids)
@@ -248,23 +299,31 @@ class ProcessCluster:
 
         return wait_for(found, timeout_s=timeout_s, what="a leader")
 
-    def append(self, values: list[str], *, timeout_s: float = 30, node_ids: list[int] | None = None) -> dict[str, Any]:
+    def append(self, values: list[str], *, timeout_s: float = 60, node_ids: list[int] | None = None) -> dict[str, Any]:
         """Append through whichever node is leader (retrying across elections)."""
 
         def attempt() -> dict[str, Any] | None:
             leader = self.leader(node_ids)
             if leader is None:
                 return None
-            answer = self.http(leader, "/kraftwerk/test/append", body={"values": values}, timeout_s=10)
+            answer = self.http(leader, "/kraftwerk/test/append", body={"values": values})
             if answer is not None and answer[0] == 200:
                 return dict(answer[1])
             return None
 
         return wait_for(attempt, timeout_s=timeout_s, what=f"append of {values}")
 
-    def entries(self, node_id: int) -> list[tuple[int, str]]:
+    def entries(self, node_id: int, *, timeout_s: float = 60) -> list[tuple[int, str]]:
+        """The node's committed entries; a node that is slow to answer is asked again."""
+        node = self.nodes[node_id]
+        deadline = time.monotonic() + timeout_s
         answer = self.http(node_id, "/kraftwerk/test/entries")
-        if answer is None or answer[0] != 200:
+        while answer is None:
+            if self._exited(node) or time.monotonic() > deadline:
+                raise AssertionError(f"controller {node_id} did not list its entries within {timeout_s} s")
+            time.sleep(0.05)
+            answer = self.http(node_id, "/kraftwerk/test/entries")
+        if answer[0] != 200:
             raise AssertionError(f"controller {node_id} did not list its entries: {answer}")
         return [(int(offset), str(value)) for offset, value in answer[1]["entries"]]
 

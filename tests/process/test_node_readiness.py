@@ -8,6 +8,7 @@ high watermark. `/healthz` stays 200 throughout: the process serves, it is just 
 from __future__ import annotations
 
 import signal
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.process
 
 
 def _readiness(cluster: ProcessCluster, node_id: int) -> tuple[int, Any]:
-    answer = cluster.http(node_id, "/readyz", timeout_s=2)
+    answer = cluster.http(node_id, "/readyz")
     if answer is None:
         raise AssertionError(f"controller {node_id} did not answer /readyz")
     return answer
@@ -39,7 +40,7 @@ def test_a_lone_voter_is_not_ready_until_a_quorum_elects_a_leader(cluster: Proce
     cluster.start(2)
     leader = cluster.wait_for_leader([1, 2])
     for node_id in (1, 2):
-        wait_for(lambda n=node_id: _answers(cluster, n, 200), timeout_s=10, what=f"controller {node_id} to be ready")
+        wait_for(partial(_answers, cluster, node_id, 200), timeout_s=60, what=f"controller {node_id} to be ready")
     assert _readiness(cluster, leader) == (200, {"ready": True, "reason": "leader"})
 
 
@@ -48,14 +49,14 @@ def test_a_follower_whose_leader_stopped_answering_is_not_ready(three_voters: Pr
     leader = cluster.wait_for_leader()
     cluster.append(["committed"])
     follower, other = [n for n in (1, 2, 3) if n != leader]
-    wait_for(lambda: _answers(cluster, follower, 200), timeout_s=10, what="the follower to be ready")
+    wait_for(lambda: _answers(cluster, follower, 200), timeout_s=60, what="the follower to be ready")
     assert _readiness(cluster, follower)[1] == {"ready": True, "reason": "caught up"}
     # With the other follower dead and the leader frozen, nobody can be elected: the follower
     # still knows its leader but has not fetched from it within the fetch timeout.
     cluster.kill(other)
     cluster.signal(leader, signal.SIGSTOP)
     try:
-        body = wait_for(lambda: _answers(cluster, follower, 503), timeout_s=10, what="the follower to be unready")
+        body = wait_for(lambda: _answers(cluster, follower, 503), timeout_s=60, what="the follower to be unready")
         assert body == {
             "ready": False,
             "reason": "no successful fetch from the leader within controller.quorum.fetch.timeout.ms",
@@ -64,5 +65,5 @@ def test_a_follower_whose_leader_stopped_answering_is_not_ready(three_voters: Pr
     finally:
         cluster.signal(leader, signal.SIGCONT)
     # The two live voters form a quorum again (the old leader, or the follower after an election).
-    wait_for(lambda: _answers(cluster, follower, 200), timeout_s=20, what="the follower to be ready again")
+    wait_for(lambda: _answers(cluster, follower, 200), timeout_s=60, what="the follower to be ready again")
     cluster.append(["after-resume"], node_ids=[leader, follower])

@@ -81,4 +81,5 @@ def test_malformed_frames_close_only_their_connection(three_voters: ProcessClust
         assert after["leaderEpoch"] == before["leaderEpoch"]
         idle_neighbour.sendall(b"")  # the untouched connection is still open
     cluster.append(["still-committing"])
-    assert cluster.nodes[leader].process is not None and cluster.nodes[leader].process.poll() is None
+    process = cluster.nodes[leader].process
+    assert process is not None and process.poll() is None
