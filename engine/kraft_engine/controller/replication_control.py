@@ -114,6 +114,12 @@ def _pack(key: TopicPartition) -> PackedPartition:
     return key[0].int << _PARTITION_BITS | key[1]
 
 
+def _pack_ids(topic_id: uuid.UUID, partition_id: int) -> PackedPartition:
+    # A negative partition id packs to itself (its sign bits cover the topic's), which no stored
+    # partition is: lookups of ids outside int32 (which kio refuses to decode) simply miss.
+    return topic_id.int << _PARTITION_BITS | partition_id
+
+
 def _is_imbalanced(partition: PartitionRegistration) -> bool:
     return partition.leader != NO_LEADER and bool(partition.replicas) and partition.leader != partition.replicas[0]
 
@@ -211,7 +217,7 @@ class ReplicationControlManager:
         self._topics_by_name: TimelineHashMap[str, uuid.UUID] = TimelineHashMap(registry)
         self._topic_names: TimelineHashMap[uuid.UUID, str] = TimelineHashMap(registry)
         self._partition_counts: TimelineHashMap[uuid.UUID, int] = TimelineHashMap(registry)
-        self._partitions: TimelineHashMap[TopicPartition, PartitionRegistration] = TimelineHashMap(registry)
+        self._partitions: TimelineHashMap[PackedPartition, PartitionRegistration] = TimelineHashMap(registry)
         # Reverse index: broker id -> partitions whose ISR holds it (leaders are always in it).
         self._brokers_to_isrs: _PartitionsByMember[int] = _PartitionsByMember(registry)
         self._leaderless: TimelineHashSet[PackedPartition] = TimelineHashSet(registry)
@@ -231,7 +237,9 @@ class ReplicationControlManager:
         return self._topics_by_name.get(name, epoch)
 
     def partition(self, topic_id: uuid.UUID, partition_id: int, epoch: int | None = None) -> PartitionRegistration | None:
-        return self._partitions.get((topic_id, partition_id), epoch)
+        if not 0 <= partition_id <= _PARTITION_MASK >> 1:
+            return None
+        return self._partitions.get(_pack_ids(topic_id, partition_id), epoch)
 
     def _unpack(self, packed: PackedPartition, epoch: int | None = None) -> TopicPartition:
         topic_id = self._topic_ids_by_int.get(packed >> _PARTITION_BITS, epoch)
@@ -248,7 +256,7 @@ class ReplicationControlManager:
 
     def has_leaderships(self, broker_id: int) -> bool:
         return any(
-            (p := self._partitions.get(self._unpack(packed))) is not None and p.leader == broker_id
+            (p := self._partitions.get(packed)) is not None and p.leader == broker_id
             for packed in self._brokers_to_isrs.members(broker_id)
         )
 
@@ -280,14 +288,14 @@ class ReplicationControlManager:
         if not 0 <= record.partition_id <= _PARTITION_MASK >> 1:
             raise RuntimeError(f"PartitionRecord at offset {offset} has invalid partition id {record.partition_id}")
         key = (record.topic_id, int(record.partition_id))
-        previous = self._partitions.get(key)
+        previous = self._partitions.get(_pack(key))
         if previous is None:
             self._partition_counts.put(record.topic_id, (self._partition_counts.get(record.topic_id) or 0) + 1)
         self._set_partition(key, previous, PartitionRegistration.from_record(record))
 
     def replay_partition_change(self, record: PartitionChangeRecord, offset: int) -> None:
         key = (record.topic_id, int(record.partition_id))
-        previous = self._partitions.get(key)
+        previous = self._partitions.get(_pack(key))
         if previous is None:
             raise RuntimeError(f"PartitionChangeRecord at offset {offset} names unknown partition {key}")
         self._set_partition(key, previous, previous.merge(record))
@@ -298,10 +306,10 @@ class ReplicationControlManager:
             raise RuntimeError(f"RemoveTopicRecord at offset {offset} names unknown topic {record.topic_id}")
         for partition_id in range(self._partition_counts.get(record.topic_id) or 0):
             key = (record.topic_id, partition_id)
-            previous = self._partitions.get(key)
+            previous = self._partitions.get(_pack(key))
             if previous is not None:
                 self._unindex(key, previous)
-                self._partitions.remove(key)
+                self._partitions.remove(_pack(key))
         self._topics_by_name.remove(name)
         self._topic_names.remove(record.topic_id)
         self._partition_counts.remove(record.topic_id)
@@ -311,18 +319,18 @@ class ReplicationControlManager:
 
     def _set_partition(self, key: TopicPartition, previous: PartitionRegistration | None,
                        current: PartitionRegistration) -> None:
-        self._partitions.put(key, current)
-        self._reindex(key, previous, current)
+        packed = _pack(key)
+        self._partitions.put(packed, current)
+        self._reindex(packed, previous, current)
 
     def _unindex(self, key: TopicPartition, previous: PartitionRegistration) -> None:
-        self._reindex(key, previous, None)
+        self._reindex(_pack(key), previous, None)
 
-    def _reindex(self, key: TopicPartition, previous: PartitionRegistration | None,
+    def _reindex(self, packed: PackedPartition, previous: PartitionRegistration | None,
                  current: PartitionRegistration | None) -> None:
-        """Move `key` between the reverse indexes and partition sets it belongs to, touching only
+        """Move the partition between the reverse indexes and partition sets it belongs to, touching only
         the memberships that change (a leader move leaves the ISR index alone). This runs for
         every partition record replayed, so each role is compared before anything is called."""
-        packed = _pack(key)
         old_isr = _NO_BROKERS if previous is None else previous.isr
         new_isr = _NO_BROKERS if current is None else current.isr
         if old_isr != new_isr:
@@ -585,7 +593,7 @@ class ReplicationControlManager:
                 f"Attempted to add {additional} additional partition(s), but only {len(topic.assignments)} "
                 "assignment(s) were specified.",
             )
-        current = [self._partitions.get((topic_id, p)) for p in range(existing)]
+        current = [self._partitions.get(_pack_ids(topic_id, p)) for p in range(existing)]
         first = current[0] if current else None
         if first is None:
             raise ControllerApiError(ErrorCode.unknown_server_error,
@@ -716,7 +724,7 @@ class ReplicationControlManager:
         mv = self._features.metadata_version_or_raise()
         unclean_enabled = self._unclean_election_lookup()
         for key in partitions:
-            partition = self._partitions.get(key)
+            partition = self._partitions.get(_pack(key))
             if partition is None:
                 raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
             builder = self._builder(partition, exclude=broker_to_remove, include=broker_to_add, mv=mv)
@@ -885,7 +893,7 @@ class ReplicationControlManager:
 
         if topic_id not in self._topic_names:
             return error(ErrorCode.unknown_topic_id)
-        partition = self._partitions.get((topic_id, partition_id))
+        partition = self._partitions.get(_pack_ids(topic_id, partition_id))
         if partition is None:
             return error(ErrorCode.unknown_topic_or_partition)
         if partition.leader != broker_id:
@@ -969,7 +977,7 @@ class ReplicationControlManager:
             raise ControllerApiError(ErrorCode.unknown_topic_or_partition,
                                      f"Unable to find a topic named {topic_name}.")
         partition_id = int(target.partition_index)
-        partition = self._partitions.get((topic_id, partition_id))
+        partition = self._partitions.get(_pack_ids(topic_id, partition_id))
         if partition is None:
             raise ControllerApiError(ErrorCode.unknown_topic_or_partition,
                                      f"Unable to find partition {topic_name}:{partition_id}.")
@@ -1059,7 +1067,7 @@ class ReplicationControlManager:
                 continue
             ongoing = []
             for partition_id in partition_ids:
-                partition = self._partitions.get((topic_id, partition_id), epoch)
+                partition = self._partitions.get(_pack_ids(topic_id, partition_id), epoch)
                 if partition is None or not (partition.adding_replicas or partition.removing_replicas):
                     continue
                 ongoing.append(list_reassignments_response.OngoingPartitionReassignment(
@@ -1116,7 +1124,7 @@ class ReplicationControlManager:
         topic_id = self._topics_by_name.get(topic)
         if topic_id is None:
             return ApiError(ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}")
-        partition = self._partitions.get((topic_id, partition_id))
+        partition = self._partitions.get(_pack_ids(topic_id, partition_id))
         if partition is None:
             return ApiError(ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{partition_id}")
         if (election_type == _ELECTION_PREFERRED and partition.has_preferred_leader) or (
@@ -1143,7 +1151,7 @@ class ReplicationControlManager:
         for key in self._unpacked(self._imbalanced):
             if len(records) >= max_elections:
                 break
-            partition = self._partitions.get(key)
+            partition = self._partitions.get(_pack(key))
             if partition is None:
                 continue
             change = self._builder(partition).set_election(Election.PREFERRED).build()
@@ -1200,7 +1208,7 @@ class ReplicationControlManager:
                 for data in topic.partitions:
                     partition_id = int(data.partition_index)
                     code = ErrorCode.none if known else ErrorCode.unknown_topic_id
-                    partition = self._partitions.get((topic_id, partition_id)) if known else None
+                    partition = self._partitions.get(_pack_ids(topic_id, partition_id)) if known else None
                     if known and partition is None:
                         code = ErrorCode.unknown_topic_or_partition
                     elif partition is not None and broker_id not in partition.replicas:
@@ -1229,7 +1237,7 @@ class ReplicationControlManager:
     ) -> None:
         pending: dict[TopicPartition, PartitionRegistration] = {}
         for key in partitions:
-            partition = self._partitions.get(key)
+            partition = self._partitions.get(_pack(key))
             if partition is not None:
                 pending[key] = partition
         for record, _ in records:
