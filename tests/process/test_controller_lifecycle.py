@@ -228,6 +228,16 @@ async def test_brokers_register_unfence_and_a_topic_is_created_with_rf3(
             assert sorted(int(r) for r in partition.replica_nodes) == [1, 2, 3]
             assert sorted(int(r) for r in partition.isr_nodes) == [1, 2, 3]
         assert sorted(int(b.node_id) for b in metadata.brokers) == [1, 2, 3]
+        # The controller metrics are on each node's Prometheus endpoint, under Kafka's names.
+        active = await asyncio.to_thread(controllers.wait_for_leader)
+        for node_id in (1, 2, 3):
+            expected_active = 1 if node_id == active else 0
+            assert await asyncio.to_thread(_metric, controllers, node_id, "activecontrollercount") == expected_active
+        assert await asyncio.to_thread(_metric, controllers, active, "globaltopiccount") == 1
+        assert await asyncio.to_thread(_metric, controllers, active, "globalpartitioncount") == 3
+        assert await asyncio.to_thread(_metric, controllers, active, "activebrokercount") == 3
+        assert await asyncio.to_thread(_metric, controllers, active, "offlinepartitionscount") == 0
+        assert await asyncio.to_thread(_metric, controllers, active, "newactivecontrollerscount") == 1
     finally:
         await _stop_all(brokers)
 
