@@ -21,7 +21,7 @@ from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest,
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32, i64, u16
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, u16
 from test_controller_service import CLUSTER_ID, MV, NODE_ID, InProcessController
 
 from kraft_engine.cli.main import main
@@ -268,3 +268,19 @@ async def _until_gone(served: _Served, name: str) -> None:
     async with asyncio.timeout(5):
         while name in served.node.service.image.topics.topics_by_name:
             await asyncio.sleep(0.005)
+
+
+async def test_a_write_not_committed_within_the_request_timeout_answers_request_timed_out(served: _Served) -> None:
+    await _register_brokers(served, 1, 2, 3)
+    await served.node.raft.close()  # raft stops: nothing the controller appends can commit now
+    connection = await served.connection()
+    try:
+        response = await connection.send(CreateTopicsRequest(
+            topics=(CreatableTopic(name=TopicName("late"), num_partitions=i32(1), replication_factor=i16(3),
+                                   assignments=(), configs=()),),
+            timeout=i32Timedelta.parse(timedelta(milliseconds=200)),
+        ))
+        [result] = response.topics
+        assert result.error_code == ErrorCode.request_timed_out
+    finally:
+        await connection.close()

@@ -84,6 +84,11 @@ def _refusal(error: Exception) -> ControllerApiError:
     return ControllerApiError(ErrorCode.not_controller, str(error))
 
 
+def _timeout_ms(request: Any) -> int:
+    """The request's own timeout field (CreateTopics, DeleteTopics, CreatePartitions, UpdateFeatures)."""
+    return int(request.timeout.total_seconds() * 1000)
+
+
 def _module(ctx: RequestContext) -> Any:
     return sys.modules[ctx.response_class.__module__]
 
@@ -119,7 +124,8 @@ class ControllerApis:
     # -- admin -----------------------------------------------------------------------------------
     async def create_topics(self, request: Any, ctx: RequestContext) -> Any:
         try:
-            results = await self._service.write("createTopics", lambda c: c.create_topics(request))
+            results = await self._service.write("createTopics", lambda c: c.create_topics(request),
+                                               timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = _module(ctx).CreatableTopicResult
@@ -132,7 +138,8 @@ class ControllerApis:
 
     async def delete_topics(self, request: Any, ctx: RequestContext) -> Any:
         try:
-            results = await self._service.write("deleteTopics", lambda c: c.delete_topics(request))
+            results = await self._service.write("deleteTopics", lambda c: c.delete_topics(request),
+                                               timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = _module(ctx).DeletableTopicResult
@@ -144,7 +151,8 @@ class ControllerApis:
 
     async def update_features(self, request: Any, ctx: RequestContext) -> Any:
         try:
-            outcome: ApiError = await self._service.write("updateFeatures", lambda c: c.update_features(request))
+            outcome: ApiError = await self._service.write("updateFeatures", lambda c: c.update_features(request),
+                                                               timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             outcome = ApiError(error.error_code, error.message)
@@ -160,7 +168,8 @@ class ControllerApis:
 
     async def create_partitions(self, request: Any, ctx: RequestContext) -> Any:
         try:
-            return await self._service.write("createPartitions", lambda c: c.create_partitions(request))
+            return await self._service.write("createPartitions", lambda c: c.create_partitions(request),
+                                              timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = _module(ctx).CreatePartitionsTopicResult

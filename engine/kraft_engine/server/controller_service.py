@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -258,8 +259,13 @@ class ControllerService:
             self._enqueue("handleLeaderChange", lambda: self._leader_change(event, log_end_offset))
 
     # -- client operations -----------------------------------------------------------------------
-    async def write(self, name: str, operation: Callable[[QuorumController], int]) -> Any:
-        """Run a controller write on the loop; its response once durable (or ControllerApiError)."""
+    async def write(self, name: str, operation: Callable[[QuorumController], int], *,
+                    timeout_ms: int | None = None) -> Any:
+        """Run a controller write on the loop; its response once durable (or ControllerApiError).
+
+        With `timeout_ms` (the request's own timeout) the client gets REQUEST_TIMED_OUT when the
+        write is not durable in time, as from Kafka's event deadlines; a write still queued then
+        never runs, one already appended may still commit."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def run() -> None:
@@ -267,7 +273,15 @@ class ControllerService:
             self._futures[token] = future
 
         self._enqueue(name, run, future)
-        return await future
+        if timeout_ms is None or timeout_ms <= 0:
+            return await future
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await future
+        except TimeoutError:
+            raise ControllerApiError(
+                ErrorCode.request_timed_out, f"{name} was not committed within {timeout_ms} ms"
+            ) from None
 
     async def read(self, name: str, operation: Callable[[QuorumController], T]) -> T:
         """Run `operation` on the loop against the controller's state."""
