@@ -67,3 +67,14 @@ def test_a_snapshot_holding_another_value_fails_the_final_validation() -> None:
     run.cluster.disks[node_id].log.store_snapshot(snapshot_id, forged)
     with pytest.raises(Violation, match=f"snapshot .* on node {node_id} holds 999999"):
         run.cluster.validate_committed_logs()
+
+
+def test_a_core_without_fast_failover_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fast-failover scenario requires every surviving voter to stand before its fetch timeout
+    # fires; a core that, like Kafka, waits out controller.quorum.fetch.timeout.ms fails it.
+    monkeypatch.setattr(RaftNode, "_maybe_fail_over", lambda self, inflight, now_ms: False)
+    for seed in range(3):
+        with pytest.raises(SimulationFailure) as excinfo:
+            SCENARIOS["fast-failover"].run(seed)
+        assert excinfo.value.invariant == "FastFailover"
+        assert "stood only at its fetch timeout" in str(excinfo.value)

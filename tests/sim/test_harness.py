@@ -142,3 +142,22 @@ def test_a_crash_loses_exactly_the_unflushed_log_and_a_wipe_loses_everything() -
     assert disk.crash() == 0  # nothing more to lose
     disk.wipe(uuid.UUID(int=2))
     assert (disk.log.end_offset().offset, disk.quorum_state, disk.directory_id) == (0, None, uuid.UUID(int=2))
+
+
+def test_a_killed_process_resets_the_connections_it_held_and_a_vanished_host_does_not() -> None:
+    from kraft_engine.raft import Role
+    from kraft_engine.sim.scenarios import SimRun
+
+    def roles_after_kill(*, reset_connections: bool) -> list[Role]:
+        run = SimRun(0, voters=3, faulty_network=False)
+        leader_id = run.warm_up()
+        run.scheduler.run_for(100)  # the followers' next Fetches are parked on the leader
+        assert run.cluster.running[leader_id].inbound
+        run.cluster.kill(leader_id, reset_connections=reset_connections)
+        run.scheduler.run_for(20)
+        return [node.raft.role for node in run.cluster.running.values()]
+
+    # Reset: each follower hears DISCONNECTED, its reconnect is refused, and it goes Prospective.
+    assert Role.FOLLOWER not in roles_after_kill(reset_connections=True)
+    # Vanished host: nothing is heard until the request timeout; they are still following.
+    assert roles_after_kill(reset_connections=False) == [Role.FOLLOWER, Role.FOLLOWER]

@@ -275,8 +275,15 @@ class SimCluster:
         for node_id in self.all_ids:
             self.start(node_id)
 
-    def kill(self, node_id: int) -> None:
-        """Crash: the process is gone, its connections drop, unflushed log data is lost."""
+    def kill(self, node_id: int, *, reset_connections: bool = False) -> None:
+        """Crash: the process is gone, its connections drop, unflushed log data is lost.
+
+        By default the whole host vanishes: requests the node held (a parked Fetch) are never
+        answered and their senders find out only by their own request timeout. With
+        `reset_connections` only the process dies and its host's kernel resets its connections,
+        so every peer whose request it held hears DISCONNECTED at once (new connections are
+        refused either way).
+        """
         node = self.running.pop(node_id, None)
         self._dirty.add(node_id)
         if node is None:
@@ -284,12 +291,18 @@ class SimCluster:
         if node.poll_handle is not None:
             node.poll_handle.cancel()
         self.lost_offsets += self.disks[node_id].crash()
+        if reset_connections:
+            for source, token, incarnation in node.inbound.values():
+                self._reset_later(source, _Response(token, incarnation, None, b"", RequestFailure.DISCONNECTED))
 
     def shutdown(self, node_id: int, *, timeout_ms: int = 5000) -> None:
         """Graceful shutdown: the node stops by itself once the core reports it may."""
         node = self.running[node_id]
         node.shutting_down = True
         self._perform(node, node.raft.shutdown(timeout_ms, now_ms=self.scheduler.now_ms))
+
+    def _reset_later(self, node_id: int, failure: _Response) -> None:
+        self.scheduler.call_later(1, lambda: self._receive_response(node_id, failure), label=f"connection reset {node_id}")
 
     def wipe(self, node_id: int) -> None:
         """Crash and re-format: empty disk and a new directory id."""

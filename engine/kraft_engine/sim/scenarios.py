@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kraft_engine.raft import KRAFT_VERSION_1, RaftConfig, ReplicaKey
+from kraft_engine.raft import KRAFT_VERSION_1, FollowerState, RaftConfig, ReplicaKey
 from kraft_engine.raft import messages as raft_messages
 from kraft_engine.sim.cluster import ADMIN_ID, CLUSTER_ID, SimCluster, endpoint_of
 from kraft_engine.sim.invariants import (
@@ -79,11 +79,13 @@ class SimRun:
         self.random = self.scheduler.random
         rule = LinkRule()
         if faulty_network:
+            # From a clean LAN to a slow lossy WAN (round trips up to 600 ms, 5% loss): still
+            # well inside the 2 s request and fetch timeouts, so liveness is a fair demand.
             rule = LinkRule(
-                drop_rate=self.random.choice([0.0, 0.0, 0.01, 0.03]),
-                duplicate_rate=self.random.choice([0.0, 0.01, 0.03]),
+                drop_rate=self.random.choice([0.0, 0.0, 0.01, 0.03, 0.05]),
+                duplicate_rate=self.random.choice([0.0, 0.01, 0.03, 0.05]),
                 delay_min_ms=1,
-                delay_max_ms=self.random.choice([2, 10, 30]),
+                delay_max_ms=self.random.choice([2, 10, 30, 300]),
             )
         self.cluster = SimCluster(
             self.scheduler,
@@ -232,6 +234,60 @@ def leader_shutdown(seed: int) -> SimRun:
 
 def leader_kill(seed: int) -> SimRun:
     return _leader_failure(seed, graceful=False)
+
+
+def fast_failover(seed: int) -> SimRun:
+    # The leader's process dies on a live host: its kernel resets the connections of the Fetches
+    # it held and refuses new ones. A voter that has fetched from it hears DISCONNECTED twice and
+    # stands (Prospective, pre-votes within election timeout / 4) instead of waiting out
+    # controller.quorum.fetch.timeout.ms as Kafka does. Every surviving voter must stand before
+    # its own fetch timeout would have fired (checked after every event; a late answer sent
+    # before the crash renews that deadline, as it would in Kafka). The election itself may still
+    # need a split vote resolved, so the new leader is held to the ordinary liveness bound.
+    voters, observers = _sizes(seed, 3, 5)
+    run = SimRun(seed, voters=voters, observers=observers)
+    cluster = run.cluster
+    leader_id = run.warm_up()
+    old_epoch = cluster.running[leader_id].raft.epoch
+
+    def fetch_deadline_if_following(node_id: int) -> int | None:
+        raft = cluster.running[node_id].raft
+        state = raft.state
+        if isinstance(state, FollowerState) and state.epoch == old_epoch and state.leader_id == leader_id:
+            return state.fetch_deadline_ms
+        return None
+
+    deadlines = {
+        node_id: deadline
+        for node_id, node in cluster.running.items()
+        if node.raft.is_voter and (deadline := fetch_deadline_if_following(node_id)) is not None
+    }
+    cluster.kill(leader_id, reset_connections=True)
+
+    def every_voter_stood() -> bool:
+        for node_id in list(deadlines):
+            deadline = fetch_deadline_if_following(node_id)
+            if deadline is not None:
+                deadlines[node_id] = deadline
+                continue
+            if run.scheduler.now_ms >= deadlines[node_id]:
+                raise run.scheduler.failure(
+                    "FastFailover", f"voter {node_id} stood only at its fetch timeout ({deadlines[node_id]} ms)"
+                )
+            del deadlines[node_id]
+        return not deadlines
+
+    run.until(
+        every_voter_stood,
+        "every surviving voter stands before its fetch timeout",
+        within_ms=2 * cluster.raft_config.fetch_timeout_ms,
+    )
+    run.until(lambda: (new := cluster.leader()) is not None and new.raft.epoch > old_epoch, "a new leader")
+    run.progress(what="new leader commits")
+    hwm = cluster.max_high_watermark()
+    cluster.start(leader_id)
+    run.progress(above=hwm + 10, what="restarted leader catches up")
+    return run
 
 
 def all_killed(seed: int) -> SimRun:
@@ -531,6 +587,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("first-election", "1-5 voters, 0-2 observers elect a leader and replicate", first_election),
         Scenario("leader-shutdown", "leader shuts down gracefully, restarts and catches up", leader_shutdown),
         Scenario("leader-kill", "leader crashes (unflushed data lost), restarts and catches up", leader_kill),
+        Scenario("fast-failover", "leader process dies (connections reset); every voter stands before its fetch timeout", fast_failover),
         Scenario("all-killed", "every node crashes, a majority of voters restarts and commits", all_killed),
         Scenario("leader-partitioned", "leader cut off; the rest elect and commit; heal", leader_partitioned),
         Scenario("split-2-3", "5 voters split 2|3; only the 3 commit; heal and converge", majority_partition),
