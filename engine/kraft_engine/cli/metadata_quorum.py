@@ -8,7 +8,8 @@
 
 As in Kafka, add-controller reads the new controller's node.id, metadata log directory id (from
 its meta.properties) and advertised controller listeners from its config file; Kafka passes that
-file as `--command-config`, which we accept too when `--config` is not given.
+file as `--command-config` (before the verb), which we accept too when `--config` is not given,
+before or after the verb.
 
 Our additions, not in Kafka's tool:
 - `--output json` prints the same facts as JSON for scripts and the operator.
@@ -71,6 +72,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     add = verbs.add_parser("add-controller", help="Add a controller to the KRaft controller cluster")
     add.add_argument("--config", help="the configuration file of the controller to add")
+    # Kafka takes --command-config before the verb only; the runbook form puts it after
+    # (`add-controller --command-config FILE --config NODE_CONFIG`). Its own dest keeps argparse's
+    # subparser defaults from overwriting a value given before the verb.
+    add.add_argument("--command-config", dest="add_command_config", default=None, metavar="COMMAND_CONFIG",
+                     help="as --command-config before the verb")
     add.add_argument("--dry-run", action="store_true", help="print what would be done, but do not do it")
     add.set_defaults(func=_add_controller)
 
@@ -245,7 +251,7 @@ def describe_replication(quorum: QuorumDescription, *, out: TextIO, as_json: boo
 
 # -- add-controller ------------------------------------------------------------------------------
 def _add_controller(args: argparse.Namespace) -> int:
-    path = args.config or args.command_config
+    path = args.config or args.add_command_config or args.command_config
     if path is None:
         raise CliError("You must supply the configuration file of the controller you are adding when using "
                        "add-controller (--config, or --command-config as in Kafka).")
