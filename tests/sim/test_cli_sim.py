@@ -48,6 +48,8 @@ def test_unknown_scenario_and_bad_counts_are_refused(capsys: pytest.CaptureFixtu
     assert "unknown scenario 'nope'" in capsys.readouterr().err
     assert main(["sim", "--seeds", "0"]) == 1
     assert "--seeds must be at least 1" in capsys.readouterr().err
+    assert main(["sim", "--network", "moon"]) == 1
+    assert "unknown --network 'moon'" in capsys.readouterr().err
 
 
 def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:

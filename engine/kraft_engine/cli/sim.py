@@ -26,6 +26,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--scenario", default="all", help="scenario name, or 'all' (default)")
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run (default 100)")
     parser.add_argument("--start", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument(
+        "--network",
+        default="lan",
+        help="network profile the seeds draw loss, duplication and delay from: lan (default, CI) or wan",
+    )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument(
         "--max-failures",
@@ -37,12 +42,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from kraft_engine.sim.scenarios import LIVENESS_BOUND_MS, SCENARIOS
+    from kraft_engine.sim.scenarios import LIVENESS_BOUND_MS, NETWORK_PROFILES, SCENARIOS, use_network_profile
 
     if args.list:
         for name, scenario in SCENARIOS.items():
             print(f"{name:32} {scenario.description}")
         return 0
+    if args.network not in NETWORK_PROFILES:
+        raise CliError(f"unknown --network {args.network!r}; known: {', '.join(NETWORK_PROFILES)}")
+    use_network_profile(args.network)
     if args.seeds < 1:
         raise CliError(f"--seeds must be at least 1, got {args.seeds}")
     if args.start < 0:
@@ -87,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
         for failure in failures:
             any_failed = True
             print(f"  VIOLATION {failure}", file=sys.stderr)
+            network = "" if args.network == "lan" else f" --network {args.network}"
             print(
-                f"  reproduce: kraft sim --scenario {name} --seeds 1 --start {failure.seed}",
+                f"  reproduce: kraft sim --scenario {name} --seeds 1 --start {failure.seed}{network}",
                 file=sys.stderr,
             )
     return 1 if any_failed else 0
