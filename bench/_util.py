@@ -22,8 +22,11 @@ from typing import Any
 from kraft_engine.cli.quickstart import free_loopback_ports as free_ports
 
 __all__ = [
+    "HOST",
     "HttpConnection",
     "free_ports",
+    "kill_9",
+    "median",
     "percentile",
     "print_table",
     "rss_mib",
@@ -33,8 +36,6 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
-
-
 
 
 def start_process(args: Sequence[str], *, log_path: Path) -> subprocess.Popen[bytes]:
@@ -102,6 +103,15 @@ class HttpConnection:
         self._writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, body: Any = None, *, timeout_s: float = 10) -> tuple[int, Any]:
+        try:
+            return await self._exchange(method, path, body, timeout_s=timeout_s)
+        except BaseException:
+            # A request cut short (timeout, reset) leaves an unread answer on the stream: the
+            # next request must not read it as its own, so it gets a fresh connection.
+            await self.close()
+            raise
+
+    async def _exchange(self, method: str, path: str, body: Any, *, timeout_s: float) -> tuple[int, Any]:
         async with asyncio.timeout(timeout_s):
             if self._writer is None:
                 self._reader, self._writer = await asyncio.open_connection(self.host, self.port)

@@ -232,6 +232,7 @@ async def _load(system: System, *, size: int, writers: int, duration_s: float) -
         raise RuntimeError(f"{system.name} has no leader")
     value = b"v" * size
     latencies_ms: list[float] = []
+    failed: list[str] = []
     committed = 0
     stop_at = time.monotonic() + duration_s
 
@@ -242,7 +243,12 @@ async def _load(system: System, *, size: int, writers: int, duration_s: float) -
         try:
             while time.monotonic() < stop_at:
                 started = time.perf_counter()
-                ok = await system.put(connection, f"w{index}-{sequence}", value)
+                try:
+                    ok = await system.put(connection, f"w{index}-{sequence}", value)
+                except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+                    # Counted as not committed; one stuck request must not end the whole run.
+                    failed.append(repr(e))
+                    ok = False
                 if ok:
                     latencies_ms.append((time.perf_counter() - started) * 1000)
                     committed += 1
@@ -252,6 +258,8 @@ async def _load(system: System, *, size: int, writers: int, duration_s: float) -
 
     started = time.monotonic()
     await asyncio.gather(*(writer(i) for i in range(writers)))
+    if failed:
+        print(f"  {system.name}: {len(failed)} writes failed ({failed[0]}, ...)", flush=True)
     return committed / (time.monotonic() - started), latencies_ms
 
 
