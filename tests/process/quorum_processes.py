@@ -3,6 +3,9 @@
 `ProcessCluster` writes server.properties files with short raft timeouts, formats storage with
 `kraft storage format`, starts `kraft server start` as OS processes, talks to each node's HTTP
 endpoint (status, the append-only test store) and runs `kraft metadata-quorum` like a user would.
+The short-lived tools (`storage format`, `metadata-quorum`) run through the same `main` as the
+console script but in this process (`kraft_tool`): an interpreter start costs about a second on a
+busy machine, and the tests call them dozens of times. `kraft()` runs the real console script.
 Every process it starts is killed with SIGKILL by `cleanup()` (the fixture's finalizer), so a
 failing test never leaks a node.
 
@@ -14,20 +17,23 @@ outside the kernel's ephemeral range (see `free_loopback_ports`).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kraft_engine.cli.main import main as kraft_main
 from kraft_engine.cli.quickstart import free_loopback_ports as free_ports
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
 
@@ -63,6 +69,24 @@ def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.
     )
     if check and result.returncode != 0:
         raise AssertionError(f"kraft {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+# Tools run in this process redirect sys.stdout/sys.stderr, which are process-wide.
+_IN_PROCESS_TOOL = threading.Lock()
+
+
+def kraft_tool(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run a `kraft` tool in this process: the console script's parser and code, its exit code and output."""
+    out, err = io.StringIO(), io.StringIO()
+    with _IN_PROCESS_TOOL, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = kraft_main(list(args))
+        except SystemExit as e:  # argparse's refusals exit
+            code = e.code if isinstance(e.code, int) else 1
+    result = subprocess.CompletedProcess([KRAFT, *args], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"kraft {' '.join(args)} failed ({code}):\n{result.stdout}\n{result.stderr}")
     return result
 
 
@@ -159,15 +183,16 @@ class ProcessCluster:
         if not self.cluster_id:
             self.cluster_id = self.random_uuid()
         node = self.nodes[node_id]
-        return kraft("storage", "format", "-c", str(node.config_path), "-t", self.cluster_id, *flags, check=True)
+        return kraft_tool("storage", "format", "-c", str(node.config_path), "-t", self.cluster_id, *flags,
+                          check=True)
 
     def format_initial(self, node_ids: list[int]) -> str:
         """Format every node as one dynamic quorum (`--initial-controllers`); returns that flag."""
         initial = ",".join(f"{i}@{HOST}:{self.nodes[i].port}:{self.random_uuid()}" for i in node_ids)
         if not self.cluster_id:
             self.cluster_id = self.random_uuid()
-        with ThreadPoolExecutor(max_workers=len(node_ids)) as pool:
-            list(pool.map(lambda n: self.format(n, "--initial-controllers", initial), node_ids))
+        for node_id in node_ids:
+            self.format(node_id, "--initial-controllers", initial)
         return initial
 
     # -- processes -------------------------------------------------------------------------------
@@ -330,8 +355,8 @@ class ProcessCluster:
 
 def metadata_quorum(cluster: ProcessCluster, *args: str, bootstrap_ids: list[int] | None = None,
                     check: bool = False) -> subprocess.CompletedProcess[str]:
-    return kraft("metadata-quorum", "--bootstrap-controller", cluster.bootstrap_servers(bootstrap_ids), *args,
-                 check=check)
+    return kraft_tool("metadata-quorum", "--bootstrap-controller", cluster.bootstrap_servers(bootstrap_ids), *args,
+                      check=check)
 
 
 def describe_status(cluster: ProcessCluster, *, bootstrap_ids: list[int] | None = None) -> dict[str, Any]:
