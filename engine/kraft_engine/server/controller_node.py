@@ -183,7 +183,9 @@ class ControllerNode:
         listener = Listener(
             listener_name,
             request_max_bytes=config.socket_request_max_bytes,
-            connections_max_idle_ms=max(1, config.connections_max_idle_ms),
+            # Negative is Kafka's "never close idle connections" and passes through; 0 (close at
+            # once) is the one value the Listener refuses, and 1 ms is the nearest it accepts.
+            connections_max_idle_ms=config.connections_max_idle_ms or 1,
             features_provider=self._features,
             registry=self.registry,
         )
