@@ -145,6 +145,24 @@ def test_no_feature_changes_while_a_quorum_controller_has_not_registered() -> No
     )
 
 
+def test_feature_check_follows_the_voter_set_after_a_voter_change() -> None:
+    controller = _controller(quorum=(1,))
+    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
+    _commit_all(controller)
+    assert _update(controller, "group.version", 1, validate_only=True) == ApiError.NONE
+    # Controller 2 joins the quorum (AddRaftVoter) but has not registered yet.
+    controller.set_quorum_node_ids((1, 2))
+    refused = _update(controller, "group.version", 1)
+    assert refused.message == (
+        "Invalid update version 1 for feature group.version. controller 2 has not registered, and may not "
+        "support this feature"
+    )
+    # Once it leaves the quorum again, nothing waits for it.
+    controller.set_quorum_node_ids((1,))
+    assert _update(controller, "group.version", 1) == ApiError.NONE
+    assert controller.finalized_features()["group.version"] == 1
+
+
 def test_kraft_version_goes_through_the_raft_hook() -> None:
     calls: list[tuple[int, bool]] = []
 

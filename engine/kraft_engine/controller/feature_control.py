@@ -107,6 +107,10 @@ class FeatureControlManager:
         self._finalized: TimelineHashMap[str, int] = TimelineHashMap(registry)
         self._metadata_version: TimelineValue[int | None] = TimelineValue(registry, None)
 
+    def set_quorum_node_ids(self, node_ids: Iterable[int]) -> None:
+        """The voter set changed (KIP-853): later checks demand the new members' registrations."""
+        self._quorum_node_ids = sorted(set(node_ids))
+
     # -- reads -----------------------------------------------------------------------------
 
     def metadata_version(self, epoch: int | None = None) -> int | None:

@@ -19,7 +19,7 @@ Contract with the raft layer (as Kafka's RaftClient gives it):
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
@@ -258,6 +258,13 @@ class QuorumController:
 
     def handle_commit(self, batch: CommittedBatch) -> None:
         self.events.handle_commit(batch)
+
+    def set_quorum_node_ids(self, node_ids: Iterable[int]) -> None:
+        """The raft voter set changed: the controllers that must register before a feature update
+        (and that count as existing nodes for broker configs) are the new voters."""
+        ids = frozenset(node_ids)
+        self._quorum_node_ids = ids
+        self.feature_control.set_quorum_node_ids(ids)
 
     def handle_load_snapshot(self, *, last_contained_offset: int, epoch: int, records: Sequence[object]) -> None:
         self.events.handle_load_snapshot(last_contained_offset=last_contained_offset, epoch=epoch, records=records)

@@ -31,7 +31,14 @@ from prometheus_client import CollectorRegistry
 from kraft_engine.controller import QuorumController, RecordAndVersion
 from kraft_engine.metadata import VersionRange
 from kraft_engine.protocol import ConnectionConfig, Features, KafkaConnection, KafkaProtocolError, Listener
-from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, KRAFT_VERSION_0, KRAFT_VERSION_1, RaftLog, parse_batches
+from kraft_engine.raft import (
+    BOOTSTRAP_SNAPSHOT_ID,
+    KRAFT_VERSION_0,
+    KRAFT_VERSION_1,
+    ListenerEvent,
+    RaftLog,
+    parse_batches,
+)
 from kraft_engine.records import decode_metadata_record, metadata_version
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_apis import ControllerApis
@@ -97,6 +104,11 @@ class ControllerRuntime:
             on_fatal=self._on_fatal,
         )
         driver.add_listener(self.service.handle_raft_event)
+        # The voters can change at runtime (KIP-853): the feature check "every controller has
+        # registered" and broker-config node lookups must follow them, not the voters at start.
+        self._controller = controller
+        self._quorum_node_ids = frozenset(driver.raft.voters.ids)
+        driver.add_listener(self._follow_voters)
         self.incarnation_id = uuid.uuid4()
         self._registration_task: asyncio.Task[None] | None = None
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
@@ -126,6 +138,13 @@ class ControllerRuntime:
             await connection.close()
         self._connections.clear()
         await self.service.close()
+
+    def _follow_voters(self, event: ListenerEvent) -> None:
+        # Called on the event loop like every raft listener; the controller's loop runs there too.
+        ids = frozenset(self._driver.raft.voters.ids)
+        if ids != self._quorum_node_ids:
+            self._quorum_node_ids = ids
+            self._controller.set_quorum_node_ids(ids)
 
     def _on_fatal(self, error: BaseException) -> None:
         self.fatal_error = error
