@@ -384,3 +384,35 @@ async def test_the_raft_metrics_the_issue_names_are_exported_with_this_nodes_val
     assert (node.metric("kafka_raft_append_records_rate") or 0) > 0
     assert (node.metric("kafka_raft_append_records_total") or 0) >= 2
     assert node.metric("kafka_raft_number_unknown_voter_connections") == 0
+
+
+async def test_every_controller_metric_the_issue_names_is_exported_with_this_nodes_values(
+    node: InProcessController,
+) -> None:
+    # Broker 1 unfenced and leading "orders"; broker 2 registered but never heartbeated: fenced.
+    await _unfenced_broker(node, 1)
+    await node.service.write("registerBroker", lambda c: c.register_broker(_registration(2), now_ms=0))
+    [result] = await node.service.write("createTopics", lambda c: c.create_topics(_topics(("orders", 2, 1))))
+    assert result.error_code == ErrorCode.none
+    hwm = node.raft.high_watermark
+    assert hwm is not None
+    async with asyncio.timeout(5):
+        while node.metric("kafka_controller_kafkacontroller_lastappliedrecordoffset") != hwm - 1:
+            await asyncio.sleep(0.005)
+    prefix = "kafka_controller_kafkacontroller_"
+    assert node.metric(prefix + "activecontrollercount") == 1
+    assert node.metric(prefix + "newactivecontrollerscount") == 1
+    assert node.metric(prefix + "fencedbrokercount") == 1
+    assert node.metric(prefix + "activebrokercount") == 1
+    assert node.metric(prefix + "globaltopiccount") == 1
+    assert node.metric(prefix + "globalpartitioncount") == 2
+    assert node.metric(prefix + "offlinepartitionscount") == 0
+    assert node.metric(prefix + "preferredreplicaimbalancecount") == 0
+    assert node.metric(prefix + "metadataerrorcount") == 0
+    assert node.metric(prefix + "lastcommittedrecordoffset") == hwm - 1
+    lag = node.metric(prefix + "lastappliedrecordlagms")
+    assert lag is not None and lag >= 0
+    # Every event above was queued and run: both event-queue timers saw them.
+    for timer in ("eventqueuetimems", "eventqueueprocessingtimems"):
+        count = node.metric(f"kafka_controller_controllereventmanager_{timer}_count")
+        assert count is not None and count >= 4, timer
