@@ -1,0 +1,86 @@
+"""BrokerRegistration and ControllerRegistration through the quorum controller, in the "generate,
+check records and response, replay" style: the broker epoch is the registration's log offset, a
+broker that cannot run a finalized feature level is refused, a new incarnation after the old
+session expired cleans up after the old process, and controllers register their supported features."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
+from kio.schema.controller_registration.v0 import request as cr
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId
+from kio.static.primitive import i16, i32, u16
+
+from kraft_engine.metadata import VersionRange
+from kraft_engine.records import PartitionChangeRecord, RegisterBrokerRecord, RegisterControllerRecord
+
+from .harness import CLUSTER_ID, LATEST_MV, Harness
+
+
+def _request(broker_id: int, *, mv_max: int = LATEST_MV) -> BrokerRegistrationRequest:
+    return BrokerRegistrationRequest(
+        broker_id=BrokerId(broker_id), cluster_id=CLUSTER_ID, incarnation_id=uuid.uuid4(),
+        listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092), security_protocol=i16(0)),),
+        features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(mv_max)),),
+        rack="r1", log_dirs=(uuid.uuid4(),),
+    )
+
+
+def test_the_broker_epoch_is_the_offset_of_its_registration_record() -> None:
+    cluster = Harness()
+    offset = cluster.controller.events.offset_control.next_write_offset
+    reply = cluster.run(cluster.controller.register_broker(_request(1), now_ms=0))
+    assert getattr(reply, "broker_epoch", None) == offset
+    [record] = cluster.written
+    assert isinstance(record, RegisterBrokerRecord)
+    assert (record.broker_id, record.broker_epoch, record.fenced, record.rack) == (1, offset, True, "r1")
+    registration = cluster.controller.cluster_control.broker(1)
+    assert registration is not None and registration.epoch == offset and registration.fenced
+
+
+def test_a_broker_that_cannot_run_the_finalized_metadata_version_is_refused() -> None:
+    cluster = Harness()
+    refused = cluster.run(cluster.controller.register_broker(_request(1, mv_max=LATEST_MV - 1), now_ms=0))
+    assert getattr(refused, "error_code", None) == ErrorCode.unsupported_version
+    assert cluster.written == []
+    assert cluster.controller.cluster_control.broker(1) is None
+
+
+def test_a_new_incarnation_after_the_session_expired_cleans_up_after_the_old_process() -> None:
+    cluster = Harness().unfenced(1, 2)
+    cluster.create_topic("orders", 2, 2)
+    before = {p: cluster.partition("orders", p) for p in range(2)}
+    assert all(1 in before[p].isr for p in range(2))
+    old_epoch = cluster.epochs[1]
+    cluster.now_ms += 9000 + 1  # broker.session.timeout.ms passed without a heartbeat from broker 1
+    reply = cluster.register(1, incarnation=uuid.uuid4())
+    new_epoch = getattr(reply, "broker_epoch", None)
+    assert new_epoch is not None and new_epoch > old_epoch
+    # The old process's partitions are cleaned first, then the new registration (fenced) is written.
+    assert isinstance(cluster.written[-1], RegisterBrokerRecord)
+    assert cluster.written[-1].broker_epoch == new_epoch and cluster.written[-1].fenced
+    assert {r.partition_id for r in cluster.written if isinstance(r, PartitionChangeRecord)} == {0, 1}
+    for p in range(2):
+        after = cluster.partition("orders", p)
+        assert 1 not in after.isr and after.leader == 2
+    registration = cluster.controller.cluster_control.broker(1)
+    assert registration is not None and registration.epoch == new_epoch and registration.fenced
+
+
+def test_controllers_register_with_their_supported_features() -> None:
+    cluster = Harness()
+    incarnation = uuid.uuid4()
+    token = cluster.controller.register_controller(cr.ControllerRegistrationRequest(
+        controller_id=i32(2), incarnation_id=incarnation, zk_migration_ready=False,
+        listeners=(cr.Listener(name="CONTROLLER", host="localhost", port=u16(9093), security_protocol=i16(0)),),
+        features=(cr.Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(24)),),
+    ))
+    assert cluster.run(token) is None
+    [record] = cluster.written
+    assert isinstance(record, RegisterControllerRecord)
+    assert (record.controller_id, record.incarnation_id) == (2, incarnation)
+    assert dict(cluster.controller.cluster_control.controller_supported())[2] == {
+        "metadata.version": VersionRange(7, 24)
+    }
