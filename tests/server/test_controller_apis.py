@@ -284,3 +284,66 @@ async def test_a_write_not_committed_within_the_request_timeout_answers_request_
         assert result.error_code == ErrorCode.request_timed_out
     finally:
         await connection.close()
+
+
+async def test_configs_reassignments_elections_and_unregistration_are_served_on_the_wire(served: _Served) -> None:
+    from kio.schema.alter_partition_reassignments.v1 import request as apr
+    from kio.schema.describe_configs.v4 import request as dc
+    from kio.schema.elect_leaders.v2 import request as el
+    from kio.schema.incremental_alter_configs.v1 import request as iac
+    from kio.schema.list_partition_reassignments.v0 import request as lpr
+    from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
+
+    await _register_brokers(served, 1, 2, 3, 4)
+    connection = await served.connection()
+    try:
+        created = await connection.send(CreateTopicsRequest(topics=(CreatableTopic(
+            name=TopicName("orders"), num_partitions=i32(1), replication_factor=i16(3), assignments=(), configs=(),
+        ),)))
+        assert created.topics[0].error_code == ErrorCode.none
+
+        altered = await connection.send(iac.IncrementalAlterConfigsRequest(resources=(iac.AlterConfigsResource(
+            resource_type=i8(2), resource_name="orders",
+            configs=(iac.AlterableConfig(name="min.insync.replicas", config_operation=i8(0), value="2"),),
+        ),), validate_only=False))
+        assert [r.error_code for r in altered.responses] == [ErrorCode.none]
+        described = await connection.send(dc.DescribeConfigsRequest(resources=(dc.DescribeConfigsResource(
+            resource_type=i8(2), resource_name="orders", configuration_keys=("min.insync.replicas",),
+        ),), include_synonyms=False, include_documentation=False))
+        [result] = described.results
+        assert result.error_code == ErrorCode.none
+        assert [(c.name, c.value) for c in result.configs] == [("min.insync.replicas", "2")]
+
+        partition = served.node.service.image.topics.topics_by_name["orders"].partitions[0]
+        # The preferred replica already leads: nothing to elect (Kafka's ELECTION_NOT_NEEDED).
+        elected = await connection.send(el.ElectLeadersRequest(
+            election_type=i8(0), topic_partitions=(el.TopicPartitions(topic=TopicName("orders"), partitions=(i32(0),)),),
+            timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        ))
+        [election] = elected.replica_election_results
+        assert [p.error_code for p in election.partition_result] == [ErrorCode.election_not_needed]
+
+        # Move the last replica to broker 4: it is not in the ISR yet, so the reassignment stays ongoing.
+        spare = next(b for b in (1, 2, 3, 4) if b not in partition.replicas)
+        target = (*partition.replicas[:2], spare)
+        reassigned = await connection.send(apr.AlterPartitionReassignmentsRequest(
+            timeout=i32Timedelta.parse(timedelta(seconds=10)), allow_replication_factor_change=False,
+            topics=(apr.ReassignableTopic(name=TopicName("orders"), partitions=(apr.ReassignablePartition(
+                partition_index=i32(0), replicas=tuple(BrokerId(b) for b in target)),)),),
+        ))
+        assert reassigned.error_code == ErrorCode.none
+        assert [p.error_code for t in reassigned.responses for p in t.partitions] == [ErrorCode.none]
+        listed = await connection.send(lpr.ListPartitionReassignmentsRequest(
+            timeout=i32Timedelta.parse(timedelta(seconds=10)), topics=None,
+        ))
+        [ongoing] = [p for t in listed.topics if t.name == "orders" for p in t.partitions]
+        assert list(ongoing.adding_replicas) == [spare]
+        assert list(ongoing.removing_replicas) == [partition.replicas[2]]
+
+        gone = await connection.send(UnregisterBrokerRequest(broker_id=BrokerId(spare)))
+        assert gone.error_code == ErrorCode.none
+        assert served.node.service.controller.cluster_control.broker(spare) is None
+        again = await connection.send(UnregisterBrokerRequest(broker_id=BrokerId(spare)))
+        assert again.error_code == ErrorCode.broker_id_not_registered
+    finally:
+        await connection.close()
