@@ -320,3 +320,25 @@ def test_the_leader_counts_a_fetch_only_for_the_voter_with_that_directory_id() -
     assert leader.high_watermark == end - 1
     cluster.apply(leader.node_id, leader.handle_request(fetch_from(directory(follower)), token=10_002, now_ms=cluster.now_ms))
     assert leader.high_watermark == end
+
+
+def test_a_restarted_observer_that_remembers_the_leader_only_by_id_follows_it_again() -> None:
+    # A dynamic quorum's observer knows no voter endpoints (it bootstraps through
+    # controller.quorum.bootstrap.servers). Restarted with its quorum-state (epoch, leader id)
+    # and an empty log, it is Unattached with a leader it cannot fetch from; the leader's answer
+    # to its bootstrap Fetch names the leader's endpoints, and it must follow (found by the
+    # simulation: voter-changes seed 39 on the slow-WAN profile).
+    cluster = Cluster([1, 2, 3], observers=[4], static=False)
+    leader = cluster.elect()
+    cluster.advance(3_000)
+    assert cluster.node(4).role is Role.FOLLOWER
+    persisted = cluster[4].persisted
+    assert persisted is not None and persisted.leader_id == leader.node_id
+    cluster.crash(4)
+    cluster.records[4].alive = True
+    observer = cluster.start(4, MemoryLog(), persisted, static_voters=False).node
+    assert observer.role is Role.UNATTACHED and observer.leader_id == leader.node_id
+    leader.append([b"after-restart"], epoch=leader.epoch, now_ms=cluster.now_ms)
+    cluster.advance(5_000)
+    assert observer.role is Role.FOLLOWER and observer.leader_id == leader.node_id
+    assert b"after-restart" in cluster[4].committed_values

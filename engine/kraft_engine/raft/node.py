@@ -855,7 +855,7 @@ class RaftNode:
         if epoch > self.epoch or error in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower):
             self._maybe_transition(leader_id, epoch, endpoints, now_ms)
             return True
-        if epoch == self.epoch and leader_id is not None and self.leader_id is None:
+        if epoch == self.epoch and leader_id is not None and self._lacks_leader_endpoints(leader_id):
             if leader_id != self.node_id and endpoints:
                 self._to_follower(epoch, leader_id, endpoints, now_ms)
             return None if error == ErrorCode.none else True
@@ -885,11 +885,19 @@ class RaftNode:
             leader_id is not None
             and not isinstance(self._quorum.state, LeaderState | ResignedState)
             and (
-                self.leader_id is None
+                self._lacks_leader_endpoints(leader_id)
                 or (isinstance(self._quorum.state, FollowerState) and len(endpoints) > len(self._quorum.state.leader_endpoints))
             )
         ):
             self._to_follower(epoch, leader_id, endpoints, now_ms)
+
+    def _lacks_leader_endpoints(self, leader_id: int) -> bool:
+        """No leader known, or `leader_id` known only by id (Unattached: e.g. restarted from a
+        quorum-state naming a leader whose endpoints this node's voter set does not hold, as an
+        observer of a dynamic quorum). Kafka's "discovered more endpoints" rule: the first answer
+        that names the leader's endpoints makes us follow it."""
+        state = self._quorum.state
+        return self.leader_id is None or (isinstance(state, UnattachedState) and state.leader_id == leader_id)
 
     def _to_follower(self, epoch: int, leader_id: int, endpoints: tuple[Endpoint, ...], now_ms: int) -> None:
         was_leader = self.role is Role.LEADER
