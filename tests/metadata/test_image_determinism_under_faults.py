@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from metadata_log_helpers import change, mv_record, partition, register_broker, topic, topic_id
@@ -130,19 +129,6 @@ class _MetadataStateMachine:
         self.last_offset_snapshotted = end_offset - 1
 
 
-class _MetadataSimCluster(SimCluster):
-    """SimCluster whose nodes run a metadata loader instead of the counter.
-
-    The harness has no state-machine factory, so the slot is filled when the driver first hands a
-    fresh incarnation its raft output (before any listener event reaches it).
-    """
-
-    def _perform(self, node: SimNode, out: Any) -> None:
-        if not isinstance(node.counter, _MetadataStateMachine):
-            node.counter = _MetadataStateMachine(node.node_id)  # type: ignore[assignment]
-        super()._perform(node, out)
-
-
 def _machine(node: SimNode) -> _MetadataStateMachine:
     machine = node.counter
     assert isinstance(machine, _MetadataStateMachine)
@@ -209,7 +195,7 @@ class _Workload:
         return [ProducerIdsRecord(broker_id=1, broker_epoch=n, next_producer_id=n * 1000)]
 
 
-def _run(seed: int) -> tuple[_MetadataSimCluster, _Workload]:
+def _run(seed: int) -> tuple[SimCluster, _Workload]:
     scheduler = Scheduler(seed=seed)
     rng = scheduler.random
     voters = rng.choice([3, 3, 5])
@@ -219,7 +205,7 @@ def _run(seed: int) -> tuple[_MetadataSimCluster, _Workload]:
         delay_min_ms=1,
         delay_max_ms=rng.choice([2, 10, 100]),
     )
-    cluster = _MetadataSimCluster(
+    cluster = SimCluster(
         scheduler,
         voter_ids=range(1, voters + 1),
         observer_ids=[voters + 1],
@@ -229,6 +215,7 @@ def _run(seed: int) -> tuple[_MetadataSimCluster, _Workload]:
         link_rule=rule,
         invariants=default_invariants(),
         wire_format=seed % 4 == 0,
+        state_machine_factory=_MetadataStateMachine,
     )
     cluster.start_all()
     workload = _Workload(scheduler)

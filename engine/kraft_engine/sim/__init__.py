@@ -17,7 +17,7 @@ from kraft_engine.sim.invariants import (
     default_invariants,
 )
 from kraft_engine.sim.network import Envelope, LinkRule, Network
-from kraft_engine.sim.replicated_counter import ReplicatedCounter
+from kraft_engine.sim.replicated_counter import ReplicatedCounter, SimStateMachine, SnapshotRequest
 from kraft_engine.sim.scenarios import LIVENESS_BOUND_MS, SCENARIOS, RunOutcome, Scenario, SimRun
 from kraft_engine.sim.scheduler import Scheduler, Stalled
 from kraft_engine.sim.transcript import TranscriptRunner
@@ -40,7 +40,9 @@ __all__ = [
     "SimDisk",
     "SimNode",
     "SimRun",
+    "SimStateMachine",
     "SimulationFailure",
+    "SnapshotRequest",
     "Stalled",
     "TranscriptRunner",
     "Violation",

@@ -62,7 +62,7 @@ from kraft_engine.raft.log import ValidationKind, validate_offset_and_epoch
 from kraft_engine.sim.disk import SimDisk
 from kraft_engine.sim.invariants import ElectionRecord, Invariant, NodeView, Violation
 from kraft_engine.sim.network import Envelope, LinkRule, Network
-from kraft_engine.sim.replicated_counter import ReplicatedCounter, decode_value
+from kraft_engine.sim.replicated_counter import ReplicatedCounter, SimStateMachine, decode_value
 from kraft_engine.sim.scheduler import EventHandle, Scheduler
 
 __all__ = ["ADMIN_ID", "CLUSTER_ID", "SimCluster", "SimNode", "endpoint_of"]
@@ -160,7 +160,7 @@ class SimNode:
 
     node_id: int
     raft: RaftNode
-    counter: ReplicatedCounter
+    counter: SimStateMachine
     incarnation: int
     poll_handle: EventHandle | None = None
     poll_at_ms: int | None = None
@@ -187,8 +187,11 @@ class SimCluster:
         wire_format: bool = True,
         dynamic: bool = False,
         node_configs: dict[int, RaftConfig] | None = None,
+        state_machine_factory: Callable[[int], SimStateMachine] = ReplicatedCounter,
     ) -> None:
         self.scheduler = scheduler
+        # Builds each incarnation's raft listener from its node id (a fresh one per restart).
+        self.state_machine_factory = state_machine_factory
         self.raft_config = raft_config or RaftConfig()
         self.node_configs = dict(node_configs or {})
         self.voter_ids = sorted(voter_ids)
@@ -266,7 +269,7 @@ class SimCluster:
             bootstrap_servers=self.bootstrap_servers,
             supported_kraft_versions=self.supported_kraft_versions[node_id],
         )
-        node = SimNode(node_id, raft, ReplicatedCounter(node_id), self._incarnations[node_id])
+        node = SimNode(node_id, raft, self.state_machine_factory(node_id), self._incarnations[node_id])
         self.running[node_id] = node
         self._perform(node, raft.poll(now_ms))
         return node

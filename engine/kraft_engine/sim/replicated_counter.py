@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kraft_engine.raft import CommittedBatch, LeaderChange, ListenerEvent, SnapshotLoad
 from kraft_engine.sim.invariants import Violation
@@ -40,6 +41,30 @@ class SnapshotRequest:
     end_offset: int
     records: list[bytes]
     last_contained_log_timestamp_ms: int
+
+
+class SimStateMachine(Protocol):
+    """What the simulation's driver asks of a raft listener: the replicated counter by default, or
+    any deterministic state machine a test plugs in through `SimCluster(state_machine_factory=)`
+    (for example a node running the metadata loader)."""
+
+    claimed_epoch: int | None
+    snapshot_loads_since_leader_change: int
+    # (offset, value) pairs the final ConsistentCommittedData check compares across nodes.
+    applied: list[tuple[int, int]]
+
+    @property
+    def writable(self) -> bool: ...
+
+    def handle(self, event: ListenerEvent) -> None: ...
+
+    def next_append(self) -> bytes: ...
+
+    def append_failed(self, count: int = 1) -> None: ...
+
+    def snapshot_due(self) -> SnapshotRequest | None: ...
+
+    def snapshot_taken(self, end_offset: int) -> None: ...
 
 
 @dataclass

@@ -43,7 +43,7 @@ from kraft_engine.sim.cluster import ADMIN_ID, CLUSTER_ID, SimCluster, SimNode, 
 from kraft_engine.sim.datadriven import Directive, TranscriptError
 from kraft_engine.sim.invariants import default_invariants
 from kraft_engine.sim.network import Envelope, Network
-from kraft_engine.sim.replicated_counter import encode_value
+from kraft_engine.sim.replicated_counter import ReplicatedCounter, encode_value
 from kraft_engine.sim.scheduler import Scheduler
 
 __all__ = ["TranscriptRunner", "summarize"]
@@ -248,7 +248,7 @@ class TranscriptRunner:
                 ""
                 if node is None
                 else f" voters={sorted(node.raft.voters.ids)} kraft.version={node.raft.kraft_version} "
-                f"committed={node.counter.committed}"
+                f"committed={node.counter.committed if isinstance(node.counter, ReplicatedCounter) else '-'}"
             )
             lines.append(f"{node_id}: {states[node_id]}{extra}")
         return lines
