@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from quorum_processes import KRAFT
 pytestmark = pytest.mark.process
 
 _STARTED = re.compile(r"(\d+) \(pid (\d+)\)")
+_METRICS = re.compile(r"controller (\d+) (http://[\d.]+:\d+)/metrics")
 
 
 def _stop_quickstart(process: subprocess.Popen[str], output: str) -> None:
@@ -58,6 +60,13 @@ def test_quickstart_runs_until_ctrl_c_then_reuses_its_storage(tmp_path: Path) ->
         output = "".join(seen)
         assert "LeaderId:" in output and "CurrentVoters:" in output, output + stderr_path.read_text()
         assert "NodeId\tDirectoryId" in output.replace(" ", "")
+        endpoints = dict(_METRICS.findall(output))
+        assert sorted(endpoints) == ["1", "2", "3"], output
+        for base in endpoints.values():
+            with urllib.request.urlopen(f"{base}/healthz", timeout=30) as health:
+                assert health.status == 200
+            with urllib.request.urlopen(f"{base}/metrics", timeout=30) as metrics:
+                assert "kafka_raft_current_leader" in metrics.read().decode()
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=120)
     finally:

@@ -148,10 +148,16 @@ def run_cluster(cluster: QuickstartCluster, *, duration_s: float | None, out: Te
 
     previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     children: dict[int, subprocess.Popen[bytes]] = {}
+    # Metrics and health ports are picked afresh each run (they hold no state), so a second run
+    # never trips over a port that something else took meanwhile.
+    metrics_ports = dict(zip((n.node_id for n in cluster.nodes), free_loopback_ports(len(cluster.nodes)), strict=True))
     try:
         for node in cluster.nodes:
-            children[node.node_id] = _start_controller(node)
+            children[node.node_id] = _start_controller(node, metrics_port=metrics_ports[node.node_id])
         print(f"== started controllers {', '.join(f'{i} (pid {p.pid})' for i, p in children.items())}", file=out)
+        print("== metrics and health: "
+              + ", ".join(f"controller {i} http://{HOST}:{port}/metrics (/healthz, /readyz)"
+                          for i, port in metrics_ports.items()), file=out)
         deadline = None if duration_s is None else time.monotonic() + duration_s
         failed = _show_quorum(cluster, children, stop_requested, out=out)
         if failed:
@@ -171,14 +177,15 @@ def run_cluster(cluster: QuickstartCluster, *, duration_s: float | None, out: Te
             signal.signal(signum, handler)
 
 
-def _start_controller(node: QuickstartNode) -> subprocess.Popen[bytes]:
+def _start_controller(node: QuickstartNode, *, metrics_port: int) -> subprocess.Popen[bytes]:
     log_path = node.config_path.parent / "server.log"
     with log_path.open("ab") as log:
         # Each controller runs in its own session so that a terminal's Ctrl-C reaches only us; we
         # then stop them one by one with SIGTERM (their graceful path).
         return subprocess.Popen(
             [sys.executable, "-c", "import sys; from kraft_engine.cli.main import main; sys.exit(main())",
-             "server", "start", "--config", str(node.config_path)],
+             "server", "start", "--config", str(node.config_path),
+             "--override", f"kraftwerk.metrics.port={metrics_port}"],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
