@@ -73,19 +73,6 @@ _SHUTDOWN_TIMEOUT_MS = 5000
 _APPEND_TIMEOUT_MS = 30000
 
 # (api key, version) the raft core speaks; the listener registers exactly these.
-_RAFT_APIS: tuple[tuple[int, int], ...] = (
-    (52, 2),  # Vote
-    (53, 1),  # BeginQuorumEpoch
-    (54, 1),  # EndQuorumEpoch
-    (1, 18),  # Fetch
-    (59, 1),  # FetchSnapshot
-    (55, 2),  # DescribeQuorum
-)
-_VOTER_CHANGE_APIS: tuple[tuple[int, int], ...] = (
-    (80, 1),  # AddRaftVoter
-    (81, 0),  # RemoveRaftVoter
-    (82, 0),  # UpdateRaftVoter
-)
 _DESCRIBE_CLUSTER = 60
 _CONTROLLER_ENDPOINT_TYPE = 2
 
@@ -295,13 +282,9 @@ class ControllerNode:
         async def forward(request: Any, ctx: RequestContext) -> Any:
             return await driver.handle_request(request)
 
-        apis = list(_RAFT_APIS)
-        # The voter-change apis are served only once the raft core handles them; ApiVersions must
-        # never advertise an api the node would drop. (The core exposes no public capability
-        # list yet, so we ask its handler table.)
-        handled = set(driver.raft._extra_request_handlers())
-        apis += [(key, version) for key, version in _VOTER_CHANGE_APIS if key in handled]
-        for api_key, version in apis:
+        # Exactly the requests the raft core answers, at the version it speaks: ApiVersions then
+        # never advertises an api the node would drop.
+        for api_key, version in sorted(driver.raft.served_requests.items()):
             listener.register(api_key, min_version=version, max_version=version, handler=forward)
         listener.register(_DESCRIBE_CLUSTER, min_version=1, max_version=1, handler=self._describe_cluster)
 
