@@ -68,7 +68,7 @@ from kraft_engine.protocol.errors import (
     UnsupportedVersion,
 )
 from kraft_engine.protocol.features import NO_FEATURES, Features, FeaturesProvider
-from kraft_engine.protocol.listener import CloseReason, Handler, Listener, RequestContext
+from kraft_engine.protocol.listener import CloseReason, Handler, Listener, RequestContext, close_server
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -91,6 +91,7 @@ __all__ = [
     "UnsupportedApi",
     "UnsupportedVersion",
     "api_name",
+    "close_server",
     "kio_version_range",
     "parse_bootstrap_servers",
     "request_class",

@@ -137,6 +137,18 @@ _ZERO_THROTTLE = timedelta(0)
 _END = object()  # sentinel queued after the last response of a connection
 
 
+
+async def close_server(server: asyncio.Server, connections: set[asyncio.Task[None]]) -> None:
+    """Stop accepting, cancel every connection task and wait until they and the server are gone.
+
+    Shared by every asyncio server of the node (the Kafka listener, the metrics/health endpoint)."""
+    server.close()
+    for task in list(connections):
+        task.cancel()
+    if connections:
+        await asyncio.gather(*connections, return_exceptions=True)
+    await server.wait_closed()
+
 class Listener:
     """One listener (Kafka's `listeners` entry): a name, a socket, and the apis it serves."""
 
@@ -248,14 +260,8 @@ class Listener:
     async def close(self) -> None:
         """Stop accepting, close every connection, and wait until they are gone."""
         server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
-        await server.wait_closed()
+        if server is not None:
+            await close_server(server, self._connections)
 
     async def __aenter__(self) -> Listener:
         return self

@@ -40,6 +40,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kraft_engine.protocol import close_server
+
 __all__ = ["HttpEndpoint", "HttpResponse", "Route"]
 
 logger = logging.getLogger(__name__)
@@ -88,14 +90,8 @@ class HttpEndpoint:
 
     async def close(self) -> None:
         server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
-        await server.wait_closed()
+        if server is not None:
+            await close_server(server, self._connections)
 
     async def _metrics(self, query: dict[str, list[str]], body: bytes) -> HttpResponse:
         return HttpResponse(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
