@@ -404,3 +404,72 @@ def test_both_inter_broker_keys_are_refused() -> None:
 def test_parse_quorum_voters_of_an_empty_string_is_empty() -> None:
     assert parse_quorum_voters("") == ()
     assert parse_quorum_voters(" , ") == ()
+
+
+def test_broker_keys_have_kafkas_defaults() -> None:
+    config = parse_config(BROKER)
+    assert config.num_partitions == 1
+    assert config.default_replication_factor == 1
+    assert config.min_insync_replicas == 1
+    assert config.replica_lag_time_max_ms == 30000
+    assert config.replica_fetch_max_bytes == 1048576
+    assert config.replica_fetch_wait_max_ms == 500
+    assert config.unclean_leader_election_enable is False
+    assert config.offsets_topic_replication_factor == 3
+    assert config.log_segment_bytes == 1073741824
+    assert config.log_retention_ms == 168 * 3600 * 1000
+    assert config.log_retention_bytes == -1
+    assert config.message_max_bytes == 1048588
+    assert config.broker_rack is None
+    assert config.unknown_keys == ()
+
+
+def test_broker_keys_are_read() -> None:
+    config = parse_config(with_(BROKER, **{
+        "num.partitions": "6", "default.replication.factor": "3", "min.insync.replicas": "2",
+        "replica.lag.time.max.ms": "10000", "unclean.leader.election.enable": "true",
+        "offsets.topic.replication.factor": "1", "log.retention.bytes": "1000000", "broker.rack": "rack-a",
+        "log.segment.bytes": "2097152",
+    }))
+    assert (config.num_partitions, config.default_replication_factor, config.min_insync_replicas) == (6, 3, 2)
+    assert config.replica_lag_time_max_ms == 10000
+    assert config.unclean_leader_election_enable is True
+    assert config.offsets_topic_replication_factor == 1
+    assert config.log_retention_bytes == 1000000
+    assert config.broker_rack == "rack-a"
+    assert config.log_segment_bytes == 2097152
+    assert config.unknown_keys == ()
+
+
+def test_log_retention_ms_wins_over_minutes_and_hours() -> None:
+    assert parse_config(with_(BROKER, **{"log.retention.hours": "1"})).log_retention_ms == 3600000
+    assert parse_config(with_(BROKER, **{"log.retention.hours": "1", "log.retention.minutes": "2"})).log_retention_ms == 120000
+    assert parse_config(with_(BROKER, **{"log.retention.minutes": "2", "log.retention.ms": "5"})).log_retention_ms == 5
+    assert parse_config(with_(BROKER, **{"log.retention.ms": "-1"})).log_retention_ms == -1
+    assert "log.retention.ms must be unlimited (-1)" in refused(with_(BROKER, **{"log.retention.ms": "0"}))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("num.partitions", "0", "Value must be at least 1"),
+        ("min.insync.replicas", "0", "Value must be at least 1"),
+        ("default.replication.factor", "x", "Not a number"),
+        ("offsets.topic.replication.factor", "0", "Value must be at least 1"),
+        ("log.segment.bytes", "1000", "Value must be at least 1048576"),
+        ("unclean.leader.election.enable", "yes", "either true or false"),
+    ],
+)
+def test_bad_broker_values_name_the_key(key: str, value: str, reason: str) -> None:
+    message = refused(with_(BROKER, **{key: value}))
+    assert key in message
+    assert reason in message
+
+
+def test_replica_fetch_wait_must_fit_the_socket_timeout_and_the_lag_time() -> None:
+    assert "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms" in refused(
+        with_(BROKER, **{"replica.fetch.wait.max.ms": "40000", "replica.lag.time.max.ms": "50000"})
+    )
+    assert "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms" in refused(
+        with_(BROKER, **{"replica.fetch.wait.max.ms": "2000", "replica.lag.time.max.ms": "1000"})
+    )

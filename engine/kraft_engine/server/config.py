@@ -141,6 +141,29 @@ class KafkaConfig(BaseModel):
     unstable_feature_versions_enable: bool = False
     kraftwerk_metrics_port: int = 0
     kraftwerk_test_state_machine_enable: bool = False
+    # Broker keys (Kafka's ServerConfigs / ReplicationConfigs / ServerLogConfigs defaults).
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30_000
+    num_replica_fetchers: int = 1
+    unclean_leader_election_enable: bool = False
+    auto_create_topics_enable: bool = True
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_num_partitions: int = 50
+    message_max_bytes: int = 1024 * 1024 + 12
+    log_segment_bytes: int = _DEFAULT_SEGMENT_BYTES
+    log_retention_ms: int = _DEFAULT_RETENTION_MS
+    log_retention_bytes: int = -1
+    log_retention_check_interval_ms: int = 5 * 60 * 1000
+    log_flush_interval_messages: int = _LONG_MAX
+    initial_broker_registration_timeout_ms: int = 60_000
+    broker_rack: str | None = None
     originals: dict[str, str] = Field(default_factory=dict)
     unknown_keys: tuple[str, ...] = ()
 
@@ -221,11 +244,33 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "socket.request.max.bytes": ("socket_request_max_bytes", 1, _INT_MAX),
     "connections.max.idle.ms": ("connections_max_idle_ms", -1, _LONG_MAX),
     "kraftwerk.metrics.port": ("kraftwerk_metrics_port", 0, 65535),
+    "num.partitions": ("num_partitions", 1, _INT_MAX),
+    "default.replication.factor": ("default_replication_factor", 1, _INT_MAX),
+    "min.insync.replicas": ("min_insync_replicas", 1, _INT_MAX),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", 0, _LONG_MAX),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", 0, _INT_MAX),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", 0, _INT_MAX),
+    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", 0, _INT_MAX),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0, _INT_MAX),
+    "replica.socket.timeout.ms": ("replica_socket_timeout_ms", -1, _INT_MAX),
+    "num.replica.fetchers": ("num_replica_fetchers", 1, _INT_MAX),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, _INT_MAX),
+    "message.max.bytes": ("message_max_bytes", 0, _INT_MAX),
+    "log.segment.bytes": ("log_segment_bytes", 1024 * 1024, _INT_MAX),
+    "log.retention.bytes": ("log_retention_bytes", -1, _LONG_MAX),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1, _LONG_MAX),
+    "log.flush.interval.messages": ("log_flush_interval_messages", 1, _LONG_MAX),
+    "initial.broker.registration.timeout.ms": ("initial_broker_registration_timeout_ms", 0, _INT_MAX),
 }
+# log.retention.ms wins over .minutes, which wins over .hours (Kafka's logRetentionTimeMillis).
+_RETENTION_KEYS = (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000))
 _BOOL_KEYS: dict[str, str] = {
     "controller.quorum.auto.join.enable": "controller_quorum_auto_join_enable",
     "unstable.feature.versions.enable": "unstable_feature_versions_enable",
     "kraftwerk.test.state.machine.enable": "kraftwerk_test_state_machine_enable",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "auto.create.topics.enable": "auto_create_topics_enable",
 }
 _STRUCTURED_KEYS = frozenset(
     {
@@ -242,6 +287,8 @@ _STRUCTURED_KEYS = frozenset(
         "log.dirs",
         "log.dir",
         "metadata.log.dir",
+        "broker.rack",
+        *(key for key, _ in _RETENTION_KEYS),
     }
 )
 _KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS})
@@ -276,6 +323,9 @@ def parse_config(properties: Mapping[str, str]) -> KafkaConfig:
         if key in props:
             values[field] = _parse_bool(key, props[key])
 
+    values["log_retention_ms"] = _retention_ms(props)
+    if props.get("broker.rack"):
+        values["broker_rack"] = props["broker.rack"]
     roles = _parse_process_roles(props.get("process.roles", ""))
     values["process_roles"] = roles
     if "node.id" not in props or props["node.id"] == "":
@@ -431,12 +481,35 @@ def _validate(config: KafkaConfig) -> None:
         raise ConfigError(
             "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address."
         )
+    if config.is_broker:
+        # Kafka's ReplicationConfigs rules.
+        if config.replica_fetch_wait_max_ms > config.replica_socket_timeout_ms >= 0:
+            raise ConfigError(
+                "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to prevent "
+                "unnecessary socket timeouts"
+            )
+        if config.replica_fetch_wait_max_ms > config.replica_lag_time_max_ms:
+            raise ConfigError(
+                "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms to "
+                "prevent frequent changes in ISR"
+            )
     if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms:
         # Kafka does not check this, but a broker configured this way is fenced between heartbeats.
         raise ConfigError(
             f"broker.heartbeat.interval.ms ({config.broker_heartbeat_interval_ms}) must be less than "
             f"broker.session.timeout.ms ({config.broker_session_timeout_ms})"
         )
+
+
+def _retention_ms(props: Mapping[str, str]) -> int:
+    for key, unit_ms in _RETENTION_KEYS:
+        if props.get(key):
+            value = _parse_int(key, props[key], low=-(2**31), high=_LONG_MAX // unit_ms) * unit_ms
+            if value == 0:
+                # Kafka: "log.retention.ms must be unlimited (-1) or, equal or greater than 1"
+                raise ConfigError(f"{key} must be unlimited (-1) or, equal or greater than 1")
+            return -1 if value < 0 else value
+    return _DEFAULT_RETENTION_MS
 
 
 def _csv(text: str) -> list[str]:
