@@ -26,6 +26,7 @@ from protocol_helpers import (
 )
 
 from kraft_engine.protocol import (
+    NO_RESPONSE,
     CloseReason,
     Features,
     Listener,
@@ -213,6 +214,23 @@ async def test_pipelined_requests_are_answered_in_request_order(make_listener, r
         response = _decode_exactly(response_class(METADATA, 12), frame, 5)
         answers.append((struct.unpack_from(">i", frame)[0], response.topics[0].name))
     assert answers == [(i, f"sleep-{d}") for i, d in enumerate(delays_ms)]
+
+
+async def test_a_request_answered_with_no_response_gets_nothing_and_keeps_the_order(make_listener, raw_peer):
+    # Produce with acks=0: the client reads no answer, the connection stays usable, and the next
+    # request's answer is the next frame on the wire.
+    async def handler(request: Any, ctx: RequestContext) -> Any:
+        name = request.topics[0].name
+        return NO_RESPONSE if name.startswith("quiet") else metadata_response(ctx, [name])
+
+    listener = await make_listener(handler=handler, max_in_flight_requests=1)
+    peer = await raw_peer(listener)
+    for correlation_id, topic in enumerate(["quiet-1", "loud", "quiet-2", "quiet-3", "last"]):
+        await peer.send_request(metadata_request(12, [topic]), correlation_id=correlation_id)
+    async with asyncio.timeout(10):
+        first, second = await peer.read_frame(), await peer.read_frame()
+    assert struct.unpack_from(">i", first)[0] == 1
+    assert struct.unpack_from(">i", second)[0] == 4
 
 
 async def test_next_request_is_decoded_and_started_while_a_handler_waits(make_listener, raw_peer):

@@ -68,7 +68,14 @@ from kraft_engine.protocol.errors import (
     UnsupportedVersion,
 )
 from kraft_engine.protocol.features import NO_FEATURES, Features, FeaturesProvider
-from kraft_engine.protocol.listener import CloseReason, Handler, Listener, RequestContext, close_server
+from kraft_engine.protocol.listener import (
+    NO_RESPONSE,
+    CloseReason,
+    Handler,
+    Listener,
+    RequestContext,
+    close_server,
+)
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -86,6 +93,7 @@ __all__ = [
     "Listener",
     "MalformedFrame",
     "NO_FEATURES",
+    "NO_RESPONSE",
     "RequestContext",
     "RequestTimedOut",
     "UnsupportedApi",

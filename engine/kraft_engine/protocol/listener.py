@@ -111,7 +111,18 @@ class RequestContext:
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[Any]]
-"""`async def handler(request, ctx) -> response`: the response must be of `ctx.response_class`."""
+"""`async def handler(request, ctx) -> response`: the response must be of `ctx.response_class`,
+or `NO_RESPONSE` for a request the client expects no answer to (Produce with acks=0)."""
+
+
+class _NoResponse:
+    """The handler's answer when the protocol sends none back (Kafka's NoOpResponse)."""
+
+    def __repr__(self) -> str:
+        return "NO_RESPONSE"
+
+
+NO_RESPONSE: Any = _NoResponse()
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,6 +538,8 @@ class _Connection:
 
     async def _handle(self, route: _Route, body: Any, ctx: RequestContext) -> bytes:
         response = await route.handler(body, ctx)
+        if response is NO_RESPONSE:
+            return b""  # the writer keeps the order and frees the slot, and writes nothing
         if type(response) is not route.response_cls:
             raise TypeError(
                 f"handler for {api_name(ctx.api_key)} v{ctx.api_version} returned "
@@ -555,7 +568,8 @@ class _Connection:
                     return
             else:
                 frame = item
-            writer.write(frame)
+            if frame:
+                writer.write(frame)
             self.in_flight -= 1
             self.slots.release()
             if self.queue.empty():
