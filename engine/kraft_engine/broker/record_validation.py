@@ -1,0 +1,231 @@
+"""Validating a producer's record batch before the leader appends it (Kafka's LogValidator).
+
+A broker must never store what a client cannot read back, and must store what it accepts exactly
+as received (the bytes a consumer fetches are the bytes the producer sent, apart from the fields
+the leader owns: base offset, partition leader epoch). So every produced partition payload is
+checked here, with Kafka's error for each failure, before anything is written:
+
+- exactly one v2 batch (magic 2; Produce v3+ carries nothing else), whole, CRC-32C intact
+  (CORRUPT_MESSAGE), no larger than `max.message.bytes` (MESSAGE_TOO_LARGE);
+- no control batch from a client, a consistent offset range and record count, a valid sequence
+  when a producer id is set (INVALID_RECORD);
+- a compression codec we can read: none or gzip (UNSUPPORTED_COMPRESSION_TYPE otherwise);
+- every record parsed with our own reader, so timestamps keep their milliseconds (kio's reader
+  rounds them to seconds): record offsets deltas 0..n-1, lengths that add up, and no timestamp
+  more than `message.timestamp.after.max.ms` in the future (INVALID_TIMESTAMP).
+
+The batch's max timestamp is taken from the records, and if the header disagrees the header is
+corrected in place (with its CRC), as Kafka's validator does for CreateTime; otherwise the bytes
+are untouched.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from kraft_engine.records.batches import (
+    LOG_OVERHEAD,
+    MAGIC,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    CorruptBatchError,
+    validate_batch,
+)
+
+__all__ = [
+    "CODEC_GZIP",
+    "CODEC_NONE",
+    "ProduceRefused",
+    "ValidatedBatch",
+    "parse_records",
+    "validate_produce_payload",
+]
+
+CODEC_NONE = 0
+CODEC_GZIP = 1
+_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_TIMESTAMP_TYPE_MASK = 0x08
+_CONTROL_MASK = 0x20
+_MAX_TIMESTAMP_POSITION = 35
+_ATTRIBUTES_POSITION = 21
+_CRC_POSITION = 17
+_RECORDS_POSITION = RECORD_BATCH_OVERHEAD
+
+# Kafka's error codes (kio's ErrorCode values) for the refusals, by name.
+CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+INVALID_TIMESTAMP = 32
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+
+
+class ProduceRefused(Exception):
+    """A partition's payload is refused; `error_code` is Kafka's code, nothing was written."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedBatch:
+    data: bytes
+    header: BatchHeader
+    max_timestamp_ms: int
+    offset_of_max_timestamp_delta: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    offset_delta: int
+    timestamp_ms: int
+
+
+def validate_produce_payload(
+    data: bytes | None,
+    *,
+    max_message_bytes: int,
+    now_ms: int,
+    timestamp_after_max_ms: int = 3_600_000,
+    timestamp_before_max_ms: int = 2**63 - 1,
+) -> ValidatedBatch:
+    if not data:
+        raise ProduceRefused(CORRUPT_MESSAGE, "the produce request carries no records")
+    if len(data) < LOG_OVERHEAD + 5:
+        raise ProduceRefused(CORRUPT_MESSAGE, f"{len(data)} bytes cannot hold a record batch")
+    (batch_length,) = struct.unpack_from(">i", data, 8)
+    if batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or LOG_OVERHEAD + batch_length > len(data):
+        raise ProduceRefused(
+            CORRUPT_MESSAGE, f"record batch length {batch_length} does not fit the {len(data)} bytes received"
+        )
+    if data[16] != MAGIC:
+        raise ProduceRefused(
+            UNSUPPORTED_FOR_MESSAGE_FORMAT, f"record batch magic {data[16]} is not supported; only magic 2"
+        )
+    try:
+        header = validate_batch(data)
+    except CorruptBatchError as error:
+        raise ProduceRefused(CORRUPT_MESSAGE, f"corrupt record batch: {error}") from None
+    if header.size_bytes != len(data):
+        raise ProduceRefused(INVALID_RECORD, "one and only one record batch is expected per partition")
+    if header.size_bytes > max_message_bytes:
+        raise ProduceRefused(
+            MESSAGE_TOO_LARGE,
+            f"the record batch is {header.size_bytes} bytes, larger than max.message.bytes {max_message_bytes}",
+        )
+    if header.attributes & _CONTROL_MASK:
+        raise ProduceRefused(INVALID_RECORD, "clients are not allowed to write control records")
+    if header.record_count <= 0 or header.last_offset_delta + 1 != header.record_count:
+        raise ProduceRefused(
+            INVALID_RECORD,
+            f"inconsistent batch: {header.record_count} records, last offset delta {header.last_offset_delta}",
+        )
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise ProduceRefused(INVALID_RECORD, "invalid sequence number for a batch with a producer id")
+    if header.is_transactional and header.producer_id < 0:
+        raise ProduceRefused(INVALID_RECORD, "a transactional batch must carry a producer id")
+    codec = header.compression_codec
+    body = memoryview(data)[_RECORDS_POSITION:]
+    if codec == CODEC_GZIP:
+        try:
+            body = memoryview(zlib.decompress(bytes(body), wbits=31))
+        except zlib.error as error:
+            raise ProduceRefused(CORRUPT_MESSAGE, f"gzip data does not decompress: {error}") from None
+    elif codec != CODEC_NONE:
+        name = _CODEC_NAMES.get(codec, str(codec))
+        raise ProduceRefused(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {name} is not supported by this broker")
+    try:
+        records = parse_records(body, count=header.record_count, base_timestamp_ms=header.base_timestamp)
+    except ValueError as error:
+        raise ProduceRefused(INVALID_RECORD, f"records do not parse: {error}") from None
+    max_timestamp = -1
+    max_delta = 0
+    for expected, record in enumerate(records):
+        if record.offset_delta != expected:
+            raise ProduceRefused(
+                INVALID_RECORD, f"record {expected} has offset delta {record.offset_delta}; deltas must be 0..n-1"
+            )
+        if record.timestamp_ms - now_ms > timestamp_after_max_ms:
+            raise ProduceRefused(
+                INVALID_TIMESTAMP,
+                f"timestamp {record.timestamp_ms} of record {expected} is more than "
+                f"message.timestamp.after.max.ms {timestamp_after_max_ms} ahead of the broker's time {now_ms}",
+            )
+        if now_ms - record.timestamp_ms > timestamp_before_max_ms:
+            raise ProduceRefused(
+                INVALID_TIMESTAMP,
+                f"timestamp {record.timestamp_ms} of record {expected} is more than "
+                f"message.timestamp.before.max.ms {timestamp_before_max_ms} behind the broker's time {now_ms}",
+            )
+        if record.timestamp_ms > max_timestamp:
+            max_timestamp = record.timestamp_ms
+            max_delta = record.offset_delta
+    if header.attributes & _TIMESTAMP_TYPE_MASK == 0 and header.max_timestamp != max_timestamp:
+        data = _with_max_timestamp(data, max_timestamp)
+        header = validate_batch(data)
+    return ValidatedBatch(data, header, max_timestamp, max_delta)
+
+
+def _with_max_timestamp(data: bytes, max_timestamp: int) -> bytes:
+    buffer = bytearray(data)
+    struct.pack_into(">q", buffer, _MAX_TIMESTAMP_POSITION, max_timestamp)
+    struct.pack_into(">I", buffer, _CRC_POSITION, crc32c(memoryview(buffer)[_ATTRIBUTES_POSITION:]))
+    return bytes(buffer)
+
+
+def _varint(view: memoryview, position: int) -> tuple[int, int]:
+    """A zig-zag varint (up to 64 bits) at `position`; (value, next position)."""
+    result = 0
+    shift = 0
+    while True:
+        if position >= len(view):
+            raise ValueError("a varint runs past the end of the records")
+        byte = view[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint is longer than 10 bytes")
+    return (result >> 1) ^ -(result & 1), position
+
+
+def parse_records(body: memoryview, *, count: int, base_timestamp_ms: int) -> list[_Record]:
+    """Walk `count` v2 records; offsets deltas and exact timestamps (ms). ValueError when malformed."""
+    records = []
+    position = 0
+    for _ in range(count):
+        length, position = _varint(body, position)
+        end = position + length
+        if length < 0 or end > len(body):
+            raise ValueError(f"a record of {length} bytes runs past the end of the batch")
+        position += 1  # attributes
+        timestamp_delta, position = _varint(body, position)
+        offset_delta, position = _varint(body, position)
+        for _field in ("key", "value"):
+            size, position = _varint(body, position)
+            if size > 0:
+                position += size
+        headers, position = _varint(body, position)
+        if headers < 0:
+            raise ValueError("a negative header count")
+        for _header in range(headers):
+            size, position = _varint(body, position)
+            if size < 0:
+                raise ValueError("a header key cannot be null")
+            position += size
+            size, position = _varint(body, position)
+            if size > 0:
+                position += size
+        if position != end:
+            raise ValueError(f"a record declared {length} bytes but its fields take {length + position - end}")
+        records.append(_Record(offset_delta, base_timestamp_ms + timestamp_delta))
+    if position != len(body):
+        raise ValueError(f"{len(body) - position} bytes follow the last record")
+    return records

@@ -1,0 +1,110 @@
+"""The produce validator refuses what Kafka's LogValidator refuses, with Kafka's error codes,
+and accepts a good batch byte for byte."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+import pytest
+from crc32c import crc32c
+
+from kraft_engine.broker import ProduceRefused, validate_produce_payload
+from kraft_engine.broker.record_validation import parse_records
+from kraft_engine.records.batches import build_batch
+
+NOW_MS = 1_700_000_000_123
+
+
+def batch(values: list[bytes], *, timestamp_ms: int = NOW_MS) -> bytes:
+    return build_batch(base_offset=0, partition_leader_epoch=-1, values=values, timestamp_ms=timestamp_ms)
+
+
+def refusal(data: bytes | None, **kwargs: int) -> int:
+    with pytest.raises(ProduceRefused) as info:
+        validate_produce_payload(data, max_message_bytes=kwargs.pop("max_message_bytes", 1 << 20), now_ms=NOW_MS, **kwargs)
+    return info.value.error_code
+
+
+def recrc(data: bytearray) -> bytes:
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def test_a_good_batch_is_accepted_as_received_with_millisecond_timestamps() -> None:
+    data = batch([b"a", b"bb", b"ccc"])
+    validated = validate_produce_payload(data, max_message_bytes=1 << 20, now_ms=NOW_MS)
+    assert validated.data == data
+    assert validated.header.record_count == 3
+    assert validated.max_timestamp_ms == NOW_MS  # kio's reader would have said ...123 -> ...000
+
+
+def test_timestamps_keep_their_milliseconds() -> None:
+    data = batch([b"x"], timestamp_ms=NOW_MS)
+    records = parse_records(memoryview(data)[61:], count=1, base_timestamp_ms=NOW_MS)
+    assert records[0].timestamp_ms == NOW_MS
+
+
+@pytest.mark.parametrize(
+    ("mangle", "code"),
+    [
+        (lambda d: d[:-1], 2),  # truncated: CORRUPT_MESSAGE
+        (lambda d: d[:-1] + bytes([d[-1] ^ 1]), 2),  # wrong CRC
+        (lambda d: d + d, 87),  # two batches: INVALID_RECORD
+        (lambda d: d[:16] + b"\x01" + d[17:], 43),  # magic 1: UNSUPPORTED_FOR_MESSAGE_FORMAT
+        (lambda d: b"garbage" * 20, 2),
+    ],
+)
+def test_bad_payloads_get_kafkas_error(mangle: object, code: int) -> None:
+    assert refusal(mangle(batch([b"a", b"b"]))) == code  # type: ignore[operator]
+
+
+def test_no_records_is_corrupt() -> None:
+    assert refusal(None) == 2
+    assert refusal(b"") == 2
+
+
+def test_an_oversized_batch_is_message_too_large() -> None:
+    data = batch([b"x" * 1000])
+    assert refusal(data, max_message_bytes=len(data) - 1) == 10
+
+
+def test_a_control_batch_from_a_client_is_refused() -> None:
+    data = build_batch(base_offset=0, partition_leader_epoch=-1, values=[b"\x00\x00\x00\x00"], timestamp_ms=NOW_MS, control=True)
+    assert refusal(data) == 87
+
+
+def test_a_record_count_that_disagrees_with_the_offsets_is_refused() -> None:
+    data = bytearray(batch([b"a", b"b"]))
+    struct.pack_into(">i", data, 57, 3)  # record_count
+    assert refusal(recrc(data)) == 87
+
+
+def test_a_timestamp_an_hour_in_the_future_is_refused() -> None:
+    assert refusal(batch([b"a"], timestamp_ms=NOW_MS + 3_600_001)) == 32
+    validate_produce_payload(batch([b"a"], timestamp_ms=NOW_MS + 3_600_000), max_message_bytes=1 << 20, now_ms=NOW_MS)
+
+
+def test_a_wrong_max_timestamp_is_corrected_and_the_crc_redone() -> None:
+    data = bytearray(batch([b"a"]))
+    struct.pack_into(">q", data, 35, 5)
+    validated = validate_produce_payload(recrc(data), max_message_bytes=1 << 20, now_ms=NOW_MS)
+    assert validated.header.max_timestamp == NOW_MS
+    assert struct.unpack_from(">q", validated.data, 35)[0] == NOW_MS
+
+
+def test_gzip_is_read_and_other_codecs_are_unsupported() -> None:
+    plain = bytearray(batch([b"a", b"b"]))
+    compressed = bytearray(plain[:61] + gzip.compress(bytes(plain[61:])))
+    struct.pack_into(">i", compressed, 8, len(compressed) - 12)
+    struct.pack_into(">h", compressed, 21, 1)
+    validated = validate_produce_payload(recrc(compressed), max_message_bytes=1 << 20, now_ms=NOW_MS)
+    assert validated.header.compression_codec == 1
+    struct.pack_into(">h", compressed, 21, 4)
+    assert refusal(recrc(compressed)) == 76
+
+
+def test_a_record_whose_length_lies_is_invalid() -> None:
+    data = bytearray(batch([b"abc"]))
+    data[61] = data[61] + 2  # the first record's length varint (zig-zag: +1)
+    assert refusal(recrc(data)) == 87
