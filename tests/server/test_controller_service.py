@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from kraft_engine.raft import (
     VoterSet,
 )
 from kraft_engine.raft.log_batch import parse_batches
+from kraft_engine.raft.messages import describe_quorum_request
 from kraft_engine.records import (
     FeatureLevelRecord,
     NoOpRecord,
@@ -342,10 +344,19 @@ async def test_consecutive_commits_reach_the_loader_as_one_delta(node: InProcess
     for broker in (1, 2, 3):
         await _unfenced_broker(node, broker)
     published.clear()
-    # Three batches committed while the loop is busy are folded into one publish.
+    # Three batches committed while the controller thread is busy are folded into one publish.
     # From here on this node is a standby that is handed three batches another leader wrote.
     await node.raft.close()
-    node.service.controller.renounce()
+    busy = threading.Event()
+    release = threading.Event()
+
+    def hold(controller: QuorumController) -> None:
+        controller.renounce()
+        busy.set()
+        release.wait(10)
+
+    node.service.run_on_controller("busy", hold)
+    await asyncio.to_thread(busy.wait, 10)
     offset = node.raft.log_end_offset
     for index in range(3):
         value = encode_metadata_record(NoOpRecord(), 0)
@@ -353,6 +364,7 @@ async def test_consecutive_commits_reach_the_loader_as_one_delta(node: InProcess
             base_offset=offset + index, last_offset=offset + index, epoch=99, append_timestamp_ms=0,
             records=(value,), control_records=(), size_in_bytes=80, raw=b"",
         ))
+    release.set()
     async with asyncio.timeout(5):
         while not published:
             await asyncio.sleep(0.005)
@@ -416,3 +428,34 @@ async def test_every_controller_metric_the_issue_names_is_exported_with_this_nod
     for timer in ("eventqueuetimems", "eventqueueprocessingtimems"):
         count = node.metric(f"kafka_controller_controllereventmanager_{timer}_count")
         assert count is not None and count >= 4, timer
+
+
+async def test_raft_keeps_answering_while_the_controller_thread_is_busy(node: InProcessController) -> None:
+    # The controller's heavy work (a fence at 100k partitions, a snapshot load) runs on its own
+    # thread: raft's loop answers requests meanwhile. Were the controller on raft's loop, the
+    # blocked event below would hold that loop and the request would never be answered.
+    busy = threading.Event()
+    release = threading.Event()
+
+    def hold(controller: QuorumController) -> None:
+        busy.set()
+        release.wait(30)
+
+    node.service.run_on_controller("busy", hold)
+    try:
+        await asyncio.to_thread(busy.wait, 10)
+        async with asyncio.timeout(10):
+            response = await node.raft.handle_request(describe_quorum_request())
+        assert response.error_code == ErrorCode.none
+        [topic] = response.topics
+        [partition] = topic.partitions
+        assert partition.leader_id == NODE_ID
+        # A client write waits for the controller, and then completes.
+        write = asyncio.ensure_future(node.service.write("registerBroker",
+                                                         lambda c: c.register_broker(_registration(1), now_ms=0)))
+        await asyncio.sleep(0.05)
+        assert not write.done()
+    finally:
+        release.set()
+    reply = await write
+    assert int(reply.broker_epoch) > 0

@@ -51,6 +51,7 @@ from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
+from kraft_engine.server.loop_stall import LoopStallMonitor
 from kraft_engine.server.raft_driver import NotLeader, RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble, MetaPropertiesError
@@ -128,6 +129,8 @@ class ControllerNode:
         self.registry = CollectorRegistry()
         self.listener: Listener | None = None
         self.http: HttpEndpoint | None = None
+        #: How long raft's loop went without a turn (the controller's work runs on its own thread).
+        self.loop_stall = LoopStallMonitor(registry=self.registry)
         self.driver: RaftDriver | None = None
         self.controller: ControllerRuntime | None = None
         self.test_api_enabled = config.originals.get(TEST_STATE_MACHINE_KEY, "false").strip().lower() == "true"
@@ -236,6 +239,7 @@ class ControllerNode:
                 self.http = self._http_endpoint(driver)
                 await self.http.start(controller_listener.host or "0.0.0.0", config.kraftwerk_metrics_port)
             driver.start()
+            self.loop_stall.start()
             logger.info(
                 "Controller %d of cluster %s serving %s on port %d (HTTP %s)",
                 config.node_id, self.identity.cluster_id, listener_name, listener.port,
@@ -247,6 +251,7 @@ class ControllerNode:
             if not await driver.shutdown(timeout_ms=_SHUTDOWN_TIMEOUT_MS):
                 logger.warning("Raft shutdown did not complete within %d ms", _SHUTDOWN_TIMEOUT_MS)
         finally:
+            await self.loop_stall.close()
             if self.http is not None:
                 await self.http.close()
             await listener.close()
@@ -352,6 +357,7 @@ class ControllerNode:
                     "kraft_version": raft.kraft_version,
                     "snapshots": [[s.offset, s.epoch] for s in raft.log.snapshot_ids()],
                     "applied_offset": self._applied_offset(driver),
+                    "loop_stall_ms_max": round(self.loop_stall.max_stall_ms, 1),
                 },
             )
 

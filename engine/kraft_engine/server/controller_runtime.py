@@ -140,11 +140,12 @@ class ControllerRuntime:
         await self.service.close()
 
     def _follow_voters(self, event: ListenerEvent) -> None:
-        # Called on the event loop like every raft listener; the controller's loop runs there too.
+        # Called on the raft loop like every raft listener; the controller lives on its own
+        # thread, so the change is queued behind the events raft delivered before it.
         ids = frozenset(self._driver.raft.voters.ids)
         if ids != self._quorum_node_ids:
             self._quorum_node_ids = ids
-            self._controller.set_quorum_node_ids(ids)
+            self.service.run_on_controller("setQuorumNodeIds", lambda c: c.set_quorum_node_ids(ids))
 
     def _on_fatal(self, error: BaseException) -> None:
         self.fatal_error = error

@@ -1,42 +1,59 @@
-"""The quorum controller on a running node: one asyncio task that is its single event loop.
+"""The quorum controller on a running node: one thread that is its single event loop.
 
 The pure `QuorumController` decides everything but performs nothing. This shell gives it what
 Kafka's QuorumController gets from its KafkaEventQueue thread and its RaftClient:
 
-- One task, one queue. Client writes and reads, raft callbacks (commits, snapshot loads, leader
-  changes) and periodic tasks all run as events dequeued by a single task, so the controller is
-  never entered concurrently. Each event is timed (EventQueueTimeMs, EventQueueProcessingTimeMs).
-- Completion tokens become futures: a write's future resolves only when the controller releases
-  its token (its records are stable), or fails with the controller's `ControllerApiError`.
+- Its own thread, one queue. Raft's driver, the listener and the HTTP endpoint run on the node's
+  event loop; the controller runs on a thread of its own, as Kafka's controller runs on its
+  event-queue thread and not on the raft client's. Fencing a broker at 100k partitions, creating
+  thousands of topics or loading a snapshot takes the controller seconds in Python; on the raft
+  loop that would starve Fetch, Vote and BeginQuorumEpoch past the fetch timeout and cost the
+  leadership. On a thread the interpreter's switch interval (5 ms) bounds how long the raft loop
+  waits for the GIL. `kraftwerk_event_loop_stall_ms` (`server.loop_stall`) measures what is left.
+- Client writes and reads, raft callbacks (commits, snapshot loads, leader changes) and periodic
+  tasks all run as events dequeued by that one thread, so the controller is never entered
+  concurrently. Each event is timed (EventQueueTimeMs, EventQueueProcessingTimeMs).
+- The raft core is only ever entered on the raft loop: the controller thread's appends, resigns
+  and snapshot creations are run there (`_on_raft_loop`), and the thread waits for their answer.
+  The raft loop never waits for the controller thread, so the two cannot deadlock.
+- Completion tokens become futures of the caller's loop: a write's future resolves only when the
+  controller releases its token (its records are stable), or fails with the controller's
+  `ControllerApiError`.
 - Appends go to the raft layer bound to the claim epoch. A refused append, or one placed at an
   offset the controller did not predict, makes the controller renounce (it already applied the
   records; renouncing reverts them) and the raft layer is asked to resign that epoch.
 - Heartbeat contact times are recorded when the request arrives, before it is queued, so a busy
   controller never fences a live broker.
 - Every committed batch and snapshot also feeds a `MetadataLoader`, whose image serves reads that
-  must not run on the controller's timeline (ApiVersions' finalized features) and is what
+  must not run on the controller's thread (ApiVersions' finalized features) and is what
   snapshots are written from: at a batch-aligned committed offset, once
   `metadata.log.max.record.bytes.between.snapshots` bytes were committed since the last one or
-  `metadata.log.max.snapshot.interval.ms` passed with something new. The records are encoded off
-  the event loop; the raft layer then freezes the snapshot and cleans the log prefix behind it.
+  `metadata.log.max.snapshot.interval.ms` passed with something new. The records are encoded on
+  a worker thread; the raft layer then freezes the snapshot and cleans the log prefix behind it.
 - A standby that fell too far behind is handed a snapshot by the raft layer and loads it; the
   active controller never does (the controller treats that as a fatal fault).
 
 A fatal fault (`ControllerFault`, or a record the loader cannot replay) stops the loop, fails every
-waiting client and calls `on_fatal`: the node must not keep serving from state it cannot trust.
+waiting client and calls `on_fatal` on the loop that started the service: the node must not keep
+serving from state it cannot trust.
 
 Metrics are Kafka's controller metrics under the JMX-exporter naming of the node's registry,
 e.g. `kafka.controller:type=KafkaController,name=ActiveControllerCount` is
 `kafka_controller_kafkacontroller_activecontrollercount`; the two event-queue timers are
 `kafka_controller_controllereventmanager_eventqueuetimems` / `..._eventqueueprocessingtimems`
-(histograms in ms).
+(histograms in ms). The gauges are the controller's own snapshot, taken on its thread after every
+event, so a scrape never reads state the controller thread is changing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,6 +67,7 @@ from prometheus_client.registry import Collector
 from kraft_engine.controller import (
     CommittedBatch,
     ControllerApiError,
+    ControllerMetrics,
     QuorumController,
     RecordAndVersion,
 )
@@ -79,7 +97,7 @@ _MS_BUCKETS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 1000
 
 
 class RaftPort(Protocol):
-    """What the controller needs from the node's raft driver (all calls happen on the loop)."""
+    """What the controller needs from the node's raft driver (all calls happen on the raft loop)."""
 
     @property
     def high_watermark(self) -> int | None: ...
@@ -116,6 +134,26 @@ class _Event:
     enqueued_ns: int
 
 
+_STOP = _Event("stop", lambda: None, 0)  # the sentinel that ends the controller thread
+#: How long the controller thread waits for the raft loop to take a call before it gives up.
+_RAFT_CALL_TIMEOUT_S = 60.0
+
+
+def _resolve(future: asyncio.Future[Any], *, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete a future of another thread's loop from the controller thread (or its own)."""
+
+    def complete() -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+        future.get_loop().call_soon_threadsafe(complete)
+
+
 _GAUGES: tuple[tuple[str, str, str], ...] = (
     # (Prometheus name suffix, ControllerMetrics field, help)
     ("activecontrollercount", "active_controller_count", "1 on the active controller, 0 elsewhere"),
@@ -143,11 +181,14 @@ class _ControllerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         service = self._service
-        snapshot = service.controller.metrics(service.now_ms())
+        snapshot = service.metrics_snapshot
+        timestamp_ms = snapshot.last_applied_record_timestamp_ms
         for suffix, field_name, documentation in _GAUGES:
             value = getattr(snapshot, field_name)
             if field_name == "metadata_error_count":
                 value += service.shell_error_count
+            elif field_name == "last_applied_record_lag_ms" and timestamp_ms >= 0:
+                value = max(0, service.now_ms() - timestamp_ms)
             yield GaugeMetricFamily(f"kafka_controller_kafkacontroller_{suffix}", documentation, value=value)
 
 
@@ -169,7 +210,7 @@ def _wall_clock_ms() -> int:
 
 
 class ControllerService:
-    """Runs a `QuorumController` on the event loop against a `RaftPort`; see the module docstring."""
+    """Runs a `QuorumController` on its own thread against a `RaftPort`; see the module docstring."""
 
     def __init__(
         self,
@@ -189,11 +230,18 @@ class ControllerService:
         self._clock_ms = clock_ms
         self._on_fatal = on_fatal
         self.loader = MetadataLoader(publisher_fault_handler=self._publisher_fault)
-        self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._queue: queue.SimpleQueue[_Event] = queue.SimpleQueue()
+        # Futures of the callers' loops, keyed by completion token; only the controller thread
+        # touches the dict.
         self._futures: dict[int, asyncio.Future[Any]] = {}
+        # Commits delivered (raft loop) but not yet taken by the controller thread.
+        self._group_lock = threading.Lock()
         self._open_commit_group: list[RaftBatch] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._snapshot_task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._raft_loop: asyncio.AbstractEventLoop | None = None
+        self._raft_thread: threading.Thread | None = None
+        self._stopping = False
+        self._snapshot_thread: threading.Thread | None = None
         self.fault: BaseException | None = None
         #: Faults the shell saw (loader, publishers, snapshots); MetadataErrorCount adds the controller's.
         self.shell_error_count = 0
@@ -202,27 +250,36 @@ class ControllerService:
         self._applied_since_snapshot = False
         #: Snapshot ids this service wrote (newest last), for status pages and tests.
         self.snapshots_written: list[OffsetAndEpoch] = []
+        #: The controller's metrics as of its last event (taken on its thread; read by scrapes).
+        self.metrics_snapshot: ControllerMetrics = controller.metrics(clock_ms())
         self._metrics = _Metrics(registry, self)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the event loop task (call on the running loop)."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-{self.controller.node_id}")
+        """Start the controller thread (call on the raft driver's running loop)."""
+        if self._thread is None:
+            self._raft_loop = asyncio.get_running_loop()
+            self._raft_thread = threading.current_thread()
+            self._thread = threading.Thread(
+                target=self._run, name=f"controller-{self.controller.node_id}-event-handler", daemon=True
+            )
+            self._thread.start()
 
     async def close(self) -> None:
-        """Stop the loop; every waiting client gets NOT_CONTROLLER-free ControllerStopped."""
-        for task in (self._task, self._snapshot_task):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._task = None
+        """Stop the thread; every waiting client gets ControllerStopped."""
+        self._stopping = True
+        for thread in (self._thread, self._snapshot_thread):
+            if thread is not None and thread.is_alive():
+                if thread is self._thread:
+                    self._queue.put(_STOP)
+                # The thread may be waiting for a raft call on this loop: never block the loop.
+                await asyncio.to_thread(thread.join)
+        self._thread = None
         self._fail_all(ControllerStopped("the controller is shutting down"))
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._thread is not None and self._thread.is_alive() and self.fault is None
 
     # -- ApiVersions -----------------------------------------------------------------------------
     def features(self) -> Features:
@@ -237,20 +294,22 @@ class ControllerService:
     def image(self) -> MetadataImage:
         return self.loader.image
 
-    # -- raft listener (the driver calls these synchronously, in raft order) ---------------------
+    # -- raft listener (the driver calls these on the raft loop, in raft order) ------------------
     def handle_raft_event(self, event: SnapshotLoad | RaftBatch | LeaderChange) -> None:
-        """Queue a raft listener event; it runs on the controller loop in the order delivered."""
-        if isinstance(event, RaftBatch):
-            # Consecutive commits become one event, so the loader folds them into one delta and
-            # one new image (an image per batch would dominate a catch-up).
-            group = self._open_commit_group
-            if group is None:
-                group = self._open_commit_group = []
-                self._enqueue("handleCommit", lambda: self._commit(group))
-            group.append(event)
-            return
-        # Any other event closes the group: commits delivered after it must run after it.
-        self._open_commit_group = None
+        """Queue a raft listener event; it runs on the controller thread in the order delivered."""
+        with self._group_lock:
+            if isinstance(event, RaftBatch):
+                # Consecutive commits the controller has not started on become one event, so the
+                # loader folds them into one delta and one new image (an image per batch would
+                # dominate a catch-up).
+                group = self._open_commit_group
+                if group is None:
+                    group = self._open_commit_group = []
+                    self._enqueue("handleCommit", lambda: self._commit(group))
+                group.append(event)
+                return
+            # Any other event closes the group: commits delivered after it must run after it.
+            self._open_commit_group = None
         if isinstance(event, SnapshotLoad):
             self._enqueue("handleLoadSnapshot", lambda: self._load_snapshot(event))
         else:
@@ -258,10 +317,14 @@ class ControllerService:
             log_end_offset = self._raft.log_end_offset
             self._enqueue("handleLeaderChange", lambda: self._leader_change(event, log_end_offset))
 
+    def run_on_controller(self, name: str, run: Callable[[QuorumController], None]) -> None:
+        """Queue `run` to be called with the controller on its thread (raft listeners use this)."""
+        self._enqueue(name, lambda: run(self.controller))
+
     # -- client operations -----------------------------------------------------------------------
     async def write(self, name: str, operation: Callable[[QuorumController], int], *,
                     timeout_ms: int | None = None) -> Any:
-        """Run a controller write on the loop; its response once durable (or ControllerApiError).
+        """Run a controller write on its thread; its response once durable (or ControllerApiError).
 
         With `timeout_ms` (the request's own timeout) the client gets REQUEST_TIMED_OUT when the
         write is not durable in time, as from Kafka's event deadlines; a write still queued then
@@ -284,14 +347,14 @@ class ControllerService:
             ) from None
 
     async def read(self, name: str, operation: Callable[[QuorumController], T]) -> T:
-        """Run `operation` on the loop against the controller's state."""
+        """Run `operation` on the controller's thread against its state."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
 
         def run() -> None:
             try:
-                future.set_result(operation(self.controller))
+                _resolve(future, result=operation(self.controller))
             except Exception as error:  # a failed read is the reader's problem, not a fault
-                future.set_exception(error)
+                _resolve(future, error=error)
 
         self._enqueue(name, run, future)
         return await future
@@ -303,9 +366,9 @@ class ControllerService:
     def now_ms(self) -> int:
         return self._clock_ms()
 
-    # -- the loop --------------------------------------------------------------------------------
+    # -- the queue -------------------------------------------------------------------------------
     def _enqueue(self, name: str, run: Callable[[], None], future: asyncio.Future[Any] | None = None) -> None:
-        if self.fault is not None or (self._task is not None and self._task.done()):
+        if self.fault is not None or self._stopping or (self._thread is not None and not self._thread.is_alive()):
             error = ControllerStopped(f"the controller loop is stopped: {self.fault}")
             if future is not None:
                 future.set_exception(error)
@@ -320,14 +383,17 @@ class ControllerService:
                 try:
                     original()
                 except ControllerApiError as error:
-                    future.set_exception(error)
+                    _resolve(future, error=error)
 
-        self._queue.put_nowait(_Event(name, run, time.monotonic_ns()))
+        self._queue.put(_Event(name, run, time.monotonic_ns()))
 
-    async def _run(self) -> None:
+    def _run(self) -> None:
+        """The controller thread."""
         try:
             while True:
-                event = await self._next_event()
+                event = self._next_event()
+                if event is _STOP:
+                    return
                 # The controller's clock moves on every wake-up, and due periodic tasks run first.
                 self.controller.tick(self._clock_ms())
                 self._perform_effects()
@@ -338,38 +404,65 @@ class ControllerService:
                     self._perform_effects()
                     self._metrics.processing_time_ms.observe((time.monotonic_ns() - started_ns) / 1e6)
                 self._maybe_snapshot()
-        except asyncio.CancelledError:
-            raise
         except BaseException as error:  # a fault: nothing the controller holds can be trusted now
             self._fatal(error)
 
-    async def _next_event(self) -> _Event | None:
-        if not self._queue.empty():
-            return self._queue.get_nowait()
+    def _next_event(self) -> _Event | None:
         deadline_ms = self.controller.next_deadline_ms()
         if deadline_ms is None:
-            return await self._queue.get()
+            return self._queue.get()
         wait_s = max(0.0, (deadline_ms - self._clock_ms()) / 1000)
         try:
-            async with asyncio.timeout(wait_s):
-                return await self._queue.get()
-        except TimeoutError:
+            return self._queue.get(timeout=wait_s)
+        except queue.Empty:
             return None
+
+    def _on_raft_loop(self, call: Callable[[], T]) -> T:
+        """Run `call` on the raft loop and wait for its result (the raft core is entered only there)."""
+        loop = self._raft_loop
+        if loop is None or threading.current_thread() is self._raft_thread:
+            return call()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not done.set_running_or_notify_cancel():
+                return
+            try:
+                done.set_result(call())
+            except BaseException as error:
+                done.set_exception(error)
+
+        try:
+            loop.call_soon_threadsafe(run)
+        except RuntimeError:
+            raise RaftError("the raft loop is closed") from None
+        try:
+            return done.result(timeout=_RAFT_CALL_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            done.cancel()
+            raise RaftError(f"the raft loop did not take a call within {_RAFT_CALL_TIMEOUT_S:.0f} s") from None
 
     def _fatal(self, error: BaseException) -> None:
         self.fault = error
         self.shell_error_count += 1
         logger.critical("Controller %d stopped by a fatal fault: %s", self.controller.node_id, error, exc_info=error)
         self._fail_all(ControllerStopped(f"the controller stopped after a fatal fault: {error}"))
-        if self._on_fatal is not None:
-            self._on_fatal(error)
+        on_fatal, loop = self._on_fatal, self._raft_loop
+        if on_fatal is not None:
+            if loop is None:
+                on_fatal(error)
+            else:
+                with contextlib.suppress(RuntimeError):  # the node's loop is gone already
+                    loop.call_soon_threadsafe(on_fatal, error)
 
     def _fail_all(self, error: Exception) -> None:
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        for future in self._futures.values():
-            if not future.done():
-                future.set_exception(error)
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        for future in list(self._futures.values()):
+            _resolve(future, error=error)
         self._futures.clear()
 
     # -- effects ---------------------------------------------------------------------------------
@@ -386,22 +479,25 @@ class ControllerService:
                     if controller.is_active():
                         controller.renounce()
                     break
+            # The metrics a client may look at once its write completes are current first.
+            self.metrics_snapshot = controller.metrics(self._clock_ms())
             for token, response in effects.completed:
                 future = self._futures.pop(token, None)
-                if future is not None and not future.done():
-                    future.set_result(response)
+                if future is not None:
+                    _resolve(future, result=response)
             for failed in effects.failed:
                 future = self._futures.pop(failed.token, None)
-                if future is not None and not future.done():
-                    future.set_exception(failed.error)
+                if future is not None:
+                    _resolve(future, error=failed.error)
             if effects.resign_epoch is not None:
                 logger.info("Controller %d renounced epoch %d", controller.node_id, effects.resign_epoch)
-                self._raft.resign(effects.resign_epoch)
+                self._on_raft_loop(functools.partial(self._raft.resign, effects.resign_epoch))
 
     def _append(self, epoch: int, base_offset: int, records: Sequence[RecordAndVersion]) -> bool:
+        # Encoded here, on the controller thread: the raft loop only places the bytes.
         values = [encode_metadata_record(record, version) for record, version in records]
         try:
-            last_offset = self._raft.append(values, epoch=epoch)
+            last_offset = self._on_raft_loop(lambda: self._raft.append(values, epoch=epoch))
         except NotLeaderError as error:
             logger.info("Append at %d refused by raft (%s): renouncing", base_offset, error)
             return False
@@ -415,9 +511,11 @@ class ControllerService:
         return True
 
     # -- raft events -----------------------------------------------------------------------------
-    def _commit(self, batches: list[RaftBatch]) -> None:
-        if self._open_commit_group is batches:
-            self._open_commit_group = None  # later commits start a new event
+    def _commit(self, group: list[RaftBatch]) -> None:
+        with self._group_lock:
+            if self._open_commit_group is group:
+                self._open_commit_group = None  # later commits start a new event
+            batches = list(group)
         loaded: list[LoaderBatch] = []
         for batch in batches:
             records = tuple(decode_metadata_record(value)[0] for value in batch.records)
@@ -482,9 +580,9 @@ class ControllerService:
         return policy.max_interval_ms > 0 and self._clock_ms() - self._last_snapshot_ms >= policy.max_interval_ms
 
     def _maybe_snapshot(self) -> None:
-        if self._snapshot_task is not None and not self._snapshot_task.done():
+        if self._snapshot_thread is not None and self._snapshot_thread.is_alive():
             return
-        if not self._snapshot_due():
+        if self._stopping or not self._snapshot_due():
             return
         image = self.loader.image
         if not image.provenance.is_offset_batch_aligned:
@@ -492,26 +590,31 @@ class ControllerService:
         self._bytes_since_snapshot = 0
         self._applied_since_snapshot = False
         self._last_snapshot_ms = self._clock_ms()
-        self._snapshot_task = asyncio.get_running_loop().create_task(self._write_snapshot(image))
+        # Encoding the image is the expensive part and the image is immutable: a worker thread
+        # does it, so neither the controller nor raft waits for it.
+        self._snapshot_thread = threading.Thread(
+            target=self._write_snapshot, args=(image,), name=f"controller-{self.controller.node_id}-snapshot",
+            daemon=True,
+        )
+        self._snapshot_thread.start()
 
-    async def _write_snapshot(self, image: MetadataImage) -> None:
-        # Encoding the image is the expensive part and the image is immutable: do it off the loop.
+    def _write_snapshot(self, image: MetadataImage) -> None:
         started_ns = time.monotonic_ns()
         try:
-            records = await asyncio.to_thread(_encode_image, image)
+            records = _encode_image(image)
         except MetadataReplayError as error:
             self.shell_error_count += 1
             logger.error("Cannot write a snapshot of the image at %d: %s", image.offset, error)
             return
-        if self.fault is not None:
+        if self.fault is not None or self._stopping:
             return
         try:
-            snapshot_id = self._raft.create_snapshot(
+            snapshot_id = self._on_raft_loop(lambda: self._raft.create_snapshot(
                 end_offset=image.offset + 1,
                 records=records,
                 last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
-            )
-        except (SnapshotError, StorageSnapshotError) as error:
+            ))
+        except (SnapshotError, StorageSnapshotError, RaftError) as error:
             logger.warning("Skipping the snapshot at offset %d: %s", image.offset + 1, error)
             return
         self.snapshots_written.append(snapshot_id)
@@ -519,7 +622,6 @@ class ControllerService:
             "Controller %d wrote snapshot %d-%d: %d records, %d bytes in %.1f ms", self.controller.node_id,
             snapshot_id.offset, snapshot_id.epoch, len(records), sum(len(r) for r in records), (time.monotonic_ns() - started_ns) / 1e6,
         )
-
 
 def _encode_image(image: MetadataImage) -> list[bytes]:
     return [encode_metadata_record(record, version) for record, version in image.records().records]
