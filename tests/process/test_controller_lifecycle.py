@@ -416,6 +416,35 @@ async def test_kill_9_of_the_active_controller_loses_no_acknowledged_write(
         await _stop_all(brokers)
 
 
+async def test_a_client_retries_against_the_new_active_controller_well_inside_its_timeout(
+    controllers: ProcessCluster, admin: ControllerAdmin
+) -> None:
+    # The client last spoke to the active controller, which is then killed -9. Its next write
+    # must find the new active controller, not spend its request timeout reconnecting to the
+    # dead one: with an 8 s timeout (request timeout 8 s) the old client gave up with
+    # ControllerAdminError after 8 s of refused reconnects to the killed node.
+    brokers = await _brokers(controllers, admin)
+    try:
+        async with ControllerAdmin([(HOST, n.port) for n in controllers.nodes.values()], timeout_ms=8000) as client:
+            before = await client.send_to_active(_create_topics_request("before-failover"))
+            assert before.topics[0].error_code == ErrorCode.none
+            active = await asyncio.to_thread(controllers.wait_for_leader)
+            assert await client.active_controller() == (HOST, controllers.nodes[active].port)
+            await asyncio.to_thread(controllers.kill, active)
+            after = await client.send_to_active(_create_topics_request("after-failover"))
+            assert after.topics[0].error_code == ErrorCode.none
+            new_active = await client.active_controller()
+            assert new_active is not None and new_active != (HOST, controllers.nodes[active].port)
+    finally:
+        await _stop_all(brokers)
+
+
+def _create_topics_request(name: str) -> CreateTopicsRequest:
+    return CreateTopicsRequest(topics=(CreatableTopic(
+        name=TopicName(name), num_partitions=i32(1), replication_factor=i16(3), assignments=(), configs=()
+    ),))
+
+
 async def test_a_standby_that_fell_behind_the_cleaned_log_loads_a_snapshot(cluster: ProcessCluster) -> None:
     cluster.extra_config.update(CONTROLLER_MODE)
     # Small snapshots, small segments and no retention to speak of: the active controller

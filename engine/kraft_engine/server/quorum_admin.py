@@ -135,9 +135,17 @@ class QuorumAdmin:
         return connection
 
     async def _send(self, address: tuple[str, int], request: Any) -> Any | None:
-        """One exchange; None when the node is unreachable (the caller tries elsewhere)."""
+        """One exchange; None when the node is unreachable (the caller tries elsewhere).
+
+        A node that refuses the connection gets one attempt, not the whole request timeout of
+        reconnects: as in Kafka's admin client a disconnect fails the call at once, and the
+        caller looks up the active controller again (after a failover, a new one)."""
         connection = self._connection(address)
         try:
+            if not connection.connected:
+                deadline = asyncio.get_running_loop().time() + self._config.socket_connection_setup_timeout_ms / 1000
+                if not await connection.try_connect(deadline=deadline):
+                    return None
             return await connection.send(request, timeout_ms=self._config.request_timeout_ms)
         except (KafkaProtocolError, OSError):
             with contextlib.suppress(Exception):
