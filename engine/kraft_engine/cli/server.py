@@ -2,7 +2,9 @@
 
 The process serves until SIGTERM or SIGINT, then shuts down gracefully: a leader resigns with
 EndQuorumEpoch, the log is flushed and every socket and file is closed before it exits 0. It
-refuses to start (exit 1, "Error: ...") on a bad config or on storage it must not use.
+refuses to start (exit 1, "Error: ...") on a bad config or on storage it must not use. A fatal
+fault while serving (a failed write or fsync of its storage, an invariant) exits 1 after the one
+ERROR line the node logged.
 `--override key=value` (repeatable) changes single keys, as Kafka's `--override` does.
 """
 
@@ -60,6 +62,8 @@ def _start(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_serve(node))
     except ControllerFatalError as e:
+        if e.logged:
+            return 1  # the node logged its one ERROR line; repeating it would be noise
         raise CliError(str(e)) from None
     return 0
 

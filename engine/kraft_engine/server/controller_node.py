@@ -239,6 +239,8 @@ class ControllerNode:
                 self.http = self._http_endpoint(driver)
                 await self.http.start(controller_listener.host or "0.0.0.0", config.kraftwerk_metrics_port)
             driver.start()
+            if driver.fatal_error is not None:
+                raise ControllerFatalError(str(driver.fatal_error), logged=True)
             self.loop_stall.start()
             logger.info(
                 "Controller %d of cluster %s serving %s on port %d (HTTP %s)",
@@ -246,7 +248,7 @@ class ControllerNode:
                 "off" if self.http is None else self.http.port,
             )
             self.started.set()
-            await self._wait_for_stop()
+            await self._wait_for_stop(driver)
             logger.info("Shutting down controller %d", config.node_id)
             if not await driver.shutdown(timeout_ms=_SHUTDOWN_TIMEOUT_MS):
                 logger.warning("Raft shutdown did not complete within %d ms", _SHUTDOWN_TIMEOUT_MS)
@@ -263,9 +265,9 @@ class ControllerNode:
                 self.log.close()
             logger.info("Controller %d stopped", config.node_id)
 
-    async def _wait_for_stop(self) -> None:
-        # A controller that hit a fatal fault must not keep serving: the process exits non-zero.
-        waits = [asyncio.ensure_future(self._stop.wait())]
+    async def _wait_for_stop(self, driver: RaftDriver) -> None:
+        # A node that hit a fatal fault must not keep serving: the process exits non-zero.
+        waits = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(driver.fatal.wait())]
         if self.controller is not None:
             waits.append(asyncio.ensure_future(self.controller.fatal.wait()))
         try:
@@ -273,7 +275,11 @@ class ControllerNode:
         finally:
             for wait in waits:
                 wait.cancel()
+        if driver.fatal_error is not None:
+            # The driver logged the one ERROR line and stopped serving already.
+            raise ControllerFatalError(str(driver.fatal_error), logged=True)
         if self.controller is not None and self.controller.fatal_error is not None:
+            driver.halt()
             raise ControllerFatalError(f"the quorum controller stopped: {self.controller.fatal_error}")
 
     def _features(self) -> Features:
@@ -285,7 +291,9 @@ class ControllerNode:
 
     def _register_apis(self, listener: Listener, driver: RaftDriver) -> None:
         async def forward(request: Any, ctx: RequestContext) -> Any:
-            return await driver.handle_request(request)
+            response = await driver.handle_request(request)
+            driver.refusals.inbound(request, response, peer_address=ctx.peer)
+            return response
 
         # Exactly the requests the raft core answers, at the version it speaks: ApiVersions then
         # never advertises an api the node would drop.

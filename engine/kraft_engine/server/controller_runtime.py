@@ -55,7 +55,14 @@ _REGISTRATION_CHECK_S = 1.0
 
 
 class ControllerFatalError(Exception):
-    """The quorum controller stopped on a fault it must not survive; the process must exit."""
+    """The node stopped on a fault it must not survive; the process must exit non-zero.
+
+    `logged` says the one line describing it is already in the log (the raft driver's ERROR
+    line), so `kraft server start` exits without repeating it."""
+
+    def __init__(self, message: str, *, logged: bool = False) -> None:
+        super().__init__(message)
+        self.logged = logged
 
 
 def bootstrap_records(log: RaftLog) -> list[RecordAndVersion]:

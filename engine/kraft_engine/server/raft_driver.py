@@ -17,6 +17,16 @@ mirrors the simulation's reference driver (`kraft_engine.sim.cluster.SimCluster.
 5. A single poll task sleeps until `next_deadline_ms` (or until woken by an append).
 
 Everything runs on one event loop thread, so the core is never entered concurrently.
+
+Supervision (Kafka's raft client runs `poll()` under a fault handler that exits the process):
+an exception out of the core or out of performing its Output - a failed write or fsync of the
+log, a snapshot or `quorum-state` (`StorageIOError`), an invariant, a raft listener raising - is
+fatal. Whatever entry point hit it (the poll loop, an inbound request, a response arriving on an
+outbound-send task, the state machine's snapshot), the driver logs one ERROR line, stops serving
+at once (inbound requests are dropped, outbound work is cancelled) and sets `fatal`, which the
+node waits on to exit non-zero. It never keeps answering from state it could not persist. Any
+error an outbound-send task raises lands here too instead of in "Task exception was never
+retrieved".
 """
 
 from __future__ import annotations
@@ -62,12 +72,14 @@ from kraft_engine.raft import (
 )
 from kraft_engine.records.batches import iter_batches
 from kraft_engine.server.append_only_store import AppendOnlyStore
+from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals, is_inconsistent_cluster_id
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.storage.metadata_log import FileMetadataLog
 from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData
 from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
+from kraft_engine.storage.storage_error import StorageIOError
 
-__all__ = ["AppendResult", "NotLeader", "RaftDriver", "wall_clock_ms"]
+__all__ = ["AppendResult", "NotLeader", "RaftDriver", "RaftFatalError", "wall_clock_ms"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +89,14 @@ _FETCH_API_KEY = 1
 def wall_clock_ms() -> int:
     # Kafka's raft client runs on wall-clock time too (DescribeQuorum timestamps are epoch ms).
     return int(time.time() * 1000)
+
+
+class RaftFatalError(Exception):
+    """The raft node stopped on a fault it must not survive; `cause` is the original error."""
+
+    def __init__(self, message: str, *, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class NotLeader(Exception):
@@ -137,17 +157,30 @@ class RaftDriver:
         self._listeners: list[Callable[[ListenerEvent], None]] = []
         #: Wall-clock ms of the last Fetch answered without error by the leader (followers).
         self.last_fetch_success_ms: int | None = None
+        #: Set once, by the first fatal fault (see the module docstring); the node then exits.
+        self.fatal_error: RaftFatalError | None = None
+        self.fatal = asyncio.Event()
+        #: INCONSISTENT_CLUSTER_ID refusals, both ways (the node reports the inbound ones).
+        self.refusals = ClusterIdRefusals(cluster_id=raft.cluster_id, metrics=metrics, clock_ms=clock_ms)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         """Perform the first poll and start the poll loop (call once, on the running loop)."""
-        self._perform(self.raft.poll(self._clock_ms()))
+        try:
+            self._perform(self.raft.poll(self._clock_ms()))
+        except Exception as error:
+            self._fail(error, where="the first poll")
+            return
         self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop())
 
     async def shutdown(self, *, timeout_ms: int) -> bool:
         """Graceful: a leader resigns with EndQuorumEpoch; True when the core finished in time."""
         if not self._stopped:
-            self._perform(self.raft.shutdown(timeout_ms, now_ms=self._clock_ms()))
+            try:
+                self._perform(self.raft.shutdown(timeout_ms, now_ms=self._clock_ms()))
+            except Exception as error:
+                self._fail(error, where="shutdown")
+                return False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout_ms / 1000 + 0.5):
                     await self._shutdown_complete.wait()
@@ -167,6 +200,7 @@ class RaftDriver:
         for connection in list(self._connections.values()):
             await connection.close()
         self._connections.clear()
+        await self.refusals.close()
         for waiter in self._waiters:
             if not waiter.future.done():
                 waiter.future.set_exception(NotLeader("the node is shutting down", leader_id=None, epoch=waiter.epoch))
@@ -174,8 +208,15 @@ class RaftDriver:
         for future in self._inbound.values():
             future.cancel()
         self._inbound.clear()
-        self.log.flush()
-        self.log.close()
+        if self.fatal_error is None:
+            self.log.flush()
+        else:
+            # After a failed write or fsync, flushing again proves nothing (the kernel may have
+            # dropped the dirty pages): recovery on the next start decides what survived.
+            with contextlib.suppress(Exception):
+                self.log.flush()
+        with contextlib.suppress(OSError, StorageIOError):
+            self.log.close()
 
     # -- inbound requests (the listener's handlers call this) ----------------------------------
     async def handle_request(self, request: Any) -> Any:
@@ -187,7 +228,11 @@ class RaftDriver:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._inbound[token] = future
         try:
-            self._perform(self.raft.handle_request(request, token=token, now_ms=self._clock_ms()))
+            try:
+                self._perform(self.raft.handle_request(request, token=token, now_ms=self._clock_ms()))
+            except Exception as error:
+                self._fail(error, where=f"handling a {type(request).__name__}")
+                raise ConnectionLost("the node stopped on a fatal fault") from None
             return await future
         finally:
             self._inbound.pop(token, None)
@@ -214,17 +259,32 @@ class RaftDriver:
         return offset
 
     def resign(self, epoch: int) -> None:
-        self._perform(self.raft.resign(epoch, now_ms=self._clock_ms()))
+        if self._stopped:
+            return
+        try:
+            self._perform(self.raft.resign(epoch, now_ms=self._clock_ms()))
+        except Exception as error:
+            self._fail(error, where="resigning")
 
     def create_snapshot(
         self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int
     ) -> OffsetAndEpoch:
-        return self.raft.create_snapshot(
-            end_offset=end_offset,
-            records=records,
-            last_contained_log_timestamp_ms=last_contained_log_timestamp_ms,
-            now_ms=self._clock_ms(),
-        )
+        """RaftPort.create_snapshot; a storage fault stops the node and reaches the caller as a
+        SnapshotError (the caller skips the snapshot; the node is going down)."""
+        if self._stopped:
+            raise SnapshotError("the node is stopping")
+        try:
+            return self.raft.create_snapshot(
+                end_offset=end_offset,
+                records=records,
+                last_contained_log_timestamp_ms=last_contained_log_timestamp_ms,
+                now_ms=self._clock_ms(),
+            )
+        except (SnapshotError, StorageSnapshotError, NotLeaderError):
+            raise
+        except Exception as error:
+            self._fail(error, where="creating a snapshot")
+            raise SnapshotError(f"the node stopped on a fatal fault: {error}") from None
 
     async def append_and_wait(self, values: list[bytes], *, timeout_ms: int) -> AppendResult:
         """Append one batch as leader and wait until it is committed (or lost)."""
@@ -256,12 +316,54 @@ class RaftDriver:
         while not self._stopped:
             now_ms = self._clock_ms()
             if now_ms >= self._deadline_ms:
-                self._perform(self.raft.poll(now_ms))
+                try:
+                    self._perform(self.raft.poll(now_ms))
+                except Exception as error:
+                    self._fail(error, where="the poll loop")
+                    return
                 continue
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout((self._deadline_ms - now_ms) / 1000):
                     await self._wake.wait()
+
+    # -- supervision ---------------------------------------------------------------------------
+    def _fail(self, error: BaseException, *, where: str) -> None:
+        """The one way out of a fault: one ERROR line, stop serving, wake the node (see module doc)."""
+        if self.fatal_error is not None:
+            return
+        if isinstance(error, StorageIOError):
+            message = f"{error}; stopping node {self.raft.node_id}"
+            exc_info = None  # the message says it all: file, directory, OS error
+        else:
+            message = f"Stopping node {self.raft.node_id} after an unexpected error in {where}: {error!r}"
+            exc_info = error  # a bug: the traceback is what finds it
+        already_stopping = self._stopped
+        self.fatal_error = RaftFatalError(message, cause=error)
+        self._stopped = True
+        if not already_stopping:
+            logger.error("%s", message, exc_info=exc_info)
+            self._metrics.fatal_errors.labels(kind=_fault_kind(error)).inc()
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
+        if self._poll_task is not None and self._poll_task is not asyncio.current_task():
+            self._poll_task.cancel()
+        for future in self._inbound.values():
+            future.cancel()
+        self.fatal.set()
+
+    def halt(self) -> None:
+        """Stop touching storage and answering at once (the state machine hit a fatal fault)."""
+        self._stopped = True
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._fail(error, where="an outbound request")
 
     # -- performing an Output --------------------------------------------------------------------
     def _perform(self, out: Output) -> None:
@@ -383,7 +485,7 @@ class RaftDriver:
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
 
     def _connection(self, host: str, port: int) -> KafkaConnection:
         connection = self._connections.get((host, port))
@@ -396,6 +498,7 @@ class RaftDriver:
         listener = self.raft.config.controller_listener_name
         endpoints = [e for e in message.endpoints if e.name == listener] or list(message.endpoints)
         result: Any
+        endpoint = None
         if not endpoints:
             result = RequestFailure.DISCONNECTED
         else:
@@ -420,6 +523,10 @@ class RaftDriver:
         now_ms = self._clock_ms()
         if not isinstance(result, RequestFailure):
             self._count_fetched(message, result, now_ms)
+            if endpoint is not None and is_inconsistent_cluster_id(result):
+                self.refusals.outbound(
+                    message.request, node_id=message.destination_id, address=(endpoint.host, endpoint.port)
+                )
         self._perform(self.raft.handle_response(message.token, result, now_ms=now_ms))
 
     async def _exchange(self, connection: KafkaConnection, message: OutboundRequest) -> Any:
@@ -455,6 +562,10 @@ class RaftDriver:
         self.last_fetch_success_ms = now_ms
         if records:
             self._metrics.fetch_records.record(records)
+
+
+def _fault_kind(error: BaseException) -> str:
+    return "storage" if isinstance(error, StorageIOError) else "unexpected"
 
 
 def _record_count(data: bytes | None) -> int:

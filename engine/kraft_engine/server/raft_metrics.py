@@ -22,6 +22,17 @@ Averages, maxima and rates are windowed like Kafka's (two 30 s samples: the last
 window with no observations reports NaN, as Kafka does. Counters of the same events are exported
 too (`kafka_raft_append_records_total`, `kafka_raft_fetch_records_total`) because Prometheus users
 prefer `rate()` over a pre-computed rate.
+
+Faults, which Kafka reports only in its log (the operator's disk-loss and wrong-cluster runbooks
+are raised from these):
+
+| Prometheus                                               | what                                      |
+|----------------------------------------------------------|-------------------------------------------|
+| kraftwerk_raft_fatal_errors_total{kind="storage"}        | failed writes/fsyncs/renames (then exit)  |
+| kraftwerk_raft_fatal_errors_total{kind="unexpected"}     | any other fault of the raft loop (exit)   |
+| kraftwerk_log_recovery_truncated_bytes                   | bytes recovery cut from the log at start  |
+| kraftwerk_log_recovery_dropped_batches                   | whole batches among them (known intact)   |
+| kraftwerk_raft_inconsistent_cluster_id_total{peer,direction} | requests/responses refused: wrong cluster |
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kraft_engine.raft import RaftNode, Role
@@ -84,6 +95,24 @@ class RaftMetrics:
         self.election_latency_ms = WindowedStat()
         self.append_records = WindowedStat()
         self.fetch_records = WindowedStat()
+        self.fatal_errors = Counter(
+            "kraftwerk_raft_fatal_errors", "Faults that stopped the raft node (storage: a failed write, fsync or rename).",
+            labelnames=["kind"], registry=registry,
+        )
+        self.recovery_truncated_bytes = Gauge(
+            "kraftwerk_log_recovery_truncated_bytes",
+            "Bytes the metadata log's recovery removed when this process opened it.", registry=registry,
+        )
+        self.recovery_dropped_batches = Gauge(
+            "kraftwerk_log_recovery_dropped_batches",
+            "Intact batches among the bytes recovery removed (they followed damage).", registry=registry,
+        )
+        self.inconsistent_cluster_id = Counter(
+            "kraftwerk_raft_inconsistent_cluster_id",
+            "Raft requests refused by this node (direction=inbound) or responses refusing this node's requests "
+            "(direction=outbound) with INCONSISTENT_CLUSTER_ID, per peer.",
+            labelnames=["peer", "direction"], registry=registry,
+        )
         registry.register(self)
 
     def collect(self) -> Iterator[Metric]:

@@ -14,6 +14,7 @@ one can be opened by the other and Kafka's own tools can inspect ours. Public AP
 - `partition_log`: `PartitionLog.open(dir, ...) -> (log, RecoveryReport)`; appends as leader or
   follower, reads, truncation, retention, flush (API in that module's docstring).
 - `metadata_log`: `FileMetadataLog`, the raft core's `RaftLog` over a PartitionLog + snapshots.
+- `storage_error`: `StorageIOError`, what every failed write, fsync or rename becomes.
 - `snapshots`: `SnapshotWriter`, `DownloadedSnapshotWriter`, `SnapshotReader`, listing/deleting
   `<offset>-<epoch>.checkpoint` files.
 """
@@ -45,6 +46,7 @@ from kraft_engine.storage.snapshots import (
     SnapshotReader,
     SnapshotWriter,
 )
+from kraft_engine.storage.storage_error import StorageIOError
 
 __all__ = [
     "AppendInfo",
@@ -67,6 +69,7 @@ __all__ = [
     "SnapshotId",
     "SnapshotReader",
     "SnapshotWriter",
+    "StorageIOError",
     "atomic_replace",
     "fsync_dir",
     "read_meta_properties",

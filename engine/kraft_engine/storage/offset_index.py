@@ -26,6 +26,7 @@ import struct
 from pathlib import Path
 
 from kraft_engine.invariant import require
+from kraft_engine.storage.storage_error import storage_io
 
 __all__ = ["INDEX_ENTRY_SIZE", "OffsetIndex"]
 
@@ -41,9 +42,11 @@ class OffsetIndex:
         self.base_offset = base_offset
         self._offsets = [o for o, _ in entries]
         self._positions = [p for _, p in entries]
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with storage_io("opening", path):
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._dirty = False
-        self._rewrite()
+        with storage_io("writing", path):
+            self._rewrite()
 
     @staticmethod
     def read_entries(path: Path, *, base_offset: int) -> list[tuple[int, int]] | None:
@@ -65,7 +68,10 @@ class OffsetIndex:
             not self._offsets or (offset > self._offsets[-1] and position > self._positions[-1]),
             f"index entries must increase: ({offset}, {position}) after {self.entries[-1:]}",
         )
-        os.pwrite(self._fd, _ENTRY.pack(offset - self.base_offset, position), len(self._offsets) * INDEX_ENTRY_SIZE)
+        entry = _ENTRY.pack(offset - self.base_offset, position)
+        with storage_io("writing", self.path):
+            if os.pwrite(self._fd, entry, len(self._offsets) * INDEX_ENTRY_SIZE) != len(entry):
+                raise OSError(f"short write of an {len(entry)}-byte index entry")
         self._offsets.append(offset)
         self._positions.append(position)
         self._dirty = True
@@ -81,13 +87,15 @@ class OffsetIndex:
         if keep < len(self._positions):
             del self._offsets[keep:]
             del self._positions[keep:]
-            os.ftruncate(self._fd, keep * INDEX_ENTRY_SIZE)
+            with storage_io("truncating", self.path):
+                os.ftruncate(self._fd, keep * INDEX_ENTRY_SIZE)
             self._dirty = True
 
     def flush(self) -> None:
         """fsync the file if anything was written since the last flush."""
         if self._dirty:
-            os.fsync(self._fd)
+            with storage_io("fsyncing", self.path):
+                os.fsync(self._fd)
             self._dirty = False
 
     def close(self) -> None:

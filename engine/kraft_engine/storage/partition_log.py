@@ -73,7 +73,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from kraft_engine.invariant import InvariantViolation, require
+from kraft_engine.invariant import InvariantViolation
 from kraft_engine.records.batches import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -94,6 +94,7 @@ from kraft_engine.storage.checkpoint_file import (
 from kraft_engine.storage.leader_epoch_cache import LeaderEpochCache
 from kraft_engine.storage.offset_index import OffsetIndex
 from kraft_engine.storage.snapshots import clean_snapshot_leftovers
+from kraft_engine.storage.storage_error import storage_io, write_fully
 
 __all__ = [
     "DEFAULT_INDEX_INTERVAL_BYTES",
@@ -233,7 +234,8 @@ class _Segment:
     def __init__(self, directory: Path, base_offset: int) -> None:
         self.base_offset = base_offset
         self.log_path = directory / segment_file_name(base_offset)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        with storage_io("opening", self.log_path):
+            self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size_bytes = os.fstat(self.fd).st_size
         self.next_offset = base_offset
         self.bytes_since_index_entry = 0
@@ -271,8 +273,8 @@ class _Segment:
             self.tail_positions.clear()
         self.tail_bases.append(header.base_offset)
         self.tail_positions.append(self.size_bytes)
-        written = os.write(self.fd, batch)
-        require(written == len(batch), f"short write to {self.log_path}: {written} of {len(batch)} bytes")
+        # A short write (a full device) is finished or fails with the device's own error.
+        write_fully(self.fd, batch, path=self.log_path)
         self.size_bytes += len(batch)
         self.bytes_since_index_entry += len(batch)
         self.next_offset = header.next_offset
@@ -288,9 +290,10 @@ class _Segment:
 
     def truncate_to_position(self, position: int, *, next_offset: int) -> None:
         # A time index from Kafka would now describe batches that are gone; Kafka rebuilds a missing one.
-        self.derived_paths[1].unlink(missing_ok=True)
-        os.ftruncate(self.fd, position)
-        os.fsync(self.fd)
+        with storage_io("truncating", self.log_path):
+            self.derived_paths[1].unlink(missing_ok=True)
+            os.ftruncate(self.fd, position)
+            os.fsync(self.fd)
         self.unflushed = False
         if self.index is not None:
             # Not synced: recovery rebuilds an index that still holds entries past the cut.
@@ -307,7 +310,8 @@ class _Segment:
     def flush(self) -> None:
         """fsync the segment's data; the index is derived and synced only at roll and close."""
         if self.unflushed:
-            os.fsync(self.fd)
+            with storage_io("fsyncing", self.log_path):
+                os.fsync(self.fd)
             self.unflushed = False
 
     def seal(self) -> None:
@@ -490,7 +494,8 @@ def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
     for path in [p for s in segments for p in (s.log_path, *s.derived_paths)]:
         if path.exists():
             target = path.with_name(path.name + _DELETED_SUFFIX)
-            os.replace(path, target)
+            with storage_io("renaming for deletion", path):
+                os.replace(path, target)
             renamed.append(target)
     fsync_dir(directory)
     for target in renamed:

@@ -60,6 +60,7 @@ from kraft_engine.records.control import (
 )
 from kraft_engine.storage.atomic_file import fsync_dir
 from kraft_engine.storage.batch_sequence import restamp, whole_batches
+from kraft_engine.storage.storage_error import storage_io, write_fully
 
 __all__ = [
     "DownloadedSnapshotWriter",
@@ -128,12 +129,14 @@ def delete_snapshot(directory: Path, snapshot_id: SnapshotId) -> bool:
     """Rename to `.checkpoint.deleted`, fsync the directory, unlink. False when it did not exist."""
     path = directory / snapshot_file_name(snapshot_id)
     doomed = path.with_name(path.name + ".deleted")
-    try:
-        os.replace(path, doomed)
-    except FileNotFoundError:
-        return False
+    with storage_io("renaming for deletion", path):
+        try:
+            os.replace(path, doomed)
+        except FileNotFoundError:
+            return False
     fsync_dir(directory)
-    doomed.unlink()
+    with storage_io("deleting", doomed):
+        doomed.unlink()
     return True
 
 
@@ -151,25 +154,26 @@ class _PartFile:
             raise SnapshotError(f"snapshot {self.final_path} already exists")
         stem = self.final_path.name[: -len(_SUFFIX)]
         self.path = directory / f"{stem}-{secrets.token_hex(8)}{_PARTIAL_SUFFIX}"
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        with storage_io("creating", self.path):
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self.size_bytes = 0
         self.frozen = False
 
     def append(self, data: bytes) -> None:
         if self.fd < 0:
             raise SnapshotError(f"snapshot {self.snapshot_id} is {'frozen' if self.frozen else 'aborted'}")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        write_fully(self.fd, data, path=self.path)
         self.size_bytes += len(data)
 
     def freeze(self) -> Path:
         if self.fd < 0:
             raise SnapshotError(f"snapshot {self.snapshot_id} is {'frozen' if self.frozen else 'aborted'}")
-        os.fsync(self.fd)
+        with storage_io("fsyncing", self.path):
+            os.fsync(self.fd)
         os.close(self.fd)
         self.fd = -1
-        os.replace(self.path, self.final_path)
+        with storage_io(f"renaming {self.path.name} to", self.final_path):
+            os.replace(self.path, self.final_path)
         fsync_dir(self.directory)
         self.frozen = True
         return self.final_path
