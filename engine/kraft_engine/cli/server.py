@@ -56,11 +56,13 @@ def _start(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         raise CliError(str(e)) from None
     try:
-        node = ControllerNode.open(config)
+        node = ControllerNode.open(config, config_path=args.config)
     except StartupError as e:
         raise CliError(str(e)) from None
     try:
         asyncio.run(_serve(node))
+    except StartupError as e:
+        raise CliError(str(e)) from None
     except ControllerFatalError as e:
         if e.logged:
             return 1  # the node logged its one ERROR line; repeating it would be noise

@@ -47,6 +47,9 @@ from kraft_engine.raft import (
     VoterNode,
     VoterSet,
 )
+from kraft_engine.raft import (
+    SnapshotError as RaftSnapshotError,
+)
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
@@ -54,15 +57,22 @@ from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.loop_stall import LoopStallMonitor
 from kraft_engine.server.raft_driver import NotLeader, RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
+from kraft_engine.server.startup_checks import (
+    LostLogRecovery,
+    StartupError,
+    check_metadata_log_present,
+    check_snapshots,
+)
 from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble, MetaPropertiesError
 from kraft_engine.storage.metadata_log import FileMetadataLog
-from kraft_engine.storage.partition_log import LogError
+from kraft_engine.storage.partition_log import LogError, RecoveryReport
 from kraft_engine.storage.quorum_state_store import (
     QUORUM_STATE_FILE_NAME,
     FileQuorumStateStore,
     QuorumStateError,
 )
 from kraft_engine.storage.snapshots import SnapshotError
+from kraft_engine.storage.storage_error import StorageIOError
 
 __all__ = ["TEST_STATE_MACHINE_KEY", "ControllerNode", "StartupError"]
 
@@ -78,10 +88,6 @@ _DESCRIBE_CLUSTER = 60
 _CONTROLLER_ENDPOINT_TYPE = 2
 
 
-class StartupError(Exception):
-    """The node must not start; the message says why and what to do."""
-
-
 @dataclass(frozen=True, slots=True)
 class _Identity:
     cluster_id: str
@@ -94,7 +100,10 @@ def _verify_storage(config: KafkaConfig) -> _Identity:
     if metadata_dir not in ensemble.formatted:
         reason = ensemble.errors.get(metadata_dir)
         if reason is not None:
-            raise StartupError(f"cannot read meta.properties in {metadata_dir}: {reason}")
+            raise StartupError(
+                f"cannot read {metadata_dir / 'meta.properties'}: {reason}. Restore the file (the other directories "
+                "of this node hold the same cluster.id and node.id), or replace the directory as a lost metadata log."
+            )
         raise StartupError(
             f"No meta.properties found in {metadata_dir} (have you run `kraft storage format` to format the directory?)"
         )
@@ -103,7 +112,12 @@ def _verify_storage(config: KafkaConfig) -> _Identity:
             expected_node_id=config.node_id, require_metadata_log_dir=True, require_at_least_one_valid=True
         )
     except MetaPropertiesError as e:
-        raise StartupError(str(e)) from None
+        dirs = ", ".join(str(d / "meta.properties") for d in sorted(ensemble.formatted))
+        raise StartupError(
+            f"{e} (in {dirs}). These directories were formatted for another node or cluster: check node.id, "
+            "log.dirs and metadata.log.dir in the config, or move the foreign directory away; never edit "
+            "meta.properties to make it fit."
+        ) from None
     meta = ensemble.formatted[metadata_dir]
     if meta.cluster_id is None:
         raise StartupError(f"meta.properties in {metadata_dir} has no cluster.id")
@@ -121,8 +135,9 @@ class ControllerNode:
     """A controller process's parts; `open` checks and loads, `run` serves until `stop`."""
 
     def __init__(self, config: KafkaConfig, *, identity: _Identity, log: FileMetadataLog,
-                 quorum_state: FileQuorumStateStore) -> None:
+                 quorum_state: FileQuorumStateStore, recovery_report: RecoveryReport | None = None) -> None:
         self.config = config
+        self.recovery_report = recovery_report
         self.identity = identity
         self.log = log
         self.quorum_state = quorum_state
@@ -138,7 +153,10 @@ class ControllerNode:
         self.started = asyncio.Event()
 
     @classmethod
-    def open(cls, config: KafkaConfig) -> ControllerNode:
+    def open(cls, config: KafkaConfig, *, config_path: str | None = None) -> ControllerNode:
+        """Check the storage and open the metadata log; StartupError (one line) when it must not start.
+
+        `config_path` is only printed in recovery steps."""
         if any(e.port == 0 for e in config.controller_listeners):
             # The port is advertised to the quorum (voter set, leader hints): it must be fixed.
             raise StartupError("a controller listener needs a fixed port; port 0 cannot be advertised to the quorum")
@@ -148,18 +166,38 @@ class ControllerNode:
             raise StartupError("process.roles=broker is not supported yet: run a dedicated controller")
         identity = _verify_storage(config)
         directory = Path(config.metadata_log_dir) / METADATA_PARTITION_DIR
+        recovery = LostLogRecovery(
+            node_id=config.node_id,
+            cluster_id=identity.cluster_id,
+            directory_id=identity.directory_id,
+            config_path=config_path,
+            dynamic_quorum=not config.controller_quorum_voters,
+        )
+        check_metadata_log_present(metadata_dir=Path(config.metadata_log_dir), partition_dir=directory, recovery=recovery)
         quorum_state = FileQuorumStateStore(directory / QUORUM_STATE_FILE_NAME)
         try:
             quorum_state.read()
         except QuorumStateError as e:
-            raise StartupError(str(e)) from None
+            raise StartupError(
+                f"{e}. This file holds the node's votes: restore it from a backup, or replace the directory "
+                f"(deleting the file would let the node vote twice in one epoch). {recovery.steps()}"
+            ) from None
+        except OSError as e:
+            raise StartupError(f"cannot read {quorum_state.path}: {e.strerror or e}") from None
         try:
-            log, report = FileMetadataLog.open(directory, segment_bytes=config.metadata_log_segment_bytes)
+            log, report = FileMetadataLog.open(
+                directory,
+                segment_bytes=config.metadata_log_segment_bytes,
+                check=lambda log: check_snapshots(log, recovery=recovery),
+            )
+        except StorageIOError as e:
+            raise StartupError(f"{e} (while recovering the metadata log; free space or fix the device, then start "
+                               "the node again)") from None
         except (LogError, SnapshotError, OSError) as e:
             raise StartupError(f"cannot open the metadata log in {directory}: {e}") from None
         for line in report.describe():
             logger.warning("Metadata log recovery: %s", line)
-        return cls(config, identity=identity, log=log, quorum_state=quorum_state)
+        return cls(config, identity=identity, log=log, quorum_state=quorum_state, recovery_report=report)
 
     def stop(self) -> None:
         """Ask `run` to shut down gracefully (signal handlers call this)."""
@@ -187,6 +225,11 @@ class ControllerNode:
             else None
         )
         metrics = RaftMetrics(self.registry, node=lambda: None if self.driver is None else self.driver.raft)
+        if self.recovery_report is not None:
+            report = self.recovery_report
+            drops = ([report.truncated] if report.truncated else []) + list(report.deleted_segments)
+            metrics.recovery_truncated_bytes.set(sum(d.bytes_dropped for d in drops))
+            metrics.recovery_dropped_batches.set(len(report.dropped_intact_batches))
         try:
             advertised = [
                 Endpoint(e.listener_name, e.host or "localhost", e.port)
@@ -199,19 +242,23 @@ class ControllerNode:
                     for v in config.controller_quorum_voters
                 )
             bootstrap = tuple(Endpoint(listener_name, s.host, s.port) for s in config.controller_quorum_bootstrap_servers)
-            raft = RaftNode(
-                config=raft_config,
-                node_id=config.node_id,
-                directory_id=self.identity.directory_id,
-                cluster_id=self.identity.cluster_id,
-                log=self.log,
-                persisted=_election_state(self.quorum_state.read()),
-                static_voters=static_voters,
-                rng=random.Random(),
-                now_ms=wall_clock_ms(),
-                local_endpoints=tuple(advertised),
-                bootstrap_servers=bootstrap,
-            )
+            try:
+                # Loads the latest snapshot and replays the log after it (checked whole at open).
+                raft = RaftNode(
+                    config=raft_config,
+                    node_id=config.node_id,
+                    directory_id=self.identity.directory_id,
+                    cluster_id=self.identity.cluster_id,
+                    log=self.log,
+                    persisted=_election_state(self.quorum_state.read()),
+                    static_voters=static_voters,
+                    rng=random.Random(),
+                    now_ms=wall_clock_ms(),
+                    local_endpoints=tuple(advertised),
+                    bootstrap_servers=bootstrap,
+                )
+            except (SnapshotError, RaftSnapshotError, StorageIOError) as e:
+                raise StartupError(f"cannot load the metadata log in {self.log.directory}: {e}") from None
             driver = RaftDriver(
                 raft=raft,
                 log=self.log,

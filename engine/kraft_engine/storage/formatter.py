@@ -49,6 +49,7 @@ from kraft_engine.storage.meta_properties import (
     MetaPropertiesError,
     write_meta_properties,
 )
+from kraft_engine.storage.metadata_log import holds_metadata_log
 from kraft_engine.storage.snapshots import SnapshotId, SnapshotWriter, snapshot_file_name
 
 __all__ = [
@@ -257,6 +258,11 @@ class FormatRequest:
     def kraft_version(self) -> int:
         return KRAFT_VERSION_DYNAMIC if self.dynamic_quorum else KRAFT_VERSION_STATIC
 
+    @property
+    def joins_later(self) -> bool:
+        """--no-initial-controllers: a dynamic-quorum node that joins (as an observer) later."""
+        return self.dynamic_quorum and self.initial_controllers is None
+
     def directory_type(self, log_dir: Path) -> DirectoryType:
         if log_dir != self.metadata_log_dir:
             return DirectoryType.LOG_DIRECTORY
@@ -315,27 +321,44 @@ def format_storage(request: FormatRequest, *, out: TextIO, now_ms: int) -> Forma
         ensemble.verify(expected_cluster_id=request.cluster_id, expected_node_id=request.node_id)
     except MetaPropertiesError as e:
         raise FormatterError(str(e)) from None
-    if ensemble.formatted and not request.ignore_formatted:
-        first = sorted(ensemble.formatted)[0]
+    lost = _lost_metadata_log(request, ensemble)
+    if lost is not None and not request.joins_later:
+        raise FormatterError(
+            f"The metadata log of {lost} is missing but its meta.properties survived. Format it as a new directory "
+            "(a new directory.id) with --no-initial-controllers --ignore-formatted, start it as an observer, then "
+            "swap it into the voter set with `kraft metadata-quorum remove-controller` (old directory id) and "
+            "`add-controller`."
+        )
+    formatted = {d: m for d, m in ensemble.formatted.items() if d != lost}
+    if formatted and not request.ignore_formatted:
+        first = sorted(formatted)[0]
         raise FormatterError(
             f"Log directory {first} is already formatted. Use --ignore-formatted to ignore this directory "
             "and format the others."
         )
     for log_dir in sorted(ensemble.errors):
         print(f"I/O error trying to read log directory {log_dir}. Ignoring...", file=out)
-    writable = sorted(ensemble.empty | ensemble.missing)
+    writable = sorted(ensemble.empty | ensemble.missing | ({lost} if lost is not None else set()))
     if not writable:
         if not ensemble.formatted:
             raise FormatterError("No available log directories to format.")
         print("All of the log directories are already formatted.", file=out)
         return FormatResult(formatted=(), bootstrap_snapshot=None)
 
+    # The lost directory's old id stays "used": the new one must differ from it (it is still a voter).
     used_ids = {m.directory_id for m in ensemble.formatted.values() if m.directory_id is not None}
     snapshot_path: Path | None = None
     for log_dir in writable:
         directory_type = request.directory_type(log_dir)
         directory_id = _directory_id(request, directory_type, used_ids)
         used_ids.add(directory_id)
+        if log_dir == lost:
+            old = ensemble.formatted[log_dir].directory_id
+            print(
+                f"The metadata log of {log_dir} is missing: formatting it as a new directory (directory.id "
+                f"{to_kafka_str(directory_id)} replaces {'none' if old is None else to_kafka_str(old)}).",
+                file=out,
+            )
         print(
             f"Formatting {directory_type.value} {log_dir} with metadata.version {request.metadata_version_name}.",
             file=out,
@@ -350,6 +373,15 @@ def format_storage(request: FormatRequest, *, out: TextIO, now_ms: int) -> Forma
             ),
         )
     return FormatResult(formatted=tuple(writable), bootstrap_snapshot=snapshot_path)
+
+
+def _lost_metadata_log(request: FormatRequest, ensemble: MetaPropertiesEnsemble) -> Path | None:
+    """A controller's formatted metadata directory whose `__cluster_metadata-0` holds no log and no
+    snapshot: the disk-replacement case, the only formatted directory format may write again."""
+    directory = request.metadata_log_dir
+    if not request.is_controller or directory not in ensemble.formatted:
+        return None
+    return None if holds_metadata_log(directory / CLUSTER_METADATA_DIR_NAME) else directory
 
 
 def _directory_id(request: FormatRequest, directory_type: DirectoryType, used: set[uuid.UUID]) -> uuid.UUID:

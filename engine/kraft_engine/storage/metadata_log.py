@@ -25,7 +25,7 @@ change once frozen, so their sizes are remembered too.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,19 @@ from kraft_engine.storage.snapshots import (
     list_snapshots,
 )
 
-__all__ = ["FileMetadataLog"]
+__all__ = ["FileMetadataLog", "holds_metadata_log"]
+
+
+def holds_metadata_log(directory: Path) -> bool:
+    """Whether a `__cluster_metadata-0` directory holds a log: a snapshot or a non-empty segment.
+
+    A formatted controller always has at least its bootstrap checkpoint, so False on a formatted
+    node means its metadata log was lost (a replaced disk, a deleted directory)."""
+    if not directory.is_dir():
+        return False
+    return any(
+        p.name.endswith(".checkpoint") or (p.name.endswith(".log") and p.stat().st_size > 0) for p in directory.iterdir()
+    )
 
 
 def _snapshot_id(value: OffsetAndEpoch) -> SnapshotId:
@@ -60,12 +72,21 @@ class FileMetadataLog:
 
     @classmethod
     def open(
-        cls, directory: Path, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES
+        cls,
+        directory: Path,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        check: Callable[[FileMetadataLog], None] | None = None,
     ) -> tuple[FileMetadataLog, RecoveryReport]:
-        """Open and recover; `segment_bytes` is Kafka's `metadata.log.segment.bytes`."""
+        """Open and recover; `segment_bytes` is Kafka's `metadata.log.segment.bytes`.
+
+        `check` sees the recovered log before the log is cut to a snapshot beyond its end: a
+        node that refuses a damaged snapshot must refuse before that cut, not after it."""
         log, report = PartitionLog.open(directory, segment_bytes=segment_bytes)
         try:
             metadata_log = cls(log)
+            if check is not None:
+                check(metadata_log)
             snapshots = metadata_log._snapshots
             if snapshots and snapshots[-1].offset > log.log_end_offset:
                 log.truncate_fully_and_start_at(snapshots[-1].offset)
