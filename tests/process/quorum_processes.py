@@ -72,6 +72,18 @@ def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.
     return result
 
 
+def start_refused(config: Path) -> str:
+    """`kraft server start` on storage it must refuse: exit 1, exactly one `Error: ...` line (the
+    last one), no traceback. Returns that line."""
+    result = kraft("server", "start", "--config", str(config), timeout_s=60)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, result.stderr
+    assert result.stderr.rstrip().endswith(errors[0]), result.stderr
+    return errors[0]
+
+
 # Tools run in this process redirect sys.stdout/sys.stderr, which are process-wide.
 _IN_PROCESS_TOOL = threading.Lock()
 

@@ -7,15 +7,13 @@ import struct
 from pathlib import Path
 
 import pytest
-from quorum_processes import HOST, ProcessCluster, describe_status, kraft
+from quorum_processes import HOST, ProcessCluster, describe_status, start_refused
 
 pytestmark = pytest.mark.process
 
 
 def _start_and_expect_refusal(config: Path) -> str:
-    result = kraft("server", "start", "--config", str(config), timeout_s=60)
-    assert result.returncode == 1, result.stderr
-    return result.stderr
+    return start_refused(config)
 
 
 def test_unformatted_storage_is_refused(cluster: ProcessCluster) -> None:
@@ -31,6 +29,7 @@ def test_a_node_id_that_differs_from_the_formatted_one_is_refused(cluster: Proce
     node.config_path.write_text(node.config_path.read_text().replace("node.id=1", "node.id=7"))
     stderr = _start_and_expect_refusal(node.config_path)
     assert "Invalid node.id" in stderr and "expected 7, but read 1" in stderr
+    assert str(node.data_dir / "meta.properties") in stderr and "move the foreign directory away" in stderr
     assert (node.data_dir / "meta.properties").read_text() == meta
 
 
@@ -46,7 +45,7 @@ def test_log_directories_of_different_clusters_are_refused(cluster: ProcessClust
     other_cluster = cluster.random_uuid()
     meta_path.write_text(text.replace(f"cluster.id={cluster.cluster_id}", f"cluster.id={other_cluster}"))
     stderr = _start_and_expect_refusal(node.config_path)
-    assert "disagree on cluster.id" in stderr
+    assert "disagree on cluster.id" in stderr and str(meta_path) in stderr
     assert other_cluster in meta_path.read_text()
 
 

@@ -1,6 +1,7 @@
 """Every startup refusal is one `Error: ...` line naming the file and what to do, exit 1, no traceback.
 
 Each case damages one thing in a real node's directory and runs the real `kraft server start`.
+Foreign and mismatched meta.properties are in test_node_robustness.py, through the same check.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from quorum_processes import ProcessCluster, kraft
+from quorum_processes import ProcessCluster, start_refused
 
 pytestmark = pytest.mark.process
 
@@ -17,14 +18,7 @@ BOOTSTRAP = "00000000000000000000-0000000000.checkpoint"
 
 
 def _refusal(cluster: ProcessCluster, node_id: int = 1) -> str:
-    """Start the node as a user would; return its one error line (asserting there is exactly one)."""
-    result = kraft("server", "start", "--config", str(cluster.nodes[node_id].config_path), timeout_s=60)
-    assert result.returncode == 1, (result.returncode, result.stderr)
-    assert "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1, result.stderr
-    assert result.stderr.rstrip().endswith(errors[0]), result.stderr
-    return errors[0]
+    return start_refused(cluster.nodes[node_id].config_path)
 
 
 def _standalone(cluster: ProcessCluster, *, run: bool = False) -> Path:
@@ -105,25 +99,3 @@ def test_a_lost_metadata_log_is_one_line_with_the_replacement_steps(cluster: Pro
     assert f"The metadata log of node 1 is missing: {partition} does not exist" in line
     _steps_named(line, cluster)
     assert not partition.exists()  # refusing created nothing
-
-
-def test_a_foreign_meta_properties_is_one_line_naming_the_file(cluster: ProcessCluster) -> None:
-    node = cluster.add_node(1)
-    cluster.format(1, "--standalone")
-    node.config_path.write_text(node.config_path.read_text().replace("node.id=1", "node.id=7"))
-    line = _refusal(cluster)
-    assert "expected 7, but read 1" in line and str(node.data_dir / "meta.properties") in line
-    assert "move the foreign directory away" in line
-
-
-def test_mismatched_meta_properties_are_one_line_naming_the_files(cluster: ProcessCluster) -> None:
-    node = cluster.add_node(1)
-    extra = node.data_dir.parent / "data-2"
-    node.config_path.write_text(
-        node.config_path.read_text().replace(f"log.dirs={node.data_dir}", f"log.dirs={node.data_dir},{extra}")
-    )
-    cluster.format(1, "--standalone")
-    meta = extra / "meta.properties"
-    meta.write_text(meta.read_text().replace(cluster.cluster_id, cluster.random_uuid()))
-    line = _refusal(cluster)
-    assert "disagree on cluster.id" in line and str(meta) in line
