@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -264,10 +265,38 @@ def _snapshot_lines(quorum: Quorum, node_id: int) -> list[tuple[int, int, float]
             for m in re.finditer(r"wrote snapshot \S+: (\d+) records, (\d+) bytes in ([\d.]+) ms", text)]
 
 
+class _MemoryLog:
+    """The controller's raft append port over a list: offsets in order, batches kept until committed."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, tuple[RecordAndVersion, ...]]] = []  # (base offset, records)
+        self._next = 0
+        self._prepared: tuple[int, tuple[RecordAndVersion, ...]] | None = None
+
+    def next_append_offset(self) -> int:
+        return self._next
+
+    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
+        self._prepared = (self._next, tuple(records))
+        self._next += len(records)
+        return self._next - 1
+
+    def schedule_prepared_append(self) -> None:
+        if self._prepared is not None:
+            self.batches.append(self._prepared)
+            self._prepared = None
+
+    def take(self) -> list[tuple[int, int, tuple[object, ...]]]:
+        """(base offset, last offset, records) of every batch appended since the last call."""
+        taken, self.batches = self.batches, []
+        return [(base, base + len(records) - 1, tuple(r.record for r in records)) for base, records in taken]
+
+
 def bench_fencing(topics: int, partitions: int) -> None:
     """In-process: generate and apply the fencing of one broker at full size."""
+    log = _MemoryLog()
     controller = QuorumController(
-        node_id=0, quorum_node_ids=(0,),
+        node_id=0, raft=log, quorum_node_ids=(0,),
         bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=LATEST), 0)],
         local_supported_features={"metadata.version": VersionRange(7, LATEST)},
         cluster_id="MkU3OEVBNTcwNTJENDM2Qg", rng=random.Random(0),
@@ -278,17 +307,16 @@ def bench_fencing(topics: int, partitions: int) -> None:
     def commit() -> Any:
         effects = controller.take_effects()
         batches = []
-        for append in effects.appends:
-            records = tuple(r.record for r in append.records)
-            controller.handle_commit(CommittedBatch(append.base_offset, append.epoch, records, append.last_offset))
-            batches.append(LoaderBatch(base_offset=append.base_offset, last_offset=append.last_offset, epoch=1,
+        for base, last, records in log.take():
+            controller.handle_commit(CommittedBatch(base, 1, records, last))
+            batches.append(LoaderBatch(base_offset=base, last_offset=last, epoch=1,
                                        append_time_ms=0, size_bytes=0, records=records))
-            offsets["next"] = append.last_offset + 1
+            offsets["next"] = last + 1
         loader.handle_commit(batches, high_watermark=offsets["next"])
         more = controller.take_effects()
         return dict(effects.completed + more.completed)
 
-    controller.handle_leader_change(leader_id=0, epoch=1, log_end_offset=0, now_ms=0)
+    controller.handle_leader_change(leader_id=0, epoch=1, now_ms=0)
     commit()
     epochs = {}
     for b in (1, 2, 3):
@@ -311,16 +339,16 @@ def bench_fencing(topics: int, partitions: int) -> None:
     controller.broker_heartbeat(BrokerHeartbeatRequest(
         broker_id=BrokerId(2), broker_epoch=i64(epochs[2]), current_metadata_offset=i64(1 << 40),
         want_fence=True, want_shut_down=False), now_ms=1)
-    effects = controller.take_effects()
+    controller.take_effects()
     generated = time.perf_counter()
-    records = [r.record for a in effects.appends for r in a.records]
-    for append in effects.appends:
-        recs = tuple(r.record for r in append.records)
-        controller.handle_commit(CommittedBatch(append.base_offset, append.epoch, recs, append.last_offset))
+    appended = log.take()
+    records = [r for _, _, recs in appended for r in recs]
+    for base, last, recs in appended:
+        controller.handle_commit(CommittedBatch(base, 1, recs, last))
     committed = time.perf_counter()
-    loader.handle_commit([LoaderBatch(base_offset=a.base_offset, last_offset=a.last_offset, epoch=1, append_time_ms=0,
-                                      size_bytes=0, records=tuple(r.record for r in a.records))
-                          for a in effects.appends], high_watermark=effects.appends[-1].last_offset + 1)
+    loader.handle_commit([LoaderBatch(base_offset=base, last_offset=last, epoch=1, append_time_ms=0,
+                                      size_bytes=0, records=recs)
+                          for base, last, recs in appended], high_watermark=appended[-1][1] + 1)
     applied = time.perf_counter()
     print(f"fencing one broker at {topics * partitions} partitions: {len(records)} records; controller generates "
           f"and applies them in {(generated - started) * 1000:.0f} ms, commit bookkeeping "

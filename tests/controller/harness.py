@@ -1,6 +1,12 @@
 """A single-node quorum controller driven the way the shell drives it: every write's records are
 committed at once, so each test step can check the records written, the response, and the state
-they replayed into."""
+they replayed into.
+
+`FakeRaft` is the raft layer as the controller sees it through its append port. Like the real one
+it owns the offsets, and it writes control batches of its own between the controller's appends
+(a LeaderChangeMessage when the epoch starts, then one control record after every batch the
+controller schedules, as voter changes and leader changes do), so a controller that predicted its
+own offsets would apply records where they do not land."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import datetime
 import random
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from kio.schema.alter_partition.v3 import request as ap
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
@@ -16,7 +23,7 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicCo
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i64, u16
 
-from kraft_engine.controller import CommittedBatch, QuorumController, RecordAndVersion
+from kraft_engine.controller import AppendRefused, CommittedBatch, QuorumController, RecordAndVersion
 from kraft_engine.metadata import PartitionRegistration, VersionRange
 from kraft_engine.records import FeatureLevelRecord
 
@@ -25,11 +32,87 @@ LATEST_MV = 25  # 4.0-IV3
 NO_TIMEOUT = datetime.timedelta(seconds=30)
 
 
+@dataclass(frozen=True)
+class FakeBatch:
+    base_offset: int
+    epoch: int
+    records: tuple[RecordAndVersion, ...]  # empty: one of raft's own control records
+    last_offset: int
+
+
+class FakeRaft:
+    """The controller's RaftAppendPort over an in-memory log that commits when told to."""
+
+    def __init__(self, *, control_between_appends: bool = True) -> None:
+        self.control_between_appends = control_between_appends
+        self.log: list[FakeBatch] = []
+        self.delivered = 0  # batches handed to the controller as committed
+        self.refuse = False
+        self._next_offset = 0
+        self._prepared: FakeBatch | None = None
+
+    def start_epoch(self, epoch: int, *, log_end_offset: int) -> None:
+        """This node was elected for `epoch` with its log ending at `log_end_offset`: raft writes its
+        LeaderChangeMessage there first."""
+        self._next_offset = log_end_offset
+        self.control_batch(epoch)
+
+    @property
+    def prepared(self) -> FakeBatch | None:
+        """A batch reserved but never let go to the log (never written if never scheduled)."""
+        return self._prepared
+
+    def control_batch(self, epoch: int) -> None:
+        """One raft control record (LeaderChangeMessage, VotersRecord, ...) takes the next offset."""
+        self.log.append(FakeBatch(self._next_offset, epoch, (), self._next_offset))
+        self._next_offset += 1
+
+    # -- RaftAppendPort ------------------------------------------------------------------------
+    def next_append_offset(self) -> int:
+        return self._next_offset
+
+    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
+        if self.refuse:
+            raise AppendRefused("refused by the test")
+        if self._prepared is not None:
+            raise AssertionError("a prepared append was never scheduled")
+        batch = FakeBatch(self._next_offset, epoch, tuple(records), self._next_offset + len(records) - 1)
+        self._next_offset = batch.last_offset + 1
+        self._prepared = batch
+        return batch.last_offset
+
+    def schedule_prepared_append(self) -> None:
+        batch, self._prepared = self._prepared, None
+        if batch is None:
+            raise AssertionError("nothing was prepared")
+        self.log.append(batch)
+        if self.control_between_appends:
+            self.control_batch(batch.epoch)
+
+    # -- committing ----------------------------------------------------------------------------
+    def commit(self, controller: QuorumController, *, now_ms: int = 0) -> list[FakeBatch]:
+        """Deliver every batch not yet delivered as committed, control batches included; return them."""
+        batches = self.log[self.delivered :]
+        self.delivered = len(self.log)
+        for batch in batches:
+            records = tuple(r.record for r in batch.records)
+            controller.handle_commit(CommittedBatch(batch.base_offset, batch.epoch, records, batch.last_offset,
+                                                    append_timestamp_ms=now_ms))
+        return batches
+
+    def discard_uncommitted(self) -> None:
+        """A new leader truncated what this one wrote but did not commit."""
+        del self.log[self.delivered :]
+        self._next_offset = self.log[-1].last_offset + 1 if self.log else 0
+
+
 class Harness:
     def __init__(self, *, mv: int = LATEST_MV, seed: int = 1, **options: object) -> None:
         self.mv = mv
+        self.raft = FakeRaft()
         self.controller = QuorumController(
             node_id=3000,
+            raft=self.raft,
             quorum_node_ids=(3000,),
             bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=mv), 0)],
             local_supported_features={"metadata.version": VersionRange(7, LATEST_MV)},
@@ -43,7 +126,8 @@ class Harness:
         self.incarnations: dict[int, uuid.UUID] = {}
         self.epochs: dict[int, int] = {}
         self.log_dirs: dict[int, tuple[uuid.UUID, ...]] = {}
-        self.controller.handle_leader_change(leader_id=3000, epoch=1, log_end_offset=0, now_ms=0)
+        self.raft.control_batch(1)  # the LeaderChangeMessage that opens epoch 1
+        self.controller.handle_leader_change(leader_id=3000, epoch=1, now_ms=0)
         self.commit()
 
     def commit(self) -> dict[int, object]:
@@ -51,12 +135,9 @@ class Harness:
         effects = self.controller.take_effects()
         self.written = []
         self.versions = []
-        for append in effects.appends:
-            records = tuple(r.record for r in append.records)
-            self.written.extend(records)
-            self.versions.extend(r.version for r in append.records)
-            self.controller.handle_commit(CommittedBatch(append.base_offset, append.epoch, records, append.last_offset,
-                                                         append_timestamp_ms=self.now_ms))
+        for batch in self.raft.commit(self.controller, now_ms=self.now_ms):
+            self.written.extend(r.record for r in batch.records)
+            self.versions.extend(r.version for r in batch.records)
         completed = dict(effects.completed + self.controller.take_effects().completed)
         completed.update({f.token: f.error for f in effects.failed})
         return completed

@@ -52,7 +52,7 @@ def test_transaction_markers_out_of_order_are_refused() -> None:
 
 def test_deactivate_discards_exactly_the_uncommitted_suffix() -> None:
     offsets, state = _standby()
-    offsets.activate(0)
+    offsets.activate()
     state.put("a", 1)
     offsets.handle_schedule_append(0)
     state.put("b", 2)

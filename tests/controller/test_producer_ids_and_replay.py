@@ -35,7 +35,7 @@ from kraft_engine.records import (
     encode_metadata_record,
 )
 
-from .harness import CLUSTER_ID, LATEST_MV, Harness
+from .harness import CLUSTER_ID, LATEST_MV, FakeRaft, Harness
 
 
 def _allocate(h: Harness, broker: int, epoch: int | None = None) -> object:
@@ -57,12 +57,12 @@ def test_producer_id_blocks_are_allocated_in_order_and_survive_replay() -> None:
 
 def _standby() -> QuorumController:
     controller = QuorumController(
-        node_id=3001, quorum_node_ids=(3000, 3001),
+        node_id=3001, raft=FakeRaft(), quorum_node_ids=(3000, 3001),
         bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=LATEST_MV), 0)],
         local_supported_features={"metadata.version": VersionRange(7, LATEST_MV)},
         cluster_id=CLUSTER_ID, rng=random.Random(1),
     )
-    controller.handle_leader_change(leader_id=3000, epoch=1, log_end_offset=0, now_ms=0)
+    controller.handle_leader_change(leader_id=3000, epoch=1, now_ms=0)
     return controller
 
 

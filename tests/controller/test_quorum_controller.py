@@ -20,10 +20,14 @@ from kraft_engine.records import (
     FeatureLevelRecord,
 )
 
+from .harness import FakeRaft
 
-def _controller(*, mv: int = 25, quorum: tuple[int, ...] = (1,), kraft_hook=None) -> QuorumController:
+
+def _controller(*, mv: int = 25, quorum: tuple[int, ...] = (1,), kraft_hook=None,
+                raft: FakeRaft | None = None) -> QuorumController:
     return QuorumController(
         node_id=1,
+        raft=raft or FakeRaft(),
         cluster_id="MkU3OEVBNTcwNTJENDM2Qg",
         rng=random.Random(7),
         quorum_node_ids=quorum,
@@ -37,12 +41,15 @@ def _controller(*, mv: int = 25, quorum: tuple[int, ...] = (1,), kraft_hook=None
     )
 
 
+def _raft(controller: QuorumController) -> FakeRaft:
+    raft = controller.events._raft
+    assert isinstance(raft, FakeRaft)
+    return raft
+
+
 def _commit_all(controller: QuorumController) -> list[tuple[int, object]]:
     effects = controller.take_effects()
-    for append in effects.appends:
-        controller.handle_commit(
-            CommittedBatch(append.base_offset, append.epoch, tuple(r.record for r in append.records), append.last_offset)
-        )
+    _raft(controller).commit(controller)
     return effects.completed + controller.take_effects().completed
 
 
@@ -59,45 +66,51 @@ def _update(controller: QuorumController, feature: str, level: int, *, upgrade_t
 
 
 def test_activation_on_an_empty_log_writes_the_bootstrap_records_in_a_transaction() -> None:
-    controller = _controller()
-    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
-    [append] = controller.take_effects().appends
+    raft = FakeRaft()
+    raft.control_batch(1)  # the LeaderChangeMessage at offset 0
+    controller = _controller(raft=raft)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    [_, append, _] = raft.log
     assert [type(r.record) for r in append.records] == [BeginTransactionRecord, FeatureLevelRecord, EndTransactionRecord]
-    assert append.base_offset == 0 and append.epoch == 1
+    assert append.base_offset == 1 and append.epoch == 1  # where raft put it, after its own record
     assert controller.finalized_features() == {}  # not committed yet
-    controller.handle_commit(CommittedBatch(0, 1, tuple(r.record for r in append.records), 2))
+    raft.commit(controller)
     assert controller.finalized_features() == {"metadata.version": 25}
     assert controller.active_controller_count() == 1
 
 
 def test_before_3_6_iv1_the_bootstrap_records_are_one_atomic_batch() -> None:
     controller = _controller(mv=12)
-    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
-    [append] = controller.take_effects().appends
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    [append, _] = _raft(controller).log
     assert [type(r.record) for r in append.records] == [FeatureLevelRecord]
 
 
 def test_a_standby_replays_and_a_new_leader_aborts_a_dangling_transaction() -> None:
-    controller = _controller()
+    raft = FakeRaft()
+    controller = _controller(raft=raft)
     begin = BeginTransactionRecord(name="Bootstrap records")
     controller.handle_commit(CommittedBatch(0, 1, (begin,), 0))
     controller.handle_commit(CommittedBatch(1, 1, (FeatureLevelRecord(name="metadata.version", feature_level=25),), 1))
     assert controller.last_stable_offset() == -1  # held before the open transaction
-    controller.handle_leader_change(leader_id=1, epoch=2, log_end_offset=2, now_ms=0)
-    [append] = controller.take_effects().appends
+    raft.control_batch(2)
+    raft.control_batch(2)
+    controller.handle_leader_change(leader_id=1, epoch=2, now_ms=0)
+    [_, _, append, _] = raft.log
+    assert append.base_offset == 2
     assert [type(r.record) for r in append.records] == [AbortTransactionRecord]
     assert controller.feature_control.metadata_version() is None  # the half transaction is undone
 
 
 def test_losing_leadership_resigns_and_reverts_uncommitted_features() -> None:
     controller = _controller()
-    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
     _commit_all(controller)
     token = controller.update_features(UpdateFeaturesRequest(
         feature_updates=(FeatureUpdateKey(feature="group.version", max_version_level=i16(1)),),
     ))
     assert controller.feature_control.finalized_features()["group.version"] == 1
-    controller.handle_leader_change(leader_id=2, epoch=2, log_end_offset=4, now_ms=0)
+    controller.handle_leader_change(leader_id=2, epoch=2, now_ms=0)
     effects = controller.take_effects()
     assert effects.resign_epoch == 1
     assert [(f.token, f.error.error_code) for f in effects.failed] == [(token, ErrorCode.not_controller)]
@@ -107,7 +120,7 @@ def test_losing_leadership_resigns_and_reverts_uncommitted_features() -> None:
 
 def test_update_features_upgrade_validate_only_and_downgrade_rules() -> None:
     controller = _controller(mv=20)
-    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
     _commit_all(controller)
     assert _update(controller, "metadata.version", 25, validate_only=True) == ApiError.NONE
     assert controller.finalized_features()["metadata.version"] == 20
@@ -136,7 +149,7 @@ def test_update_features_upgrade_validate_only_and_downgrade_rules() -> None:
 
 def test_no_feature_changes_while_a_quorum_controller_has_not_registered() -> None:
     controller = _controller(quorum=(1, 2, 3))
-    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
     _commit_all(controller)
     refused = _update(controller, "group.version", 1)
     assert refused.message == (
@@ -147,7 +160,7 @@ def test_no_feature_changes_while_a_quorum_controller_has_not_registered() -> No
 
 def test_feature_check_follows_the_voter_set_after_a_voter_change() -> None:
     controller = _controller(quorum=(1,))
-    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
     _commit_all(controller)
     assert _update(controller, "group.version", 1, validate_only=True) == ApiError.NONE
     # Controller 2 joins the quorum (AddRaftVoter) but has not registered yet.
@@ -171,13 +184,14 @@ def test_kraft_version_goes_through_the_raft_hook() -> None:
         return None
 
     controller = _controller(kraft_hook=hook)
-    controller.handle_leader_change(leader_id=1, epoch=1, log_end_offset=0, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
     _commit_all(controller)
+    log_before = list(_raft(controller).log)
     token = controller.update_features(UpdateFeaturesRequest(
         feature_updates=(FeatureUpdateKey(feature="kraft.version", max_version_level=i16(1)),),
     ))
     effects = controller.take_effects()
-    assert effects.appends == [] and effects.completed == [(token, ApiError.NONE)]
+    assert _raft(controller).log == log_before and effects.completed == [(token, ApiError.NONE)]
     assert calls == [(1, False)]
 
 
@@ -191,5 +205,5 @@ def test_a_feature_level_this_controller_cannot_run_is_a_fatal_replay_error() ->
 
 def test_bootstrap_without_metadata_version_is_refused() -> None:
     with pytest.raises(ValueError, match=r"does not set metadata\.version"):
-        QuorumController(node_id=1, quorum_node_ids=(1,), bootstrap_records=[], local_supported_features={},
+        QuorumController(node_id=1, raft=FakeRaft(), quorum_node_ids=(1,), bootstrap_records=[], local_supported_features={},
                          cluster_id="x", rng=random.Random(0))

@@ -30,8 +30,11 @@ def _request(broker_id: int, *, mv_max: int = LATEST_MV) -> BrokerRegistrationRe
 
 def test_the_broker_epoch_is_the_offset_of_its_registration_record() -> None:
     cluster = Harness()
-    offset = cluster.controller.events.offset_control.next_write_offset
     reply = cluster.run(cluster.controller.register_broker(_request(1), now_ms=0))
+    # Where raft placed the record (its own control records sit before it in the log).
+    [offset] = [b.base_offset for b in cluster.raft.log if any(isinstance(r.record, RegisterBrokerRecord)
+                                                               for r in b.records)]
+    assert any(not b.records and b.last_offset == offset - 1 for b in cluster.raft.log)
     assert getattr(reply, "broker_epoch", None) == offset
     [record] = cluster.written
     assert isinstance(record, RegisterBrokerRecord)

@@ -48,7 +48,7 @@ from kraft_engine.records import (
     decode_metadata_record,
     encode_metadata_record,
 )
-from kraft_engine.server.controller_service import ControllerService, SnapshotPolicy
+from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
 from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.storage.metadata_log import FileMetadataLog
@@ -64,10 +64,10 @@ class _Driver(RaftDriver):
 
     refuse_appends = False
 
-    def append(self, records: list[bytes], *, epoch: int) -> int:
+    def prepare_append(self, records: list[bytes], *, epoch: int) -> int:
         if self.refuse_appends:
             raise NotLeaderError("refused by the test")
-        return super().append(records, epoch=epoch)
+        return super().prepare_append(records, epoch=epoch)
 
 
 def _driver(directory: Path, registry: CollectorRegistry) -> _Driver:
@@ -97,9 +97,10 @@ def _driver(directory: Path, registry: CollectorRegistry) -> _Driver:
                    connection_config=ConnectionConfig(client_id="test"))
 
 
-def _controller(node_id: int = NODE_ID) -> QuorumController:
+def _controller(raft: RaftDriver, node_id: int = NODE_ID) -> QuorumController:
     return QuorumController(
         node_id=node_id,
+        raft=RaftAppends(raft),
         quorum_node_ids=(node_id,),
         bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=MV), 0)],
         local_supported_features={"metadata.version": VersionRange(7, MV)},
@@ -115,7 +116,7 @@ class InProcessController:
         self.registry = CollectorRegistry()
         self.raft = _driver(directory, self.registry)
         self.service = ControllerService(
-            controller=_controller(), raft=self.raft, registry=self.registry,
+            controller=_controller(self.raft), raft=self.raft, registry=self.registry,
             supported_features={"metadata.version": (7, MV)}, snapshot_policy=policy,
         )
         self.raft.add_listener(self.service.handle_raft_event)

@@ -13,6 +13,7 @@ from kraft_engine.controller.feature_control import FeatureControlManager, Upgra
 from kraft_engine.controller.partition_change import Election, PartitionChange, PartitionChangeBuilder
 from kraft_engine.controller.producer_ids_control import ProducerIdsBlock
 from kraft_engine.controller.quorum_controller import QuorumController, bootstrap_metadata_version
+from kraft_engine.controller.raft_port import AppendRefused, RaftAppendPort
 from kraft_engine.controller.replica_placement import StripedReplicaPlacer, UsableBroker
 from kraft_engine.controller.results import (
     ApiError,
@@ -22,12 +23,12 @@ from kraft_engine.controller.results import (
     ControllerResult,
     FailedWrite,
     RecordAndVersion,
-    ScheduledAppend,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet, TimelineValue
 
 __all__ = [
     "ApiError",
+    "AppendRefused",
     "BrokerControlState",
     "BrokerHeartbeatManager",
     "BrokerHeartbeatTracker",
@@ -46,8 +47,8 @@ __all__ = [
     "PartitionChangeBuilder",
     "ProducerIdsBlock",
     "QuorumController",
+    "RaftAppendPort",
     "RecordAndVersion",
-    "ScheduledAppend",
     "SnapshotRegistry",
     "StripedReplicaPlacer",
     "TimelineHashMap",

@@ -1,8 +1,10 @@
 """The controller's write → apply → commit discipline, independent of any particular manager.
 
 Kafka's QuorumController runs every operation on one event thread: a write event generates
-records, applies ("replays") them to memory at once, schedules their append bound to the claim
-epoch, and parks its completion in a purgatory until the stable offset reaches it. Commits
+records, reserves their offsets in the raft layer (bound to the claim epoch), applies ("replays")
+them to memory at exactly those offsets, lets raft write them, and parks its completion in a
+purgatory keyed on the last offset raft gave, until the stable offset reaches it. Raft alone
+assigns offsets (its own control records take some too); the controller never predicts one. Commits
 advance the offsets and release the purgatory; standbys replay what the leader wrote. Losing
 leadership fails the purgatory with NOT_CONTROLLER and reverts memory to the stable offset.
 
@@ -21,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kraft_engine.controller.offset_control import OffsetControlManager
 from kraft_engine.controller.periodic_tasks import PeriodicTask, PeriodicTaskControl
 from kraft_engine.controller.purgatory import Purgatory
+from kraft_engine.controller.raft_port import AppendRefused, RaftAppendPort
 from kraft_engine.controller.results import (
     MAX_RECORDS_PER_BATCH,
     CommittedBatch,
@@ -29,7 +32,6 @@ from kraft_engine.controller.results import (
     ControllerResult,
     FailedWrite,
     RecordAndVersion,
-    ScheduledAppend,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry
 from kraft_engine.invariant import InvariantViolation, require
@@ -51,14 +53,16 @@ def _not_controller() -> ControllerApiError:
 
 
 class EventHandling:
-    def __init__(self, *, node_id: int, max_records_per_batch: int = MAX_RECORDS_PER_BATCH) -> None:
+    def __init__(self, *, node_id: int, raft: RaftAppendPort, max_records_per_batch: int = MAX_RECORDS_PER_BATCH) -> None:
         self.node_id = node_id
+        self._raft = raft
         self.max_records_per_batch = max_records_per_batch
         self.snapshot_registry = SnapshotRegistry()
         self.offset_control = OffsetControlManager(self.snapshot_registry)
         self.periodic = PeriodicTaskControl()
         self._purgatory: Purgatory[object] = Purgatory()
         self._replayers: dict[type, ReplayFunction] = {}
+        self._deactivators: list[Callable[[], None]] = []
         self._effects = ControllerEffects()
         self._next_token = 0
         self.cur_claim_epoch = -1
@@ -76,12 +80,20 @@ class EventHandling:
 
     # -- wiring ----------------------------------------------------------------------------
 
+    @property
+    def raft_port(self) -> RaftAppendPort:
+        return self._raft
+
     def register_replayer(self, record_type: type, replay: ReplayFunction) -> None:
         require(record_type not in self._replayers, f"two replayers for {record_type.__name__}")
         self._replayers[record_type] = replay
 
     def register_periodic_task(self, task: PeriodicTask) -> None:
         self.periodic.register(task)
+
+    def register_deactivator(self, deactivate: Callable[[], None]) -> None:
+        """Called whenever this controller renounces (e.g. the cluster manager's heartbeat state)."""
+        self._deactivators.append(deactivate)
 
     # -- effects ---------------------------------------------------------------------------
 
@@ -101,6 +113,10 @@ class EventHandling:
 
     def last_stable_offset(self) -> int:
         return self.offset_control.last_stable_offset
+
+    def next_write_offset(self) -> int:
+        """Where raft would place the next batch (only meaningful on the active controller)."""
+        return self._raft.next_append_offset()
 
     # -- replay ----------------------------------------------------------------------------
 
@@ -129,10 +145,16 @@ class EventHandling:
         except ControllerApiError as error:
             self._effects.failed.append(FailedWrite(token, error))
             return token
-        self._complete_or_park(token, result)
+        try:
+            self._complete_or_park(token, result)
+        except AppendRefused:
+            # Raft lost the leadership before the controller heard: this write fails like every
+            # one parked before it, and whatever of it was applied is reverted.
+            self._effects.failed.append(FailedWrite(token, _not_controller()))
+            self.renounce()
         return token
 
-    def _complete_or_park(self, token: int, result: ControllerResult[R]) -> int:
+    def _complete_or_park(self, token: int, result: ControllerResult[R]) -> None:
         if not result.records:
             # A write that wrote nothing is a read of the latest (maybe uncommitted) state: it
             # may only complete once every write before it has.
@@ -141,13 +163,13 @@ class EventHandling:
                 self._effects.completed.append((token, result.response))
             else:
                 self._purgatory.add(offset=pending, token=token, response=result.response)
-            return self.offset_control.next_write_offset - 1
+            return
         offset = self.append_records(result)
         self._purgatory.add(offset=offset, token=token, response=result.response)
-        return offset
 
     def append_records(self, result: ControllerResult[Any]) -> int:
-        """Apply and schedule `result`'s records; return the offset of the last one."""
+        """Append and apply `result`'s records; return the offset raft gave the last one.
+        Raises AppendRefused (the caller renounces)."""
         records = list(result.records)
         if result.is_atomic:
             if len(records) > self.max_records_per_batch:
@@ -163,9 +185,17 @@ class EventHandling:
         return offset
 
     def _append_batch(self, records: Sequence[RecordAndVersion]) -> int:
-        base_offset = self.offset_control.next_write_offset
-        # Apply before the append is scheduled: a record the controller itself cannot apply
-        # is a bug that must be found before the record is replicated.
+        # Raft says where the batch lands (its own control records take offsets too)...
+        last_offset = self._raft.prepare_append(epoch=self.cur_claim_epoch, records=records)
+        base_offset = last_offset - len(records) + 1
+        require(
+            base_offset > self.offset_control.last_scheduled_offset,
+            f"raft placed a batch at {base_offset}, at or before the last one scheduled "
+            f"({self.offset_control.last_scheduled_offset})",
+        )
+        # ...the records are applied there before raft may write them: a record the controller
+        # itself cannot apply is a bug that must be found before the record is replicated (the
+        # prepared batch is then never scheduled).
         for index, (record, _) in enumerate(records):
             try:
                 self.replay(record, base_offset + index)
@@ -175,12 +205,11 @@ class EventHandling:
                     f"Unable to apply {type(record).__name__} record at offset {base_offset + index} "
                     f"on active controller, from the batch with baseOffset {base_offset}: {error}"
                 ) from error
-        append = ScheduledAppend(self.cur_claim_epoch, base_offset, tuple(records))
-        self._effects.appends.append(append)
-        self.offset_control.handle_schedule_append(append.last_offset)
-        self.last_applied_offset = append.last_offset
+        self._raft.schedule_prepared_append()
+        self.offset_control.handle_schedule_append(last_offset)
+        self.last_applied_offset = last_offset
         self.last_applied_timestamp_ms = self.clock_ms
-        return append.last_offset
+        return last_offset
 
     def read(self, operation: Callable[[int], R]) -> R:
         """Run a read against the stable state: `operation` gets the offset to read at."""
@@ -231,11 +260,11 @@ class EventHandling:
         self.offset_control.end_load_snapshot(last_contained_offset=last_contained_offset, epoch=epoch)
         self.last_applied_offset = last_contained_offset
 
-    def claim(self, *, epoch: int, log_end_offset: int) -> None:
+    def claim(self, *, epoch: int) -> None:
         require(not self.is_active(), "Cannot claim leadership because we are already the active controller.")
         self.cur_claim_epoch = epoch
         self.new_active_controllers_count += 1
-        self.offset_control.activate(log_end_offset)
+        self.offset_control.activate()
 
     def renounce(self) -> None:
         """Stop being the active controller: fail everything parked, revert uncommitted state."""
@@ -246,6 +275,8 @@ class EventHandling:
             self._effects.failed.append(FailedWrite(token, _not_controller()))
         self.offset_control.deactivate()
         self.periodic.deactivate()
+        for deactivate in self._deactivators:
+            deactivate()
         # The reverted suffix was never applied as far as anyone can observe.
         self.last_applied_offset = self.offset_control.last_committed_offset
 
@@ -260,5 +291,9 @@ class EventHandling:
         for task in self.periodic.due(now_ms):
             result, again = task.run(now_ms)
             if result.records:
-                self.append_records(result)
+                try:
+                    self.append_records(result)
+                except AppendRefused:
+                    self.renounce()
+                    return
             self.periodic.reschedule(task, now_ms=now_ms, immediately=again)

@@ -1,9 +1,9 @@
 """The controller's three offsets and its metadata transactions.
 
 The active controller applies records before they commit, so it must know, at every moment,
-the next offset it will write (`next_write_offset`), the Raft high watermark
-(`last_committed_offset`) and the highest offset readers may observe (`last_stable_offset`,
-which stops short of an open metadata transaction). It keeps an in-memory snapshot at the
+the last offset raft gave one of its batches (`last_scheduled_offset`: offsets are raft's to
+assign, see raft_port), the Raft high watermark (`last_committed_offset`) and the highest offset
+readers may observe (`last_stable_offset`, which stops short of an open metadata transaction). It keeps an in-memory snapshot at the
 stable offset so that losing leadership throws away exactly the uncommitted suffix, and one
 just before each transaction so that an AbortTransactionRecord can undo it. This mirrors
 Kafka's OffsetControlManager.
@@ -20,7 +20,8 @@ __all__ = ["OffsetControlManager"]
 class OffsetControlManager:
     def __init__(self, registry: SnapshotRegistry) -> None:
         self._registry = registry
-        self.next_write_offset = -1
+        self._active = False
+        self.last_scheduled_offset = -1
         self.last_committed_offset = -1
         self.last_committed_epoch = -1
         self.last_stable_offset = -1
@@ -29,30 +30,30 @@ class OffsetControlManager:
         self._registry.get_or_create_snapshot(-1)
 
     def active(self) -> bool:
-        return self.next_write_offset != -1
+        return self._active
 
-    def activate(self, next_write_offset: int) -> None:
+    def activate(self) -> None:
         """Become the writer. The snapshot at the stable offset is what `deactivate` reverts to."""
         require(not self.active(), "can't activate: already active")
-        require(next_write_offset >= 0, f"invalid next write offset {next_write_offset}")
         self._registry.get_or_create_snapshot(self.last_stable_offset)
-        self.next_write_offset = next_write_offset
+        self._active = True
+        self.last_scheduled_offset = self.last_committed_offset
 
     def deactivate(self) -> None:
         """Stop writing and discard every applied-but-uncommitted record."""
         require(self.active(), "can't deactivate: not active")
         self._registry.revert_to_snapshot(self.last_stable_offset)
         self._registry.delete_snapshots_up_to(self.last_stable_offset)
-        self.next_write_offset = -1
+        self._active = False
         # Records of an open transaction past the stable offset were just reverted; a
         # transaction that began at or before it stays open for the next leader to finish.
         if self.transaction_start_offset > self.last_stable_offset + 1:
             self.transaction_start_offset = -1
 
     def handle_schedule_append(self, end_offset: int) -> None:
-        """The active controller applied and scheduled records up to `end_offset`."""
+        """The active controller applied and scheduled a batch raft placed ending at `end_offset`."""
         require(self.active(), "only the active controller schedules appends")
-        self.next_write_offset = end_offset + 1
+        self.last_scheduled_offset = end_offset
         self._registry.get_or_create_snapshot(end_offset)
 
     def handle_commit_batch(self, *, last_offset: int, epoch: int) -> None:

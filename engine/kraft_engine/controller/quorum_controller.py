@@ -3,17 +3,19 @@
 `QuorumController` wires the control managers onto the event-handling core. The shell feeds it
 events in the order its single asyncio task dequeues them — raft callbacks (`handle_commit`,
 `handle_load_snapshot`, `handle_leader_change`), client requests, ticks of the clock — and after
-each one performs `take_effects()`: appends to schedule on the raft layer (bound to the claim
-epoch), completions to hand to waiting clients, and a resignation when leadership is lost.
+each one performs `take_effects()`: completions to hand to waiting clients, failures, and a
+resignation when leadership is lost. Records reach the raft layer during the event, through the
+`RaftAppendPort` the shell hands in: raft reserves their offsets, the controller applies them
+there, then raft may write them (Kafka's prepareAppend / schedulePreparedAppend).
 
 Contract with the raft layer (as Kafka's RaftClient gives it):
 - `handle_leader_change` naming this node arrives only once every batch before the new epoch's
-  start has been delivered through `handle_commit`; the log end offset it carries is where this
-  controller's first append will land.
+  start has been delivered through `handle_commit`.
+- Raft assigns every offset, its own control batches' included; it delivers control batches as
+  commits without records, which the controller does not count as its own offsets.
 - The bootstrap checkpoint (`00000000000000000000-0000000000.checkpoint`) is not delivered as a
   snapshot: the shell reads its records and passes them as `bootstrap_records`.
-- If an append is refused or placed at another offset than `ScheduledAppend.base_offset`, the
-  shell calls `renounce()`.
+- If raft refuses an append (`AppendRefused`), the controller renounces by itself.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from kraft_engine.controller.feature_control import (
 )
 from kraft_engine.controller.periodic_tasks import PeriodicTask
 from kraft_engine.controller.producer_ids_control import ProducerIdsControlManager
+from kraft_engine.controller.raft_port import AppendRefused, RaftAppendPort
 from kraft_engine.controller.replication_control import ReplicationControlManager
 from kraft_engine.controller.results import (
     MAX_RECORDS_PER_BATCH,
@@ -135,6 +138,7 @@ class QuorumController:
         self,
         *,
         node_id: int,
+        raft: RaftAppendPort,
         quorum_node_ids: Sequence[int],
         bootstrap_records: Sequence[RecordAndVersion],
         local_supported_features: Mapping[str, VersionRange],
@@ -154,12 +158,13 @@ class QuorumController:
         """`static_config` is this node's server.properties (Kafka's keys): the broker-level
         fallbacks of topic configs such as unclean.leader.election.enable. A
         `metadata_max_idle_interval_ms` of 0 disables the NoOpRecord writer, and
-        `auto_leader_rebalance_enable=False` the preferred-leader balancing, as in Kafka."""
+        `auto_leader_rebalance_enable=False` the preferred-leader balancing, as in Kafka.
+        `raft` is the raft layer's append port: the only source of the offsets records land at."""
         self.node_id = node_id
         self._quorum_node_ids = frozenset(quorum_node_ids)
         self._bootstrap_records = list(bootstrap_records)
         self._bootstrap_metadata_version = bootstrap_metadata_version(self._bootstrap_records)
-        self.events = EventHandling(node_id=node_id, max_records_per_batch=max_records_per_batch)
+        self.events = EventHandling(node_id=node_id, raft=raft, max_records_per_batch=max_records_per_batch)
         registry = self.events.snapshot_registry
         self.cluster_control = ClusterControlManager(
             registry,
@@ -199,6 +204,7 @@ class QuorumController:
         self.delegation_token_control = DelegationTokenControlManager(registry)
         self.client_quota_control = ClientQuotaControlManager(registry)
         self._register_replayers()
+        self.events.register_deactivator(self.cluster_control.deactivate)
         # Sampling 8 times per session timeout fences a dead broker within ~112.5% of it.
         self.events.register_periodic_task(PeriodicTask(
             "maybeFenceStaleBroker", max(1, session_timeout_ms // 8), self._maybe_fence_stale_broker
@@ -253,6 +259,11 @@ class QuorumController:
     def take_effects(self) -> ControllerEffects:
         return self.events.take_effects()
 
+    @property
+    def raft_port(self) -> RaftAppendPort:
+        """The raft append port this controller writes through (the shell routes its calls)."""
+        return self.events.raft_port
+
     def is_active(self) -> bool:
         return self.events.is_active()
 
@@ -269,7 +280,7 @@ class QuorumController:
     def handle_load_snapshot(self, *, last_contained_offset: int, epoch: int, records: Sequence[object]) -> None:
         self.events.handle_load_snapshot(last_contained_offset=last_contained_offset, epoch=epoch, records=records)
 
-    def handle_leader_change(self, *, leader_id: int | None, epoch: int, log_end_offset: int, now_ms: int) -> None:
+    def handle_leader_change(self, *, leader_id: int | None, epoch: int, now_ms: int) -> None:
         """Raft elected `leader_id` (None: no leader known) for `epoch`."""
         self._observe_time(now_ms)
         self.events.leader_id = leader_id
@@ -277,12 +288,11 @@ class QuorumController:
         if self.events.is_active() and epoch > self.events.cur_claim_epoch:
             self.renounce()
         if leader_id == self.node_id and not self.events.is_active():
-            self._claim(epoch=epoch, log_end_offset=log_end_offset, now_ms=now_ms)
+            self._claim(epoch=epoch, now_ms=now_ms)
 
     def renounce(self) -> None:
         """Give up leadership (lost it, or the raft layer refused an append)."""
         self.events.renounce()
-        self.cluster_control.deactivate()
 
     def next_deadline_ms(self) -> int | None:
         return self.events.next_deadline_ms()
@@ -296,8 +306,8 @@ class QuorumController:
 
     # -- activation ------------------------------------------------------------------------
 
-    def _claim(self, *, epoch: int, log_end_offset: int, now_ms: int) -> None:
-        self.events.claim(epoch=epoch, log_end_offset=log_end_offset)
+    def _claim(self, *, epoch: int, now_ms: int) -> None:
+        self.events.claim(epoch=epoch)
         self.cluster_control.activate()
         # Nothing else runs between the claim and the activation records: this is Kafka's
         # "prepend the activation event".
@@ -306,7 +316,11 @@ class QuorumController:
         except Exception as error:
             raise ControllerFault(f"exception while completing controller activation: {error}") from error
         if result.records:
-            self.events.append_records(result)
+            try:
+                self.events.append_records(result)
+            except AppendRefused:
+                self.renounce()  # raft moved on before we heard; its next leader change follows
+                return
         self.events.periodic.activate(now_ms)
 
     def _activation_records(self) -> ControllerResult[None]:
@@ -388,7 +402,7 @@ class QuorumController:
             mv = self.feature_control.metadata_version_or_raise()
             result = self.cluster_control.register_broker(
                 request,
-                new_broker_epoch=self.events.offset_control.next_write_offset,
+                new_broker_epoch=self.events.next_write_offset(),
                 finalized_features=self.feature_control.finalized_features(),
                 record_version=mv.register_broker_record_version,
                 now_ms=now_ms,
@@ -413,7 +427,7 @@ class QuorumController:
                 current_metadata_offset=int(request.current_metadata_offset),
                 want_fence=bool(request.want_fence),
                 want_shut_down=bool(request.want_shut_down),
-                next_write_offset=self.events.offset_control.next_write_offset,
+                next_write_offset=self.events.next_write_offset(),
                 offline_log_dirs=[d for d in request.offline_log_dirs if d is not None],
             )
 

@@ -1,9 +1,9 @@
 """What a controller operation produces, and what the controller hands back to its shell.
 
 Control managers never touch the log: an operation returns a `ControllerResult` (the records to
-append and the response to give once they are stable). The quorum controller turns results into
-`ScheduledAppend`s and completions, collected in `ControllerEffects` for the shell to perform —
-the pure core's only way to act on the world.
+append and the response to give once they are stable). The quorum controller appends the records
+through its raft port (`raft_port.RaftAppendPort`, which alone assigns their offsets) and collects
+completions, failures and a resignation in `ControllerEffects` for the shell to perform.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ __all__ = [
     "ControllerEffects",
     "ControllerResult",
     "FailedWrite",
-    "ScheduledAppend",
     "check_user_op_size",
 ]
 
@@ -98,23 +97,6 @@ def check_user_op_size(records: Sequence[RecordAndVersion]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduledAppend:
-    """Append `records` to the metadata log at `base_offset`, only while leader at `epoch`.
-
-    The shell hands these to the raft layer's prepare/schedule append in order. If the raft
-    layer refuses (not leader at `epoch`) or would place them at a different offset, the shell
-    must call `QuorumController.renounce()`: the controller already applied them."""
-
-    epoch: int
-    base_offset: int
-    records: tuple[RecordAndVersion, ...]
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + len(self.records) - 1
-
-
-@dataclass(frozen=True, slots=True)
 class FailedWrite:
     """A write that will never complete successfully: answer the client with `error`."""
 
@@ -126,14 +108,13 @@ class FailedWrite:
 class ControllerEffects:
     """Everything the shell must do after feeding the controller events, in order."""
 
-    appends: list[ScheduledAppend] = field(default_factory=list)
     completed: list[tuple[int, object]] = field(default_factory=list)
     failed: list[FailedWrite] = field(default_factory=list)
     resign_epoch: int | None = None
     """Set when the controller renounced leadership: tell the raft layer to resign this epoch."""
 
     def is_empty(self) -> bool:
-        return not (self.appends or self.completed or self.failed) and self.resign_epoch is None
+        return not (self.completed or self.failed) and self.resign_epoch is None
 
 
 @dataclass(frozen=True, slots=True)

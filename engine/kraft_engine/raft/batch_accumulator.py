@@ -5,6 +5,11 @@ wait for exactly that offset to commit) but reach the log only when the linger t
 or a batch is full, which amortises the flush over many writes (Kafka's BatchAccumulator with
 `controller.quorum.append.linger.ms`). Each append call lands in a single batch, so a group of
 records the state machine must apply together is committed together.
+
+A prepared append (Kafka's `prepareAppend` with delayed drain) reserves its offsets but holds
+back everything from its first offset on until `release_hold`: the quorum controller learns
+where its records land, applies them there, and only then lets them reach the log, so a record
+it cannot apply (a fatal fault) is never replicated.
 """
 
 from __future__ import annotations
@@ -66,13 +71,20 @@ class BatchAccumulator:
         self._completed: list[PendingBatch] = []
         self._current: PendingBatch | None = None
         self._drain_deadline_ms: int | None = None
+        # The first offset of a prepared append not yet released: nothing from it on drains.
+        self._hold_from_offset: int | None = None
 
     @property
     def next_offset(self) -> int:
         return self._next_offset
 
-    def append(self, values: list[bytes], *, now_ms: int) -> int:
-        """Accept `values` as one atomic group; returns the offset of the last one."""
+    @property
+    def holding(self) -> bool:
+        return self._hold_from_offset is not None
+
+    def append(self, values: list[bytes], *, now_ms: int, hold: bool = False) -> int:
+        """Accept `values` as one atomic group; returns the offset of the last one. With `hold`,
+        nothing from their first offset on drains until `release_hold`."""
         if not values:
             raise ValueError("cannot append an empty list of records")
         size = sum(len(v) + _RECORD_OVERHEAD_BYTES for v in values)
@@ -89,6 +101,8 @@ class BatchAccumulator:
                 raise BufferFullError(f"{len(self._completed)} batches are already waiting to be written")
             current = PendingBatch(base_offset=self._next_offset, append_time_ms=now_ms)
             self._current = current
+        if hold and self._hold_from_offset is None:
+            self._hold_from_offset = self._next_offset
         current.values.extend(values)
         current.size_bytes += size
         self._next_offset += len(values)
@@ -105,6 +119,10 @@ class BatchAccumulator:
         self._drain_deadline_ms = now_ms
         return self._next_offset - 1
 
+    def release_hold(self) -> None:
+        """The prepared records may go to the log now (Kafka's `schedulePreparedAppend`)."""
+        self._hold_from_offset = None
+
     def _complete_current(self) -> None:
         if self._current is not None:
             self._completed.append(self._current)
@@ -114,17 +132,30 @@ class BatchAccumulator:
         return self._current is None and not self._completed
 
     def needs_drain(self, now_ms: int) -> bool:
+        if self._hold_from_offset is not None:
+            return False
         if self._completed:
             return True
         return self._drain_deadline_ms is not None and now_ms >= self._drain_deadline_ms
 
     def drain_deadline_ms(self) -> int | None:
+        if self._hold_from_offset is not None:
+            return None
         if self._completed:
             return 0
         return self._drain_deadline_ms
 
     def drain(self) -> list[PendingBatch]:
-        """Everything accepted so far, in offset order."""
+        """Everything accepted so far, in offset order; while a prepared append is held, only
+        the completed batches that end before it (the rest never reach the log unreleased)."""
+        hold = self._hold_from_offset
+        if hold is not None:
+            ready = 0
+            while ready < len(self._completed) and self._completed[ready].last_offset < hold:
+                ready += 1
+            drained = self._completed[:ready]
+            del self._completed[:ready]
+            return drained
         self._complete_current()
         drained, self._completed = self._completed, []
         self._drain_deadline_ms = None

@@ -25,6 +25,7 @@ from kio.static.primitive import i16, i32, i64
 
 from kraft_engine.invariant import require
 from kraft_engine.raft import messages
+from kraft_engine.raft.batch_accumulator import BatchAccumulator
 from kraft_engine.raft.config import RaftConfig
 from kraft_engine.raft.errors import KRaftVersionUpgradeError, NotLeaderError, SnapshotError
 from kraft_engine.raft.leader_state import LeaderState
@@ -340,10 +341,43 @@ class RaftNode:
         never silently appended to a newer one). The records reach the log on a later `poll`
         (after `controller.quorum.append.linger.ms`), so call `poll` by `next_deadline_ms`.
         """
+        return self._leader_accumulator(epoch).append(records, now_ms=now_ms)
+
+    def prepare_append(self, records: list[bytes], *, epoch: int, now_ms: int) -> int:
+        """Reserve offsets for `records` as one batch in `epoch` and return the last one's offset,
+        holding them (and anything appended after them) back from the log until
+        `schedule_prepared_append` (Kafka's `RaftClient.prepareAppend`).
+
+        The raft layer alone assigns offsets: its own control records (LeaderChangeMessage,
+        VotersRecord, KRaftVersionRecord) take offsets too, so a state machine that applies
+        records before they commit must apply them where this says they land. Raises
+        NotLeaderError like `append`; one prepared append at a time.
+        """
+        accumulator = self._leader_accumulator(epoch)
+        require(not accumulator.holding, "a prepared append is already waiting to be scheduled")
+        return accumulator.append(records, now_ms=now_ms, hold=True)
+
+    def schedule_prepared_append(self) -> None:
+        """Let the prepared records reach the log (Kafka's `schedulePreparedAppend`); they are
+        written by the poll after the linger time, like any append. A no-op once leadership
+        is gone (the prepared records went with it)."""
+        state = self._quorum.state
+        if isinstance(state, LeaderState):
+            state.accumulator.release_hold()
+
+    @property
+    def next_append_offset(self) -> int:
+        """Where the next append would start: past the leader's buffered batches, else the log end."""
+        state = self._quorum.state
+        if isinstance(state, LeaderState):
+            return state.accumulator.next_offset
+        return self.log_end_offset
+
+    def _leader_accumulator(self, epoch: int) -> BatchAccumulator:
         state = self._quorum.state
         if not isinstance(state, LeaderState) or state.epoch != epoch or self._shutdown is not None:
             raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {epoch} (epoch {self.epoch}, {self.role.value})")
-        return state.accumulator.append(records, now_ms=now_ms)
+        return state.accumulator
 
     def resign(self, epoch: int, *, now_ms: int) -> Output:
         """Give up leadership of `epoch` (RaftClient.resign); ignored for any other epoch."""

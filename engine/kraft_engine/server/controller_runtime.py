@@ -42,7 +42,7 @@ from kraft_engine.raft import (
 from kraft_engine.records import decode_metadata_record, metadata_version
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_apis import ControllerApis
-from kraft_engine.server.controller_service import ControllerService, SnapshotPolicy
+from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
 from kraft_engine.server.raft_driver import RaftDriver
 
 __all__ = ["ControllerFatalError", "ControllerRuntime", "bootstrap_records"]
@@ -90,6 +90,7 @@ class ControllerRuntime:
         }
         controller = QuorumController(
             node_id=config.node_id,
+            raft=RaftAppends(driver),
             quorum_node_ids=sorted(driver.raft.voters.ids),
             bootstrap_records=bootstrap_records(driver.log),
             local_supported_features={

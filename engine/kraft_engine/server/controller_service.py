@@ -19,9 +19,13 @@ Kafka's QuorumController gets from its KafkaEventQueue thread and its RaftClient
 - Completion tokens become futures of the caller's loop: a write's future resolves only when the
   controller releases its token (its records are stable), or fails with the controller's
   `ControllerApiError`.
-- Appends go to the raft layer bound to the claim epoch. A refused append, or one placed at an
-  offset the controller did not predict, makes the controller renounce (it already applied the
-  records; renouncing reverts them) and the raft layer is asked to resign that epoch.
+- Records go to the raft layer during the controller's event, through `RaftAppends` (the
+  controller's `RaftAppendPort`, each call run on the raft loop): raft reserves their offsets
+  (bound to the claim epoch) and holds the batch back, the controller applies the records there,
+  then raft may write them. Raft alone assigns offsets, its own control batches' (voter changes,
+  leader changes) included, so no batch is ever "placed elsewhere" (docs/controller-offsets.md).
+  A refused append makes the controller renounce (reverting what it applied) and the raft layer
+  is asked to resign that epoch.
 - Heartbeat contact times are recorded when the request arrives, before it is queued, so a busy
   controller never fences a live broker.
 - Every committed batch and snapshot also feeds a `MetadataLoader`, whose image serves reads that
@@ -65,6 +69,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kraft_engine.controller import (
+    AppendRefused,
     CommittedBatch,
     ControllerApiError,
     ControllerMetrics,
@@ -87,7 +92,7 @@ from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.records import decode_metadata_record, encode_metadata_record
 from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
 
-__all__ = ["ControllerService", "ControllerStopped", "RaftPort", "SnapshotPolicy"]
+__all__ = ["ControllerService", "ControllerStopped", "RaftAppends", "RaftPort", "SnapshotPolicy"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,16 +108,49 @@ class RaftPort(Protocol):
     def high_watermark(self) -> int | None: ...
 
     @property
-    def log_end_offset(self) -> int: ...
+    def next_append_offset(self) -> int: ...
 
-    def append(self, records: list[bytes], *, epoch: int) -> int:
-        """Accept one batch as leader of `epoch`; the last offset. Raises NotLeaderError."""
+    def prepare_append(self, records: list[bytes], *, epoch: int) -> int:
+        """Reserve offsets for one batch as leader of `epoch`; the last one. Raises NotLeaderError."""
+
+    def schedule_prepared_append(self) -> None: ...
 
     def resign(self, epoch: int) -> None: ...
 
     def create_snapshot(
         self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int
     ) -> OffsetAndEpoch: ...
+
+
+class RaftAppends:
+    """The controller's `RaftAppendPort` on the node's raft layer: records are encoded on the
+    controller thread, and their offsets are whatever raft reserves (Kafka's prepareAppend /
+    schedulePreparedAppend). The `ControllerService` running the controller routes each call to
+    the raft loop (`call_through`); until then calls go straight to `raft`."""
+
+    def __init__(self, raft: RaftPort) -> None:
+        self._raft = raft
+        self._call: Callable[[Callable[[], Any]], Any] = lambda call: call()
+
+    def call_through(self, on_raft_loop: Callable[[Callable[[], Any]], Any]) -> None:
+        self._call = on_raft_loop
+
+    def next_append_offset(self) -> int:
+        return int(self._call(lambda: self._raft.next_append_offset))
+
+    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
+        values = [encode_metadata_record(record, version) for record, version in records]
+        try:
+            return int(self._call(lambda: self._raft.prepare_append(values, epoch=epoch)))
+        except NotLeaderError as error:
+            logger.info("Append of %d records in epoch %d refused by raft (%s): renouncing", len(values), epoch, error)
+            raise AppendRefused(str(error)) from error
+        except RaftError as error:
+            logger.warning("Append of %d records in epoch %d failed (%s): renouncing", len(values), epoch, error)
+            raise AppendRefused(str(error)) from error
+
+    def schedule_prepared_append(self) -> None:
+        self._call(self._raft.schedule_prepared_append)
 
 
 class ControllerStopped(Exception):
@@ -253,6 +291,9 @@ class ControllerService:
         #: The controller's metrics as of its last event (taken on its thread; read by scrapes).
         self.metrics_snapshot: ControllerMetrics = controller.metrics(clock_ms())
         self._metrics = _Metrics(registry, self)
+        port = controller.raft_port
+        if isinstance(port, RaftAppends):
+            port.call_through(self._on_raft_loop)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -313,9 +354,7 @@ class ControllerService:
         if isinstance(event, SnapshotLoad):
             self._enqueue("handleLoadSnapshot", lambda: self._load_snapshot(event))
         else:
-            # The log end offset now is where a new local leader's first append will land.
-            log_end_offset = self._raft.log_end_offset
-            self._enqueue("handleLeaderChange", lambda: self._leader_change(event, log_end_offset))
+            self._enqueue("handleLeaderChange", lambda: self._leader_change(event))
 
     def run_on_controller(self, name: str, run: Callable[[QuorumController], None]) -> None:
         """Queue `run` to be called with the controller on its thread (raft listeners use this)."""
@@ -472,13 +511,6 @@ class ControllerService:
             effects = controller.take_effects()
             if effects.is_empty():
                 return
-            for append in effects.appends:
-                if not self._append(append.epoch, append.base_offset, append.records):
-                    # Everything after a refused append was applied on top of it: renounce
-                    # reverts all of it, and the next round reports the failures.
-                    if controller.is_active():
-                        controller.renounce()
-                    break
             # The metrics a client may look at once its write completes are current first.
             self.metrics_snapshot = controller.metrics(self._clock_ms())
             for token, response in effects.completed:
@@ -492,23 +524,6 @@ class ControllerService:
             if effects.resign_epoch is not None:
                 logger.info("Controller %d renounced epoch %d", controller.node_id, effects.resign_epoch)
                 self._on_raft_loop(functools.partial(self._raft.resign, effects.resign_epoch))
-
-    def _append(self, epoch: int, base_offset: int, records: Sequence[RecordAndVersion]) -> bool:
-        # Encoded here, on the controller thread: the raft loop only places the bytes.
-        values = [encode_metadata_record(record, version) for record, version in records]
-        try:
-            last_offset = self._on_raft_loop(lambda: self._raft.append(values, epoch=epoch))
-        except NotLeaderError as error:
-            logger.info("Append at %d refused by raft (%s): renouncing", base_offset, error)
-            return False
-        except RaftError as error:
-            logger.warning("Append at %d failed (%s): renouncing", base_offset, error)
-            return False
-        expected = base_offset + len(values) - 1
-        if last_offset != expected:
-            logger.warning("Raft placed the batch ending at %d, expected %d: renouncing", last_offset, expected)
-            return False
-        return True
 
     # -- raft events -----------------------------------------------------------------------------
     def _commit(self, group: list[RaftBatch]) -> None:
@@ -557,11 +572,9 @@ class ControllerService:
         self._bytes_since_snapshot = 0
         self._applied_since_snapshot = False
 
-    def _leader_change(self, event: LeaderChange, log_end_offset: int) -> None:
+    def _leader_change(self, event: LeaderChange) -> None:
         leader = event.leader
-        self.controller.handle_leader_change(
-            leader_id=leader.leader_id, epoch=leader.epoch, log_end_offset=log_end_offset, now_ms=self._clock_ms()
-        )
+        self.controller.handle_leader_change(leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self._clock_ms())
         self.loader.handle_leader_change(LeaderAndEpoch(leader.leader_id, leader.epoch))
         if self.controller.is_active():
             logger.info("Controller %d is active in epoch %d", self.controller.node_id, leader.epoch)

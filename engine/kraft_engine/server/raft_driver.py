@@ -258,6 +258,21 @@ class RaftDriver:
         self._rearm(self.raft.next_deadline_ms(now_ms))
         return offset
 
+    @property
+    def next_append_offset(self) -> int:
+        return self.raft.next_append_offset
+
+    def prepare_append(self, records: list[bytes], *, epoch: int) -> int:
+        """RaftPort.prepare_append: reserve offsets for one batch as leader of `epoch` (held back
+        from the log until `schedule_prepared_append`); its last offset. Raises NotLeaderError."""
+        offset = self.raft.prepare_append(records, epoch=epoch, now_ms=self._clock_ms())
+        self._metrics.append_records.record(len(records))
+        return offset
+
+    def schedule_prepared_append(self) -> None:
+        self.raft.schedule_prepared_append()
+        self._rearm(self.raft.next_deadline_ms(self._clock_ms()))
+
     def resign(self, epoch: int) -> None:
         if self._stopped:
             return
