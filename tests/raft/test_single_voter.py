@@ -7,6 +7,7 @@ import random
 import pytest
 from raft_harness import Cluster
 
+from kraft_engine.invariant import InvariantViolation
 from kraft_engine.raft import (
     CommittedBatch,
     LeaderChange,
@@ -145,3 +146,34 @@ def test_the_accumulator_refuses_appends_beyond_its_batch_limit() -> None:
         node.append([b"c" * 100], epoch=1, now_ms=cluster.now_ms)
     cluster.advance(1_000)
     assert cluster[1].committed_values == [b"a" * 100, b"b" * 100]
+
+
+def test_a_prepared_append_reaches_the_log_only_once_scheduled() -> None:
+    # Kafka's prepareAppend / schedulePreparedAppend: raft reserves the offsets (after its own
+    # control records) and writes nothing from the prepared batch on until it is scheduled.
+    cluster = Cluster([1], config=RaftConfig(append_linger_ms=0))
+    node = cluster.node(1)
+    assert node.next_append_offset == 1  # the LeaderChangeMessage took offset 0
+    assert node.prepare_append([b"a", b"b"], epoch=node.epoch, now_ms=cluster.now_ms) == 2
+    assert node.next_append_offset == 3
+    cluster.advance(100)
+    assert node.log_end_offset == 1 and cluster[1].committed_values == []
+    node.schedule_prepared_append()
+    cluster.advance(1)
+    assert node.log_end_offset == 3 and cluster[1].committed_values == [b"a", b"b"]
+
+
+def test_a_prepared_append_never_scheduled_is_never_written() -> None:
+    # The controller could not apply the records (a fatal fault): they must not be replicated,
+    # even if the node resigns and drains its buffer on the way out.
+    cluster = Cluster([1], config=RaftConfig(append_linger_ms=0))
+    node = cluster.node(1)
+    node.append([b"before"], epoch=node.epoch, now_ms=cluster.now_ms)
+    cluster.advance(1)
+    node.prepare_append([b"poison"], epoch=node.epoch, now_ms=cluster.now_ms)
+    with pytest.raises(InvariantViolation, match="already waiting"):
+        node.prepare_append([b"again"], epoch=node.epoch, now_ms=cluster.now_ms)
+    cluster.apply(1, node.shutdown(1000, now_ms=cluster.now_ms))
+    cluster.advance(2000)
+    assert b"poison" not in cluster[1].log.read(0, 1 << 20)
+    assert cluster[1].committed_values == [b"before"]

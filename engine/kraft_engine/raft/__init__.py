@@ -24,6 +24,11 @@ only through methods that take `now_ms` and return an `Output`:
 - `append(records, *, epoch, now_ms) -> last offset`: the state machine's write, bound to the
   leader epoch it believes in; raises `NotLeaderError` for any other epoch. The batch reaches the
   log after `append_linger_ms` on a later `poll` (`next_deadline_ms(now_ms)` says when).
+- `prepare_append(records, *, epoch, now_ms) -> last offset` then `schedule_prepared_append()`:
+  the same write in two steps (Kafka's prepareAppend / schedulePreparedAppend). Raft reserves the
+  offsets and holds the batch back from the log until it is scheduled, so the quorum controller
+  can apply the records exactly where they land before they may be replicated;
+  `next_append_offset` is where the next batch would start.
 - `resign(epoch, *, now_ms)`, `shutdown(timeout_ms, *, now_ms)` (`Output.shutdown_complete`).
 - `create_snapshot(end_offset=, records=, last_contained_log_timestamp_ms=, now_ms=)`: freeze a
   snapshot at a committed offset (SnapshotError otherwise); retention then cleans the log prefix

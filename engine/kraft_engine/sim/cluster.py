@@ -337,6 +337,20 @@ class SimCluster:
             return True
         return False
 
+    def drive(self, node: SimNode, call: Callable[[RaftNode, int], Output | None]) -> None:
+        """Let a state machine call into its own raft node between the driver's events (a prepared
+        append released, a resignation), as a node's controller task does: whatever Output the call
+        returns is performed, and the poll is re-armed for the deadline the call may have moved."""
+        if self.running.get(node.node_id) is not node:
+            return  # that incarnation is gone
+        self._dirty.add(node.node_id)
+        now_ms = self.scheduler.now_ms
+        out = call(node.raft, now_ms)
+        if out is not None:
+            self._perform(node, out)
+        else:
+            self._arm_poll(node, node.raft.next_deadline_ms(now_ms))
+
     def admin_request(self, node_id: int, request: Any) -> int:
         """Send an admin request (AddRaftVoter, RemoveRaftVoter, DescribeQuorum) to `node_id` over
         the network; its response lands in `admin_responses[token]` unless it is lost."""
