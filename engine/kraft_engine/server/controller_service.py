@@ -509,10 +509,14 @@ class ControllerService:
         controller = self.controller
         while True:
             effects = controller.take_effects()
+            snapshot = self.metrics_snapshot
+            moved = (snapshot.last_applied_record_offset != controller.events.last_applied_offset
+                     or snapshot.active_controller_count != controller.active_controller_count())
+            if moved or not effects.is_empty():
+                # The metrics a client may look at once its write completes are current first.
+                self.metrics_snapshot = controller.metrics(self._clock_ms())
             if effects.is_empty():
                 return
-            # The metrics a client may look at once its write completes are current first.
-            self.metrics_snapshot = controller.metrics(self._clock_ms())
             for token, response in effects.completed:
                 future = self._futures.pop(token, None)
                 if future is not None:
