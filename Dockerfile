@@ -1,0 +1,33 @@
+# One image for the operator (`kraftwerk operator`) and the engine (`kraft server start`,
+# `kraft storage format`). Two stages: the first builds a virtualenv with the project and its
+# dependencies, the second copies only that virtualenv onto a fresh base and runs as a non-root user.
+#
+# BASE_IMAGE names the base. It must be Debian-like and ship the pinned Python with its venv module:
+# the default is the official Python image at a fixed patch release; where no registry is reachable,
+# e2e/cluster/image builds a local base from Debian packages and passes it here.
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
+# the Python the project is tested with: a base with another interpreter fails the build here
+ARG PYTHON_VERSION=3.11
+RUN python3 -c "import sys; want = tuple(int(p) for p in '${PYTHON_VERSION}'.split('.')); \
+have = sys.version_info[:len(want)]; \
+sys.exit(0 if have == want else f'BASE_IMAGE has Python {sys.version.split()[0]}, this image pins ${PYTHON_VERSION}')"
+RUN python3 -m venv /opt/kraftwerk && /opt/kraftwerk/bin/pip install --no-cache-dir --upgrade pip
+COPY pyproject.toml README.md /src/
+COPY engine /src/engine
+COPY operator /src/operator
+RUN /opt/kraftwerk/bin/pip install --no-cache-dir /src \
+ && /opt/kraftwerk/bin/python -m compileall -q /opt/kraftwerk > /dev/null
+
+FROM ${BASE_IMAGE}
+ARG UID=10001
+RUN groupadd --gid ${UID} kraftwerk \
+ && useradd --no-log-init --uid ${UID} --gid ${UID} --home-dir /var/lib/kraftwerk --create-home --shell /usr/sbin/nologin kraftwerk
+COPY --from=build /opt/kraftwerk /opt/kraftwerk
+ENV PATH=/opt/kraftwerk/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+USER ${UID}:${UID}
+WORKDIR /var/lib/kraftwerk
+CMD ["kraftwerk", "operator"]
