@@ -1,14 +1,35 @@
-"""KIP-853 on real processes: grow, shrink, replace a disk, and the refusals that change nothing."""
+"""KIP-853 on real processes: grow, shrink, replace a disk, and the refusals that change nothing.
+
+Every node runs the quorum controller (not the append-only test store): client writes go through
+the active controller, so a voter change that disturbed it would show. A write here is an
+IncrementalAlterConfigs of the cluster-default broker config `kraftwerk.test.entry.<ns>` (one
+ConfigRecord, no brokers needed); a node's entries are what DescribeConfigs answers from its
+committed state, in write order.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import functools
 import json
 import shutil
 import signal
 import subprocess
+import time
 from typing import Any
 
 import pytest
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
+from kio.schema.types import TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 from quorum_processes import (
     HOST,
     KRAFT,
@@ -19,10 +40,65 @@ from quorum_processes import (
     voter_ids,
     wait_for,
 )
+from test_controller_lifecycle import CONTROLLER_MODE, _brokers, _metadata, _metric, _stop_all
 
 from kraft_engine.cli.quickstart import free_loopback_ports
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+from kraft_engine.server.controller_admin import ControllerAdmin, ControllerAdminError
 
 pytestmark = pytest.mark.process
+
+_ENTRY = "kraftwerk.test.entry."
+_BROKER_RESOURCE = 4
+
+
+@pytest.fixture(autouse=True)
+def _quorum_controller(cluster: ProcessCluster) -> None:
+    cluster.extra_config.update(CONTROLLER_MODE)
+
+
+def _append(cluster: ProcessCluster, values: list[str], *, node_ids: list[int] | None = None) -> None:
+    """Write `values` through the active controller (retried across elections, as an admin client does)."""
+
+    async def write() -> None:
+        ids = sorted(cluster.nodes) if node_ids is None else node_ids
+        async with ControllerAdmin([(HOST, cluster.nodes[n].port) for n in ids], timeout_ms=60000) as admin:
+            for value in values:
+                response = await admin.send_to_active(IncrementalAlterConfigsRequest(
+                    resources=(AlterConfigsResource(
+                        resource_type=i8(_BROKER_RESOURCE), resource_name="",
+                        configs=(AlterableConfig(name=f"{_ENTRY}{time.monotonic_ns()}", config_operation=i8(0),
+                                                 value=value),),
+                    ),),
+                    validate_only=False,
+                ))
+                [result] = response.responses
+                assert result.error_code == ErrorCode.none, result
+
+    try:
+        asyncio.run(write())
+    except ControllerAdminError as error:
+        raise AssertionError(str(error)) from error
+
+
+def _entries(cluster: ProcessCluster, node_id: int) -> list[str]:
+    """The values node `node_id` has committed, oldest first."""
+
+    async def describe() -> Any:
+        async with ControllerAdmin([(HOST, cluster.nodes[node_id].port)], timeout_ms=30000) as admin:
+            return await admin.send_to_any(DescribeConfigsRequest(
+                resources=(DescribeConfigsResource(resource_type=i8(_BROKER_RESOURCE), resource_name="",
+                                                   configuration_keys=None),),
+                include_synonyms=False, include_documentation=False,
+            ))
+
+    try:
+        [result] = asyncio.run(describe()).results
+    except ControllerAdminError as error:  # not serving yet: "not yet" for wait_for
+        raise AssertionError(str(error)) from error
+    assert result.error_code == ErrorCode.none, result
+    entries = sorted((int(c.name[len(_ENTRY):]), c.value) for c in result.configs if c.name.startswith(_ENTRY))
+    return [value for _, value in entries]
 
 
 def _observer_caught_up(cluster: ProcessCluster, node_id: int, bootstrap_ids: list[int]) -> bool:
@@ -56,7 +132,7 @@ def test_grow_from_one_standalone_controller_to_three(cluster: ProcessCluster) -
     cluster.format(3, "--no-initial-controllers")
     cluster.start_all([1, 2, 3])
     assert cluster.wait_for_leader() == 1
-    cluster.append(["one-voter"])
+    _append(cluster, ["one-voter"])
     assert voter_ids(describe_status(cluster, bootstrap_ids=[1])) == [1]
 
     # A controller that is not running cannot be caught up: refused, nothing changes.
@@ -73,19 +149,19 @@ def test_grow_from_one_standalone_controller_to_three(cluster: ProcessCluster) -
     status = describe_status(cluster)
     assert voter_ids(status) == [1, 2, 3]
     assert status["currentObservers"] == []
-    cluster.append(["three-voters"])
-    wait_for(lambda: all([v for _, v in cluster.entries(n)][:2] == ["one-voter", "three-voters"] for n in (1, 2, 3)),
+    _append(cluster, ["three-voters"])
+    wait_for(lambda: all(_entries(cluster, n)[:2] == ["one-voter", "three-voters"] for n in (1, 2, 3)),
              timeout_s=60, what="every voter to hold both entries")
     # The grown quorum survives the loss of its first controller.
     cluster.kill(1)
     cluster.wait_for_leader([2, 3])
-    cluster.append(["after-losing-1"], node_ids=[2, 3])
+    _append(cluster, ["after-losing-1"], node_ids=[2, 3])
 
 
 def test_shrink_from_three_to_one_removing_the_leader_too(three_voters: ProcessCluster) -> None:
     cluster = three_voters
     leader = cluster.wait_for_leader()
-    cluster.append(["three"])
+    _append(cluster, ["three"])
     status = describe_status(cluster)
     follower = next(n for n in (1, 2, 3) if n != leader)
     output = _remove(cluster, follower, directory_of(status, follower), [1, 2, 3])
@@ -103,8 +179,8 @@ def test_shrink_from_three_to_one_removing_the_leader_too(three_voters: ProcessC
     wait_for(lambda: cluster.leader([last]) == last, timeout_s=60, what=f"controller {last} to lead alone")
     final = describe_status(cluster, bootstrap_ids=[last])
     assert voter_ids(final) == [last]
-    cluster.append(["one"], node_ids=[last])
-    assert [v for _, v in cluster.entries(last)][:2] == ["three", "one"]
+    _append(cluster, ["one"], node_ids=[last])
+    assert _entries(cluster, last)[:2] == ["three", "one"]
 
 
 def test_removal_that_leaves_no_reachable_majority_is_refused_unless_forced(three_voters: ProcessCluster) -> None:
@@ -128,7 +204,7 @@ def test_removal_that_leaves_no_reachable_majority_is_refused_unless_forced(thre
 def test_replace_a_controllers_disk(three_voters: ProcessCluster) -> None:
     cluster = three_voters
     leader = cluster.wait_for_leader()
-    cluster.append(["before-replacement"])
+    _append(cluster, ["before-replacement"])
     replaced = next(n for n in (1, 2, 3) if n != leader)
     old_directory = directory_of(describe_status(cluster), replaced)
     cluster.kill(replaced)
@@ -143,7 +219,7 @@ def test_replace_a_controllers_disk(three_voters: ProcessCluster) -> None:
     status = describe_status(cluster)
     assert voter_ids(status) == [1, 2, 3]
     assert directory_of(status, replaced) != old_directory
-    wait_for(lambda: [v for _, v in cluster.entries(replaced)][:1] == ["before-replacement"], timeout_s=60,
+    wait_for(lambda: _entries(cluster, replaced)[:1] == ["before-replacement"], timeout_s=60,
              what="the new disk to be filled from the leader")
 
 
@@ -157,7 +233,7 @@ def test_a_voter_change_while_another_is_uncommitted_is_refused_and_changes_noth
     cluster.format(4, "--no-initial-controllers")
     cluster.start_all([1, 2, 3, 4])
     leader = cluster.wait_for_leader([1, 2, 3])
-    cluster.append(["before"], node_ids=[1, 2, 3])
+    _append(cluster, ["before"], node_ids=[1, 2, 3])
     wait_for(lambda: _observer_caught_up(cluster, 4, [leader]), timeout_s=60, what="controller 4 to catch up")
     frozen, removed = [n for n in (1, 2, 3) if n != leader]
     status = describe_status(cluster, bootstrap_ids=[leader])
@@ -211,7 +287,7 @@ def test_a_voter_that_moved_to_another_port_updates_its_endpoint(three_voters: P
     # the leader to record the new one; every voter learns it from the committed VotersRecord.
     cluster = three_voters
     leader = cluster.wait_for_leader()
-    cluster.append(["before-move"])
+    _append(cluster, ["before-move"])
     moved = next(n for n in (1, 2, 3) if n != leader)
     node = cluster.nodes[moved]
     old_endpoint = f"CONTROLLER://{HOST}:{node.port}"
@@ -235,6 +311,98 @@ def test_a_voter_that_moved_to_another_port_updates_its_endpoint(three_voters: P
     survivors = [n for n in (1, 2, 3) if n != leader]
     new_leader = cluster.wait_for_leader(survivors)
     assert endpoints_of(describe_status(cluster, bootstrap_ids=[new_leader])) == [new_endpoint]
-    cluster.append(["after-move"], node_ids=survivors)
-    wait_for(lambda: [v for _, v in cluster.entries(moved)][:2] == ["before-move", "after-move"], timeout_s=60,
+    _append(cluster, ["after-move"], node_ids=survivors)
+    wait_for(lambda: _entries(cluster, moved)[:2] == ["before-move", "after-move"], timeout_s=60,
              what="the moved voter to apply both entries")
+
+
+# -- voter changes under client load, on the quorum controller -------------------------------------
+
+def _voters_are(cluster: ProcessCluster, expected: list[int], leader: int) -> bool:
+    return voter_ids(describe_status(cluster, bootstrap_ids=[leader])) == expected
+
+
+async def _create_topics_until(stop: asyncio.Event, address: tuple[str, int]) -> tuple[list[str], list[str]]:
+    """A client creating one topic after another on the active controller until `stop`; every
+    answer but success is a failure (no retry hides a NOT_CONTROLLER or a timeout)."""
+    created: list[str] = []
+    failed: list[str] = []
+    connection = KafkaConnection(*address, config=ConnectionConfig(client_id="create-topics-load",
+                                                                   request_timeout_ms=30000))
+    await connection.connect(timeout_ms=5000)
+    try:
+        while not stop.is_set():
+            name = f"load-{len(created) + len(failed)}"
+            try:
+                response = await connection.send(CreateTopicsRequest(
+                    topics=(CreatableTopic(name=TopicName(name), num_partitions=i32(1), replication_factor=i16(3),
+                                           assignments=(), configs=()),),
+                    timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)), validate_only=False,
+                ), timeout_ms=30000)
+            except (KafkaProtocolError, OSError) as error:
+                failed.append(f"{name}: {type(error).__name__}: {error}")
+                continue
+            [result] = response.topics
+            if result.error_code == ErrorCode.none:
+                created.append(name)
+            else:
+                failed.append(f"{name}: {ErrorCode(result.error_code).name} {result.error_message}")
+    finally:
+        await connection.close()
+    return created, failed
+
+
+async def test_six_voter_changes_under_create_topics_load_keep_the_leader_and_fail_no_write(
+    cluster: ProcessCluster,
+) -> None:
+    # KIP-853 voter changes are raft control records (VotersRecord) between the controller's
+    # batches. Raft owns the offsets, so they must cost the active controller nothing: the same
+    # leader in the same epoch throughout, no renounce, and every CreateTopics acknowledged.
+    for node_id in (1, 2, 3, 4, 5):
+        cluster.add_node(node_id)
+    await asyncio.to_thread(cluster.format_initial, [1, 2, 3])
+    for node_id in (4, 5):
+        await asyncio.to_thread(cluster.format, node_id, "--no-initial-controllers")
+    await asyncio.to_thread(cluster.start_all, [1, 2, 3, 4, 5])
+    leader = await asyncio.to_thread(cluster.wait_for_leader, [1, 2, 3])
+    first, second = [n for n in (1, 2, 3) if n != leader]
+    async with ControllerAdmin([(HOST, cluster.nodes[n].port) for n in (1, 2, 3)], timeout_ms=30000) as admin:
+        brokers = await _brokers(cluster, admin)
+        try:
+            before = await asyncio.to_thread(describe_status, cluster, bootstrap_ids=[leader])
+            assert before["leaderId"] == leader
+            stop = asyncio.Event()
+            load = asyncio.create_task(_create_topics_until(stop, (HOST, cluster.nodes[leader].port)))
+            voters = {1, 2, 3}
+            for change, node_id in (("add", 4), ("add", 5), ("remove", first), ("remove", 4), ("add", first),
+                                    ("remove", 5)):
+                status = await asyncio.to_thread(describe_status, cluster, bootstrap_ids=[leader])
+                if change == "add":
+                    await asyncio.to_thread(_add, cluster, node_id, [leader])
+                    voters.add(node_id)
+                else:
+                    await asyncio.to_thread(_remove, cluster, node_id, directory_of(status, node_id), [leader])
+                    voters.discard(node_id)
+                await asyncio.to_thread(
+                    wait_for, functools.partial(_voters_are, cluster, sorted(voters), leader), timeout_s=60,
+                    what=f"{change} controller {node_id}",
+                )
+            # The load goes on a little after the last change, then stops.
+            await asyncio.sleep(1)
+            stop.set()
+            created, failed = await load
+            after = await asyncio.to_thread(describe_status, cluster, bootstrap_ids=[leader])
+        finally:
+            await _stop_all(brokers)
+        assert failed == []
+        assert len(created) >= 6, created
+        assert (after["leaderId"], after["leaderEpoch"]) == (leader, before["leaderEpoch"])
+        assert voter_ids(after) == [1, 2, 3] and second in voter_ids(after)
+        # The active controller never renounced: activated once, still active, nothing in its log.
+        assert await asyncio.to_thread(_metric, cluster, leader, "newactivecontrollerscount") == 1
+        assert await asyncio.to_thread(_metric, cluster, leader, "activecontrollercount") == 1
+        log = cluster.log(leader)
+        assert "renounc" not in log and "Raft placed the batch" not in log
+        # Every acknowledged topic is in the committed metadata.
+        metadata = await _metadata(admin, *created)
+        assert sorted(t.name for t in metadata.topics if t.error_code == ErrorCode.none) == sorted(created)
