@@ -421,3 +421,36 @@ def test_the_last_voter_cannot_be_removed() -> None:
     token = cluster.client_request(leader.node_id, remove_request(1))
     assert cluster.client_responses[token].error_code == ErrorCode.invalid_request
     assert leader.voters.ids == {1}
+
+
+def test_a_removed_leader_hands_over_with_end_quorum_epoch_without_anyone_waiting_out_a_timeout() -> None:
+    # Removing the leader is the one voter change that moves leadership. Once its removal commits
+    # the leader resigns and sends EndQuorumEpoch to the remaining voters with its preferred
+    # successors, and each stands after Kafka's backoff by its position (0 ms for the most caught
+    # up, then election.backoff.max.ms >> (n - 1) << (position - 1)): the new leader is elected
+    # within election.backoff.max.ms of the commit, never after a voter's fetch timeout. (With two
+    # voters left the first one's pre-vote is refused by the other, which heard from the leader
+    # within its fetch timeout (KIP-996), so the second one's 500 ms slot elects.)
+    config = RaftConfig()
+    cluster, leader = dynamic_cluster(config=config)
+    me, epoch = leader.node_id, leader.epoch
+    remaining = {1, 2, 3} - {me}
+    token = cluster.client_request(me, m.remove_voter_request(cluster_id=CLUSTER_ID, voter=ReplicaKey(me, directory(me))))
+    sent_before = len(cluster.sent)
+    committed_ms = None
+    for _ in range(1000):
+        cluster.advance(1)
+        if token in cluster.client_responses:
+            committed_ms = cluster.now_ms
+            break
+    assert committed_ms is not None and cluster.client_responses[token].error_code == ErrorCode.none
+    while (new_leader := cluster.leader()) is None or new_leader.node_id == me:
+        cluster.advance(1)
+        assert cluster.now_ms - committed_ms < config.election_timeout_ms, "no leader within an election timeout"
+    elected_ms = cluster.now_ms
+    end_epochs = [e for e in cluster.sent[sent_before:]
+                  if e.is_request and e.source == me and type(e.payload).__name__ == "EndQuorumEpochRequest"]
+    assert {e.destination for e in end_epochs} == remaining
+    assert elected_ms - committed_ms <= config.election_backoff_max_ms < config.fetch_timeout_ms
+    assert new_leader.epoch == epoch + 1 and new_leader.node_id in remaining
+    assert me not in new_leader.voters.ids
