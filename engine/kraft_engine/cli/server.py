@@ -17,6 +17,7 @@ import signal
 import sys
 
 from kraft_engine.cli.main import CliError
+from kraft_engine.server.broker_node import BrokerNode
 from kraft_engine.server.config import ConfigError, load_config, parse_config
 from kraft_engine.server.controller_node import ControllerNode, StartupError
 from kraft_engine.server.controller_runtime import ControllerFatalError
@@ -56,7 +57,11 @@ def _start(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         raise CliError(str(e)) from None
     try:
-        node = ControllerNode.open(config, config_path=args.config)
+        node: ControllerNode | BrokerNode
+        if config.is_broker and not config.is_controller:
+            node = BrokerNode.open(config)
+        else:
+            node = ControllerNode.open(config, config_path=args.config)
     except StartupError as e:
         raise CliError(str(e)) from None
     try:
@@ -70,7 +75,7 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(node: ControllerNode) -> None:
+async def _serve(node: ControllerNode | BrokerNode) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, node.stop)

@@ -1,0 +1,470 @@
+"""The client APIs a broker serves on its listeners (Kafka's KafkaApis for a KRaft broker).
+
+Served (ApiVersions lists exactly these, each for every version in its range):
+
+- Metadata v1-12: unfenced brokers with an endpoint on the listener the request came in on, topics
+  with their ids, partitions with leader, leader epoch, replicas, ISR and offline replicas, read
+  from this broker's published metadata image. An unknown topic asked for with
+  allow_auto_topic_creation is created through the controller when `auto.create.topics.enable`
+  (with `num.partitions` and `default.replication.factor`), and answered LEADER_NOT_AVAILABLE
+  meanwhile, as Kafka does.
+- Produce v3-9: acks 0 (no response at all), 1 and -1 (all); batches validated by
+  `broker.record_validation`; per-partition errors in the answer, never a closed connection.
+- Fetch v4-12, sessionless: the answer's session id is always 0, which Kafka clients read as
+  "no session created" and keep sending full requests; a request naming a session id gets
+  FETCH_SESSION_ID_NOT_FOUND. Followers (replica id >= 0) read up to the log end and get
+  diverging-epoch answers; consumers read up to the high watermark. Long polls wait on the
+  partitions' changes up to max_wait until min_bytes are there.
+- ListOffsets v1-7: earliest (-2), latest (-1: the high watermark), max timestamp (-3) and by
+  timestamp (the first offset whose record timestamp is at or after it; found by scanning the
+  batch headers, there is no time index yet).
+- DescribeCluster v0-1 (broker endpoints), and, forwarded to the active controller at the one
+  version it serves: CreateTopics v7, DeleteTopics v6, CreatePartitions v3, DescribeConfigs v4,
+  IncrementalAlterConfigs v1, AlterPartitionReassignments v1, ListPartitionReassignments v0,
+  ElectLeaders v2. (Kafka wraps forwarded requests in an Envelope; we resend the request itself,
+  so the controller sees the broker as the client. A forward that cannot reach a controller within
+  the request's timeout closes the connection, which clients retry.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from kraft_engine.broker import ProduceRefused, validate_produce_payload
+from kraft_engine.broker.record_validation import CODEC_GZIP, parse_records
+from kraft_engine.metadata import MetadataImage
+from kraft_engine.protocol import NO_RESPONSE, Listener, RequestContext
+from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
+from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
+from kraft_engine.server.replica_manager import Partition, ReplicaManager
+from kraft_engine.storage.partition_log import OffsetOutOfRangeError
+
+__all__ = ["BrokerApis", "CLIENT_API_VERSIONS", "FORWARDED_API_VERSIONS"]
+
+logger = logging.getLogger(__name__)
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+DESCRIBE_CLUSTER = 60
+CLIENT_API_VERSIONS = {PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (1, 12), DESCRIBE_CLUSTER: (0, 1)}
+FORWARDED_API_VERSIONS = {19: 7, 20: 6, 37: 3, 32: 4, 44: 1, 45: 1, 46: 0, 43: 2}
+"""api key -> the one version forwarded (the version the controller serves)."""
+
+_EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
+_SCAN_CHUNK_BYTES = 1024 * 1024
+_NO_THROTTLE = timedelta(0)
+_BROKER_ENDPOINT_TYPE = 1
+
+
+def _make(cls: type[Any], **fields: Any) -> Any:
+    """An entity of `cls` from the fields this version has (later versions add fields)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+def _module(ctx: RequestContext) -> Any:
+    return sys.modules[ctx.response_class.__module__]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BrokerApis:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        config: Any,
+        replicas: ReplicaManager,
+        image: Callable[[], MetadataImage],
+        channel: ControllerChannel,
+    ) -> None:
+        self._node_id = node_id
+        self._cluster_id = cluster_id
+        self._config = config
+        self._replicas = replicas
+        self._image = image
+        self._channel = channel
+
+    def register(self, listener: Listener) -> None:
+        handlers = {
+            PRODUCE: self.produce,
+            FETCH: self.fetch,
+            LIST_OFFSETS: self.list_offsets,
+            METADATA: self.metadata,
+            DESCRIBE_CLUSTER: self.describe_cluster,
+        }
+        for api_key, handler in handlers.items():
+            low, high = CLIENT_API_VERSIONS[api_key]
+            listener.register(api_key, min_version=low, max_version=high, handler=handler)
+        for api_key, version in FORWARDED_API_VERSIONS.items():
+            listener.register(api_key, min_version=version, max_version=version, handler=self.forward)
+
+    # -- Metadata ----------------------------------------------------------------------------------
+    async def metadata(self, request: Any, ctx: RequestContext) -> Any:
+        module = _module(ctx)
+        image = self._image()
+        listener_name = ctx.listener_name
+        brokers = []
+        for broker in sorted(image.cluster.brokers.values(), key=lambda b: b.id):
+            endpoint = broker.listener(listener_name)
+            if broker.fenced or endpoint is None:
+                continue
+            brokers.append(_make(module.MetadataResponseBroker, node_id=BrokerId(broker.id), host=endpoint.host,
+                                 port=i32(endpoint.port), rack=broker.rack))
+        alive = {int(b.node_id) for b in brokers}
+        wanted = request.topics
+        topics = []
+        if wanted is None:
+            names = sorted(image.topics.topics_by_name)
+        else:
+            names = []
+            for t in wanted:
+                name = t.name
+                if name is None and getattr(t, "topic_id", None) is not None:
+                    topic_image = image.topics.get_topic(t.topic_id)
+                    if topic_image is None:
+                        topics.append(_make(module.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id, name=None,
+                                            topic_id=t.topic_id, is_internal=False, partitions=()))
+                        continue
+                    name = topic_image.name
+                names.append(str(name))
+        to_create = []
+        for name in names:
+            topic_image = image.topics.get_topic_by_name(name)
+            if topic_image is None:
+                error = ErrorCode.unknown_topic_or_partition
+                if getattr(request, "allow_auto_topic_creation", False) and self._config.auto_create_topics_enable \
+                        and wanted is not None:
+                    to_create.append(name)
+                    error = ErrorCode.leader_not_available
+                topics.append(_make(module.MetadataResponseTopic, error_code=error, name=TopicName(name), topic_id=None,
+                                    is_internal=False, partitions=()))
+                continue
+            partitions = []
+            for index in sorted(topic_image.partitions):
+                registration = topic_image.partitions[index]
+                error = ErrorCode.none
+                if registration.leader < 0 or registration.leader not in alive:
+                    error = ErrorCode.leader_not_available
+                partitions.append(_make(
+                    module.MetadataResponsePartition,
+                    error_code=error,
+                    partition_index=i32(index),
+                    leader_id=BrokerId(registration.leader),
+                    leader_epoch=i32(registration.leader_epoch),
+                    replica_nodes=tuple(BrokerId(r) for r in registration.replicas),
+                    isr_nodes=tuple(BrokerId(r) for r in registration.isr),
+                    offline_replicas=tuple(BrokerId(r) for r in registration.replicas if r not in alive),
+                ))
+            topics.append(_make(module.MetadataResponseTopic, error_code=ErrorCode.none, name=TopicName(name),
+                                topic_id=topic_image.id, is_internal=name.startswith("__"), partitions=tuple(partitions)))
+        if to_create:
+            asyncio.get_running_loop().create_task(self._auto_create(to_create))
+        return _make(
+            ctx.response_class,
+            throttle_time=_NO_THROTTLE,
+            brokers=tuple(brokers),
+            cluster_id=self._cluster_id,
+            controller_id=BrokerId(self._node_id),
+            topics=tuple(topics),
+        )
+
+    async def _auto_create(self, names: list[str]) -> None:
+        request = CreateTopicsRequest(
+            topics=tuple(
+                CreatableTopic(name=TopicName(n), num_partitions=i32(self._config.num_partitions),
+                               replication_factor=i16(self._config.default_replication_factor), assignments=(), configs=())
+                for n in names
+            ),
+            timeout=i32Timedelta.parse(timedelta(seconds=30)),
+            validate_only=False,
+        )
+        try:
+            await self._channel.send(request, timeout_ms=30_000)
+        except ControllerUnavailable as error:
+            logger.info("Auto-creating %s failed: %s", names, error)
+
+    async def describe_cluster(self, request: Any, ctx: RequestContext) -> Any:
+        module = _module(ctx)
+        image = self._image()
+        if int(getattr(request, "endpoint_type", _BROKER_ENDPOINT_TYPE)) != _BROKER_ENDPOINT_TYPE:
+            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
+                         error_message="A broker describes brokers only (endpoint type 1).",
+                         endpoint_type=request.endpoint_type, cluster_id=self._cluster_id, brokers=())
+        brokers = []
+        for registration in sorted(image.cluster.brokers.values(), key=lambda b: b.id):
+            endpoint = registration.listener(ctx.listener_name)
+            if endpoint is None or (registration.fenced and not getattr(request, "include_fenced_brokers", False)):
+                continue
+            brokers.append(_make(module.DescribeClusterBroker, broker_id=BrokerId(registration.id), host=endpoint.host,
+                                 port=i32(endpoint.port), rack=registration.rack, is_fenced=registration.fenced))
+        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                     endpoint_type=request.endpoint_type if hasattr(request, "endpoint_type") else None,
+                     cluster_id=self._cluster_id, controller_id=BrokerId(self._node_id), brokers=tuple(brokers),
+                     cluster_authorized_operations=i32(-2147483648))
+
+    # -- Produce -------------------------------------------------------------------------------------
+    async def produce(self, request: Any, ctx: RequestContext) -> Any:
+        module = _module(ctx)
+        acks = int(request.acks)
+        timeout_ms = int(request.timeout.total_seconds() * 1000)
+        jobs: list[tuple[str, int, Any]] = []
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                jobs.append((str(topic.name), int(data.index), data.records))
+        outcomes = await asyncio.gather(*(self._produce_one(t, p, r, acks=acks, timeout_ms=timeout_ms) for t, p, r in jobs))
+        if acks == 0:
+            return NO_RESPONSE
+        by_topic: dict[str, list[Any]] = {}
+        for (topic_name, index, _), (error, base_offset, log_start, message) in zip(jobs, outcomes, strict=True):
+            by_topic.setdefault(topic_name, []).append(_make(
+                module.PartitionProduceResponse,
+                index=i32(index),
+                error_code=error,
+                base_offset=base_offset,
+                log_append_time=None,
+                log_start_offset=log_start,
+                record_errors=(),
+                error_message=message,
+            ))
+        return _make(
+            ctx.response_class,
+            responses=tuple(
+                module.TopicProduceResponse(name=TopicName(name), partition_responses=tuple(ps)) for name, ps in by_topic.items()
+            ),
+            throttle_time=_NO_THROTTLE,
+        )
+
+    async def _produce_one(self, topic: str, index: int, records: Any, *, acks: int,
+                           timeout_ms: int) -> tuple[ErrorCode, int, int, str | None]:
+        if acks not in (-1, 0, 1):
+            return ErrorCode.invalid_required_acks, -1, -1, f"acks must be -1, 0 or 1, not {acks}"
+        partition, error = self._replicas.leader_partition(topic, index)
+        if partition is None:
+            return error, -1, -1, None
+        max_bytes = self._replicas.topic_config_int(topic, "max.message.bytes", self._config.message_max_bytes)
+        try:
+            validated = validate_produce_payload(None if records is None else bytes(records), max_message_bytes=max_bytes,
+                                                now_ms=_now_ms())
+        except ProduceRefused as refusal:
+            return ErrorCode(refusal.error_code), -1, -1, str(refusal)
+        outcome = await self._replicas.append_as_leader(
+            partition, validated.data, acks=acks, timeout_ms=timeout_ms,
+            last_offset_delta=validated.header.last_offset_delta,
+        )
+        return outcome.error, outcome.base_offset, outcome.log_start_offset, outcome.message
+
+    # -- Fetch ---------------------------------------------------------------------------------------
+    async def fetch(self, request: Any, ctx: RequestContext) -> Any:
+        module = _module(ctx)
+        session_id = int(getattr(request, "session_id", 0))
+        if session_id != 0:
+            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
+                         session_id=i32(0), responses=())
+        replica_id = int(request.replica_id)
+        max_wait_s = max(0.0, request.max_wait.total_seconds())
+        min_bytes = int(request.min_bytes)
+        max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_s
+        first = True
+        while True:
+            answers, total, partitions = self._fetch_once(request, module, replica_id=replica_id, max_bytes=max_bytes,
+                                                           record_follower_state=first)
+            first = False
+            remaining = deadline - loop.time()
+            if total >= min_bytes or remaining <= 0 or not partitions or any(
+                    int(a.error_code) != 0 for _, parts in answers for a in parts):
+                break
+            waits = [asyncio.ensure_future(p.changed().wait()) for p in partitions]
+            try:
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+        return _make(
+            ctx.response_class,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.none,
+            session_id=i32(0),
+            responses=tuple(module.FetchableTopicResponse(topic=TopicName(t), partitions=tuple(ps)) for t, ps in answers),
+        )
+
+    def _fetch_once(self, request: Any, module: Any, *, replica_id: int, max_bytes: int,
+                    record_follower_state: bool) -> tuple[list[tuple[str, list[Any]]], int, list[Partition]]:
+        answers: list[tuple[str, list[Any]]] = []
+        total = 0
+        waiting: list[Partition] = []
+        for topic in request.topics:
+            name = str(topic.topic)
+            parts = []
+            for wanted in topic.partitions:
+                answer, size, partition = self._fetch_partition(
+                    module, name, wanted, replica_id=replica_id,
+                    budget=max_bytes - total if total > 0 else max(max_bytes, 1),
+                    record_follower_state=record_follower_state,
+                )
+                total += size
+                parts.append(answer)
+                if partition is not None:
+                    waiting.append(partition)
+            answers.append((name, parts))
+        return answers, total, waiting
+
+    def _fetch_partition(self, module: Any, topic: str, wanted: Any, *, replica_id: int, budget: int,
+                         record_follower_state: bool) -> tuple[Any, int, Partition | None]:
+        index = int(wanted.partition)
+        fetch_offset = int(wanted.fetch_offset)
+
+        def answer(error: ErrorCode, partition: Partition | None = None, records: bytes = b"", **extra: Any) -> Any:
+            hwm = -1 if partition is None else partition.high_watermark
+            start = -1 if partition is None else partition.log.log_start_offset
+            return _make(module.PartitionData, partition_index=i32(index), error_code=error, high_watermark=hwm,
+                         last_stable_offset=hwm, log_start_offset=start, aborted_transactions=None,
+                         preferred_read_replica=BrokerId(-1), records=records, **extra)
+
+        partition, error = self._replicas.leader_partition(topic, index)
+        if partition is None:
+            return answer(error), 0, None
+        requested_epoch = int(getattr(wanted, "current_leader_epoch", -1))
+        if requested_epoch >= 0 and requested_epoch != partition.leader_epoch:
+            code = ErrorCode.fenced_leader_epoch if requested_epoch < partition.leader_epoch else ErrorCode.unknown_leader_epoch
+            return answer(code, partition), 0, None
+        log = partition.log
+        if replica_id >= 0:
+            last_fetched_epoch = int(getattr(wanted, "last_fetched_epoch", -1))
+            if last_fetched_epoch >= 0:
+                epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
+                if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                    diverging = module.EpochEndOffset(epoch=i32(epoch), end_offset=end_offset)
+                    return answer(ErrorCode.none, partition, diverging_epoch=diverging), 0, None
+        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
+            return answer(ErrorCode.offset_out_of_range, partition), 0, None
+        if replica_id >= 0 and record_follower_state:
+            self._replicas.follower_fetch(partition, replica_id=replica_id, fetch_offset=fetch_offset)
+        upper = log.log_end_offset if replica_id >= 0 else partition.high_watermark
+        limit = min(int(wanted.partition_max_bytes), budget)
+        try:
+            data = self._replicas.read(partition, offset=fetch_offset, max_bytes=max(limit, RECORD_BATCH_OVERHEAD),
+                                       upper_bound=upper)
+        except OffsetOutOfRangeError:
+            return answer(ErrorCode.offset_out_of_range, partition), 0, None
+        return answer(ErrorCode.none, partition, records=data), len(data), partition
+
+    # -- ListOffsets ---------------------------------------------------------------------------------
+    async def list_offsets(self, request: Any, ctx: RequestContext) -> Any:
+        module = _module(ctx)
+        replica_id = int(request.replica_id)
+        topics = []
+        for topic in request.topics:
+            name = str(topic.name)
+            parts = []
+            for wanted in topic.partitions:
+                index = int(wanted.partition_index)
+                error, timestamp, offset, epoch = self._list_offset(name, index, wanted, replica_id=replica_id)
+                parts.append(_make(module.ListOffsetsPartitionResponse, partition_index=i32(index), error_code=error,
+                                   timestamp=timestamp, offset=offset, leader_epoch=i32(epoch)))
+            topics.append(module.ListOffsetsTopicResponse(name=TopicName(name), partitions=tuple(parts)))
+        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, topics=tuple(topics))
+
+    def _list_offset(self, topic: str, index: int, wanted: Any, *, replica_id: int) -> tuple[ErrorCode, int, int, int]:
+        partition, error = self._replicas.leader_partition(topic, index)
+        if partition is None:
+            return error, -1, -1, -1
+        requested_epoch = int(getattr(wanted, "current_leader_epoch", -1))
+        if requested_epoch >= 0 and requested_epoch != partition.leader_epoch:
+            code = ErrorCode.fenced_leader_epoch if requested_epoch < partition.leader_epoch else ErrorCode.unknown_leader_epoch
+            return code, -1, -1, -1
+        log = partition.log
+        timestamp = int(wanted.timestamp)
+        upper = log.log_end_offset if replica_id >= 0 else partition.high_watermark
+        if timestamp == _EARLIEST:
+            return ErrorCode.none, -1, log.log_start_offset, _epoch_at(partition, log.log_start_offset)
+        if timestamp == _LATEST:
+            return ErrorCode.none, -1, upper, _epoch_at(partition, upper - 1)
+        if timestamp < 0 and timestamp != _MAX_TIMESTAMP:
+            return ErrorCode.invalid_request, -1, -1, -1
+        found = self._scan_timestamps(partition, target=timestamp, upper=upper)
+        if found is None:
+            return ErrorCode.none, -1, -1, -1
+        offset, record_timestamp = found
+        return ErrorCode.none, record_timestamp, offset, _epoch_at(partition, offset)
+
+    def _scan_timestamps(self, partition: Partition, *, target: int, upper: int) -> tuple[int, int] | None:
+        """The first record at or after `target` ms (or the record with the largest timestamp, for
+        -3), below `upper`; walks batch headers and decodes only the batch that holds it."""
+        log = partition.log
+        offset = log.log_start_offset
+        best: tuple[int, int] | None = None
+        while offset < upper:
+            data = self._replicas.read(partition, offset=offset, max_bytes=_SCAN_CHUNK_BYTES, upper_bound=upper)
+            if not data:
+                break
+            for header, view in iter_batches(data):
+                offset = header.next_offset
+                if target == _MAX_TIMESTAMP:
+                    if best is None or header.max_timestamp > best[1]:
+                        best = _record_at(header, view, header.max_timestamp.__eq__)
+                    continue
+                if header.max_timestamp >= target:
+                    return _record_at(header, view, lambda ts: ts >= target)
+        return best
+
+    # -- forwarding ------------------------------------------------------------------------------------
+    async def forward(self, request: Any, ctx: RequestContext) -> Any:
+        timeout = getattr(request, "timeout", None) or getattr(request, "timeout_ms", None)
+        timeout_ms = 30_000 if timeout is None else max(1000, int(timeout.total_seconds() * 1000))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            try:
+                response = await self._channel.send(request, timeout_ms=timeout_ms)
+            except ControllerUnavailable as error:
+                if loop.time() >= deadline:
+                    raise
+                logger.debug("Forwarding api %d: %s", ctx.api_key, error)
+                await asyncio.sleep(0.1)
+                continue
+            if _has_not_controller(response) and loop.time() < deadline:
+                await asyncio.sleep(0.1)
+                continue
+            return response
+
+
+def _has_not_controller(response: Any) -> bool:
+    return int(getattr(response, "error_code", 0)) == int(ErrorCode.not_controller)
+
+
+def _epoch_at(partition: Partition, offset: int) -> int:
+    epoch = -1
+    for entry_epoch, start_offset in partition.log.epoch_entries:
+        if start_offset <= offset:
+            epoch = entry_epoch
+    return epoch
+
+
+def _record_at(header: Any, view: memoryview, accept: Callable[[int], bool]) -> tuple[int, int]:
+    body = view[RECORD_BATCH_OVERHEAD:]
+    if header.compression_codec == CODEC_GZIP:
+        body = memoryview(zlib.decompress(bytes(body), wbits=31))
+    elif header.compression_codec != 0:
+        return header.base_offset, header.max_timestamp  # codec we cannot read: the batch's own figures
+    for record in parse_records(body, count=header.record_count, base_timestamp_ms=header.base_timestamp):
+        if accept(record.timestamp_ms):
+            return header.base_offset + record.offset_delta, record.timestamp_ms
+    return header.last_offset, header.max_timestamp

@@ -1,0 +1,665 @@
+"""A broker's replicas: their logs on disk, leader and follower roles from metadata, replication.
+
+Kafka's ReplicaManager, LogManager and ReplicaFetcherManager for one broker process, on the event
+loop. What it keeps true:
+
+- Roles come from committed metadata only. `apply_delta` takes each published delta's local
+  changes (PartitionRecord / PartitionChangeRecord for this broker): a partition whose leader is
+  this broker becomes (or stays) a leader with the leader epoch of the record, any other hosted
+  partition follows the named leader, and a removed replica or deleted topic is closed and its
+  directory deleted. Nothing a controller or another broker says outside the metadata log changes
+  a role.
+- A leader appends produced batches stamped with its leader epoch; offsets are assigned from its
+  log end. Its high watermark is the smallest log end offset of the maximal ISR
+  (`broker.replica_state`), and an acks=all produce is answered only once the high watermark has
+  passed the batch's last offset (or with an error once this broker is no longer the leader of
+  that epoch, or the request's timeout passed).
+- A follower fetches from its leader (one fetch loop per source broker) with the epoch of its
+  last batch; a leader answers a diverging follower with the epoch's end offset, and the follower
+  truncates to it before fetching again (Kafka's KIP-101/KIP-279 truncation).
+- ISR changes go through AlterPartition to the active controller with the partition epoch; the
+  answer (or, for stale or failed answers, the next metadata) installs the committed ISR.
+- High watermarks are checkpointed per log directory in Kafka's `replication-offset-checkpoint`
+  (and the recovery point in `recovery-point-offset-checkpoint`) every 5 s and at shutdown, so a
+  restart resumes from them.
+
+Sessionless Fetch only: every Fetch names its partitions (session id 0); fetch sessions (KIP-227)
+are not implemented, so a request with a session id or epoch asking for one gets
+FETCH_SESSION_ID_NOT_FOUND / is served sessionless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from kio.schema.alter_partition.v3.request import AlterPartitionRequest
+from kio.schema.alter_partition.v3.request import BrokerState as AlterBrokerState
+from kio.schema.alter_partition.v3.request import PartitionData as AlterPartitionData
+from kio.schema.alter_partition.v3.request import TopicData as AlterTopicData
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from kraft_engine.broker import LeaderReplicaState
+from kraft_engine.metadata import (
+    ConfigResource,
+    ConfigResourceType,
+    MetadataDelta,
+    MetadataImage,
+    PartitionRegistration,
+)
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+from kraft_engine.records.batches import iter_batches
+from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
+from kraft_engine.storage.checkpoint_file import (
+    RECOVERY_POINT_CHECKPOINT_FILE_NAME,
+    CheckpointError,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from kraft_engine.storage.partition_log import LogError, PartitionLog, partition_directory_name
+
+__all__ = ["HIGH_WATERMARK_CHECKPOINT_FILE_NAME", "Partition", "ProduceOutcome", "ReplicaManager"]
+
+logger = logging.getLogger(__name__)
+
+HIGH_WATERMARK_CHECKPOINT_FILE_NAME = "replication-offset-checkpoint"
+_CHECKPOINT_INTERVAL_S = 5.0
+_ISR_CHECK_MIN_S = 0.25
+_ALTER_PARTITION_TIMEOUT_MS = 10_000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(eq=False)
+class Partition:
+    """One hosted replica: its log and its current role."""
+
+    topic: str
+    index: int
+    topic_id: uuid.UUID
+    log: PartitionLog
+    log_dir: Path
+    leader_id: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    follower_high_watermark: int = 0
+    leader_state: LeaderReplicaState | None = None
+    alter_in_flight: bool = False
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_state is not None
+
+    @property
+    def high_watermark(self) -> int:
+        hwm = self.follower_high_watermark if self.leader_state is None else self.leader_state.high_watermark
+        return min(hwm, self.log.log_end_offset)
+
+    def changed(self) -> asyncio.Event:
+        return self._changed
+
+    def notify(self) -> None:
+        """Wake every fetch and produce waiting on this partition (new data, new HWM, new role)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceOutcome:
+    error: ErrorCode
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class ReplicaManager:
+    """The replicas of one broker; every method runs on the event loop."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        log_dirs: Mapping[uuid.UUID, Path],
+        config: Any,
+        channel: ControllerChannel,
+        broker_epoch: Callable[[], int],
+        image: Callable[[], MetadataImage],
+    ) -> None:
+        self.node_id = node_id
+        self.log_dirs = dict(log_dirs)
+        self.config = config
+        self._channel = channel
+        self._broker_epoch = broker_epoch
+        self._image = image
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._fetchers: dict[int, _Fetcher] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._background: asyncio.Task[None] | None = None
+        self._closed = False
+        self._hwm_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
+        self._recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
+        for directory in self.log_dirs.values():
+            self._hwm_checkpoints[directory] = _read_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME)
+            self._recovery_points[directory] = _read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    def start(self) -> None:
+        self._background = asyncio.get_running_loop().create_task(self._run_background())
+
+    async def close(self) -> None:
+        """Stop fetching, flush every log, write the checkpoints, close the logs."""
+        self._closed = True
+        if self._background is not None:
+            self._background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._background
+        for fetcher in list(self._fetchers.values()):
+            await fetcher.stop()
+        self._fetchers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for partition in self.partitions.values():
+            with contextlib.suppress(OSError):
+                partition.log.flush()
+        self.write_checkpoints()
+        for partition in self.partitions.values():
+            partition.log.close()
+        self.partitions.clear()
+
+    # -- metadata --------------------------------------------------------------------------------
+    def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Leader and follower transitions from a published metadata delta."""
+        topics_delta = delta.topics_delta
+        if topics_delta is None:
+            return
+        changes = topics_delta.local_changes(self.node_id)
+        for tp in changes.deletes:
+            self._delete_partition((tp.topic, tp.partition))
+        for tp, (topic_id, registration) in changes.leaders.items():
+            self._become_leader(tp.topic, tp.partition, topic_id, registration)
+        for tp, (topic_id, registration) in changes.followers.items():
+            self._become_follower(tp.topic, tp.partition, topic_id, registration)
+
+    def _open_partition(self, topic: str, index: int, topic_id: uuid.UUID, registration: PartitionRegistration) -> Partition:
+        key = (topic, index)
+        partition = self.partitions.get(key)
+        if partition is not None:
+            return partition
+        name = partition_directory_name(topic, index)
+        log_dir = next((d for d in self.log_dirs.values() if (d / name).is_dir()), None)
+        if log_dir is None:
+            assigned = registration.directory(self.node_id)
+            log_dir = self.log_dirs.get(assigned) or min(
+                self.log_dirs.values(), key=lambda d: sum(1 for p in self.partitions.values() if p.log_dir == d)
+            )
+        log, report = PartitionLog.open(
+            log_dir / name,
+            segment_bytes=self.config.log_segment_bytes,
+            recovery_point=self._recovery_points.get(log_dir, {}).get(key),
+        )
+        for line in report.describe():
+            logger.warning("Recovering %s-%d: %s", topic, index, line)
+        hwm = self._hwm_checkpoints.get(log_dir, {}).get(key, 0)
+        partition = Partition(topic=topic, index=index, topic_id=topic_id, log=log, log_dir=log_dir,
+                              follower_high_watermark=min(hwm, log.log_end_offset))
+        self.partitions[key] = partition
+        return partition
+
+    def _become_leader(self, topic: str, index: int, topic_id: uuid.UUID, registration: PartitionRegistration) -> None:
+        partition = self._open_partition(topic, index, topic_id, registration)
+        now_ms = _now_ms()
+        new_epoch = not partition.is_leader or registration.leader_epoch != partition.leader_epoch
+        if partition.leader_id != self.node_id and partition.leader_id >= 0:
+            self._stop_fetching(partition)
+        partition.replicas = registration.replicas
+        partition.isr = registration.isr
+        if new_epoch:
+            logger.info("Leader of %s-%d in epoch %d (ISR %s)", topic, index, registration.leader_epoch, list(registration.isr))
+            self._stop_fetching(partition)
+            partition.leader_state = LeaderReplicaState(
+                local_id=self.node_id,
+                replicas=registration.replicas,
+                isr=registration.isr,
+                partition_epoch=registration.partition_epoch,
+                high_watermark=partition.high_watermark,
+                leader_epoch_start_offset=partition.log.log_end_offset,
+                now_ms=now_ms,
+            )
+        else:
+            state = partition.leader_state
+            if state is not None:
+                state.set_replicas(registration.replicas, now_ms=now_ms)
+                state.committed(isr=registration.isr, partition_epoch=registration.partition_epoch)
+        partition.leader_id = self.node_id
+        partition.leader_epoch = registration.leader_epoch
+        partition.partition_epoch = registration.partition_epoch
+        self._advance_high_watermark(partition)
+        partition.notify()
+
+    def _become_follower(self, topic: str, index: int, topic_id: uuid.UUID, registration: PartitionRegistration) -> None:
+        partition = self._open_partition(topic, index, topic_id, registration)
+        changed_leader = partition.leader_id != registration.leader or partition.leader_epoch != registration.leader_epoch
+        was_leader = partition.is_leader
+        if was_leader:
+            partition.follower_high_watermark = partition.high_watermark
+        partition.leader_state = None
+        partition.replicas = registration.replicas
+        partition.isr = registration.isr
+        partition.partition_epoch = registration.partition_epoch
+        if changed_leader or was_leader:
+            self._stop_fetching(partition)
+            partition.leader_id = registration.leader
+            partition.leader_epoch = registration.leader_epoch
+            logger.info("Follower of %s-%d, leader %d in epoch %d", topic, index, registration.leader, registration.leader_epoch)
+            if registration.leader >= 0:
+                self._fetcher_for(registration.leader).add(partition)
+        partition.notify()
+
+    def _delete_partition(self, key: tuple[str, int]) -> None:
+        partition = self.partitions.pop(key, None)
+        if partition is None:
+            return
+        self._stop_fetching(partition)
+        partition.notify()
+        partition.log.close()
+        directory = partition.log.directory
+        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+        try:
+            directory.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        except OSError as error:
+            logger.warning("Could not delete %s: %s", directory, error)
+        for table in (self._hwm_checkpoints, self._recovery_points):
+            table.get(partition.log_dir, {}).pop(key, None)
+        logger.info("Deleted replica %s-%d", *key)
+
+    def _stop_fetching(self, partition: Partition) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.remove(partition)
+
+    def _fetcher_for(self, leader_id: int) -> _Fetcher:
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is None or fetcher.stopped:
+            fetcher = _Fetcher(self, leader_id)
+            self._fetchers[leader_id] = fetcher
+            fetcher.start()
+        return fetcher
+
+    # -- leader side ------------------------------------------------------------------------------
+    def topic_config_int(self, topic: str, key: str, default: int) -> int:
+        value = self._image().configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)).get(key)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            return default
+
+    def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            topic_image = self._image().topics.get_topic_by_name(topic)
+            if topic_image is None or index not in topic_image.partitions:
+                return None, ErrorCode.unknown_topic_or_partition
+            return None, ErrorCode.not_leader_or_follower
+        if not partition.is_leader:
+            return None, ErrorCode.not_leader_or_follower
+        return partition, ErrorCode.none
+
+    async def append_as_leader(
+        self, partition: Partition, data: bytes, *, acks: int, timeout_ms: int, last_offset_delta: int
+    ) -> ProduceOutcome:
+        state = partition.leader_state
+        if state is None:
+            return ProduceOutcome(ErrorCode.not_leader_or_follower)
+        min_isr = self.topic_config_int(partition.topic, "min.insync.replicas", self.config.min_insync_replicas)
+        if acks == -1 and len(state.isr) < min_isr:
+            return ProduceOutcome(
+                ErrorCode.not_enough_replicas,
+                message=f"The size of the current ISR {sorted(state.isr)} is insufficient to satisfy the "
+                f"min.isr requirement of {min_isr} for partition {partition.topic}-{partition.index}",
+            )
+        epoch = partition.leader_epoch
+        try:
+            info = partition.log.append_as_leader(data, epoch=epoch)
+        except LogError as error:
+            return ProduceOutcome(ErrorCode.corrupt_message, message=str(error))
+        self._advance_high_watermark(partition)
+        partition.notify()
+        outcome = ProduceOutcome(ErrorCode.none, base_offset=info.first_offset, log_start_offset=partition.log.log_start_offset)
+        if acks != -1:
+            return outcome
+        last_offset = info.first_offset + last_offset_delta
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        while partition.high_watermark <= last_offset:
+            current = self.partitions.get((partition.topic, partition.index))
+            if current is not partition or not partition.is_leader or partition.leader_epoch != epoch:
+                return ProduceOutcome(ErrorCode.not_leader_or_follower, message="leadership moved before the write was replicated")
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return ProduceOutcome(ErrorCode.request_timed_out, message="the write was not replicated within the request timeout")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await partition.changed().wait()
+        state = partition.leader_state
+        if state is not None and len(state.isr) < min_isr:
+            return ProduceOutcome(ErrorCode.not_enough_replicas_after_append, base_offset=info.first_offset)
+        return outcome
+
+    def _advance_high_watermark(self, partition: Partition) -> None:
+        state = partition.leader_state
+        if state is not None and state.maybe_advance_high_watermark(leader_log_end=partition.log.log_end_offset):
+            partition.notify()
+
+    def follower_fetch(self, partition: Partition, *, replica_id: int, fetch_offset: int) -> None:
+        """A follower's Fetch tells the leader that follower's log end offset."""
+        state = partition.leader_state
+        if state is None:
+            return
+        if state.follower_fetched(replica_id, fetch_offset=fetch_offset, leader_log_end=partition.log.log_end_offset,
+                                  now_ms=_now_ms()):
+            partition.notify()
+        if not partition.alter_in_flight and state.pending_isr is None:
+            joining = state.expand_candidates(eligible=self._eligible_brokers())
+            if joining:
+                self._alter_isr(partition, state.isr | joining, expanding=True)
+
+    def _eligible_brokers(self) -> frozenset[int]:
+        cluster = self._image().cluster
+        return frozenset(b.id for b in cluster.brokers.values() if not b.fenced and not b.in_controlled_shutdown)
+
+    def _check_isr_shrinks(self) -> None:
+        now_ms = _now_ms()
+        lag_ms = self.config.replica_lag_time_max_ms
+        for partition in list(self.partitions.values()):
+            state = partition.leader_state
+            if state is None or partition.alter_in_flight or state.pending_isr is not None:
+                continue
+            leaving = state.shrink_candidates(leader_log_end=partition.log.log_end_offset, now_ms=now_ms, lag_max_ms=lag_ms)
+            if leaving:
+                logger.info("Shrinking ISR of %s-%d from %s: %s out of sync for %d ms", partition.topic,
+                            partition.index, sorted(state.isr), sorted(leaving), lag_ms)
+                self._alter_isr(partition, state.isr - leaving, expanding=False)
+
+    def _alter_isr(self, partition: Partition, new_isr: frozenset[int], *, expanding: bool) -> None:
+        state = partition.leader_state
+        if state is None:
+            return
+        state.propose(new_isr)
+        partition.alter_in_flight = True
+        if expanding:
+            self._advance_high_watermark(partition)
+        self._spawn(self._send_alter_partition(partition, new_isr, expanding=expanding))
+
+    async def _send_alter_partition(self, partition: Partition, new_isr: frozenset[int], *, expanding: bool) -> None:
+        state = partition.leader_state
+        cluster = self._image().cluster
+        request = AlterPartitionRequest(
+            broker_id=BrokerId(self.node_id),
+            broker_epoch=i64(self._broker_epoch()),
+            topics=(AlterTopicData(topic_id=partition.topic_id, partitions=(AlterPartitionData(
+                partition_index=i32(partition.index),
+                leader_epoch=i32(partition.leader_epoch),
+                new_isr_with_epochs=tuple(
+                    AlterBrokerState(broker_id=BrokerId(r), broker_epoch=i64(cluster.broker_epoch(r))) for r in sorted(new_isr)
+                ),
+                leader_recovery_state=i8(0),
+                partition_epoch=i32(partition.partition_epoch if state is None else state.partition_epoch),
+            ),)),),
+        )
+        error: str | None = None
+        try:
+            response = await self._channel.send(request, timeout_ms=_ALTER_PARTITION_TIMEOUT_MS)
+        except ControllerUnavailable as e:
+            error = str(e)
+            response = None
+        partition.alter_in_flight = False
+        current = partition.leader_state
+        if current is None or current is not state:
+            return  # the role changed meanwhile; the metadata decides
+        if response is not None:
+            code = ErrorCode(response.error_code)
+            if code == ErrorCode.none and response.topics and response.topics[0].partitions:
+                answer = response.topics[0].partitions[0]
+                code = ErrorCode(answer.error_code)
+                if code == ErrorCode.none:
+                    current.committed(isr=[int(b) for b in answer.isr], partition_epoch=int(answer.partition_epoch))
+                    partition.isr = tuple(sorted(current.isr))
+                    partition.partition_epoch = int(answer.partition_epoch)
+                    if expanding:
+                        self.isr_expands += 1
+                    else:
+                        self.isr_shrinks += 1
+                    logger.info("ISR of %s-%d is now %s (partition epoch %d)", partition.topic, partition.index,
+                                sorted(current.isr), partition.partition_epoch)
+                    self._advance_high_watermark(partition)
+                    partition.notify()
+                    return
+            error = code.name
+        current.proposal_failed()
+        logger.info("AlterPartition for %s-%d refused or failed: %s", partition.topic, partition.index, error)
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, partition: Partition, *, offset: int, max_bytes: int, upper_bound: int) -> bytes:
+        """Whole batches from `offset` (at least one if any), none at or past `upper_bound`."""
+        if offset >= upper_bound:
+            return b""
+        data = partition.log.read(offset, max_bytes=max(max_bytes, 1))
+        end = 0
+        for header, _ in iter_batches(data):
+            if header.base_offset >= upper_bound:
+                break
+            end += header.size_bytes
+        return data[:end]
+
+    # -- follower side -------------------------------------------------------------------------
+    def fetch_request_for(self, partitions: Iterable[Partition]) -> FetchRequest:
+        topics: dict[str, list[FetchPartition]] = {}
+        for partition in partitions:
+            latest = partition.log.latest_epoch
+            topics.setdefault(partition.topic, []).append(FetchPartition(
+                partition=i32(partition.index),
+                current_leader_epoch=i32(partition.leader_epoch),
+                fetch_offset=i64(partition.log.log_end_offset),
+                last_fetched_epoch=i32(-1 if latest is None else latest),
+                log_start_offset=i64(partition.log.log_start_offset),
+                partition_max_bytes=i32(self.config.replica_fetch_max_bytes),
+            ))
+        return FetchRequest(
+            cluster_id=None,
+            replica_id=BrokerId(self.node_id),
+            max_wait=i32Timedelta.parse(timedelta(milliseconds=self.config.replica_fetch_wait_max_ms)),
+            min_bytes=i32(self.config.replica_fetch_min_bytes),
+            max_bytes=i32(10 * 1024 * 1024),
+            isolation_level=i8(0),
+            session_id=i32(0),
+            session_epoch=i32(-1),
+            topics=tuple(FetchTopic(topic=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items()),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
+    def handle_fetched(self, partition: Partition, answer: Any) -> bool:
+        """Apply one partition of a leader's Fetch answer; False when the fetcher should back off."""
+        code = ErrorCode(answer.error_code)
+        log = partition.log
+        if code == ErrorCode.none:
+            diverging = answer.diverging_epoch
+            if int(diverging.epoch) >= 0 or int(diverging.end_offset) >= 0:
+                local_epoch, local_end = log.end_offset_for_epoch(int(diverging.epoch))
+                target = min(int(diverging.end_offset), local_end if local_epoch == int(diverging.epoch) else int(diverging.end_offset))
+                target = max(target, log.log_start_offset)
+                new_end = log.truncate_to(target)
+                logger.info("Truncated %s-%d to %d (leader's epoch %d ends at %d)", partition.topic, partition.index,
+                            new_end, int(diverging.epoch), int(diverging.end_offset))
+                partition.follower_high_watermark = min(partition.follower_high_watermark, new_end)
+                return True
+            records = answer.records
+            if records:
+                try:
+                    log.append_as_follower(bytes(records))
+                except LogError as error:
+                    logger.warning("Fetched data for %s-%d does not continue the log: %s", partition.topic, partition.index, error)
+                    return False
+            hwm = min(int(answer.high_watermark), log.log_end_offset)
+            if hwm != partition.follower_high_watermark or records:
+                partition.follower_high_watermark = max(partition.follower_high_watermark, hwm)
+                partition.notify()
+            return True
+        if code == ErrorCode.offset_out_of_range:
+            leader_start = int(answer.log_start_offset)
+            if log.log_end_offset < leader_start:
+                log.truncate_fully_and_start_at(leader_start)
+                logger.info("%s-%d restarts at the leader's log start %d", partition.topic, partition.index, leader_start)
+                return True
+        logger.debug("Fetch of %s-%d from %d: %s", partition.topic, partition.index, partition.leader_id, code.name)
+        return False
+
+    # -- background ----------------------------------------------------------------------------
+    async def _run_background(self) -> None:
+        last_checkpoint = asyncio.get_running_loop().time()
+        interval = max(_ISR_CHECK_MIN_S, self.config.replica_lag_time_max_ms / 2000)
+        while True:
+            await asyncio.sleep(min(interval, _CHECKPOINT_INTERVAL_S))
+            try:
+                self._check_isr_shrinks()
+                if asyncio.get_running_loop().time() - last_checkpoint >= _CHECKPOINT_INTERVAL_S:
+                    last_checkpoint = asyncio.get_running_loop().time()
+                    self.write_checkpoints()
+            except OSError as error:
+                logger.error("Replica manager background work failed: %s", error)
+
+    def write_checkpoints(self) -> None:
+        for directory in self.log_dirs.values():
+            hwms = {k: p.high_watermark for k, p in self.partitions.items() if p.log_dir == directory}
+            points = {k: p.log.flushed_offset for k, p in self.partitions.items() if p.log_dir == directory}
+            self._hwm_checkpoints[directory] = hwms
+            self._recovery_points[directory] = points
+            write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
+            write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        registration = self._image().cluster.broker(broker_id)
+        if registration is None:
+            return None
+        endpoint = registration.listener(self.config.inter_broker_listener_name)
+        if endpoint is None:
+            return None
+        return endpoint.host, endpoint.port
+
+
+class _Fetcher:
+    """The fetch loop towards one leader broker (Kafka's ReplicaFetcherThread)."""
+
+    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
+        self._manager = manager
+        self.leader_id = leader_id
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._connection: KafkaConnection | None = None
+        self.stopped = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def add(self, partition: Partition) -> None:
+        self._partitions[(partition.topic, partition.index)] = partition
+        self._wake.set()
+
+    def remove(self, partition: Partition) -> None:
+        if self._partitions.get((partition.topic, partition.index)) is partition:
+            del self._partitions[(partition.topic, partition.index)]
+
+    async def stop(self) -> None:
+        self.stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._connection is not None:
+            await self._connection.close()
+
+    async def _run(self) -> None:
+        manager = self._manager
+        config = manager.config
+        backoff_s = config.replica_fetch_backoff_ms / 1000
+        while True:
+            if not self._partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            address = manager.broker_address(self.leader_id)
+            if address is None:
+                await asyncio.sleep(backoff_s)
+                continue
+            if self._connection is None or (self._connection.host, self._connection.port) != address:
+                if self._connection is not None:
+                    await self._connection.close()
+                self._connection = KafkaConnection(address[0], address[1], config=ConnectionConfig(
+                    client_id=f"broker-{manager.node_id}-fetcher-{self.leader_id}",
+                    request_timeout_ms=config.replica_socket_timeout_ms if config.replica_socket_timeout_ms > 0 else 30_000,
+                    socket_connection_setup_timeout_ms=5000,
+                    reconnect_backoff_ms=50,
+                    reconnect_backoff_max_ms=1000,
+                ))
+            fetching = dict(self._partitions)
+            request = manager.fetch_request_for(fetching.values())
+            try:
+                response = await self._connection.send(request)
+            except (KafkaProtocolError, OSError) as error:
+                logger.debug("Fetch from broker %d failed: %s", self.leader_id, error)
+                await asyncio.sleep(backoff_s)
+                continue
+            back_off = ErrorCode(response.error_code) != ErrorCode.none
+            for topic in response.responses:
+                for answer in topic.partitions:
+                    key = (str(topic.topic), int(answer.partition_index))
+                    partition = fetching.get(key)
+                    if partition is None or self._partitions.get(key) is not partition:
+                        continue  # removed while the fetch was in flight
+                    try:
+                        if not manager.handle_fetched(partition, answer):
+                            back_off = True
+                    except (LogError, OSError) as error:
+                        logger.error("Follower append to %s-%d failed: %s", key[0], key[1], error)
+                        back_off = True
+            if back_off:
+                await asyncio.sleep(backoff_s)
+
+
+def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    if not path.exists():
+        return {}
+    try:
+        return read_offset_checkpoint(path)
+    except (CheckpointError, OSError) as error:
+        logger.warning("Ignoring unreadable checkpoint %s: %s", path, error)
+        return {}
+
+
