@@ -39,11 +39,11 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i16, i32, i64, u16
 
+from kraft_engine.admin.controller_admin import ControllerAdmin
 from kraft_engine.controller import CommittedBatch, QuorumController, RecordAndVersion
 from kraft_engine.metadata import CommittedBatch as LoaderBatch
 from kraft_engine.metadata import MetadataLoader, VersionRange
 from kraft_engine.records import FeatureLevelRecord, metadata_version
-from kraft_engine.server.controller_admin import ControllerAdmin
 
 HOST = "127.0.0.1"
 KRAFT = str(Path(sys.executable).with_name("kraft"))

@@ -26,9 +26,9 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i64, u16
 from quorum_processes import HOST, ProcessCluster, kraft, wait_for
 
+from kraft_engine.admin.controller_admin import ControllerAdmin
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
 from kraft_engine.records import metadata_version
-from kraft_engine.server.controller_admin import ControllerAdmin
 
 pytestmark = pytest.mark.process
 

@@ -15,10 +15,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
 from kio.static.primitive import i8, i16
 
+from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
 from kraft_engine.protocol import parse_bootstrap_servers
 from kraft_engine.records import metadata_version
-from kraft_engine.server.controller_admin import ControllerAdmin, ControllerAdminError
 
 __all__ = ["register"]
 

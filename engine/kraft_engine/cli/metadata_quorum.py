@@ -30,17 +30,17 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from kraft_engine.cli.main import CliError
-from kraft_engine.kafka_uuid import ZERO_UUID, from_kafka_str, to_kafka_str
-from kraft_engine.protocol import ConnectionConfig, KafkaConnection, parse_bootstrap_servers
-from kraft_engine.raft import Endpoint, ReplicaKey
-from kraft_engine.server.config import ConfigError, load_config
-from kraft_engine.server.quorum_admin import (
+from kraft_engine.admin.quorum_admin import (
     QuorumAdmin,
     QuorumAdminError,
     QuorumDescription,
     ReplicaDescription,
 )
+from kraft_engine.cli.main import CliError
+from kraft_engine.kafka_uuid import ZERO_UUID, from_kafka_str, to_kafka_str
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, parse_bootstrap_servers
+from kraft_engine.raft import Endpoint, ReplicaKey
+from kraft_engine.server.config import ConfigError, load_config
 from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
 
 __all__ = ["describe_replication", "describe_status", "register"]

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from kraft_engine.admin.quorum_admin import QuorumAdmin, QuorumAdminError, QuorumDescription
 from kraft_engine.cli.dump_log import dump_file
 from kraft_engine.cli.main import CliError
 from kraft_engine.cli.metadata_quorum import describe_replication, describe_status
 from kraft_engine.cli.storage import info
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
 from kraft_engine.server.config import ConfigError, KafkaConfig, load_config
-from kraft_engine.server.quorum_admin import QuorumAdmin, QuorumAdminError, QuorumDescription
 from kraft_engine.storage.formatter import (
     BOOTSTRAP_SNAPSHOT_NAME,
     CLUSTER_METADATA_DIR_NAME,

@@ -33,10 +33,10 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
+from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
 from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
 from kraft_engine.protocol import parse_bootstrap_servers
-from kraft_engine.server.controller_admin import ControllerAdmin, ControllerAdminError
 
 __all__ = ["register"]
 

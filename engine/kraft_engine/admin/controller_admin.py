@@ -16,8 +16,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kraft_engine.admin.quorum_admin import QuorumAdmin, QuorumAdminError
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
-from kraft_engine.server.quorum_admin import QuorumAdmin, QuorumAdminError
 
 __all__ = ["ControllerAdmin", "ControllerAdminError"]
 

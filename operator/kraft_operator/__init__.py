@@ -1,0 +1,1 @@
+"""kraftwerk operator."""

@@ -1,0 +1,396 @@
+"""The operator's Kafka admin client: what the operator asks a running cluster, over Kafka's protocol.
+
+Async, on the engine's protocol client (`KafkaConnection`, kio entities) and its quorum admin
+(`kraft_engine.admin`), and usable against controllers and brokers, ours and Apache Kafka's:
+- DescribeQuorum, through `QuorumAdmin`, which asks the leader that DescribeCluster names and
+  follows the leader hint again when a stale leader answers NOT_LEADER_OR_FOLLOWER;
+- DescribeCluster on controllers (endpoint type 2) and on brokers (type 1, v2 with fenced brokers);
+- Metadata (on a broker; our controllers serve it too, Kafka's do not);
+- DescribeConfigs, ApiVersions' finalized features (DescribeFeatures is ApiVersions in Kafka's
+  Admin), DescribeLogDirs.
+Every request goes to the addresses given in turn until one answers; retriable errors (a node
+down, NOT_CONTROLLER, NOT_LEADER_OR_FOLLOWER, an election) are retried until `timeout_ms`; other
+errors raise `AdminError` with Kafka's error name, which callers can tell apart by `error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i16, i32, i32Timedelta
+
+from kraft_engine.admin import (
+    ControllerAdmin,
+    ControllerAdminError,
+    QuorumAdmin,
+    QuorumAdminError,
+    QuorumDescription,
+)
+from kraft_engine.protocol import (
+    API_VERSIONS_KEY,
+    ConnectionConfig,
+    KafkaConnection,
+    KafkaProtocolError,
+    request_class,
+)
+
+__all__ = [
+    "AdminError",
+    "AdminUnreachable",
+    "ClusterAdmin",
+    "LogDirDescription",
+    "MetadataDescription",
+    "NodeDescription",
+    "PartitionDescription",
+    "TopicDescription",
+    "create_topic",
+    "under_min_isr",
+]
+
+_METADATA = 3
+_CREATE_TOPICS = 19
+_DESCRIBE_CONFIGS = 32
+_DESCRIBE_LOG_DIRS = 35
+_DESCRIBE_CLUSTER = 60
+_TOPIC_RESOURCE = 2
+_BROKER_ENDPOINTS = 1
+_CONTROLLER_ENDPOINTS = 2
+_RETRY_INTERVAL_S = 0.1
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.not_controller,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.leader_not_available,
+        ErrorCode.broker_not_available,
+        ErrorCode.request_timed_out,
+        ErrorCode.coordinator_load_in_progress,
+    }
+)
+
+_T = TypeVar("_T")
+Address = tuple[str, int]
+
+
+class AdminError(Exception):
+    """A refusal: which API, Kafka's error name and the server's message."""
+
+    def __init__(self, message: str, *, api: str, error: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.api = api
+        self.error = error
+
+    @property
+    def retriable(self) -> bool:
+        return self.error in _RETRIABLE
+
+
+class AdminUnreachable(AdminError):
+    """No address answered (or none without a retriable error) within the timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDescription:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[NodeDescription, ...]
+    topics: tuple[TopicDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    path: str
+    error: str | None
+    total_bytes: int
+    usable_bytes: int
+
+
+def _check(api: str, code: int, message: str | None = None) -> None:
+    if code != ErrorCode.none:
+        error = ErrorCode(code)
+        text = f"{api}: {error.name.upper()}" + (f": {message}" if message else "")
+        raise AdminError(text, api=api, error=error)
+
+
+class ClusterAdmin:
+    """Connections to a cluster's controllers and brokers (either list may be empty)."""
+
+    def __init__(
+        self,
+        *,
+        controllers: Sequence[Address] = (),
+        brokers: Sequence[Address] = (),
+        timeout_ms: int = 5000,
+        client_id: str = "kraftwerk-operator",
+    ) -> None:
+        self.controllers = [(str(h), int(p)) for h, p in controllers]
+        self.brokers = [(str(h), int(p)) for h, p in brokers]
+        self.timeout_ms = timeout_ms
+        self._config = ConnectionConfig(
+            client_id=client_id,
+            request_timeout_ms=min(timeout_ms, 3000),
+            socket_connection_setup_timeout_ms=min(timeout_ms, 1000),
+        )
+        self._connections: dict[Address, KafkaConnection] = {}
+        self._quorum = QuorumAdmin(self.controllers, timeout_ms=timeout_ms) if self.controllers else None
+
+    async def close(self) -> None:
+        connections, self._connections = list(self._connections.values()), {}
+        for connection in connections:
+            await connection.close()
+        if self._quorum is not None:
+            await self._quorum.close()
+
+    async def __aenter__(self) -> ClusterAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    def _connection(self, address: Address) -> KafkaConnection:
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = KafkaConnection(address[0], address[1], config=self._config)
+            self._connections[address] = connection
+        return connection
+
+    async def _first_answer(
+        self, addresses: Sequence[Address], api: str, attempt: Callable[[KafkaConnection], Awaitable[_T]]
+    ) -> _T:
+        """`attempt` on each address in turn, retried until the timeout while the failures are
+        retriable; the first answer wins."""
+        if not addresses:
+            raise AdminUnreachable(f"{api}: no addresses to ask", api=api)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_ms / 1000
+        last = "no answer"
+        while True:
+            for address in addresses:
+                connection = self._connection(address)
+                try:
+                    await connection.connect(timeout_ms=self._config.socket_connection_setup_timeout_ms)
+                    return await attempt(connection)
+                except AdminError as e:
+                    if not e.retriable:
+                        raise
+                    last = f"{address[0]}:{address[1]}: {e}"
+                except (KafkaProtocolError, OSError) as e:
+                    last = f"{address[0]}:{address[1]}: {type(e).__name__}: {e}"
+                    with contextlib.suppress(Exception):
+                        await connection.disconnect()
+            if loop.time() >= deadline:
+                raise AdminUnreachable(f"{api}: no answer within {self.timeout_ms} ms ({last})", api=api)
+            await asyncio.sleep(_RETRY_INTERVAL_S)
+
+    # -- the quorum --------------------------------------------------------------------------------
+    async def describe_quorum(self) -> QuorumDescription:
+        if self._quorum is None:
+            raise AdminUnreachable("DescribeQuorum: no controllers to ask", api="DescribeQuorum")
+        try:
+            return await self._quorum.describe_quorum()
+        except QuorumAdminError as e:
+            raise AdminUnreachable(str(e), api="DescribeQuorum", error=e.error) from None
+
+    # -- DescribeCluster ---------------------------------------------------------------------------
+    async def describe_cluster(self, *, brokers: bool) -> tuple[str, int, tuple[NodeDescription, ...]]:
+        """(cluster id, active controller id, nodes): the brokers (with fenced ones) from a broker,
+        or the controllers from a controller."""
+        endpoint = _BROKER_ENDPOINTS if brokers else _CONTROLLER_ENDPOINTS
+
+        async def attempt(connection: KafkaConnection) -> tuple[str, int, tuple[NodeDescription, ...]]:
+            version = min(2, connection.negotiated_version(_DESCRIBE_CLUSTER))
+            fields: dict[str, Any] = {"include_cluster_authorized_operations": False}
+            if version >= 1:
+                fields["endpoint_type"] = i8(endpoint)
+            if version >= 2:
+                fields["include_fenced_brokers"] = brokers
+            response = await connection.send(request_class(_DESCRIBE_CLUSTER, version)(**fields))
+            _check("DescribeCluster", response.error_code, response.error_message)
+            nodes = tuple(
+                NodeDescription(int(b.broker_id), b.host, int(b.port), b.rack, bool(getattr(b, "is_fenced", False)))
+                for b in response.brokers
+            )
+            return response.cluster_id, int(response.controller_id), nodes
+
+        return await self._first_answer(self.brokers if brokers else self.controllers, "DescribeCluster", attempt)
+
+    # -- Metadata ----------------------------------------------------------------------------------
+    async def metadata(self) -> MetadataDescription:
+        """All topics and partitions, from a broker, else from an active controller that serves
+        Metadata (ours do; Kafka's controllers answer NOT_CONTROLLER or do not serve it)."""
+
+        async def attempt(connection: KafkaConnection) -> MetadataDescription:
+            if _METADATA not in connection.peer_api_versions:
+                raise AdminError("Metadata: not served here", api="Metadata", error=ErrorCode.not_controller)
+            version = min(12, connection.negotiated_version(_METADATA))
+            fields: dict[str, Any] = {"topics": None, "allow_auto_topic_creation": False}
+            if version >= 8:
+                fields["include_topic_authorized_operations"] = False
+            response = await connection.send(request_class(_METADATA, version)(**fields))
+            topics = []
+            for topic in response.topics:
+                if topic.error_code not in (ErrorCode.none, ErrorCode.leader_not_available):
+                    continue
+                topics.append(
+                    TopicDescription(
+                        name=str(topic.name),
+                        partitions=tuple(
+                            PartitionDescription(
+                                partition=int(p.partition_index),
+                                leader_id=int(p.leader_id),
+                                replicas=tuple(int(r) for r in p.replica_nodes),
+                                isr=tuple(int(r) for r in p.isr_nodes),
+                                offline_replicas=tuple(int(r) for r in p.offline_replicas),
+                            )
+                            for p in topic.partitions
+                        ),
+                    )
+                )
+            controller_id = int(response.controller_id)
+            if not self.brokers and controller_id < 0:
+                raise AdminError("Metadata: no active controller", api="Metadata", error=ErrorCode.not_controller)
+            return MetadataDescription(
+                cluster_id=response.cluster_id,
+                controller_id=controller_id,
+                brokers=tuple(NodeDescription(int(b.node_id), b.host, int(b.port), b.rack) for b in response.brokers),
+                topics=tuple(topics),
+            )
+
+        return await self._first_answer(self.brokers or self.controllers, "Metadata", attempt)
+
+    # -- DescribeConfigs ---------------------------------------------------------------------------
+    async def describe_topic_configs(
+        self, topics: Sequence[str], *, keys: Sequence[str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """Each topic's configs in force (name -> value), optionally only `keys`."""
+        if not topics:
+            return {}
+
+        async def attempt(connection: KafkaConnection) -> dict[str, dict[str, str]]:
+            version = min(4, connection.negotiated_version(_DESCRIBE_CONFIGS))
+            request_cls = request_class(_DESCRIBE_CONFIGS, version)
+            module = __import__(request_cls.__module__, fromlist=["DescribeConfigsResource"])
+            resources = tuple(
+                module.DescribeConfigsResource(
+                    resource_type=i8(_TOPIC_RESOURCE),
+                    resource_name=topic,
+                    configuration_keys=tuple(keys) if keys is not None else None,
+                )
+                for topic in topics
+            )
+            fields: dict[str, Any] = {"resources": resources, "include_synonyms": False}
+            if version >= 3:
+                fields["include_documentation"] = False
+            response = await connection.send(request_cls(**fields))
+            found: dict[str, dict[str, str]] = {}
+            for result in response.results:
+                _check("DescribeConfigs", result.error_code, result.error_message)
+                found[str(result.resource_name)] = {
+                    str(c.name): str(c.value) for c in result.configs if c.value is not None
+                }
+            return found
+
+        return await self._first_answer(self.brokers or self.controllers, "DescribeConfigs", attempt)
+
+    # -- features (ApiVersions) ----------------------------------------------------------------------
+    async def finalized_features(self) -> dict[str, int]:
+        """The finalized feature levels (metadata.version, kraft.version, ...) from ApiVersions, as
+        Kafka's Admin.describeFeatures reads them."""
+
+        async def attempt(connection: KafkaConnection) -> dict[str, int]:
+            if connection.api_versions_response is None:
+                await connection.send(request_class(API_VERSIONS_KEY, 3)(
+                    client_software_name="kraftwerk", client_software_version="0"))
+            response = connection.api_versions_response
+            if response is None:
+                raise AdminError("ApiVersions: no answer", api="ApiVersions", error=ErrorCode.request_timed_out)
+            return {str(f.name): int(f.max_version_level) for f in (response.finalized_features or ())}
+
+        return await self._first_answer(self.controllers + self.brokers, "ApiVersions", attempt)
+
+    # -- DescribeLogDirs -----------------------------------------------------------------------------
+    async def describe_log_dirs(self, broker: Address) -> tuple[LogDirDescription, ...]:
+        """One broker's log directories (DescribeLogDirs goes to the broker that holds them)."""
+
+        async def attempt(connection: KafkaConnection) -> tuple[LogDirDescription, ...]:
+            version = min(4, connection.negotiated_version(_DESCRIBE_LOG_DIRS))
+            response = await connection.send(request_class(_DESCRIBE_LOG_DIRS, version)(topics=None))
+            if version >= 3:
+                _check("DescribeLogDirs", response.error_code)
+            return tuple(
+                LogDirDescription(
+                    path=str(r.log_dir),
+                    error=None if r.error_code == ErrorCode.none else ErrorCode(r.error_code).name.upper(),
+                    total_bytes=int(getattr(r, "total_bytes", -1)),
+                    usable_bytes=int(getattr(r, "usable_bytes", -1)),
+                )
+                for r in response.results
+            )
+
+        return await self._first_answer([broker], "DescribeLogDirs", attempt)
+
+
+async def create_topic(
+    controllers: Sequence[Address], *, name: str, partitions: int, replication_factor: int, timeout_ms: int = 30000
+) -> bool:
+    """CreateTopics on the active controller (as Kafka's Admin with bootstrap.controllers does).
+    True when created, False when it already existed; AdminError for any other refusal."""
+    request = request_class(_CREATE_TOPICS, 7)
+    module = __import__(request.__module__, fromlist=["CreatableTopic"])
+    topic = module.CreatableTopic(
+        name=name, num_partitions=i32(partitions), replication_factor=i16(replication_factor),
+        assignments=(), configs=(),
+    )
+    body = request(topics=(topic,), timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)), validate_only=False)
+    async with ControllerAdmin(list(controllers), timeout_ms=timeout_ms, client_id="kraftwerk-operator") as admin:
+        try:
+            response = await admin.send_to_active(body)
+        except ControllerAdminError as e:
+            raise AdminUnreachable(str(e), api="CreateTopics") from None
+    [result] = response.topics
+    if result.error_code == ErrorCode.topic_already_exists:
+        return False
+    _check("CreateTopics", result.error_code, result.error_message)
+    return True
+
+
+def under_min_isr(
+    topics: Sequence[TopicDescription], min_isr: Mapping[str, int], *, default_min_isr: int = 1
+) -> int:
+    """Partitions whose ISR is smaller than their topic's min.insync.replicas."""
+    return sum(
+        1
+        for topic in topics
+        for p in topic.partitions
+        if len(p.isr) < min_isr.get(topic.name, default_min_isr)
+    )

@@ -1,0 +1,435 @@
+"""The `KRaftCluster` resource (kraftwerk.io/v1alpha1, short name `kc`) as pydantic models.
+
+These models are the single source of the resource's shape: `kraftwerk crd` generates the CRD in
+`crds/` from them (`kraft_operator.crd`), the planner reads a spec and writes a status through
+them, and `kraftwerk plan`/`up` parse YAML files with them. Rules the API server can check go into
+the schema (bounds, patterns, enums) or into CEL (`x-kubernetes-validations`: cross-field rules
+and immutability); rules only the operator can check (a `server.properties` override against the
+engine's config rules, a metadata.version a node cannot run) live in `kraft_operator.plan`.
+
+Field names are camelCase on the wire (Kubernetes convention) and snake_case in Python.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "SHORT_NAMES",
+    "VERSION",
+    "Condition",
+    "ConditionStatus",
+    "ConditionType",
+    "DirectoryStatus",
+    "Implementation",
+    "KRaftCluster",
+    "KRaftClusterSpec",
+    "KRaftClusterStatus",
+    "Listener",
+    "MetadataVersionStatus",
+    "NodePool",
+    "NodeStatus",
+    "ObjectMeta",
+    "OperationStatus",
+    "PartitionsStatus",
+    "PodTemplate",
+    "PodTemplateMetadata",
+    "QuorumReplicaStatus",
+    "QuorumStatus",
+    "Rack",
+    "Resources",
+    "Role",
+    "Storage",
+    "Volume",
+]
+
+GROUP = "kraftwerk.io"
+VERSION = "v1alpha1"
+API_VERSION: Literal["kraftwerk.io/v1alpha1"] = "kraftwerk.io/v1alpha1"
+KIND: Literal["KRaftCluster"] = "KRaftCluster"
+PLURAL = "kraftclusters"
+SHORT_NAMES = ("kc",)
+
+# Kubernetes names (DNS-1123 labels); a pool's name becomes part of pod and PVC names.
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A resource.Quantity as Kubernetes writes one (1Gi, 500M, 10G, 1.5Ti, 100).
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+# Kafka's Uuid text form: 22 characters of URL-safe base64.
+_KAFKA_UUID = r"^[A-Za-z0-9_-]{22}$"
+_LISTENER_NAME = r"^[A-Z][A-Z0-9_]*$"
+_METADATA_VERSION = r"^[0-9]+\.[0-9]+(-IV[0-9]+)?$"
+
+
+def _cel(
+    rule: str, message: str, *, reason: str | None = None, field_path: str | None = None
+) -> dict[str, JsonValue]:
+    entry: dict[str, JsonValue] = {"rule": rule, "message": message}
+    if reason is not None:
+        entry["reason"] = reason
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class _Model(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields refused (the CRD prunes them)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class Role(StrEnum):
+    CONTROLLER = "controller"
+    BROKER = "broker"
+
+
+class Implementation(StrEnum):
+    """What runs a pool's nodes: the kraftwerk engine, or Apache Kafka 4.1 (the local runtime runs it
+    from the jars of `scripts/fetch-kafka-jars`). The engine has no broker yet (issue #9), so a pool
+    with the broker role needs `apache-kafka` until it does."""
+
+    KRAFTWERK = "kraftwerk"
+    APACHE_KAFKA = "apache-kafka"
+
+
+class Volume(_Model):
+    """One persistent volume of a node: one log directory."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0",
+                    "a volume cannot shrink",
+                    field_path=".size",
+                ),
+                _cel(
+                    "!has(oldSelf.class) || (has(self.class) && self.class == oldSelf.class)",
+                    "a volume's storage class is immutable",
+                    field_path=".class",
+                ),
+            ]
+        }
+    )
+
+    id: int = Field(ge=0, le=255, description="The volume's id within the node; log dir `data-<id>`.")
+    size: str = Field(pattern=_QUANTITY, max_length=32, description="Requested size, e.g. 10Gi.")
+    class_: str | None = Field(
+        default=None, alias="class", max_length=253, description="StorageClass; the cluster default when unset."
+    )
+    delete_claim: bool = Field(
+        default=False, description="Delete the volume's PVC when the KRaftCluster is deleted (kept by default)."
+    )
+
+
+class Storage(_Model):
+    """One volume (`single`) or several (`jbod`, one log directory per volume)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.type == 'jbod' || size(self.volumes) == 1",
+                    "storage of type single has exactly one volume; use type jbod for more",
+                    field_path=".volumes",
+                ),
+                _cel("self.type == oldSelf.type", "storage type is immutable", field_path=".type"),
+            ]
+        }
+    )
+
+    type: Literal["single", "jbod"] = "single"
+    volumes: list[Volume] = Field(
+        min_length=1,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+
+
+class Resources(_Model):
+    """Container resources, as in a Pod spec (`cpu`, `memory`, ... to quantities)."""
+
+    requests: dict[str, str] = Field(default_factory=dict, max_length=16)
+    limits: dict[str, str] = Field(default_factory=dict, max_length=16)
+
+
+class Rack(_Model):
+    """Rack awareness: `broker.rack` is the value of this label on the node that runs the pod."""
+
+    topology_key: str = Field(default="topology.kubernetes.io/zone", max_length=253)
+
+
+class NodePool(_Model):
+    """A group of identical nodes: the same roles, storage and resources."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel("self.roles == oldSelf.roles", "a node pool's roles are immutable", field_path=".roles"),
+                _cel(
+                    "self.implementation == oldSelf.implementation",
+                    "a node pool's implementation is immutable",
+                    field_path=".implementation",
+                ),
+            ]
+        }
+    )
+
+    name: str = Field(pattern=_DNS_LABEL, max_length=40)
+    roles: list[Role] = Field(
+        min_length=1, max_length=2, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    replicas: int = Field(ge=0, le=64)
+    implementation: Implementation = Implementation.KRAFTWERK
+    storage: Storage
+    resources: Resources | None = None
+    rack: Rack | None = None
+    node_affinity: dict[str, Any] | None = Field(
+        default=None,
+        description="A Kubernetes NodeAffinity, applied to the pool's pods as written.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class Listener(_Model):
+    """A listener for clients (and, on brokers, between brokers). The controllers' own listener is
+    `CONTROLLER` on `spec.controllerPort`."""
+
+    name: str = Field(pattern=_LISTENER_NAME, max_length=32)
+    port: int = Field(ge=1024, le=65535)
+    protocol: Literal["PLAINTEXT"] = Field(
+        default="PLAINTEXT", description="Security protocol; the engine speaks PLAINTEXT only so far."
+    )
+
+
+class PodTemplateMetadata(_Model):
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
+
+
+class PodTemplate(_Model):
+    """Overrides merged into every node pod (labels, annotations, and a partial Pod spec)."""
+
+    metadata: PodTemplateMetadata | None = None
+    spec: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+
+def _default_listeners() -> list[Listener]:
+    return [Listener(name="PLAINTEXT", port=9092)]
+
+
+class KRaftClusterSpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.nodePools.exists(p, 'controller' in p.roles && p.replicas > 0)",
+                    "at least one node pool must have the controller role and replicas > 0",
+                    field_path=".nodePools",
+                ),
+                _cel(
+                    "!has(oldSelf.clusterId) || (has(self.clusterId) && self.clusterId == oldSelf.clusterId)",
+                    "clusterId is immutable once set",
+                    field_path=".clusterId",
+                ),
+                _cel(
+                    "self.listeners.all(l, l.name != 'CONTROLLER' && l.port != self.controllerPort)",
+                    "a client listener cannot be named CONTROLLER or use the controller port",
+                    field_path=".listeners",
+                ),
+                _cel(
+                    "self.listeners.all(l, self.listeners.exists_one(m, m.port == l.port))",
+                    "listener ports must be distinct",
+                    field_path=".listeners",
+                ),
+            ]
+        }
+    )
+
+    cluster_id: str | None = Field(
+        default=None,
+        pattern=_KAFKA_UUID,
+        max_length=22,
+        description="The Kafka cluster id; assigned by the operator (status.clusterId) when unset.",
+    )
+    image: str = Field(default="kraftwerk:0.1.0", max_length=512, description="The engine's container image.")
+    version: str = Field(default="0.1.0", max_length=32, description="The engine's version in that image.")
+    paused: bool = Field(default=False, description="Observe only: take no action while true.")
+    node_pools: list[NodePool] = Field(
+        min_length=1,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    listeners: list[Listener] = Field(
+        default_factory=_default_listeners,
+        min_length=1,
+        max_length=8,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "default": [{"name": "PLAINTEXT", "port": 9092, "protocol": "PLAINTEXT"}],
+        },
+    )
+    controller_port: int = Field(default=9093, ge=1024, le=65535)
+    config: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="server.properties overrides for every node, checked against the engine's config rules.",
+    )
+    metadata_version: str | None = Field(
+        default=None,
+        pattern=_METADATA_VERSION,
+        max_length=16,
+        description="metadata.version to format new clusters with (e.g. 4.1-IV1); the newest every pool runs when unset.",
+    )
+    pod_template: PodTemplate | None = None
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    PAUSED = "Paused"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    """A Kubernetes condition (metav1.Condition's fields)."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: str = Field(max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str = Field(description="RFC 3339")
+    observed_generation: int | None = None
+
+
+class QuorumReplicaStatus(_Model):
+    id: int
+    directory_id: str
+    endpoints: list[str] = Field(default_factory=list)
+    log_end_offset: int
+    lag: int
+    caught_up: bool
+
+
+class QuorumStatus(_Model):
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: list[QuorumReplicaStatus] = Field(default_factory=list)
+    observers: list[QuorumReplicaStatus] = Field(default_factory=list)
+
+
+class DirectoryStatus(_Model):
+    volume_id: int
+    path: str
+    directory_id: str | None = None
+
+
+class NodeStatus(_Model):
+    id: int
+    pool: str
+    roles: list[Role]
+    implementation: Implementation = Implementation.KRAFTWERK
+    phase: str = Field(description="Pod phase (Pending, Running, Failed, ...) or Absent")
+    version: str | None = None
+    formatted: bool = False
+    directories: list[DirectoryStatus] = Field(default_factory=list)
+    registered: bool | None = None
+    fenced: bool | None = None
+
+
+class PartitionsStatus(_Model):
+    total: int = 0
+    under_replicated: int = 0
+    under_min_isr: int = 0
+    offline: int = 0
+
+
+class MetadataVersionStatus(_Model):
+    finalized: str | None = None
+    target: str | None = None
+
+
+class OperationStatus(_Model):
+    """The operation in progress: what it is, which step, and what it waits for. Resumed from here
+    after an operator restart."""
+
+    name: str
+    step: str = ""
+    waiting_for: str = ""
+    started_at: str | None = None
+
+
+class KRaftClusterStatus(_Model):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!has(oldSelf.clusterId) || (has(self.clusterId) && self.clusterId == oldSelf.clusterId)",
+                    "status.clusterId is immutable once assigned",
+                    field_path=".clusterId",
+                ),
+            ]
+        }
+    )
+
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    cluster_id: str | None = Field(default=None, pattern=_KAFKA_UUID, max_length=22)
+    initial_controllers: str | None = Field(
+        default=None, description="The --initial-controllers value the first controllers were formatted with."
+    )
+    controllers: str | None = Field(default=None, description="ready/desired controllers, e.g. 3/3")
+    brokers: str | None = Field(default=None, description="ready/desired brokers, e.g. 3/3")
+    quorum: QuorumStatus | None = None
+    nodes: list[NodeStatus] = Field(default_factory=list)
+    partitions: PartitionsStatus | None = None
+    metadata_version: MetadataVersionStatus | None = None
+    operation: OperationStatus | None = None
+
+    def condition(self, kind: ConditionType) -> Condition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
+
+    def node(self, node_id: int) -> NodeStatus | None:
+        return next((n for n in self.nodes if n.id == node_id), None)
+
+
+class ObjectMeta(BaseModel):
+    """The metadata fields the operator reads; everything else is kept as it came."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True)
+
+    name: str = Field(pattern=_DNS_LABEL, max_length=40)
+    namespace: str | None = None
+    generation: int | None = None
+    uid: str | None = None
+    creation_timestamp: str | None = None
+
+
+class KRaftCluster(_Model):
+    """The whole resource as `kubectl get kc NAME -o yaml` shows it."""
+
+    api_version: Literal["kraftwerk.io/v1alpha1"] = API_VERSION
+    kind: Literal["KRaftCluster"] = KIND
+    metadata: ObjectMeta
+    spec: KRaftClusterSpec
+    status: KRaftClusterStatus | None = None

@@ -1,0 +1,139 @@
+"""What the cluster says about itself, gathered into the planner's `ClusterFacts`.
+
+One reconcile asks, with a short timeout each: DescribeQuorum (leader, epoch, high watermark,
+voters and observers), DescribeCluster on the brokers (registered and fenced brokers), Metadata
+(partition counts; DescribeConfigs for min.insync.replicas when some ISR is short) and ApiVersions
+(the finalized metadata.version). Only nodes the runtime reports running are asked. A question
+that gets no answer leaves its part None and says why in `errors`: during bootstrap most of them
+have no answer yet, and that is not a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kraft_engine.admin import ReplicaDescription
+from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
+from kraft_engine.raft import Endpoint
+from kraft_engine.records import metadata_version as mv
+from kraft_operator.admin import AdminError, ClusterAdmin, under_min_isr
+from kraft_operator.model import KRaftCluster
+from kraft_operator.plan import (
+    CONTROLLER_LISTENER,
+    BrokerFacts,
+    ClusterFacts,
+    DesiredNode,
+    Layout,
+    Observed,
+    PartitionFacts,
+    PodPhase,
+    QuorumFacts,
+    ReplicaFacts,
+    desired_nodes,
+)
+
+__all__ = ["admin_addresses", "observe_cluster"]
+
+
+def admin_addresses(
+    cluster: KRaftCluster, *, layout: Layout, observed: Observed
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(controllers, brokers) to ask: the running nodes' controller and first client listener."""
+    spec = cluster.spec
+    nodes = desired_nodes(
+        namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name, spec=spec,
+        status=cluster.status,
+    )
+
+    def running(node: DesiredNode) -> bool:
+        facts = observed.nodes.get(node.ref.node_id)
+        return facts is not None and facts.phase is PodPhase.RUNNING
+
+    controllers = [
+        (layout.advertised_host(n.ref), layout.port(n.ref, listener=CONTROLLER_LISTENER, spec_port=spec.controller_port))
+        for n in nodes if n.is_controller and running(n)
+    ]
+    first = spec.listeners[0]
+    brokers = [
+        (layout.advertised_host(n.ref), layout.port(n.ref, listener=first.name, spec_port=first.port))
+        for n in nodes if n.is_broker and running(n)
+    ]
+    return controllers, brokers
+
+
+async def observe_cluster(
+    cluster: KRaftCluster, *, layout: Layout, observed: Observed, timeout_ms: int = 2000
+) -> ClusterFacts | None:
+    controllers, brokers = admin_addresses(cluster, layout=layout, observed=observed)
+    if not controllers and not brokers:
+        return None
+    errors: list[str] = []
+    quorum = None
+    broker_facts = None
+    partitions = None
+    finalized = None
+    cluster_id = None
+    async with ClusterAdmin(controllers=controllers, brokers=brokers, timeout_ms=timeout_ms) as admin:
+        if controllers:
+            try:
+                described = await admin.describe_quorum()
+                quorum = QuorumFacts(
+                    leader_id=described.leader_id,
+                    leader_epoch=described.leader_epoch,
+                    high_watermark=described.high_watermark,
+                    voters=tuple(_replica(r, described.nodes) for r in described.voters),
+                    observers=tuple(_replica(r, described.nodes) for r in described.observers),
+                )
+            except AdminError as e:
+                errors.append(str(e))
+        if brokers:
+            try:
+                cluster_id, _, nodes = await admin.describe_cluster(brokers=True)
+                broker_facts = {n.node_id: BrokerFacts(n.node_id, n.fenced) for n in nodes}
+            except AdminError as e:
+                errors.append(str(e))
+        try:
+            metadata = await admin.metadata()
+            cluster_id = cluster_id or metadata.cluster_id
+            short = [t.name for t in metadata.topics if any(len(p.isr) < len(p.replicas) for p in t.partitions)]
+            min_isr: dict[str, int] = {}
+            if short:
+                configs = await admin.describe_topic_configs(short, keys=["min.insync.replicas"])
+                min_isr = {name: int(c.get("min.insync.replicas", "1")) for name, c in configs.items()}
+            all_partitions = [p for t in metadata.topics for p in t.partitions]
+            partitions = PartitionFacts(
+                total=len(all_partitions),
+                under_replicated=sum(1 for p in all_partitions if len(p.isr) < len(p.replicas)),
+                under_min_isr=under_min_isr(metadata.topics, min_isr),
+                offline=sum(1 for p in all_partitions if p.leader_id < 0),
+                max_replication_factor=max((len(p.replicas) for p in all_partitions), default=0),
+            )
+        except AdminError as e:
+            errors.append(str(e))
+        try:
+            features = await admin.finalized_features()
+            level = features.get(mv.FEATURE_NAME)
+            if level is not None:
+                finalized = str(mv.from_feature_level(level))
+        except (AdminError, ValueError) as e:
+            errors.append(str(e))
+    return ClusterFacts(
+        cluster_id=cluster_id,
+        quorum=quorum,
+        brokers=broker_facts,
+        partitions=partitions,
+        finalized_metadata_version=finalized,
+        errors=tuple(errors),
+    )
+
+
+def _replica(replica: ReplicaDescription, nodes: Mapping[int, tuple[Endpoint, ...]]) -> ReplicaFacts:
+    endpoints = tuple(f"{e.name}://{e.host}:{e.port}" for e in nodes.get(replica.replica_id, ()))
+    directory = replica.directory_id
+    return ReplicaFacts(
+        replica_id=replica.replica_id,
+        directory_id=to_kafka_str(directory) if directory != ZERO_UUID else "",
+        log_end_offset=replica.log_end_offset,
+        last_caught_up_timestamp_ms=replica.last_caught_up_timestamp_ms,
+        endpoints=endpoints,
+    )

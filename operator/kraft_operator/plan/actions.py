@@ -1,0 +1,95 @@
+"""What a plan asks a runtime to do, and what it tells the world (events).
+
+Actions are data, each naming one node and carrying everything the runtime needs, plus `reason`:
+the sentence the operator logs and turns into a Kubernetes Event. A runtime performs them in the
+order given and stops at the first failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from kraft_operator.model import Implementation, Role
+from kraft_operator.plan.facts import NodeRef
+
+__all__ = ["Action", "Event", "EventType", "FormatStorage", "QuorumBootstrap", "StartNode", "WriteConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteConfig:
+    """Store the node's rendered server.properties (a ConfigMap, or a file on the local runtime)."""
+
+    node: NodeRef
+    implementation: Implementation
+    roles: frozenset[Role]
+    properties: tuple[tuple[str, str], ...]
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.properties)
+
+
+class QuorumBootstrap(StrEnum):
+    """How `kraft storage format` sets a node up in the KIP-853 quorum."""
+
+    INITIAL = "initial"  # --initial-controllers: one of the controllers the cluster starts with
+    JOIN = "join"  # --no-initial-controllers: a controller that joins the quorum later
+    NONE = "none"  # a broker: no quorum flag
+
+
+@dataclass(frozen=True, slots=True)
+class FormatStorage:
+    """Run `kraft storage format` (a Job on Kubernetes, a process locally) with the node's config.
+
+    Never sent for a node whose volumes are all formatted; `ignore_formatted` (-g) is set when some
+    are, so the formatted ones are skipped, never rewritten."""
+
+    node: NodeRef
+    implementation: Implementation
+    cluster_id: str
+    directories: tuple[str, ...]
+    bootstrap: QuorumBootstrap
+    initial_controllers: str | None
+    release_version: str
+    ignore_formatted: bool
+    reason: str
+
+    def format_arguments(self, *, config_path: str) -> list[str]:
+        """The `kraft storage format` arguments (Kafka's StorageTool takes the same)."""
+        args = ["format", "--config", config_path, "--cluster-id", self.cluster_id,
+                "--release-version", self.release_version]
+        if self.bootstrap is QuorumBootstrap.INITIAL and self.initial_controllers is not None:
+            args += ["--initial-controllers", self.initial_controllers]
+        elif self.bootstrap is QuorumBootstrap.JOIN:
+            args.append("--no-initial-controllers")
+        if self.ignore_formatted:
+            args.append("--ignore-formatted")
+        return args
+
+
+@dataclass(frozen=True, slots=True)
+class StartNode:
+    """Run the node (create its Pod, or start its process) from its stored config."""
+
+    node: NodeRef
+    implementation: Implementation
+    roles: frozenset[Role]
+    reason: str
+
+
+Action = WriteConfig | FormatStorage | StartNode
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes Event's type, reason and message (also what `kraftwerk up` prints)."""
+
+    type: EventType
+    reason: str
+    message: str

@@ -1,0 +1,209 @@
+"""What the planner is told about the world: observed facts, and the two pure ports it consults.
+
+The runtime (Kubernetes or local) observes pods/processes, volumes and format jobs; the admin
+client observes the cluster itself (DescribeQuorum, DescribeCluster, Metadata, ApiVersions'
+finalized features). Both arrive here as frozen data, so a plan is a function of its arguments and
+a test (or a hypothesis strategy) can build any world it likes.
+
+`Layout` says where a node lives (hosts, ports, directories); it differs per runtime and is pure.
+`ConfigRules` checks `server.properties` the way the engine does; the shell hands in the engine's
+rules (`kraft_operator.config_rules`), which the planner may not import because they sit in the
+node's `server` package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+__all__ = [
+    "BrokerFacts",
+    "ClusterFacts",
+    "ConfigRules",
+    "FormatJobFacts",
+    "JobPhase",
+    "Layout",
+    "NodeFacts",
+    "NodeRef",
+    "Observed",
+    "PartitionFacts",
+    "PodPhase",
+    "QuorumFacts",
+    "ReplicaFacts",
+    "VolumeFacts",
+]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class NodeRef:
+    """One node of one cluster: what every action and fact is keyed by."""
+
+    namespace: str
+    cluster: str
+    pool: str
+    node_id: int
+
+
+class PodPhase(StrEnum):
+    """Kubernetes pod phases, plus Absent (no pod / no process at all)."""
+
+    ABSENT = "Absent"
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class JobPhase(StrEnum):
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeFacts:
+    """One volume (PVC or local directory) of a node as it exists. `cluster_id` is None while the
+    volume holds no `meta.properties` (not formatted)."""
+
+    volume_id: int
+    path: str
+    cluster_id: str | None = None
+    node_id: int | None = None
+    directory_id: str | None = None
+    size_bytes: int | None = None
+
+    @property
+    def formatted(self) -> bool:
+        return self.cluster_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """A node's pod (or local process), its volumes and the config it was given.
+
+    `volumes` lists the volumes that exist; a volume of the spec that is missing is simply absent.
+    `config` is the rendered server.properties as currently stored (ConfigMap or file), None when
+    there is none. `ready` is the runtime's readiness (the process answers on its listeners)."""
+
+    node_id: int
+    pool: str
+    phase: PodPhase = PodPhase.ABSENT
+    volumes: tuple[VolumeFacts, ...] = ()
+    config: Mapping[str, str] | None = None
+    ready: bool = False
+    exit_code: int | None = None
+    message: str = ""
+    version: str | None = None
+    restarts: int = 0
+
+    def volume(self, volume_id: int) -> VolumeFacts | None:
+        return next((v for v in self.volumes if v.volume_id == volume_id), None)
+
+
+@dataclass(frozen=True, slots=True)
+class FormatJobFacts:
+    """A format Job (`kraft storage format` run) for one node. `directory_ids` maps each directory it
+    formatted to the directory id it wrote (the Job's termination message)."""
+
+    node_id: int
+    phase: JobPhase
+    message: str = ""
+    directory_ids: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFacts:
+    replica_id: int
+    directory_id: str
+    log_end_offset: int
+    last_caught_up_timestamp_ms: int = -1
+    endpoints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumFacts:
+    """DescribeQuorum's answer from the leader."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaFacts, ...] = ()
+    observers: tuple[ReplicaFacts, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFacts:
+    broker_id: int
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFacts:
+    """From Metadata on a broker: partition counts, and the largest replication factor of any topic
+    (the fewest brokers the cluster can run with)."""
+
+    total: int = 0
+    under_replicated: int = 0
+    under_min_isr: int = 0
+    offline: int = 0
+    max_replication_factor: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What the cluster says about itself through the admin client. Every part is None when it
+    could not be learned this time (no leader yet, no broker up); `errors` says why."""
+
+    cluster_id: str | None = None
+    quorum: QuorumFacts | None = None
+    brokers: Mapping[int, BrokerFacts] | None = None
+    partitions: PartitionFacts | None = None
+    finalized_metadata_version: str | None = None
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Everything observed for one cluster in one reconcile."""
+
+    nodes: Mapping[int, NodeFacts] = field(default_factory=dict)
+    format_jobs: Mapping[int, FormatJobFacts] = field(default_factory=dict)
+    cluster: ClusterFacts | None = None
+
+
+class Layout(Protocol):
+    """Where a runtime puts a node. Pure: the same node always gets the same answers."""
+
+    def advertised_host(self, node: NodeRef) -> str:
+        """The host other nodes and clients use to reach the node."""
+        ...
+
+    def bind_host(self, node: NodeRef) -> str:
+        """The host the node's listeners bind (empty: every interface)."""
+        ...
+
+    def port(self, node: NodeRef, *, listener: str, spec_port: int) -> int:
+        """The node's port for a listener (`CONTROLLER` or a spec listener) whose spec port is given."""
+        ...
+
+    def volume_path(self, node: NodeRef, *, volume_id: int) -> str:
+        """The log directory of one of the node's volumes, as the node sees it."""
+        ...
+
+    def metrics_port(self, node: NodeRef) -> int | None:
+        """The port of the engine's /metrics endpoint (`kraftwerk.metrics.port`), None for none."""
+        ...
+
+
+class ConfigRules(Protocol):
+    """The engine's config rules, handed in by the shell."""
+
+    def override_problem(self, key: str, value: str) -> str | None:
+        """Why `key=value` is refused as a cluster-wide override (unknown key, invalid value)."""
+        ...
+
+    def node_problem(self, properties: Mapping[str, str]) -> str | None:
+        """Why a whole rendered server.properties is refused, as the node would refuse it."""
+        ...

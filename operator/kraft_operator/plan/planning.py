@@ -1,0 +1,620 @@
+"""The planner: from (spec, last published status, observed facts) to the next actions and the
+status to publish.
+
+One call decides one reconcile. It is pure: no I/O, no clock (now_ms is an argument), randomness
+only from the `random.Random` it is handed (the cluster id and the initial controllers' directory
+ids). The operator's memory is the status it published, so an operator restarted at any point
+calls this with the last status and carries on where it stopped.
+
+Rules it keeps, whatever the facts:
+- A spec with a problem (`validation`) is never acted on: Degraded names the field.
+- Paused: observe and publish, never act.
+- Persist before act: the cluster id, the `--initial-controllers` value and the node ids are first
+  published in status with no action; formatting starts only once they are read back. Otherwise a
+  crash between a format and its status write could leave two halves of a cluster with different
+  ids.
+- A formatted volume is never formatted again. A volume the status says was formatted but that is
+  now empty or missing is lost: the node is blocked and Degraded says so (replacing a volume is a
+  lifecycle operation of the next issue), never silently re-formatted.
+- The controllers the cluster was created with are formatted `--initial-controllers`; controllers
+  added later `--no-initial-controllers`; brokers with neither.
+- Brokers start once the quorum has a leader.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from kraft_engine.kafka_uuid import RESERVED_UUIDS, to_kafka_str
+from kraft_operator.model import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    DirectoryStatus,
+    KRaftCluster,
+    KRaftClusterSpec,
+    KRaftClusterStatus,
+    MetadataVersionStatus,
+    NodeStatus,
+    OperationStatus,
+    PartitionsStatus,
+    QuorumReplicaStatus,
+    QuorumStatus,
+)
+from kraft_operator.plan.actions import (
+    Action,
+    Event,
+    EventType,
+    FormatStorage,
+    QuorumBootstrap,
+    StartNode,
+    WriteConfig,
+)
+from kraft_operator.plan.facts import (
+    ClusterFacts,
+    ConfigRules,
+    FormatJobFacts,
+    JobPhase,
+    Layout,
+    NodeFacts,
+    Observed,
+    PodPhase,
+    QuorumFacts,
+    ReplicaFacts,
+)
+from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
+from kraft_operator.plan.validation import SpecProblem, target_metadata_version, validate_spec
+
+if TYPE_CHECKING:
+    import random
+
+__all__ = ["Plan", "plan"]
+
+# How soon to look again: quickly while something is moving, slowly when all is well.
+_BUSY_REQUEUE_MS = 1000
+_STEADY_REQUEUE_MS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The planner's answer: actions in order, the status to publish, events to emit, and when to
+    look again. `waiting_for` is what blocks progress, in words (empty when nothing does)."""
+
+    actions: tuple[Action, ...]
+    status: KRaftClusterStatus
+    events: tuple[Event, ...]
+    requeue_after_ms: int
+    waiting_for: str = ""
+
+    @property
+    def next_action(self) -> Action | None:
+        return self.actions[0] if self.actions else None
+
+
+def plan(
+    cluster: KRaftCluster,
+    *,
+    observed: Observed,
+    layout: Layout,
+    rules: ConfigRules,
+    rng: random.Random,
+    now_ms: int,
+) -> Plan:
+    """Decide the next step for one KRaftCluster. `cluster.status` is the last published status."""
+    namespace = cluster.metadata.namespace or "default"
+    name = cluster.metadata.name
+    spec, previous = cluster.spec, cluster.status
+    generation = cluster.metadata.generation
+    nodes = desired_nodes(namespace=namespace, cluster=name, spec=spec, status=previous)
+    problems = validate_spec(spec=spec, status=previous, observed=observed, nodes=nodes, layout=layout, rules=rules)
+    builder = _StatusBuilder(previous=previous, generation=generation, now_ms=now_ms)
+    if problems:
+        return _refuse(problems, builder=builder, spec=spec, nodes=nodes, observed=observed)
+    return _Planner(spec=spec, nodes=nodes, observed=observed, layout=layout, rng=rng, builder=builder).run()
+
+
+def _refuse(
+    problems: list[SpecProblem],
+    *,
+    builder: _StatusBuilder,
+    spec: KRaftClusterSpec,
+    nodes: tuple[DesiredNode, ...],
+    observed: Observed,
+) -> Plan:
+    message = "; ".join(str(p) for p in problems)
+    status = builder.observe_only(spec=spec, nodes=nodes, observed=observed)
+    status = builder.with_conditions(
+        status,
+        ready=builder.ready_condition(status, spec=spec, nodes=nodes, observed=observed),
+        progressing=(ConditionStatus.FALSE, "InvalidSpec", "the spec is refused; nothing is done until it is fixed"),
+        degraded=(ConditionStatus.TRUE, "InvalidSpec", message),
+        paused=(ConditionStatus.TRUE if spec.paused else ConditionStatus.FALSE, "Spec", ""),
+    )
+    events = tuple(Event(EventType.WARNING, "InvalidSpec", str(p)) for p in problems)
+    return Plan((), status, events, _STEADY_REQUEUE_MS, waiting_for=f"a valid spec ({message})")
+
+
+class _Planner:
+    def __init__(
+        self,
+        *,
+        spec: KRaftClusterSpec,
+        nodes: tuple[DesiredNode, ...],
+        observed: Observed,
+        layout: Layout,
+        rng: random.Random,
+        builder: _StatusBuilder,
+    ) -> None:
+        self.spec = spec
+        self.nodes = nodes
+        self.observed = observed
+        self.layout = layout
+        self.rng = rng
+        self.builder = builder
+        self.previous = builder.previous
+        self.controllers = [n for n in nodes if n.is_controller]
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.blocked: list[str] = []  # Degraded: something is wrong with a node
+        self.waiting: list[str] = []  # Progressing: something is on its way
+        self.step = ""
+
+    # -- the whole decision ------------------------------------------------------------------
+    def run(self) -> Plan:
+        previous = self.previous
+        if previous is None or previous.cluster_id is None or previous.initial_controllers is None:
+            return self._initialize()
+        cluster_id = previous.cluster_id
+        directories: dict[int, list[DirectoryStatus]] = {}
+        quorum = self.observed.cluster.quorum if self.observed.cluster is not None else None
+        initial_ids = _initial_controller_ids(previous.initial_controllers)
+        for node in self.nodes:
+            directories[node.ref.node_id] = self._node(node, cluster_id=cluster_id, initial_ids=initial_ids,
+                                                       quorum=quorum)
+        if self.spec.paused:
+            self.actions.clear()
+        self._scale_down_notice()
+        status = self.builder.observe_only(spec=self.spec, nodes=self.nodes, observed=self.observed,
+                                           directories=directories)
+        return self._finish(status)
+
+    def _initialize(self) -> Plan:
+        """Assign the cluster id, the node ids and the initial controllers, and publish them (only)."""
+        previous = self.previous
+        cluster_id = (previous.cluster_id if previous is not None else None) or self.spec.cluster_id
+        adopted = sorted({v.cluster_id for f in self.observed.nodes.values() for v in f.volumes if v.cluster_id})
+        if cluster_id is None and len(adopted) == 1:
+            cluster_id = adopted[0]  # status lost, volumes kept: carry on with the cluster they hold
+        if adopted and (len(adopted) > 1 or adopted[0] != cluster_id):
+            message = (
+                f"the nodes' volumes hold cluster id(s) {', '.join(adopted)}, not {cluster_id}; "
+                "kraftwerk never re-formats a formatted volume"
+            )
+            status = self.builder.observe_only(spec=self.spec, nodes=self.nodes, observed=self.observed)
+            status = self.builder.with_conditions(
+                status,
+                ready=(ConditionStatus.FALSE, "ForeignVolumes", message),
+                progressing=(ConditionStatus.FALSE, "ForeignVolumes", message),
+                degraded=(ConditionStatus.TRUE, "ForeignVolumes", message),
+                paused=self._paused_condition(),
+            )
+            return Plan((), status, (Event(EventType.WARNING, "ForeignVolumes", message),), _STEADY_REQUEUE_MS,
+                        waiting_for=message)
+        if cluster_id is None:
+            cluster_id = _random_kafka_uuid(self.rng)
+        voters = []
+        for node in self.controllers:
+            facts = self.observed.nodes.get(node.ref.node_id)
+            metadata_volume = node.pool.storage.volumes[0].id
+            existing = facts.volume(metadata_volume) if facts is not None else None
+            directory_id = (existing.directory_id if existing is not None else None) or _random_kafka_uuid(self.rng)
+            host, port = controller_endpoint(node, spec=self.spec, layout=self.layout)
+            host_text = f"[{host}]" if ":" in host else host
+            voters.append(f"{node.ref.node_id}@{host_text}:{port}:{directory_id}")
+        initial = ",".join(voters)
+        status = self.builder.observe_only(spec=self.spec, nodes=self.nodes, observed=self.observed)
+        status = status.model_copy(update={"cluster_id": cluster_id, "initial_controllers": initial})
+        self.step = "assign-cluster-id"
+        self.waiting.append("the cluster id and initial controllers to be recorded in status")
+        event = Event(EventType.NORMAL, "ClusterIdAssigned", f"cluster id {cluster_id}, initial controllers {initial}")
+        self.events.append(event)
+        return self._finish(status, requeue_after_ms=0)
+
+    # -- one node ------------------------------------------------------------------------------
+    def _node(
+        self,
+        node: DesiredNode,
+        *,
+        cluster_id: str,
+        initial_ids: frozenset[int],
+        quorum: QuorumFacts | None,
+    ) -> list[DirectoryStatus]:
+        node_id = node.ref.node_id
+        facts = self.observed.nodes.get(node_id) or NodeFacts(node_id=node_id, pool=node.ref.pool)
+        recorded = self.previous.node(node_id) if self.previous is not None else None
+        recorded_ids = {d.volume_id: d.directory_id for d in (recorded.directories if recorded else ()) if d.directory_id}
+        job = self.observed.format_jobs.get(node_id)
+        directories: list[DirectoryStatus] = []
+        unformatted: list[str] = []
+        for volume in node.pool.storage.volumes:
+            path = self.layout.volume_path(node.ref, volume_id=volume.id)
+            seen = facts.volume(volume.id)
+            directory_id = seen.directory_id if seen is not None and seen.formatted else None
+            if directory_id is None and job is not None and job.phase is JobPhase.SUCCEEDED:
+                directory_id = job.directory_ids.get(path)
+            if seen is not None and seen.formatted and seen.cluster_id != cluster_id:
+                self.blocked.append(
+                    f"node {node_id}: volume {volume.id} ({path}) belongs to cluster {seen.cluster_id}, "
+                    f"not {cluster_id}; it is never re-formatted"
+                )
+                return [DirectoryStatus(volume_id=volume.id, path=path, directory_id=seen.directory_id)]
+            if seen is not None and seen.formatted and seen.node_id is not None and seen.node_id != node_id:
+                self.blocked.append(
+                    f"node {node_id}: volume {volume.id} ({path}) was formatted for node {seen.node_id}"
+                )
+                return [DirectoryStatus(volume_id=volume.id, path=path, directory_id=seen.directory_id)]
+            if (seen is None or not seen.formatted) and volume.id in recorded_ids:
+                self.blocked.append(
+                    f"node {node_id}: volume {volume.id} ({path}) was formatted (directory id "
+                    f"{recorded_ids[volume.id]}) and is now {'missing' if seen is None else 'empty'}; "
+                    "kraftwerk never re-formats it (replacing a lost volume is a lifecycle operation)"
+                )
+                return [DirectoryStatus(volume_id=volume.id, path=path, directory_id=recorded_ids[volume.id])]
+            if seen is None or not seen.formatted:
+                unformatted.append(path)
+            directories.append(DirectoryStatus(volume_id=volume.id, path=path, directory_id=directory_id))
+
+        rendered = render_config(node, spec=self.spec, controllers=self.controllers, layout=self.layout)
+        config_current = facts.config is not None and dict(facts.config) == rendered
+        if not config_current:
+            running = facts.phase in (PodPhase.RUNNING, PodPhase.PENDING)
+            self._act(
+                WriteConfig(
+                    node=node.ref,
+                    implementation=node.implementation,
+                    roles=node.roles,
+                    properties=tuple(sorted(rendered.items())),
+                    reason=f"node {node_id}: " + (
+                        "its server.properties changed; it applies at the node's next restart (rolls are a "
+                        "lifecycle operation)" if running else "write its server.properties"
+                    ),
+                ),
+                step="write-config",
+            )
+            if running:
+                return directories
+        if unformatted:
+            self._format(node, job=job, cluster_id=cluster_id, unformatted=unformatted, initial_ids=initial_ids)
+            return directories
+        self._start(node, facts=facts, quorum=quorum)
+        return directories
+
+    def _format(
+        self,
+        node: DesiredNode,
+        *,
+        job: FormatJobFacts | None,
+        cluster_id: str,
+        unformatted: list[str],
+        initial_ids: frozenset[int],
+    ) -> None:
+        node_id = node.ref.node_id
+        if job is not None and job.phase is JobPhase.RUNNING:
+            self.step = self.step or "format"
+            self.waiting.append(f"the format job of node {node_id}")
+            return
+        if job is not None and job.phase is JobPhase.FAILED:
+            self.blocked.append(f"node {node_id}: the format job failed: {job.message or 'no message'}")
+            return
+        if node.is_controller:
+            bootstrap = QuorumBootstrap.INITIAL if node_id in initial_ids else QuorumBootstrap.JOIN
+        else:
+            bootstrap = QuorumBootstrap.NONE
+        volumes = node.pool.storage.volumes
+        all_paths = tuple(self.layout.volume_path(node.ref, volume_id=v.id) for v in volumes)
+        how = {
+            QuorumBootstrap.INITIAL: "as one of the initial controllers",
+            QuorumBootstrap.JOIN: "as a controller that joins the quorum later",
+            QuorumBootstrap.NONE: "as a broker",
+        }[bootstrap]
+        self._act(
+            FormatStorage(
+                node=node.ref,
+                implementation=node.implementation,
+                cluster_id=cluster_id,
+                directories=all_paths,
+                bootstrap=bootstrap,
+                initial_controllers=self.previous.initial_controllers if self.previous is not None else None,
+                release_version=str(target_metadata_version(self.spec)),
+                ignore_formatted=len(unformatted) < len(all_paths),
+                reason=f"node {node_id}: format {', '.join(unformatted)} {how}",
+            ),
+            step="format",
+        )
+
+    def _start(self, node: DesiredNode, *, facts: NodeFacts, quorum: QuorumFacts | None) -> None:
+        node_id = node.ref.node_id
+        if facts.phase in (PodPhase.RUNNING, PodPhase.PENDING):
+            return
+        if facts.phase is PodPhase.FAILED or facts.phase is PodPhase.SUCCEEDED:
+            code = f" with code {facts.exit_code}" if facts.exit_code is not None else ""
+            detail = f": {facts.message}" if facts.message else ""
+            self.blocked.append(f"node {node_id} exited{code}{detail}; restarting it")
+        if not node.is_controller and (quorum is None or quorum.leader_id < 0):
+            self.step = self.step or "await-quorum"
+            self.waiting.append(f"a quorum leader before broker {node_id} starts")
+            return
+        self._act(
+            StartNode(
+                node=node.ref,
+                implementation=node.implementation,
+                roles=node.roles,
+                reason=f"node {node_id}: start it ({node.implementation.value}, "
+                f"{','.join(sorted(r.value for r in node.roles))})",
+            ),
+            step="start",
+        )
+
+    def _scale_down_notice(self) -> None:
+        if self.previous is None:
+            return
+        wanted = {n.ref.node_id for n in self.nodes}
+        extra = sorted(n.id for n in self.previous.nodes if n.id not in wanted)
+        if extra:
+            self.waiting.append(
+                f"removing node(s) {extra}: scale-down is a lifecycle operation not available yet; they keep running"
+            )
+
+    def _act(self, action: Action, *, step: str) -> None:
+        if self.spec.paused:
+            return
+        self.actions.append(action)
+        self.step = self.step or step
+        self.events.append(Event(EventType.NORMAL, type(action).__name__, action.reason))
+
+    def _paused_condition(self) -> tuple[ConditionStatus, str, str]:
+        if self.spec.paused:
+            return (ConditionStatus.TRUE, "Paused", "spec.paused is true: observing only")
+        return (ConditionStatus.FALSE, "Running", "")
+
+    # -- status ----------------------------------------------------------------------------------
+    def _finish(self, status: KRaftClusterStatus, *, requeue_after_ms: int | None = None) -> Plan:
+        ready = self.builder.ready_condition(status, spec=self.spec, nodes=self.nodes, observed=self.observed)
+        pending = [type(a).__name__ + ": " + a.reason for a in self.actions]
+        if self.spec.paused:
+            progressing = (ConditionStatus.FALSE, "Paused", "spec.paused is true: observing only")
+        elif self.actions or self.waiting:
+            progressing = (ConditionStatus.TRUE, self._step_reason(), "; ".join(pending + self.waiting))
+        else:
+            progressing = (ConditionStatus.FALSE, "Reconciled", "nothing to do")
+        if self.blocked:
+            degraded = (ConditionStatus.TRUE, "NodeProblem", "; ".join(self.blocked))
+        else:
+            degraded = (ConditionStatus.FALSE, "AsExpected", "")
+        waiting_for = "; ".join(self.waiting + self.blocked)
+        operation = None
+        if (self.actions or self.waiting) and not self.spec.paused:
+            name = "Bootstrap" if ready[0] is not ConditionStatus.TRUE else "Reconcile"
+            started = self.previous.operation.started_at if (
+                self.previous is not None and self.previous.operation is not None
+                and self.previous.operation.name == name
+            ) else self.builder.now_text
+            operation = OperationStatus(name=name, step=self.step, waiting_for=waiting_for, started_at=started)
+        status = status.model_copy(update={"operation": operation})
+        status = self.builder.with_conditions(
+            status, ready=ready, progressing=progressing, degraded=degraded, paused=self._paused_condition()
+        )
+        events = list(self.events)
+        events += [Event(EventType.WARNING, "NodeProblem", b) for b in self.blocked]
+        if requeue_after_ms is None:
+            busy = self.actions or self.waiting or ready[0] is not ConditionStatus.TRUE
+            requeue_after_ms = _BUSY_REQUEUE_MS if busy else _STEADY_REQUEUE_MS
+        return Plan(tuple(self.actions), status, tuple(events), requeue_after_ms, waiting_for=waiting_for)
+
+    def _step_reason(self) -> str:
+        return {
+            "assign-cluster-id": "Initializing",
+            "write-config": "WritingConfig",
+            "format": "Formatting",
+            "start": "Starting",
+            "await-quorum": "AwaitingQuorum",
+        }.get(self.step, "Observing")
+
+
+class _StatusBuilder:
+    """Builds the published status from facts; keeps each condition's transition time while its
+    status stays the same (Kubernetes' convention)."""
+
+    def __init__(self, *, previous: KRaftClusterStatus | None, generation: int | None, now_ms: int) -> None:
+        self.previous = previous
+        self.generation = generation
+        self.now_text = datetime.fromtimestamp(now_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def observe_only(
+        self,
+        *,
+        spec: KRaftClusterSpec,
+        nodes: tuple[DesiredNode, ...],
+        observed: Observed,
+        directories: dict[int, list[DirectoryStatus]] | None = None,
+    ) -> KRaftClusterStatus:
+        previous = self.previous or KRaftClusterStatus()
+        cluster = observed.cluster or ClusterFacts()
+        node_statuses = []
+        wanted = {n.ref.node_id for n in nodes}
+        for node in nodes:
+            node_id = node.ref.node_id
+            facts = observed.nodes.get(node_id) or NodeFacts(node_id=node_id, pool=node.ref.pool)
+            recorded = previous.node(node_id)
+            dirs = (directories or {}).get(node_id)
+            if dirs is None:
+                dirs = list(recorded.directories) if recorded is not None else []
+            # A directory id, once known, is remembered: it is how a lost volume is recognised.
+            remembered = {d.volume_id: d.directory_id for d in (recorded.directories if recorded else ())}
+            dirs = [d if d.directory_id or not remembered.get(d.volume_id)
+                    else d.model_copy(update={"directory_id": remembered[d.volume_id]}) for d in dirs]
+            formatted = bool(dirs) and all(d.directory_id for d in dirs) and len(dirs) == len(node.pool.storage.volumes)
+            broker = cluster.brokers.get(node_id) if cluster.brokers is not None else None
+            node_statuses.append(
+                NodeStatus(
+                    id=node_id,
+                    pool=node.ref.pool,
+                    roles=sorted(node.roles),
+                    implementation=node.implementation,
+                    phase=facts.phase.value,
+                    version=facts.version,
+                    formatted=formatted,
+                    directories=dirs,
+                    registered=(broker is not None) if node.is_broker and cluster.brokers is not None else None,
+                    fenced=broker.fenced if broker is not None else None,
+                )
+            )
+        # Nodes the spec no longer wants stay listed while they exist (scale-down is not automatic).
+        node_statuses += [n for n in previous.nodes if n.id not in wanted]
+        node_statuses.sort(key=lambda n: n.id)
+        quorum = _quorum_status(cluster.quorum)
+        partitions = None
+        if cluster.partitions is not None:
+            p = cluster.partitions
+            partitions = PartitionsStatus(
+                total=p.total, under_replicated=p.under_replicated, under_min_isr=p.under_min_isr, offline=p.offline
+            )
+        target: str | None
+        try:
+            target = str(target_metadata_version(spec))
+        except ValueError:
+            target = spec.metadata_version
+        controllers = [n for n in nodes if n.is_controller]
+        brokers = [n for n in nodes if n.is_broker]
+        return previous.model_copy(
+            update={
+                "observed_generation": self.generation,
+                "nodes": node_statuses,
+                "quorum": quorum if quorum is not None else previous.quorum,
+                "partitions": partitions if partitions is not None else previous.partitions,
+                "metadata_version": MetadataVersionStatus(
+                    finalized=cluster.finalized_metadata_version
+                    or (previous.metadata_version.finalized if previous.metadata_version else None),
+                    target=target,
+                ),
+                "controllers": f"{sum(_controller_ready(n, observed) for n in controllers)}/{len(controllers)}",
+                "brokers": f"{sum(_broker_ready(n, observed) for n in brokers)}/{len(brokers)}",
+            }
+        )
+
+    def ready_condition(
+        self,
+        status: KRaftClusterStatus,
+        *,
+        spec: KRaftClusterSpec,
+        nodes: tuple[DesiredNode, ...],
+        observed: Observed,
+    ) -> tuple[ConditionStatus, str, str]:
+        cluster = observed.cluster
+        if cluster is None or cluster.quorum is None or cluster.quorum.leader_id < 0:
+            why = "; ".join(cluster.errors) if cluster is not None and cluster.errors else "no quorum leader observed"
+            return (ConditionStatus.FALSE, "NoQuorum", why)
+        not_ready = [n.ref.node_id for n in nodes if n.is_controller and not _controller_ready(n, observed)]
+        not_ready += [n.ref.node_id for n in nodes if n.is_broker and not _broker_ready(n, observed)]
+        if not_ready:
+            return (ConditionStatus.FALSE, "NodesNotReady", f"node(s) {sorted(set(not_ready))} not ready")
+        if cluster.partitions is not None and cluster.partitions.offline:
+            return (ConditionStatus.FALSE, "OfflinePartitions", f"{cluster.partitions.offline} partition(s) offline")
+        return (
+            ConditionStatus.TRUE,
+            "Ready",
+            f"quorum leader {cluster.quorum.leader_id} in epoch {cluster.quorum.leader_epoch}; "
+            f"controllers {status.controllers}, brokers {status.brokers}",
+        )
+
+    def with_conditions(
+        self,
+        status: KRaftClusterStatus,
+        *,
+        ready: tuple[ConditionStatus, str, str],
+        progressing: tuple[ConditionStatus, str, str],
+        degraded: tuple[ConditionStatus, str, str],
+        paused: tuple[ConditionStatus, str, str],
+    ) -> KRaftClusterStatus:
+        wanted = {
+            ConditionType.READY: ready,
+            ConditionType.PROGRESSING: progressing,
+            ConditionType.DEGRADED: degraded,
+            ConditionType.PAUSED: paused,
+        }
+        conditions = []
+        for kind, (state, reason, message) in wanted.items():
+            old = status.condition(kind)
+            since = old.last_transition_time if old is not None and old.status == state else self.now_text
+            conditions.append(
+                Condition(
+                    type=kind,
+                    status=state,
+                    reason=reason,
+                    message=message[:32768],
+                    last_transition_time=since,
+                    observed_generation=self.generation,
+                )
+            )
+        return status.model_copy(update={"conditions": conditions})
+
+
+def _controller_ready(node: DesiredNode, observed: Observed) -> bool:
+    facts = observed.nodes.get(node.ref.node_id)
+    if facts is None or facts.phase is not PodPhase.RUNNING:
+        return False
+    quorum = observed.cluster.quorum if observed.cluster is not None else None
+    if quorum is None or quorum.leader_id < 0:
+        return False
+    return any(r.replica_id == node.ref.node_id for r in (*quorum.voters, *quorum.observers))
+
+
+def _broker_ready(node: DesiredNode, observed: Observed) -> bool:
+    facts = observed.nodes.get(node.ref.node_id)
+    if facts is None or facts.phase is not PodPhase.RUNNING:
+        return False
+    brokers = observed.cluster.brokers if observed.cluster is not None else None
+    broker = brokers.get(node.ref.node_id) if brokers is not None else None
+    return broker is not None and not broker.fenced
+
+
+def _quorum_status(quorum: QuorumFacts | None) -> QuorumStatus | None:
+    if quorum is None:
+        return None
+    leader_end = next((v.log_end_offset for v in quorum.voters if v.replica_id == quorum.leader_id), 0)
+
+    def replica(r: ReplicaFacts) -> QuorumReplicaStatus:
+        lag = max(0, leader_end - r.log_end_offset)
+        return QuorumReplicaStatus(
+            id=r.replica_id,
+            directory_id=r.directory_id,
+            endpoints=list(r.endpoints),
+            log_end_offset=r.log_end_offset,
+            lag=lag,
+            caught_up=r.replica_id == quorum.leader_id or lag == 0,
+        )
+
+    return QuorumStatus(
+        leader_id=quorum.leader_id,
+        leader_epoch=quorum.leader_epoch,
+        high_watermark=quorum.high_watermark,
+        voters=[replica(v) for v in quorum.voters],
+        observers=[replica(o) for o in quorum.observers],
+    )
+
+
+def _initial_controller_ids(initial_controllers: str) -> frozenset[int]:
+    return frozenset(int(entry.split("@", 1)[0]) for entry in initial_controllers.split(",") if "@" in entry)
+
+
+def _random_kafka_uuid(rng: random.Random) -> str:
+    """Kafka's Uuid.randomUuid from a handed random.Random: a v4 UUID, not reserved, not starting with '-'."""
+    while True:
+        value = uuid.UUID(int=rng.getrandbits(128), version=4)
+        text = to_kafka_str(value)
+        if value not in RESERVED_UUIDS and not text.startswith("-"):
+            return text
+

@@ -1,0 +1,163 @@
+"""From a spec to nodes: which node ids exist, in which pool, and each node's server.properties.
+
+Node ids are stable for a cluster's whole life. A node keeps the id and pool that the status
+recorded for it; new nodes take the next ids above every id ever recorded, pool by pool in spec
+order. So reordering pools, or an operator restart, never renumbers a node.
+
+The rendered config uses Kafka's keys only (plus `kraftwerk.metrics.port` on engine nodes), so
+the same file runs the engine and Apache Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kraft_operator.model import (
+    Implementation,
+    KRaftClusterSpec,
+    KRaftClusterStatus,
+    NodePool,
+    Role,
+)
+from kraft_operator.plan.facts import Layout, NodeRef
+
+__all__ = [
+    "CONTROLLER_LISTENER",
+    "MANAGED_KEYS",
+    "DesiredNode",
+    "controller_endpoint",
+    "desired_nodes",
+    "render_config",
+]
+
+CONTROLLER_LISTENER = "CONTROLLER"
+
+# Keys the operator writes from the spec; an override of one would break the cluster's wiring.
+MANAGED_KEYS = frozenset(
+    {
+        "process.roles",
+        "node.id",
+        "broker.id",
+        "listeners",
+        "advertised.listeners",
+        "listener.security.protocol.map",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "security.inter.broker.protocol",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "log.dirs",
+        "log.dir",
+        "metadata.log.dir",
+        "broker.rack",
+        "kraftwerk.metrics.port",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredNode:
+    ref: NodeRef
+    pool: NodePool
+
+    @property
+    def roles(self) -> frozenset[Role]:
+        return frozenset(self.pool.roles)
+
+    @property
+    def is_controller(self) -> bool:
+        return Role.CONTROLLER in self.pool.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return Role.BROKER in self.pool.roles
+
+    @property
+    def implementation(self) -> Implementation:
+        return self.pool.implementation
+
+
+def desired_nodes(
+    *, namespace: str, cluster: str, spec: KRaftClusterSpec, status: KRaftClusterStatus | None
+) -> tuple[DesiredNode, ...]:
+    """The nodes the spec asks for: recorded ids first (lowest kept on scale-down), then new ids."""
+    recorded = list(status.nodes) if status is not None else []
+    used = {n.id for n in recorded}
+    next_id = max(used, default=-1) + 1
+    nodes: list[DesiredNode] = []
+    for pool in spec.node_pools:
+        ids = sorted(n.id for n in recorded if n.pool == pool.name)[: pool.replicas]
+        while len(ids) < pool.replicas:
+            ids.append(next_id)
+            next_id += 1
+        nodes.extend(DesiredNode(NodeRef(namespace, cluster, pool.name, node_id), pool) for node_id in ids)
+    return tuple(sorted(nodes, key=lambda n: n.ref.node_id))
+
+
+def controller_endpoint(node: DesiredNode, *, spec: KRaftClusterSpec, layout: Layout) -> tuple[str, int]:
+    return (
+        layout.advertised_host(node.ref),
+        layout.port(node.ref, listener=CONTROLLER_LISTENER, spec_port=spec.controller_port),
+    )
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def render_config(
+    node: DesiredNode,
+    *,
+    spec: KRaftClusterSpec,
+    controllers: Sequence[DesiredNode],
+    layout: Layout,
+) -> dict[str, str]:
+    """The node's server.properties: wiring from the spec and layout, then the spec's overrides."""
+    ref = node.ref
+    bind = layout.bind_host(ref)
+    advertised = layout.advertised_host(ref)
+    names: list[str] = []
+    listeners: list[str] = []
+    advertised_listeners: list[str] = []
+    if node.is_controller:
+        port = layout.port(ref, listener=CONTROLLER_LISTENER, spec_port=spec.controller_port)
+        names.append(CONTROLLER_LISTENER)
+        listeners.append(f"{CONTROLLER_LISTENER}://{_host(bind)}:{port}")
+        advertised_listeners.append(f"{CONTROLLER_LISTENER}://{_host(advertised)}:{port}")
+    if node.is_broker:
+        for listener in spec.listeners:
+            port = layout.port(ref, listener=listener.name, spec_port=listener.port)
+            names.append(listener.name)
+            listeners.append(f"{listener.name}://{_host(bind)}:{port}")
+            advertised_listeners.append(f"{listener.name}://{_host(advertised)}:{port}")
+    protocol_map = [f"{CONTROLLER_LISTENER}:PLAINTEXT"] + [f"{ln.name}:{ln.protocol}" for ln in spec.listeners]
+    dirs = [layout.volume_path(ref, volume_id=v.id) for v in node.pool.storage.volumes]
+    bootstrap = ",".join(
+        f"{_host(host)}:{port}"
+        for host, port in (controller_endpoint(c, spec=spec, layout=layout) for c in controllers)
+    )
+    roles = [r.value for r in (Role.BROKER, Role.CONTROLLER) if r in node.pool.roles]
+    properties = {
+        "process.roles": ",".join(roles),
+        "node.id": str(ref.node_id),
+        "controller.listener.names": CONTROLLER_LISTENER,
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised_listeners),
+        "listener.security.protocol.map": ",".join(protocol_map),
+        "controller.quorum.bootstrap.servers": bootstrap,
+        "log.dirs": ",".join(dirs),
+        "metadata.log.dir": dirs[0],
+    }
+    if node.is_broker:
+        properties["inter.broker.listener.name"] = spec.listeners[0].name
+    if node.implementation is Implementation.KRAFTWERK:
+        metrics_port = layout.metrics_port(ref)
+        if metrics_port is not None:
+            properties["kraftwerk.metrics.port"] = str(metrics_port)
+    properties.update(_overrides(spec.config))
+    return properties
+
+
+def _overrides(config: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in config.items() if key not in MANAGED_KEYS}

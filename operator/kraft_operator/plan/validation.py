@@ -1,0 +1,274 @@
+"""Every rule a spec must pass before the operator acts on it, each problem naming its field.
+
+The API server refuses what the CRD's schema and CEL rules can say. This module re-checks those
+(a spec can arrive from a file through `kraftwerk plan`/`up`, or from an API server with an older
+CRD), and adds what only the operator can know: a `server.properties` override against the
+engine's config rules, a metadata.version some pool cannot run, a pool whose roles changed under
+recorded nodes, a volume that would shrink, fewer brokers than a topic's replication factor.
+A spec with any problem is never acted on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kraft_engine.records import metadata_version as mv
+from kraft_operator.model import Implementation, KRaftClusterSpec, KRaftClusterStatus, Role
+from kraft_operator.plan.facts import ConfigRules, Layout, Observed
+from kraft_operator.plan.rendering import CONTROLLER_LISTENER, MANAGED_KEYS, DesiredNode, render_config
+
+__all__ = [
+    "ENGINE_HAS_BROKER",
+    "LATEST_PRODUCTION",
+    "SpecProblem",
+    "parse_quantity_bytes",
+    "target_metadata_version",
+    "validate_spec",
+]
+
+ENGINE_HAS_BROKER = False
+"""The engine's broker is issue #9; until it lands a broker pool must run Apache Kafka."""
+
+# The newest production metadata.version each implementation runs (Kafka 4.1: 4.1-IV1).
+LATEST_PRODUCTION: dict[Implementation, mv.MetadataVersion] = {
+    Implementation.KRAFTWERK: mv.LATEST_PRODUCTION,
+    Implementation.APACHE_KAFKA: mv.IBP_4_1_IV1,
+}
+
+_SUFFIXES = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecProblem:
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def parse_quantity_bytes(text: str) -> int | None:
+    """A Kubernetes quantity (10Gi, 500M, 1.5Ti) in bytes; None when it is not one."""
+    match = _QUANTITY.match(text)
+    if match is None:
+        return None
+    number, suffix = match.group(1), match.group(2) or ""
+    whole, _, fraction = number.partition(".")
+    scale = _SUFFIXES[suffix]
+    return int(whole) * scale + (int(fraction) * scale) // (10 ** len(fraction)) if fraction else int(whole) * scale
+
+
+def target_metadata_version(spec: KRaftClusterSpec) -> mv.MetadataVersion:
+    """spec.metadataVersion, else the newest production level every pool's implementation runs."""
+    if spec.metadata_version is not None:
+        return mv.from_version_string(spec.metadata_version)
+    return min(LATEST_PRODUCTION[p.implementation] for p in spec.node_pools)
+
+
+def validate_spec(
+    *,
+    spec: KRaftClusterSpec,
+    status: KRaftClusterStatus | None,
+    observed: Observed,
+    nodes: Sequence[DesiredNode],
+    layout: Layout,
+    rules: ConfigRules,
+) -> list[SpecProblem]:
+    problems: list[SpecProblem] = []
+    problems += _pools(spec, status)
+    problems += _listeners(spec)
+    problems += _storage(spec, observed, nodes)
+    problems += _cluster_id(spec, status)
+    problems += _metadata_version(spec)
+    problems += _brokers_vs_topics(spec, observed)
+    override_problems = _overrides(spec, rules)
+    problems += override_problems
+    if not problems:
+        # Only a spec whose parts are each fine is rendered whole and checked as the node would.
+        controllers = [n for n in nodes if n.is_controller]
+        for node in nodes:
+            rendered = render_config(node, spec=spec, controllers=controllers, layout=layout)
+            problem = rules.node_problem(rendered)
+            if problem is not None:
+                index = _pool_index(spec, node.ref.pool)
+                problems.append(
+                    SpecProblem(f"spec.config (node {node.ref.node_id} of spec.nodePools[{index}])", problem)
+                )
+                break
+    return problems
+
+
+def _pool_index(spec: KRaftClusterSpec, name: str) -> int:
+    return next(i for i, p in enumerate(spec.node_pools) if p.name == name)
+
+
+def _pools(spec: KRaftClusterSpec, status: KRaftClusterStatus | None) -> list[SpecProblem]:
+    problems: list[SpecProblem] = []
+    if not any(Role.CONTROLLER in p.roles and p.replicas > 0 for p in spec.node_pools):
+        problems.append(
+            SpecProblem("spec.nodePools", "at least one node pool must have the controller role and replicas > 0")
+        )
+    seen: set[str] = set()
+    for i, pool in enumerate(spec.node_pools):
+        field = f"spec.nodePools[{i}]"
+        if pool.name in seen:
+            problems.append(SpecProblem(f"{field}.name", f"pool name {pool.name!r} appears twice"))
+        seen.add(pool.name)
+        if len(set(pool.roles)) != len(pool.roles):
+            problems.append(SpecProblem(f"{field}.roles", "a role appears twice"))
+        if Role.BROKER in pool.roles and pool.implementation is Implementation.KRAFTWERK and not ENGINE_HAS_BROKER:
+            problems.append(
+                SpecProblem(
+                    f"{field}.implementation",
+                    "the kraftwerk engine has no broker yet (issue #9); a pool with the broker role needs "
+                    "implementation: apache-kafka",
+                )
+            )
+        if status is not None:
+            recorded = {frozenset(n.roles) for n in status.nodes if n.pool == pool.name}
+            if recorded and recorded != {frozenset(pool.roles)}:
+                was = ",".join(sorted(r.value for r in next(iter(recorded))))
+                problems.append(
+                    SpecProblem(f"{field}.roles", f"a node pool's roles are immutable (its nodes run as {was})")
+                )
+            impls = {n.implementation for n in status.nodes if n.pool == pool.name}
+            if impls and impls != {pool.implementation}:
+                problems.append(
+                    SpecProblem(
+                        f"{field}.implementation",
+                        f"a node pool's implementation is immutable (its nodes run {next(iter(impls)).value})",
+                    )
+                )
+    return problems
+
+
+def _listeners(spec: KRaftClusterSpec) -> list[SpecProblem]:
+    problems: list[SpecProblem] = []
+    names = [ln.name for ln in spec.listeners]
+    ports = [ln.port for ln in spec.listeners]
+    for i, listener in enumerate(spec.listeners):
+        if listener.name == CONTROLLER_LISTENER:
+            problems.append(SpecProblem(f"spec.listeners[{i}].name", "CONTROLLER is the controllers' own listener"))
+        if names.count(listener.name) > 1:
+            problems.append(SpecProblem(f"spec.listeners[{i}].name", f"listener {listener.name} appears twice"))
+        if ports.count(listener.port) > 1 or listener.port == spec.controller_port:
+            problems.append(SpecProblem(f"spec.listeners[{i}].port", f"port {listener.port} is used twice"))
+    return problems
+
+
+def _storage(spec: KRaftClusterSpec, observed: Observed, nodes: Sequence[DesiredNode]) -> list[SpecProblem]:
+    problems: list[SpecProblem] = []
+    for i, pool in enumerate(spec.node_pools):
+        field = f"spec.nodePools[{i}].storage"
+        ids = [v.id for v in pool.storage.volumes]
+        if pool.storage.type == "single" and len(ids) != 1:
+            problems.append(
+                SpecProblem(f"{field}.volumes", "storage of type single has exactly one volume; use type jbod for more")
+            )
+        if len(set(ids)) != len(ids):
+            problems.append(SpecProblem(f"{field}.volumes", "volume ids must be distinct"))
+        for j, volume in enumerate(pool.storage.volumes):
+            wanted = parse_quantity_bytes(volume.size)
+            if wanted is None:
+                problems.append(SpecProblem(f"{field}.volumes[{j}].size", f"{volume.size!r} is not a quantity"))
+                continue
+            for node in nodes:
+                if node.ref.pool != pool.name:
+                    continue
+                facts = observed.nodes.get(node.ref.node_id)
+                existing = facts.volume(volume.id) if facts is not None else None
+                if existing is not None and existing.size_bytes is not None and wanted < existing.size_bytes:
+                    problems.append(
+                        SpecProblem(
+                            f"{field}.volumes[{j}].size",
+                            f"{volume.size} is smaller than node {node.ref.node_id}'s volume "
+                            f"({existing.size_bytes} bytes); a volume cannot shrink",
+                        )
+                    )
+                    break
+        for node in nodes:
+            facts = observed.nodes.get(node.ref.node_id)
+            if node.ref.pool != pool.name or facts is None:
+                continue
+            dropped = sorted({v.volume_id for v in facts.volumes if v.formatted} - set(ids))
+            if dropped:
+                problems.append(
+                    SpecProblem(
+                        f"{field}.volumes",
+                        f"node {node.ref.node_id} has formatted volume(s) {dropped} that the spec no longer lists; "
+                        "removing a JBOD volume is a lifecycle operation not available yet",
+                    )
+                )
+                break
+    return problems
+
+
+def _cluster_id(spec: KRaftClusterSpec, status: KRaftClusterStatus | None) -> list[SpecProblem]:
+    if status is None or status.cluster_id is None or spec.cluster_id is None:
+        return []
+    if spec.cluster_id != status.cluster_id:
+        return [
+            SpecProblem(
+                "spec.clusterId",
+                f"{spec.cluster_id} differs from the cluster's id {status.cluster_id}; a cluster id is immutable",
+            )
+        ]
+    return []
+
+
+def _metadata_version(spec: KRaftClusterSpec) -> list[SpecProblem]:
+    if spec.metadata_version is None:
+        return []
+    try:
+        wanted = mv.from_version_string(spec.metadata_version)
+    except ValueError as e:
+        return [SpecProblem("spec.metadataVersion", str(e))]
+    problems = []
+    for i, pool in enumerate(spec.node_pools):
+        newest = LATEST_PRODUCTION[pool.implementation]
+        if wanted > newest:
+            problems.append(
+                SpecProblem(
+                    "spec.metadataVersion",
+                    f"{wanted} is newer than {newest}, the newest that spec.nodePools[{i}] "
+                    f"({pool.implementation.value}) runs",
+                )
+            )
+    return problems
+
+
+def _brokers_vs_topics(spec: KRaftClusterSpec, observed: Observed) -> list[SpecProblem]:
+    partitions = observed.cluster.partitions if observed.cluster is not None else None
+    if partitions is None or partitions.max_replication_factor == 0:
+        return []
+    brokers = sum(p.replicas for p in spec.node_pools if Role.BROKER in p.roles)
+    if brokers < partitions.max_replication_factor:
+        return [
+            SpecProblem(
+                "spec.nodePools",
+                f"{brokers} broker replicas are fewer than the replication factor "
+                f"{partitions.max_replication_factor} of an existing topic",
+            )
+        ]
+    return []
+
+
+def _overrides(spec: KRaftClusterSpec, rules: ConfigRules) -> list[SpecProblem]:
+    problems: list[SpecProblem] = []
+    for key in sorted(spec.config):
+        field = f"spec.config[{key}]"
+        if key in MANAGED_KEYS:
+            problems.append(
+                SpecProblem(field, "is managed by the operator (from spec.nodePools, spec.listeners and the runtime)")
+            )
+            continue
+        problem = rules.override_problem(key, spec.config[key])
+        if problem is not None:
+            problems.append(SpecProblem(field, problem))
+    return problems

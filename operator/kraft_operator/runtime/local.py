@@ -1,0 +1,416 @@
+"""The local runtime: a KRaftCluster's nodes as processes and directories on this machine.
+
+What Kubernetes gives the operator as objects, this runtime gives as files under
+`<state-dir>/<namespace>/<cluster>/`:
+
+    runtime.properties          the cluster's base port (picked free once, then kept)
+    node-<id>/server.properties the node's rendered config (the ConfigMap)
+    node-<id>/data-<volume>/    one log directory per volume (the PVCs)
+    node-<id>/format.json       the format "Job"'s outcome: phase, message, directory ids
+    node-<id>/format.log        its output
+    node-<id>/server.log        the node's output (the pod's log)
+    node-<id>/pid               the node's process id (so a restarted `kraftwerk up` adopts it)
+
+Format "Jobs" are `kraft storage format` runs, pods are `kraft server start` processes. A pool with
+`implementation: apache-kafka` runs Apache Kafka 4.1 from the jars that `scripts/fetch-kafka-jars`
+caches (`kafka.tools.StorageTool format` and `kafka.Kafka`) with the very same config. That is also
+how broker pools run for now: the engine has no broker yet (issue #9).
+
+Ports: node N's listeners sit at `base + 10*N + slot` on 127.0.0.1, slot 0 for CONTROLLER, 1 for
+the engine's /metrics, 2.. for the spec's listeners in order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+from kraft_engine.kafka_uuid import to_kafka_str
+from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
+from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
+from kraft_operator.model import Implementation, KRaftCluster
+from kraft_operator.plan import (
+    CONTROLLER_LISTENER,
+    Action,
+    FormatJobFacts,
+    FormatStorage,
+    JobPhase,
+    NodeFacts,
+    NodeRef,
+    Observed,
+    PodPhase,
+    StartNode,
+    VolumeFacts,
+    WriteConfig,
+)
+from kraft_operator.runtime.port import RuntimeActionError
+
+__all__ = ["HOST", "LocalLayout", "LocalRuntime", "kafka_classpath"]
+
+HOST = "127.0.0.1"
+_PORTS_PER_NODE = 10
+_PORT_SPAN = 64 * _PORTS_PER_NODE
+_STOP_TIMEOUT_S = 30.0
+_REPO = Path(__file__).resolve().parents[3]
+
+
+def kafka_classpath() -> tuple[str, str] | None:
+    """(classpath, Kafka version) of the cached Apache Kafka jars, or None (no jars, or no java).
+
+    Looked up where `scripts/fetch-kafka-jars` puts them: `$KAFKA_JARS_DIR`, else `.kafka-jars/`
+    in the current directory or in this checkout."""
+    if shutil.which("java") is None:
+        return None
+    roots = [Path(os.environ["KAFKA_JARS_DIR"])] if os.environ.get("KAFKA_JARS_DIR") else []
+    roots += [Path.cwd() / ".kafka-jars", _REPO / ".kafka-jars"]
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for version_dir in sorted(root.iterdir(), reverse=True):
+            if any(version_dir.glob("kafka_2.13-*.jar")):
+                return f"{version_dir}/*", version_dir.name
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LocalLayout:
+    """Where the local runtime puts a cluster's nodes; pure, as `Layout` requires."""
+
+    cluster_dir: str
+    base_port: int
+    listener_names: tuple[str, ...]
+
+    def advertised_host(self, node: NodeRef) -> str:
+        return HOST
+
+    def bind_host(self, node: NodeRef) -> str:
+        return HOST
+
+    def port(self, node: NodeRef, *, listener: str, spec_port: int) -> int:
+        if listener == CONTROLLER_LISTENER:
+            slot = 0
+        else:
+            slot = 2 + self.listener_names.index(listener)
+        return self.base_port + _PORTS_PER_NODE * node.node_id + slot
+
+    def volume_path(self, node: NodeRef, *, volume_id: int) -> str:
+        return f"{self.node_dir(node.node_id)}/data-{volume_id}"
+
+    def metrics_port(self, node: NodeRef) -> int | None:
+        return self.base_port + _PORTS_PER_NODE * node.node_id + 1
+
+    def node_dir(self, node_id: int) -> str:
+        return f"{self.cluster_dir}/node-{node_id}"
+
+
+@dataclass
+class _Job:
+    node_id: int
+    process: subprocess.Popen[bytes]
+    directories: tuple[str, ...]
+
+
+class LocalRuntime:
+    """The `Runtime` port on one machine. It starts processes as children of this one and stops
+    them in `stop_all`; processes a previous run left behind are adopted through their pid files."""
+
+    name = "local"
+
+    def __init__(self, state_dir: str | Path, *, rng: random.Random | None = None) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self._rng = rng or random.Random()
+        self._processes: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self._jobs: dict[tuple[str, int], _Job] = {}
+
+    # -- layout ------------------------------------------------------------------------------------
+    def cluster_dir(self, cluster: KRaftCluster) -> Path:
+        return self.state_dir / (cluster.metadata.namespace or "default") / cluster.metadata.name
+
+    def layout(self, cluster: KRaftCluster) -> LocalLayout:
+        directory = self.cluster_dir(cluster)
+        return LocalLayout(
+            cluster_dir=str(directory),
+            base_port=self._base_port(directory),
+            listener_names=tuple(listener.name for listener in cluster.spec.listeners),
+        )
+
+    def _base_port(self, directory: Path) -> int:
+        path = directory / "runtime.properties"
+        if path.exists():
+            try:
+                return int(parse_properties(path.read_text(encoding="utf-8"))["base.port"])
+            except (KeyError, ValueError, JavaPropertiesError) as e:
+                raise RuntimeActionError(f"{path} is damaged ({e}); remove it to pick new ports") from None
+        base = self._free_port_block()
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(format_properties({"base.port": str(base)}), encoding="utf-8")
+        return base
+
+    def _free_port_block(self) -> int:
+        """A base port whose first nodes' ports are free now (node ids 0..15 are checked)."""
+        for _ in range(200):
+            base = self._rng.randrange(20000, 60000 - _PORT_SPAN, _PORTS_PER_NODE)
+            if all(_port_free(base + offset) for offset in range(16 * _PORTS_PER_NODE)):
+                return base
+        raise RuntimeActionError("no free block of loopback ports found")
+
+    # -- observe -----------------------------------------------------------------------------------
+    async def observe(self, cluster: KRaftCluster) -> Observed:
+        directory = self.cluster_dir(cluster)
+        nodes: dict[int, NodeFacts] = {}
+        jobs: dict[int, FormatJobFacts] = {}
+        if not directory.is_dir():
+            return Observed()
+        pools = {p.name: p for p in cluster.spec.node_pools}
+        recorded = {n.id: n.pool for n in (cluster.status.nodes if cluster.status else [])}
+        for node_dir in sorted(directory.glob("node-*")):
+            try:
+                node_id = int(node_dir.name.removeprefix("node-"))
+            except ValueError:
+                continue
+            key = (str(directory), node_id)
+            job = self._job_facts(key, node_dir)
+            if job is not None:
+                jobs[node_id] = job
+            config = _read_config(node_dir / "server.properties")
+            phase, exit_code = self._phase(key, node_dir)
+            pool = recorded.get(node_id, "")
+            implementation = pools[pool].implementation if pool in pools else Implementation.KRAFTWERK
+            nodes[node_id] = NodeFacts(
+                node_id=node_id,
+                pool=pool,
+                phase=phase,
+                volumes=_volumes(node_dir),
+                config=config,
+                ready=phase is PodPhase.RUNNING,
+                exit_code=exit_code,
+                message=_log_tail(node_dir / "server.log") if phase is PodPhase.FAILED else "",
+                version=_version(implementation),
+            )
+        return Observed(nodes=nodes, format_jobs=jobs)
+
+    def _phase(self, key: tuple[str, int], node_dir: Path) -> tuple[PodPhase, int | None]:
+        process = self._processes.get(key)
+        if process is not None:
+            code = process.poll()
+            if code is None:
+                return PodPhase.RUNNING, None
+            return (PodPhase.SUCCEEDED if code == 0 else PodPhase.FAILED), code
+        pid = _read_pid(node_dir / "pid")
+        if pid is not None and _alive(pid, marker=str(node_dir / "server.properties")):
+            return PodPhase.RUNNING, None
+        return PodPhase.ABSENT, None
+
+    def _job_facts(self, key: tuple[str, int], node_dir: Path) -> FormatJobFacts | None:
+        job = self._jobs.get(key)
+        if job is not None:
+            code = job.process.poll()
+            if code is None:
+                return FormatJobFacts(job.node_id, JobPhase.RUNNING)
+            del self._jobs[key]
+            self._finish_job(job, code, node_dir)
+        outcome = node_dir / "format.json"
+        if not outcome.exists():
+            return None
+        try:
+            data = json.loads(outcome.read_text(encoding="utf-8"))
+            return FormatJobFacts(
+                node_id=key[1],
+                phase=JobPhase(data["phase"]),
+                message=str(data.get("message", "")),
+                directory_ids={str(k): str(v) for k, v in data.get("directoryIds", {}).items()},
+            )
+        except (ValueError, KeyError) as e:
+            return FormatJobFacts(key[1], JobPhase.FAILED, f"{outcome} is damaged: {e}")
+
+    def _finish_job(self, job: _Job, code: int, node_dir: Path) -> None:
+        directory_ids = {}
+        for path in job.directories:
+            try:
+                meta = read_meta_properties(Path(path))
+            except (OSError, MetaPropertiesError):
+                continue
+            if meta.directory_id is not None:
+                directory_ids[path] = to_kafka_str(meta.directory_id)
+        message = "" if code == 0 else _log_tail(node_dir / "format.log")
+        outcome = {"phase": (JobPhase.SUCCEEDED if code == 0 else JobPhase.FAILED).value,
+                   "exitCode": code, "message": message, "directoryIds": directory_ids}
+        (node_dir / "format.json").write_text(json.dumps(outcome, indent=2), encoding="utf-8")
+
+    # -- apply -------------------------------------------------------------------------------------
+    async def apply(self, cluster: KRaftCluster, action: Action) -> None:
+        directory = self.cluster_dir(cluster)
+        node_dir = directory / f"node-{action.node.node_id}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        key = (str(directory), action.node.node_id)
+        if isinstance(action, WriteConfig):
+            text = format_properties(action.as_dict(), comments=(f"kraftwerk: {action.node.cluster} node {action.node.node_id}",))
+            tmp = node_dir / "server.properties.tmp"
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(node_dir / "server.properties")
+        elif isinstance(action, FormatStorage):
+            self._format(key, node_dir, action)
+        elif isinstance(action, StartNode):
+            self._start(key, node_dir, action)
+
+    def _format(self, key: tuple[str, int], node_dir: Path, action: FormatStorage) -> None:
+        if key in self._jobs and self._jobs[key].process.poll() is None:
+            return  # already running: applying twice is harmless
+        for path in action.directories:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        (node_dir / "format.json").unlink(missing_ok=True)
+        args = action.format_arguments(config_path=str(node_dir / "server.properties"))
+        command = [*self._command(action.implementation, tool="storage"), *args]
+        with (node_dir / "format.log").open("ab") as log:
+            log.write(f"$ {' '.join(command)}\n".encode())
+            log.flush()
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._jobs[key] = _Job(action.node.node_id, process, action.directories)
+
+    def _start(self, key: tuple[str, int], node_dir: Path, action: StartNode) -> None:
+        running = self._processes.get(key)
+        if running is not None and running.poll() is None:
+            return
+        pid = _read_pid(node_dir / "pid")
+        if pid is not None and _alive(pid, marker=str(node_dir / "server.properties")):
+            return
+        config = str(node_dir / "server.properties")
+        command = [*self._command(action.implementation, tool="server"), config]
+        with (node_dir / "server.log").open("ab") as log:
+            # Its own session: a terminal's Ctrl-C reaches `kraftwerk up` only, which then stops
+            # every node gracefully (SIGTERM) in `stop_all`.
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._processes[key] = process
+        (node_dir / "pid").write_text(str(process.pid), encoding="utf-8")
+
+    def _command(self, implementation: Implementation, *, tool: str) -> list[str]:
+        if implementation is Implementation.KRAFTWERK:
+            run = [sys.executable, "-c", "import sys; from kraft_engine.cli.main import main; sys.exit(main())"]
+            return [*run, "storage"] if tool == "storage" else [*run, "server", "start", "--config"]
+        found = kafka_classpath()
+        if found is None:
+            raise RuntimeActionError(
+                "implementation apache-kafka needs Apache Kafka's jars and java: run scripts/fetch-kafka-jars"
+            )
+        classpath, _ = found
+        java = ["java", "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
+        return [*java, "kafka.tools.StorageTool"] if tool == "storage" else [*java, "kafka.Kafka"]
+
+    # -- stop --------------------------------------------------------------------------------------
+    def stop_all(self, *, timeout_s: float = _STOP_TIMEOUT_S) -> dict[int, int]:
+        """SIGTERM every node this runtime started (Kafka's graceful shutdown), then wait; SIGKILL
+        after `timeout_s`. Returns node id -> exit code."""
+        codes: dict[int, int] = {}
+        running = {key: p for key, p in self._processes.items() if p.poll() is None}
+        for process in running.values():
+            process.send_signal(signal.SIGTERM)
+        for (_, node_id), process in running.items():
+            try:
+                codes[node_id] = process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                codes[node_id] = process.wait()
+        for job in self._jobs.values():
+            if job.process.poll() is None:
+                job.process.wait(timeout=timeout_s)
+        return codes
+
+    def kill(self, cluster: KRaftCluster, node_id: int) -> None:
+        """SIGKILL one node's process (tests and fault drills)."""
+        process = self._processes.get((str(self.cluster_dir(cluster)), node_id))
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    async def close(self) -> None:
+        self.stop_all()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _read_config(path: Path) -> dict[str, str] | None:
+    try:
+        return parse_properties(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, JavaPropertiesError, UnicodeDecodeError):
+        return {}
+
+
+def _volumes(node_dir: Path) -> tuple[VolumeFacts, ...]:
+    found = []
+    for data in sorted(node_dir.glob("data-*")):
+        try:
+            volume_id = int(data.name.removeprefix("data-"))
+        except ValueError:
+            continue
+        try:
+            meta = read_meta_properties(data)
+        except FileNotFoundError:
+            found.append(VolumeFacts(volume_id=volume_id, path=str(data)))
+            continue
+        except (OSError, MetaPropertiesError):
+            found.append(VolumeFacts(volume_id=volume_id, path=str(data)))
+            continue
+        found.append(
+            VolumeFacts(
+                volume_id=volume_id,
+                path=str(data),
+                cluster_id=meta.cluster_id,
+                node_id=meta.node_id,
+                directory_id=to_kafka_str(meta.directory_id) if meta.directory_id is not None else None,
+            )
+        )
+    return tuple(found)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int, *, marker: str) -> bool:
+    """Whether `pid` is a live process whose command line names `marker` (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return marker.encode() in cmdline
+
+
+def _log_tail(path: Path, *, lines: int = 3) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(tail)[-500:]
+
+
+def _version(implementation: Implementation) -> str | None:
+    if implementation is Implementation.KRAFTWERK:
+        try:
+            return f"kraftwerk {importlib_metadata.version('kraftwerk')}"
+        except importlib_metadata.PackageNotFoundError:
+            return None
+    found = kafka_classpath()
+    return f"kafka {found[1]}" if found is not None else None
