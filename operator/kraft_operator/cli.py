@@ -203,6 +203,10 @@ async def _up_loop(
             print(f"\nReady after {time.monotonic() - started:.1f} s\n", file=out)
             if args.demo_topic and not topic_done:
                 topic_done = await _demo_topic(cluster, runtime, result, name=args.demo_topic, out=out)
+                # Observe once more so the status (and describe) counts the demo topic's partitions.
+                cluster = cluster.model_copy(update={"status": result.status})
+                result = await reconciler.reconcile(cluster)
+                _save_status(_status_path(runtime, cluster), cluster, result.status, digest)
             print("$ kubectl describe kc " + cluster.metadata.name, file=out)
             print(describe(cluster, result.status, events=events, now=now), file=out, flush=True)
             if args.until_ready:

@@ -55,6 +55,8 @@ class World:
     fail_formats: set[int] = field(default_factory=set)
     max_replication_factor: int = 0
     log: list[str] = field(default_factory=list)
+    initial_values: set[str] = field(default_factory=set)  # every --initial-controllers value used
+    cluster_ids: set[str] = field(default_factory=set)  # every cluster id formatted with
 
     # -- the runtime ---------------------------------------------------------------------------
     def apply(self, action: Action) -> None:
@@ -75,6 +77,9 @@ class World:
     def _format(self, node: _Node, action: FormatStorage) -> None:
         if node.config is None:
             self.violations.append(f"node {node.node_id} formatted without a config")
+        self.cluster_ids.add(action.cluster_id)
+        if action.bootstrap is QuorumBootstrap.INITIAL and action.initial_controllers is not None:
+            self.initial_values.add(action.initial_controllers)
         if node.node_id in self.fail_formats:
             self.fail_formats.discard(node.node_id)
             self.jobs[node.node_id] = FormatJobFacts(node.node_id, JobPhase.FAILED, "disk full")

@@ -210,6 +210,10 @@ class _Planner:
             facts = self.observed.nodes.get(node.ref.node_id)
             metadata_volume = node.pool.storage.volumes[0].id
             existing = facts.volume(metadata_volume) if facts is not None else None
+            if adopted and (existing is None or not existing.formatted):
+                # The value the formatted controllers were bootstrapped with is gone with the status;
+                # a fresh one would give this node another voter set. It joins later instead.
+                continue
             directory_id = (existing.directory_id if existing is not None else None) or _random_kafka_uuid(self.rng)
             host, port = controller_endpoint(node, spec=self.spec, layout=self.layout)
             host_text = f"[{host}]" if ":" in host else host
