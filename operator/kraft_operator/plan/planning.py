@@ -241,6 +241,13 @@ class _Planner:
         recorded = self.previous.node(node_id) if self.previous is not None else None
         recorded_ids = {d.volume_id: d.directory_id for d in (recorded.directories if recorded else ()) if d.directory_id}
         job = self.observed.format_jobs.get(node_id)
+        if job is not None and job.phase is JobPhase.SUCCEEDED:
+            # A format job that succeeded is as good a record as the status: the directories it
+            # wrote were formatted, whether or not a status write has recorded them yet.
+            paths = {self.layout.volume_path(node.ref, volume_id=v.id): v.id for v in node.pool.storage.volumes}
+            for path, written in job.directory_ids.items():
+                if path in paths:
+                    recorded_ids.setdefault(paths[path], written)
         directories: list[DirectoryStatus] = []
         unformatted: list[str] = []
         for volume in node.pool.storage.volumes:
