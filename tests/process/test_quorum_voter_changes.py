@@ -42,9 +42,9 @@ from quorum_processes import (
 )
 from test_controller_lifecycle import CONTROLLER_MODE, _brokers, _metadata, _metric, _stop_all
 
+from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.quickstart import free_loopback_ports
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
-from kraft_engine.server.controller_admin import ControllerAdmin, ControllerAdminError
 
 pytestmark = pytest.mark.process
 
