@@ -36,6 +36,7 @@ from quorum_processes import (
     ProcessCluster,
     describe_status,
     directory_of,
+    kraft_tool,
     metadata_quorum,
     voter_ids,
     wait_for,
@@ -406,3 +407,54 @@ async def test_six_voter_changes_under_create_topics_load_keep_the_leader_and_fa
         # Every acknowledged topic is in the committed metadata.
         metadata = await _metadata(admin, *created)
         assert sorted(t.name for t in metadata.topics if t.error_code == ErrorCode.none) == sorted(created)
+
+
+def _finalized_kraft_version(cluster: ProcessCluster, node_id: int) -> int:
+    described = kraft_tool("features", "--bootstrap-controller", cluster.nodes[node_id].address, "describe", check=True)
+    [line] = [line for line in described.stdout.splitlines() if line.startswith("Feature: kraft.version\t")]
+    return int(line.split("FinalizedVersionLevel: ")[1].split("\t")[0])
+
+
+def test_kraft_version_0_to_1_on_a_live_static_quorum_through_update_features(cluster: ProcessCluster) -> None:
+    # `kafka-features upgrade --feature kraft.version=1` on a running quorum configured with
+    # controller.quorum.voters: the active controller hands it to the raft layer, which writes the
+    # KRaftVersionRecord and the first VotersRecord; voters can then be changed.
+    for node_id in (1, 2, 3):
+        cluster.add_node(node_id)
+    cluster.extra_config["controller.quorum.voters"] = ",".join(
+        f"{n}@{HOST}:{cluster.nodes[n].port}" for n in (1, 2, 3))
+    for node in cluster.nodes.values():
+        cluster.write_config(node)
+    for node_id in (1, 2, 3):
+        cluster.format(node_id)
+    cluster.start_all([1, 2, 3])
+    cluster.wait_for_leader()
+    _append(cluster, ["static"])
+    assert [_finalized_kraft_version(cluster, n) for n in (1, 2, 3)] == [0, 0, 0]
+
+    def upgrade(*flags: str) -> subprocess.CompletedProcess[str] | None:
+        # Refused while the leader has not yet learned every voter's directory id from its Fetches.
+        result = kraft_tool("features", "--bootstrap-controller", cluster.bootstrap_servers(), "upgrade",
+                            "--feature", "kraft.version=1", *flags)
+        return result if result.returncode == 0 else None
+
+    dry_run = wait_for(lambda: upgrade("--dry-run"), timeout_s=60, what="a dry run of the kraft.version upgrade")
+    assert dry_run.stdout == "kraft.version can be upgraded to 1.\n"
+    assert [_finalized_kraft_version(cluster, n) for n in (1, 2, 3)] == [0, 0, 0]
+    upgraded = wait_for(upgrade, timeout_s=60, what="the kraft.version upgrade")
+    assert upgraded.stdout == "kraft.version was upgraded to 1.\n"
+    wait_for(lambda: all(_finalized_kraft_version(cluster, n) == 1 for n in (1, 2, 3)), timeout_s=60,
+             what="kraft.version 1 on every controller")
+
+    # Dynamic now: a follower is removed through RemoveRaftVoter, and the controller keeps writing.
+    leader = cluster.wait_for_leader()
+    status = describe_status(cluster)
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    _remove(cluster, follower, directory_of(status, follower), [1, 2, 3])
+    remaining = [n for n in (1, 2, 3) if n != follower]
+    wait_for(lambda: voter_ids(describe_status(cluster, bootstrap_ids=remaining)) == remaining, timeout_s=60,
+             what=f"controller {follower} to leave the voter set")
+    _append(cluster, ["dynamic"], node_ids=remaining)
+    for node_id in remaining:
+        wait_for(lambda n=node_id: _entries(cluster, n) == ["static", "dynamic"], timeout_s=60,
+                 what=f"controller {node_id} to hold both entries")

@@ -454,3 +454,22 @@ def test_a_removed_leader_hands_over_with_end_quorum_epoch_without_anyone_waitin
     assert elected_ms - committed_ms <= config.election_backoff_max_ms < config.fetch_timeout_ms
     assert new_leader.epoch == epoch + 1 and new_leader.node_id in remaining
     assert me not in new_leader.voters.ids
+
+
+def test_committed_voters_leave_out_a_change_until_it_commits() -> None:
+    # The quorum controller follows `committed_voters` (the UpdateFeatures "every controller
+    # registered" check, broker-config node lookups): a VotersRecord past the high watermark may
+    # still be truncated away, so it must not count yet.
+    cluster, leader = dynamic_cluster(observers=[4])
+    token = cluster.client_request(leader.node_id, add_request(4))
+    seen_uncommitted = False
+    for _ in range(10_000):
+        if 4 in leader.voters.ids and 4 not in leader.committed_voters.ids:
+            seen_uncommitted = True
+        if token in cluster.client_responses:
+            break
+        if cluster.deliver_one() is None:
+            cluster.advance(1)
+    assert cluster.client_responses[token].error_code == ErrorCode.none
+    assert seen_uncommitted
+    assert leader.committed_voters.ids == {1, 2, 3, 4}

@@ -255,6 +255,16 @@ class RaftNode:
         return self._history.latest_voter_set()
 
     @property
+    def committed_voters(self) -> VoterSet:
+        """The voter set as of the high watermark: what a state machine may act on, since a newer
+        VotersRecord is uncommitted and may still be truncated away (the latest set while no high
+        watermark is known yet)."""
+        hwm = self.high_watermark
+        if hwm is None:
+            return self.voters
+        return self._history.voter_set_at(hwm - 1)
+
+    @property
     def kraft_version(self) -> int:
         return self._history.kraft_version()
 

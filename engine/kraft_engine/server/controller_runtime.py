@@ -35,7 +35,9 @@ from kraft_engine.raft import (
     BOOTSTRAP_SNAPSHOT_ID,
     KRAFT_VERSION_0,
     KRAFT_VERSION_1,
+    KRaftVersionUpgradeError,
     ListenerEvent,
+    NotLeaderError,
     RaftLog,
     parse_batches,
 )
@@ -91,7 +93,7 @@ class ControllerRuntime:
         controller = QuorumController(
             node_id=config.node_id,
             raft=RaftAppends(driver),
-            quorum_node_ids=sorted(driver.raft.voters.ids),
+            quorum_node_ids=sorted(driver.raft.committed_voters.ids),
             bootstrap_records=bootstrap_records(driver.log),
             local_supported_features={
                 name: VersionRange(low, high) for name, (low, high) in self.supported_features.items()
@@ -99,6 +101,7 @@ class ControllerRuntime:
             cluster_id=cluster_id,
             rng=random.Random(),
             session_timeout_ms=config.broker_session_timeout_ms,
+            kraft_version_upgrader=self._upgrade_kraft_version,
         )
         self.service = ControllerService(
             controller=controller,
@@ -115,7 +118,7 @@ class ControllerRuntime:
         # The voters can change at runtime (KIP-853): the feature check "every controller has
         # registered" and broker-config node lookups must follow them, not the voters at start.
         self._controller = controller
-        self._quorum_node_ids = frozenset(driver.raft.voters.ids)
+        self._quorum_node_ids = frozenset(driver.raft.committed_voters.ids)
         driver.add_listener(self._follow_voters)
         self.incarnation_id = uuid.uuid4()
         self._registration_task: asyncio.Task[None] | None = None
@@ -149,11 +152,25 @@ class ControllerRuntime:
 
     def _follow_voters(self, event: ListenerEvent) -> None:
         # Called on the raft loop like every raft listener; the controller lives on its own
-        # thread, so the change is queued behind the events raft delivered before it.
-        ids = frozenset(self._driver.raft.voters.ids)
+        # thread, so the change is queued behind the events raft delivered before it. Only a
+        # committed voter set counts: an uncommitted VotersRecord may still be truncated away.
+        ids = frozenset(self._driver.raft.committed_voters.ids)
         if ids != self._quorum_node_ids:
             self._quorum_node_ids = ids
             self.service.run_on_controller("setQuorumNodeIds", lambda c: c.set_quorum_node_ids(ids))
+
+    def _upgrade_kraft_version(self, level: int, validate_only: bool) -> str | None:
+        """UpdateFeatures of kraft.version: the raft layer writes the KRaftVersionRecord (and the
+        first VotersRecord) itself. Runs on the controller thread inside the event; the raft core
+        is entered on its own loop, as the leader of the epoch this controller claimed."""
+        epoch = self._controller.events.cur_claim_epoch
+        try:
+            self.service.call_on_raft_loop(
+                lambda: self._driver.upgrade_kraft_version(epoch, level, validate_only=validate_only)
+            )
+        except (NotLeaderError, KRaftVersionUpgradeError) as refusal:
+            return str(refusal)
+        return None
 
     def _on_fatal(self, error: BaseException) -> None:
         self.fatal_error = error

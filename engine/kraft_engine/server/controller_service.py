@@ -456,6 +456,10 @@ class ControllerService:
         except queue.Empty:
             return None
 
+    def call_on_raft_loop(self, call: Callable[[], T]) -> T:
+        """Run `call` on the raft loop and wait for it (from the controller thread, e.g. inside an event)."""
+        return self._on_raft_loop(call)
+
     def _on_raft_loop(self, call: Callable[[], T]) -> T:
         """Run `call` on the raft loop and wait for its result (the raft core is entered only there)."""
         loop = self._raft_loop

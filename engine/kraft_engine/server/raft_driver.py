@@ -281,6 +281,17 @@ class RaftDriver:
         except Exception as error:
             self._fail(error, where="resigning")
 
+    def upgrade_kraft_version(self, epoch: int, version: int, *, validate_only: bool) -> None:
+        """Finalize kraft.version `version` as leader of `epoch` (UpdateFeatures). A refusal raises
+        NotLeaderError or KRaftVersionUpgradeError before anything changed."""
+        if self._stopped:
+            raise NotLeaderError("the node is stopping")
+        out = self.raft.upgrade_kraft_version(epoch, version, validate_only=validate_only, now_ms=self._clock_ms())
+        try:
+            self._perform(out)
+        except Exception as error:
+            self._fail(error, where="upgrading kraft.version")
+
     def create_snapshot(
         self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int
     ) -> OffsetAndEpoch:

@@ -226,7 +226,7 @@ class ControllerMachine:
             leader = event.leader
             controller.handle_leader_change(leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self.now_ms())
             self.snapshot_loads_since_leader_change = 0
-        voters = self.node().raft.voters.ids
+        voters = self.node().raft.committed_voters.ids
         if voters != self._voter_ids:
             self._voter_ids = frozenset(voters)
             controller.set_quorum_node_ids(voters)
