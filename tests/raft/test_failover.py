@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from raft_harness import Cluster, directory, make_node, only_response
+from raft_harness import Cluster, Envelope, directory, make_node, only_response
 
 from kraft_engine.raft import (
     ElectionState,
@@ -226,3 +226,43 @@ def test_the_pre_vote_window_scales_with_the_election_timeout() -> None:
     _lose_leader(follower, fetch.token, now_ms=NOW)
     assert follower.role is Role.PROSPECTIVE
     assert NOW <= follower.state.pre_vote_start_ms < NOW + 10
+
+
+def test_a_crash_between_the_leader_change_batch_and_the_leaders_quorum_state_is_safe() -> None:
+    # Becoming leader, the core appends and fsyncs its LeaderChange batch of epoch E, and the
+    # driver then writes quorum-state (leader = itself) before any message of that Output leaves.
+    # A kill -9 in between leaves epoch E in the log but "candidate of E, voted for itself" on
+    # disk (docs/raft-rules.md, "Leader start"). Nobody saw the leadership, so on restart the
+    # node is a candidate of E again and the quorum goes on with one consistent log.
+    cluster = Cluster([1, 2, 3])
+    crashed: list[int] = []
+
+    def deliver_the_winning_vote_then_crash(envelope: Envelope) -> bool:
+        payload = envelope.payload
+        if crashed or envelope.is_request or type(payload).__name__ != "VoteResponse":
+            return False
+        node = cluster.node(envelope.destination)
+        out = node.handle_response(envelope.token, payload, now_ms=cluster.now_ms)
+        if node.role is not Role.LEADER:
+            cluster.apply(envelope.destination, out)
+            return True
+        crashed.append(envelope.destination)
+        assert out.persist is not None and out.persist.leader_id == envelope.destination  # never performed
+        cluster.crash(envelope.destination)
+        return True
+
+    cluster.drop = deliver_the_winning_vote_then_crash
+    while not crashed:
+        cluster.advance(10)
+    [winner] = crashed
+    record = cluster[winner]
+    epoch = record.node.epoch
+    assert record.persisted is not None and record.persisted.epoch == epoch and record.persisted.leader_id is None
+    assert record.log.end_offset().epoch == epoch  # the LeaderChange batch was flushed before the crash
+    cluster.drop = lambda _: False
+    restarted = cluster.restart(winner).node
+    assert restarted.role is Role.CANDIDATE and restarted.epoch == epoch
+    leader = cluster.elect()
+    leader.append([b"after"], epoch=leader.epoch, now_ms=cluster.now_ms)
+    cluster.advance(3_000)
+    assert all(cluster[n].committed_values == [b"after"] for n in (1, 2, 3))
