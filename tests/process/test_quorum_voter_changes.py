@@ -319,6 +319,11 @@ def test_a_voter_that_moved_to_another_port_updates_its_endpoint(three_voters: P
 
 # -- voter changes under client load, on the quorum controller -------------------------------------
 
+def _endpoint_is(cluster: ProcessCluster, node_id: int, endpoint: str, leader: int) -> bool:
+    status = describe_status(cluster, bootstrap_ids=[leader])
+    return any(v["id"] == node_id and v.get("endpoints") == [endpoint] for v in status["currentVoters"])
+
+
 def _voters_are(cluster: ProcessCluster, expected: list[int], leader: int) -> bool:
     return voter_ids(describe_status(cluster, bootstrap_ids=[leader])) == expected
 
@@ -359,6 +364,8 @@ async def test_six_voter_changes_under_create_topics_load_keep_the_leader_and_fa
     # KIP-853 voter changes are raft control records (VotersRecord) between the controller's
     # batches. Raft owns the offsets, so they must cost the active controller nothing: the same
     # leader in the same epoch throughout, no renounce, and every CreateTopics acknowledged.
+    # Six AddRaftVoter/RemoveRaftVoter, then an UpdateRaftVoter: a follower restarted on another
+    # port asks the leader to record its new endpoint.
     for node_id in (1, 2, 3, 4, 5):
         cluster.add_node(node_id)
     await asyncio.to_thread(cluster.format_initial, [1, 2, 3])
@@ -388,6 +395,16 @@ async def test_six_voter_changes_under_create_topics_load_keep_the_leader_and_fa
                     wait_for, functools.partial(_voters_are, cluster, sorted(voters), leader), timeout_s=60,
                     what=f"{change} controller {node_id}",
                 )
+            moved = cluster.nodes[second]
+            await asyncio.to_thread(cluster.stop, second)
+            (moved.port,) = free_loopback_ports(1)
+            for each in cluster.nodes.values():
+                cluster.write_config(each)
+            await asyncio.to_thread(cluster.start, second)
+            await asyncio.to_thread(
+                wait_for, functools.partial(_endpoint_is, cluster, second, f"CONTROLLER://{HOST}:{moved.port}", leader),
+                timeout_s=60, what=f"controller {second}'s new endpoint in the voter set (UpdateRaftVoter)",
+            )
             # The load goes on a little after the last change, then stops.
             await asyncio.sleep(1)
             stop.set()
