@@ -233,7 +233,7 @@ async def test_a_request_answered_with_no_response_gets_nothing_and_keeps_the_or
     assert struct.unpack_from(">i", second)[0] == 4
 
 
-async def test_next_request_is_decoded_and_started_while_a_handler_waits(make_listener, raw_peer):
+async def test_with_more_in_flight_the_next_request_starts_while_a_handler_waits(make_listener, raw_peer):
     released = asyncio.Event()
 
     async def handler(request: Any, ctx: RequestContext) -> Any:
@@ -244,7 +244,7 @@ async def test_next_request_is_decoded_and_started_while_a_handler_waits(make_li
             released.set()
         return metadata_response(ctx, [name])
 
-    listener = await make_listener(handler=handler)
+    listener = await make_listener(handler=handler, max_in_flight_requests=8)
     peer = await raw_peer(listener)
     for correlation_id, topic in enumerate(["wait", "release"]):
         await peer.send_request(metadata_request(12, [topic]), correlation_id=correlation_id)

@@ -4,26 +4,39 @@ Both the listener and the client connection go through these functions, so the t
 never disagree on header versions. The one irregularity lives here too: ApiVersions responses
 always carry response header v0, whatever the request version, because a client that does not yet
 know which versions the broker speaks must still be able to read the answer.
+
+Every frame from a peer is bounds-checked (`bounds_checking`) before kio's native reader sees
+it, because that reader aborts the process on a length it cannot allocate. A frame larger than a
+few hundred KiB can be read step by step (`decode_request_stepwise`): each large top-level array
+is read item by item between yields, so one big request never holds the event loop for the
+whole decode.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import struct
+from collections.abc import Generator
 from io import BytesIO
 from typing import Any
 
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.static.primitive import i32
 
+from kraft_engine.protocol.bounds_checking import check_entity_bounds, entity_arrays
 from kraft_engine.protocol.entities import API_VERSIONS_KEY, reader_for, writer_for
 from kraft_engine.protocol.errors import MalformedFrame
 
 __all__ = [
     "SIZE_PREFIX",
+    "check_request",
     "decode_request",
+    "decode_request_stepwise",
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_payload",
     "peek_api",
     "peek_correlation_id",
     "response_correlation_id",
@@ -79,6 +92,11 @@ def encode_response(response: Any, *, correlation_id: int) -> bytes:
     return _frame(header_cls, header_cls(correlation_id=i32(correlation_id)), cls, response)
 
 
+def encode_response_payload(response: Any, *, correlation_id: int) -> bytes:
+    """A response's header and body without the size prefix: what an EnvelopeResponse carries."""
+    return encode_response(response, correlation_id=correlation_id)[_SIZE.size:]
+
+
 def peek_api(frame: bytes | memoryview) -> tuple[int, int]:
     """(api key, api version) of a request frame (without its size prefix), read before the
     header version is known. Raises MalformedFrame when the frame is too short."""
@@ -101,17 +119,47 @@ def response_correlation_id(frame: bytes | memoryview) -> int:
     return int(_CORRELATION_AT_0.unpack_from(frame, 0)[0])
 
 
-def decode_request(frame: bytes | memoryview, request_cls: type[Any]) -> tuple[Any, Any]:
+def _reader_failed(error: BaseException) -> bool:
+    """True for any failure of kio's reader: an Exception, or a Rust panic, which pyo3 raises as
+    a BaseException. Interpreter exits and cancellations pass through."""
+    return not isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError))
+
+
+def check_request(frame: bytes | memoryview, request_cls: type[Any]) -> int:
+    """Bounds-check the header and body of a request frame (no size prefix) without decoding
+    them; return where the header ends. The body must fill the frame exactly. Raises
+    MalformedFrame with the reason."""
+    try:
+        header_end = check_entity_bounds(request_cls.__header_schema__, frame, 0)
+    except MalformedFrame as e:
+        raise MalformedFrame(f"malformed request header: {e}", part="header") from e
+    try:
+        body_end = check_entity_bounds(request_cls, frame, header_end)
+    except MalformedFrame as e:
+        raise MalformedFrame(f"malformed request body: {e}", part="body") from e
+    if body_end != len(frame):
+        raise MalformedFrame(f"request body leaves {len(frame) - body_end} unread bytes", part="body")
+    return header_end
+
+
+def decode_request(frame: bytes | memoryview, request_cls: type[Any], *, checked: bool = False) -> tuple[Any, Any]:
     """(header, body) of a request frame whose api key and version select `request_cls`.
-    The body must fill the frame exactly. Raises MalformedFrame with the reason."""
+    The body must fill the frame exactly. Raises MalformedFrame with the reason. `checked`: the
+    caller already ran `check_request` on this frame."""
+    if not checked:
+        check_request(frame, request_cls)
     header_cls = request_cls.__header_schema__
     try:
         header, offset = reader_for(header_cls)(frame, 0)
-    except Exception as e:
+    except BaseException as e:
+        if not _reader_failed(e):
+            raise
         raise MalformedFrame(f"malformed request header: {e}", part="header") from e
     try:
         body, size = reader_for(request_cls)(frame, offset)
-    except Exception as e:
+    except BaseException as e:
+        if not _reader_failed(e):
+            raise
         raise MalformedFrame(f"malformed request body: {e}", part="body") from e
     if offset + size != len(frame):
         raise MalformedFrame(
@@ -120,17 +168,74 @@ def decode_request(frame: bytes | memoryview, request_cls: type[Any]) -> tuple[A
     return header, body
 
 
+def decode_request_stepwise(
+    frame: bytes | memoryview, request_cls: type[Any], *, items_per_step: int
+) -> Generator[None, None, tuple[Any, Any]]:
+    """`decode_request` of a frame that already passed `check_request`, yielding after every
+    `items_per_step` items of each large top-level array; the (header, body) is the generator's
+    return value. The arrays are read with kio's item reader, the rest of the body with kio's
+    reader over a copy in which those arrays are empty."""
+    header_cls = request_cls.__header_schema__
+    try:
+        header, offset = reader_for(header_cls)(frame, 0)
+    except BaseException as e:
+        if not _reader_failed(e):
+            raise
+        raise MalformedFrame(f"malformed request header: {e}", part="header") from e
+    large = [a for a in entity_arrays(request_cls, frame, offset) if a.count > items_per_step]
+    if not large:
+        return decode_request(frame, request_cls, checked=True)
+    empty = b"\x01" if request_cls.__flexible__ else b"\0\0\0\0"
+    values: dict[str, tuple[Any, ...]] = {}
+    rest = bytearray()
+    last = offset
+    try:
+        for array in large:
+            read = reader_for(array.item_type)
+            items: list[Any] = []
+            position = array.items_start
+            for index in range(array.count):
+                item, size = read(frame, position)
+                position += size
+                items.append(item)
+                if index % items_per_step == items_per_step - 1:
+                    yield
+            if position != array.end:
+                raise MalformedFrame(f"array {array.name} ends at {position}, expected {array.end}", part="body")
+            values[array.name] = tuple(items)
+            rest += frame[last:array.start]
+            rest += empty
+            last = array.end
+        rest += frame[last:]
+        body, size = reader_for(request_cls)(bytes(rest), 0)
+    except MalformedFrame:
+        raise
+    except BaseException as e:
+        if not _reader_failed(e):
+            raise
+        raise MalformedFrame(f"malformed request body: {e}", part="body") from e
+    if size != len(rest):
+        raise MalformedFrame(f"request body leaves {len(rest) - size} unread bytes", part="body")
+    return header, dataclasses.replace(body, **values)
+
+
 def decode_response(frame: bytes | memoryview, response_cls: type[Any]) -> Any:
     """The body of a response frame. Raises MalformedFrame with the reason."""
     header_cls = response_header_class(response_cls)
     try:
-        _header, offset = reader_for(header_cls)(frame, 0)
-        body, size = reader_for(response_cls)(frame, offset)
-    except Exception as e:
+        header_end = check_entity_bounds(header_cls, frame, 0)
+        body_end = check_entity_bounds(response_cls, frame, header_end)
+    except MalformedFrame as e:
         raise MalformedFrame(f"malformed {response_cls.__name__}: {e}", part="body") from e
-    if offset + size != len(frame):
+    if body_end != len(frame):
         raise MalformedFrame(
-            f"{response_cls.__name__} leaves {len(frame) - offset - size} unread bytes", part="body"
+            f"{response_cls.__name__} leaves {len(frame) - body_end} unread bytes", part="body"
         )
+    try:
+        _header, offset = reader_for(header_cls)(frame, 0)
+        body, _size = reader_for(response_cls)(frame, offset)
+    except BaseException as e:
+        if not _reader_failed(e):
+            raise
+        raise MalformedFrame(f"malformed {response_cls.__name__}: {e}", part="body") from e
     return body
-

@@ -5,17 +5,30 @@ framing, header versions, the `socket.request.max.bytes` limit, `connections.max
 ApiVersions answer (computed from what is registered here, so it never lies), ordering, and the
 metrics. Handlers only see decoded kio entities and return kio entities.
 
-Ordering and pipelining. A client may send many requests before reading any response. The
-listener keeps decoding while handlers run, starts handlers in arrival order, lets them overlap
-(a long-polling Fetch does not stall the reads behind it), and writes responses strictly in
-request order. At most `max_in_flight_requests` requests per connection are outstanding; beyond
-that the listener stops reading that socket until responses drain (TCP backpressure). Setting it to
-1 gives Kafka's own behaviour of muting a channel while one request is processed.
+Ordering and backpressure. A client may send many requests before reading any response. As
+Kafka mutes a channel from the moment a request arrives until its response is sent, a connection
+is not read again while `max_in_flight_requests` (default 1, Kafka's behaviour) of its requests
+are unanswered or their responses are still unsent: a response counts as sent once the socket took
+all of it (the transport keeps no bytes of it). A client that never reads therefore costs one
+response in memory, and TCP pushes back on it. A larger `max_in_flight_requests` lets handlers of
+one connection overlap (responses are still written strictly in request order).
+
+Decoding never trusts a length: every frame is bounds-checked against kio's schema before kio's
+native reader sees it (see `bounds_checking`). Frames above `large_frame_bytes` are checked in a
+worker thread and read item by item between yields, and a large response is encoded in a worker
+thread, so one big request cannot hold the event loop for the whole decode or encode.
+
+Connections. `max.connections` and `max.connections.per.ip` are Kafka's: over the per-ip limit a
+new connection is closed right after accept with one INFO line; at `max.connections` the listener
+stops accepting (the connection waits in the kernel's backlog) until one closes, as Kafka's
+acceptor waits for a slot. A connection the peer reset is dropped after one INFO line.
 
 Bad input never costs other connections anything: a frame over the size limit (refused from its
 size prefix, before the body is read), a negative size, a truncated frame, a malformed header or
 body, an api this listener does not serve, or an unsupported version closes that one connection
-after logging the reason at WARNING and counting it in `kafka_network_connections_closed`.
+after logging the reason at WARNING (with the peer and the api) and counting it in
+`kafka_network_connections_closed`; a malformed request is also counted per api in
+`kafka_network_malformed_requests`. Kafka closes the connection on a request it cannot parse too.
 ApiVersions is the exception Kafka makes: an unsupported ApiVersions version is answered with a v0
 response carrying UNSUPPORTED_VERSION and the ApiVersions range, so the client can retry lower.
 
@@ -30,8 +43,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -51,12 +66,16 @@ from kraft_engine.protocol.entities import (
     request_class,
     response_class,
 )
+from kraft_engine.protocol.envelope import ANONYMOUS, EnvelopeError, decode_principal
 from kraft_engine.protocol.errors import MalformedFrame
 from kraft_engine.protocol.features import NO_FEATURES, FeaturesProvider
 from kraft_engine.protocol.framing import (
     SIZE_PREFIX,
+    check_request,
     decode_request,
+    decode_request_stepwise,
     encode_response,
+    encode_response_payload,
     peek_api,
     peek_correlation_id,
 )
@@ -73,7 +92,15 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_REQUEST_MAX_BYTES = 104857600  # socket.request.max.bytes
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000  # connections.max.idle.ms
-DEFAULT_MAX_IN_FLIGHT_REQUESTS = 64
+DEFAULT_MAX_IN_FLIGHT_REQUESTS = 1  # Kafka mutes a channel until its response is sent
+DEFAULT_MAX_CONNECTIONS = 2147483647  # max.connections
+DEFAULT_MAX_CONNECTIONS_PER_IP = 2147483647  # max.connections.per.ip
+DEFAULT_LARGE_FRAME_BYTES = 256 * 1024
+"""Frames above this are bounds-checked in a worker thread and decoded item by item."""
+ENVELOPE_KEY = 58
+_ITEMS_PER_STEP = 500
+_LARGE_RESPONSE_ITEMS = 1000
+_ACCEPT_BACKLOG = 100
 
 
 class CloseReason:
@@ -90,6 +117,7 @@ class CloseReason:
     UNSUPPORTED_VERSION = "unsupported_version"
     HANDLER_ERROR = "handler_error"
     SOCKET_ERROR = "socket_error"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
     LISTENER_CLOSED = "listener_closed"
 
 
@@ -103,6 +131,10 @@ class RequestContext:
     client_id: str | None
     peer: tuple[str, int]
     listener_name: str
+    principal: str = ANONYMOUS
+    """Kafka's principal (`User:ANONYMOUS` on a plaintext listener; an Envelope's forwarded one)."""
+    client_address: str | None = None
+    """The original client's address when a broker forwarded the request in an Envelope."""
 
     @property
     def response_class(self) -> type[Any]:
@@ -170,12 +202,18 @@ class Listener:
         request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES,
         connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
         max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
+        large_frame_bytes: int = DEFAULT_LARGE_FRAME_BYTES,
         features_provider: FeaturesProvider | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         for key, value in (
             ("socket.request.max.bytes", request_max_bytes),
             ("max_in_flight_requests", max_in_flight_requests),
+            ("max.connections", max_connections),
+            ("max.connections.per.ip", max_connections_per_ip),
+            ("large_frame_bytes", large_frame_bytes),
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be positive, got {value}")
@@ -187,13 +225,22 @@ class Listener:
         self.request_max_bytes = request_max_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
         self.max_in_flight_requests = max_in_flight_requests
+        self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.large_frame_bytes = large_frame_bytes
+        self._socket: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._open_connections = 0
+        self._per_ip: dict[str, int] = {}
+        self._slot_freed: asyncio.Event | None = None
+        self._malformed_counters: dict[int, Any] = {}
         self._features_provider = features_provider or (lambda: NO_FEATURES)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics: ListenerMetrics = metrics_for(self.registry)
         self._routes: dict[tuple[int, int], _Route] = {}
         self._ranges: dict[int, tuple[int, int]] = {}
-        self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._live: set[_Connection] = set()
         self._request_counters: dict[int, Any] = {}
         self._error_counters: dict[tuple[int, ErrorCode], Any] = {}
         self._close_counters: dict[str, Any] = {}
@@ -221,7 +268,7 @@ class Listener:
                 f"{api_name(api_key)} versions {min_version}..{max_version} are outside what kio "
                 f"encodes ({known[0]}..{known[1]})"
             )
-        if self._server is not None:
+        if self._socket is not None:
             raise RuntimeError("register handlers before the listener starts")
         current = self._ranges.get(api_key)
         if current is not None:
@@ -250,29 +297,53 @@ class Listener:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
+    def serve_envelope(self) -> None:
+        """Serve Envelope v0 (Kafka's forwarding from brokers): the request inside is decoded with
+        the same checks as any other, handled by this listener's handler for its api with the
+        principal and client address the envelope carries, and answered inside an
+        EnvelopeResponse."""
+        self._add_routes(ENVELOPE_KEY, (0, 0), self._handle_envelope)
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Bind and start accepting. Port 0 picks a free port; read it back from `port`."""
-        if self._server is not None:
+        if self._socket is not None:
             raise RuntimeError(f"listener {self.name} already started")
-        self._server = await asyncio.start_server(self._accept, host, port)
+        sock = socket.create_server((host, port), backlog=_ACCEPT_BACKLOG)
+        sock.setblocking(False)
+        self._socket = sock
+        self._slot_freed = asyncio.Event()
+        self._accept_task = asyncio.get_running_loop().create_task(self._accept_loop(sock))
 
     @property
     def address(self) -> tuple[str, int]:
         """The (host, port) the listener is bound to."""
-        if self._server is None or not self._server.sockets:
+        if self._socket is None:
             raise RuntimeError(f"listener {self.name} is not started")
-        sockname = self._server.sockets[0].getsockname()
+        sockname = self._socket.getsockname()
         return sockname[0], sockname[1]
 
     @property
     def port(self) -> int:
         return self.address[1]
 
+    def buffered_response_bytes(self) -> int:
+        """Response bytes written but not yet taken by the sockets, over all connections."""
+        return sum(c.writer.transport.get_write_buffer_size() for c in self._live if not c.writer.transport.is_closing())
+
     async def close(self) -> None:
         """Stop accepting, close every connection, and wait until they are gone."""
-        server, self._server = self._server, None
-        if server is not None:
-            await close_server(server, self._connections)
+        sock, self._socket = self._socket, None
+        accept, self._accept_task = self._accept_task, None
+        if accept is not None:
+            accept.cancel()
+            with contextlib.suppress(BaseException):
+                await accept
+        if sock is not None:
+            sock.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def __aenter__(self) -> Listener:
         return self
@@ -297,6 +368,13 @@ class Listener:
                 self._error_counters[(api_key, code)] = counter
             counter.inc(n)
 
+    def _count_malformed(self, api_key: int) -> None:
+        counter = self._malformed_counters.get(api_key)
+        if counter is None:
+            counter = self.metrics.malformed_requests.labels(self.name, api_name(api_key))
+            self._malformed_counters[api_key] = counter
+        counter.inc()
+
     def _count_close(self, reason: str) -> None:
         counter = self._close_counters.get(reason)
         if counter is None:
@@ -306,20 +384,91 @@ class Listener:
 
     # --- connections ---------------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        slot_freed = self._slot_freed
+        if slot_freed is None:
+            raise InvariantViolation("accept loop runs before start")
+        while True:
+            # Kafka's acceptor waits for a free slot before it accepts: the connection waits in
+            # the kernel's backlog meanwhile.
+            while self._open_connections >= self.max_connections:
+                slot_freed.clear()
+                await slot_freed.wait()
+            conn, address = await loop.sock_accept(sock)
+            ip = str(address[0])
+            if self._per_ip.get(ip, 0) >= self.max_connections_per_ip:
+                logger.info("Rejected connection from %s, address already has the configured maximum of %d "
+                            "connections.", ip, self.max_connections_per_ip)
+                self._count_close(CloseReason.TOO_MANY_CONNECTIONS)
+                conn.close()
+                continue
+            self._open_connections += 1
+            self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+            task = loop.create_task(self._serve(conn, ip))
+            self._connections.add(task)
+
+    async def _serve(self, conn: socket.socket, ip: str) -> None:
         task = asyncio.current_task()
         if task is None:
-            raise InvariantViolation("connection callback runs outside a task")
-        self._connections.add(task)
+            raise InvariantViolation("connection runs outside a task")
         self.metrics.connections_accepted.labels(self.name).inc()
+        connection: _Connection | None = None
         try:
-            await _Connection(self, reader, writer).run()
+            reader, writer = await asyncio.open_connection(sock=conn)
+            connection = _Connection(self, reader, writer)
+            self._live.add(connection)
+            await connection.run()
         except asyncio.CancelledError:
-            # Only close() cancels connection tasks. asyncio's stream callback would report a
-            # cancelled task as an error, so the cancellation ends here.
-            pass
+            # Only close() cancels connection tasks; the cancellation ends here.
+            if connection is None:
+                conn.close()
         finally:
+            if connection is not None:
+                self._live.discard(connection)
             self._connections.discard(task)
+            self._open_connections -= 1
+            left = self._per_ip[ip] - 1
+            if left:
+                self._per_ip[ip] = left
+            else:
+                del self._per_ip[ip]
+            if self._slot_freed is not None:
+                self._slot_freed.set()
+
+    # --- Envelope ------------------------------------------------------------------------------
+
+    async def _handle_envelope(self, request: Any, ctx: RequestContext) -> Any:
+        cls = ctx.response_class
+        try:
+            principal = decode_principal(request.request_principal)
+            inner = request.request_data
+            api_key, api_version = peek_api(inner)
+            route = self._routes.get((api_key, api_version))
+            if route is None or api_key == ENVELOPE_KEY:
+                raise EnvelopeError(
+                    ErrorCode.unsupported_version if api_key in self._ranges else ErrorCode.invalid_request,
+                    f"api key {api_key} ({api_name(api_key)}) version {api_version} is not served here",
+                )
+            header, body = decode_request(inner, route.request_cls)
+        except (EnvelopeError, MalformedFrame) as e:
+            code = e.error_code if isinstance(e, EnvelopeError) else ErrorCode.invalid_request
+            logger.info("Refusing an Envelope from %s:%s on listener %s: %s", ctx.peer[0], ctx.peer[1], self.name, e)
+            return cls(error_code=code, response_data=None)
+        self._count_request(api_key)
+        address = bytes(request.client_host_address)
+        inner_ctx = RequestContext(
+            api_key=api_key, api_version=api_version, correlation_id=header.correlation_id,
+            client_id=header.client_id, peer=ctx.peer, listener_name=ctx.listener_name, principal=principal,
+            client_address=socket.inet_ntop(socket.AF_INET6 if len(address) == 16 else socket.AF_INET, address)
+            if len(address) in (4, 16) else None,
+        )
+        response = await route.handler(body, inner_ctx)
+        if type(response) is not route.response_cls:
+            raise TypeError(f"handler for {api_name(api_key)} v{api_version} returned {type(response).__qualname__}")
+        self._count_errors(api_key, response)
+        payload = encode_response_payload(response, correlation_id=header.correlation_id)
+        return cls(error_code=ErrorCode.none, response_data=payload)
 
     # --- ApiVersions ---------------------------------------------------------------------------
 
@@ -379,6 +528,22 @@ def _api_versions_response(cls: type[Any], *, error_code: ErrorCode, api_keys: t
     return cls(error_code=error_code, api_keys=api_keys, throttle_time=_ZERO_THROTTLE)
 
 
+def _response_items(response: Any) -> int:
+    """How many items a response's arrays hold, two levels deep: the cost of encoding it."""
+    total = 0
+    for f in dataclasses.fields(response):
+        value = getattr(response, f.name)
+        if type(value) is tuple:
+            total += len(value)
+            if len(value) <= _LARGE_RESPONSE_ITEMS and value and dataclasses.is_dataclass(value[0]):
+                for item in value:
+                    for g in dataclasses.fields(item):
+                        nested = getattr(item, g.name)
+                        if type(nested) is tuple:
+                            total += len(nested)
+    return total
+
+
 class _Connection:
     """One accepted socket: a read loop that decodes and dispatches, a write loop that sends
     responses in request order."""
@@ -387,12 +552,15 @@ class _Connection:
         self.listener = listener
         self.reader = reader
         self.writer = writer
+        # A response counts as sent once the socket took all of it: drain() waits for an empty
+        # transport buffer, so the connection holds at most the response being sent.
+        writer.transport.set_write_buffer_limits(high=0)
         peer = writer.get_extra_info("peername")
         self.peer: tuple[str, int] = (str(peer[0]), int(peer[1])) if peer else ("?", 0)
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        # A slot is taken when a request is dispatched and given back once its response is
-        # written, so at most max_in_flight_requests are outstanding per connection.
+        # A slot is taken before a request is read and given back once its response is sent, so
+        # the connection is muted while max_in_flight_requests are outstanding.
         self.slots = asyncio.Semaphore(listener.max_in_flight_requests)
         self.aborted = False
         self.in_flight = 0
@@ -462,6 +630,10 @@ class _Connection:
         async with asyncio.timeout(self._idle_deadline()) as idle:
             self.idle = idle
             while True:
+                # Muted: nothing more is read while the connection's slots are taken.
+                await self.slots.acquire()
+                if self.aborted:
+                    return
                 prefix = await reader.read(4)
                 if not prefix:
                     self._note_close(CloseReason.PEER_CLOSED, "peer closed the connection", level=logging.DEBUG)
@@ -488,10 +660,12 @@ class _Connection:
                     ) from e
                 self.in_flight += 1
                 idle.reschedule(None)
-                await self.slots.acquire()
-                if self.aborted:
-                    return
                 self.queue.put_nowait(self._dispatch(frame))
+
+    def _malformed(self, error: MalformedFrame, api_key: int, api_version: int) -> _Close:
+        self.listener._count_malformed(api_key)
+        reason = CloseReason.MALFORMED_HEADER if error.part == "header" else CloseReason.MALFORMED_BODY
+        return _Close(reason, f"{error} ({api_name(api_key)} api key {api_key} version {api_version})")
 
     def _dispatch(self, frame: bytes) -> Any:
         """Decode one request and start its handler; returns what the writer awaits or writes."""
@@ -520,23 +694,43 @@ class _Connection:
                 CloseReason.UNKNOWN_API_KEY,
                 f"api key {api_key} ({api_name(api_key)}) version {api_version} is not served by this listener",
             )
+        if len(frame) > listener.large_frame_bytes:
+            return self.loop.create_task(self._handle_large(route, frame, api_key, api_version))
         try:
             header, body = decode_request(frame, route.request_cls)
         except MalformedFrame as e:
-            reason = CloseReason.MALFORMED_HEADER if e.part == "header" else CloseReason.MALFORMED_BODY
-            raise _Close(reason, f"{e} ({api_name(api_key)} api key {api_key} version {api_version})") from e
-        listener._count_request(api_key)
-        ctx = RequestContext(
+            raise self._malformed(e, api_key, api_version) from e
+        return self.loop.create_task(self._handle(route, body, self._context(header, api_key, api_version)))
+
+    def _context(self, header: Any, api_key: int, api_version: int) -> RequestContext:
+        self.listener._count_request(api_key)
+        return RequestContext(
             api_key=api_key,
             api_version=api_version,
             correlation_id=header.correlation_id,
             client_id=header.client_id,
             peer=self.peer,
-            listener_name=listener.name,
+            listener_name=self.listener.name,
         )
-        return self.loop.create_task(self._handle(route, body, ctx))
 
-    async def _handle(self, route: _Route, body: Any, ctx: RequestContext) -> bytes:
+    async def _handle_large(self, route: _Route, frame: bytes, api_key: int, api_version: int) -> bytes:
+        """A large frame: bounds-checked in a worker thread (pure Python, so the loop keeps its
+        turns), then read by kio item by item, yielding between steps."""
+        try:
+            await asyncio.to_thread(check_request, frame, route.request_cls)
+            steps = decode_request_stepwise(frame, route.request_cls, items_per_step=_ITEMS_PER_STEP)
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    header, body = done.value
+                    break
+                await asyncio.sleep(0)
+        except MalformedFrame as e:
+            raise self._malformed(e, api_key, api_version) from e
+        return await self._handle(route, body, self._context(header, api_key, api_version), large=True)
+
+    async def _handle(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool = False) -> bytes:
         response = await route.handler(body, ctx)
         if response is NO_RESPONSE:
             return b""  # the writer keeps the order and frees the slot, and writes nothing
@@ -546,12 +740,16 @@ class _Connection:
                 f"{type(response).__module__}.{type(response).__qualname__}, expected {route.response_cls.__module__}"
             )
         self.listener._count_errors(ctx.api_key, response)
+        if large or _response_items(response) > _LARGE_RESPONSE_ITEMS:
+            # kio's writer is Python: in a worker thread the loop still gets its turns.
+            return await asyncio.to_thread(encode_response, response, correlation_id=ctx.correlation_id)
         return encode_response(response, correlation_id=ctx.correlation_id)
 
     # --- writing -------------------------------------------------------------------------------
 
     async def _write_loop(self) -> None:
         writer = self.writer
+        transport = writer.transport
         while True:
             item = await self.queue.get()
             if item is _END:
@@ -561,6 +759,10 @@ class _Connection:
                     frame = await item
                 except asyncio.CancelledError:
                     raise
+                except _Close as close:
+                    self._note_close(close.reason, close.detail, level=close.level)
+                    self._abort()
+                    return
                 except Exception as e:
                     self._note_close(CloseReason.HANDLER_ERROR, f"handler failed: {e!r}", level=logging.ERROR)
                     logger.error("Handler on listener %s raised", self.listener.name, exc_info=e)
@@ -568,38 +770,42 @@ class _Connection:
                     return
             else:
                 frame = item
-            if frame:
+            if transport.is_closing():
+                # The peer reset or closed the connection: one line, and no writes into the void.
+                self._note_close(CloseReason.SOCKET_ERROR, "connection lost before the response was sent",
+                                 level=logging.INFO)
+                self._abort()
+                return
+            if frame:  # b"": a request answered with NO_RESPONSE keeps its place and frees its slot
                 writer.write(frame)
+            try:
+                if transport.get_write_buffer_size():
+                    # A peer that stops reading would stall us here forever, with its request in
+                    # flight so the read side's idle timer is off. Kafka closes such a connection
+                    # once connections.max.idle.ms passes without progress.
+                    async with asyncio.timeout(self.idle_s):
+                        await writer.drain()
+            except TimeoutError:
+                self._note_close(
+                    CloseReason.IDLE,
+                    f"peer read no response for {self.listener.connections_max_idle_ms} ms",
+                    level=logging.INFO,
+                )
+                self._abort()
+                return
+            except (ConnectionError, OSError) as e:
+                self._note_close(CloseReason.SOCKET_ERROR, f"socket error: {e}", level=logging.INFO)
+                self._abort()
+                return
             self.in_flight -= 1
             self.slots.release()
-            if self.queue.empty():
-                # Flush once per burst of ready responses, not once per response.
-                try:
-                    if writer.transport.get_write_buffer_size():
-                        # A peer that stops reading would stall us here forever, with its
-                        # requests in flight so the read side's idle timer is off. Kafka closes
-                        # such a connection once connections.max.idle.ms passes without progress.
-                        async with asyncio.timeout(self.idle_s):
-                            await writer.drain()
-                except TimeoutError:
-                    self._note_close(
-                        CloseReason.IDLE,
-                        f"peer read no response for {self.listener.connections_max_idle_ms} ms",
-                        level=logging.INFO,
-                    )
-                    self._abort()
-                    return
-                except (ConnectionError, OSError) as e:
-                    self._note_close(CloseReason.SOCKET_ERROR, f"socket error: {e}", level=logging.INFO)
-                    self._abort()
-                    return
-                if self.in_flight == 0 and self.idle is not None and not self.idle.expired():
-                    with contextlib.suppress(RuntimeError):
-                        self.idle.reschedule(self._idle_deadline())
+            if self.in_flight == 0 and self.idle is not None and not self.idle.expired():
+                with contextlib.suppress(RuntimeError):
+                    self.idle.reschedule(self._idle_deadline())
 
     def _abort(self) -> None:
         """End the connection from the writer's side: drop queued work, and abort the transport,
-        which wakes the read loop with end-of-file and frees it if it waits on a full queue."""
+        which wakes the read loop with end-of-file and frees it if it waits for a slot."""
         self.aborted = True
         self._drain_queue()
         self.slots.release()  # a read loop waiting for a slot wakes, sees `aborted`, and ends

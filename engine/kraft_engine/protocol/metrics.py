@@ -31,6 +31,12 @@ class ListenerMetrics:
             ["listener", "request", "error"],
             registry=registry,
         )
+        self.malformed_requests = Counter(
+            "kafka_network_malformed_requests",
+            "Requests that could not be decoded (their connection is closed), by listener and api.",
+            ["listener", "request"],
+            registry=registry,
+        )
         self.connections_accepted = Counter(
             "kafka_network_connections_accepted",
             "Connections accepted, by listener.",

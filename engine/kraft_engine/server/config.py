@@ -138,6 +138,8 @@ class KafkaConfig(BaseModel):
     broker_session_timeout_ms: int = 9000
     socket_request_max_bytes: int = 100 * 1024 * 1024
     connections_max_idle_ms: int = 600_000
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
     unstable_feature_versions_enable: bool = False
     kraftwerk_metrics_port: int = 0
     kraftwerk_test_state_machine_enable: bool = False
@@ -243,6 +245,8 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "broker.session.timeout.ms": ("broker_session_timeout_ms", 1, _INT_MAX),
     "socket.request.max.bytes": ("socket_request_max_bytes", 1, _INT_MAX),
     "connections.max.idle.ms": ("connections_max_idle_ms", -1, _LONG_MAX),
+    "max.connections": ("max_connections", 1, _INT_MAX),
+    "max.connections.per.ip": ("max_connections_per_ip", 1, _INT_MAX),
     "kraftwerk.metrics.port": ("kraftwerk_metrics_port", 0, 65535),
     "num.partitions": ("num_partitions", 1, _INT_MAX),
     "default.replication.factor": ("default_replication_factor", 1, _INT_MAX),

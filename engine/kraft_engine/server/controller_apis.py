@@ -120,6 +120,7 @@ class ControllerApis:
         for api_key, handler in handlers.items():
             version = CONTROLLER_APIS[api_key]
             listener.register(api_key, min_version=version, max_version=version, handler=handler)
+        listener.serve_envelope()
 
     # -- admin -----------------------------------------------------------------------------------
     async def create_topics(self, request: Any, ctx: RequestContext) -> Any:

@@ -214,6 +214,8 @@ class ControllerNode:
             # Negative is Kafka's "never close idle connections" and passes through; 0 (close at
             # once) is the one value the Listener refuses, and 1 ms is the nearest it accepts.
             connections_max_idle_ms=config.connections_max_idle_ms or 1,
+            max_connections=config.max_connections,
+            max_connections_per_ip=config.max_connections_per_ip,
             features_provider=self._features,
             registry=self.registry,
         )
