@@ -1,0 +1,221 @@
+"""Backpressure and connection limits: what one client can cost a listener.
+
+Kafka mutes a channel from the moment a request arrives until its response is sent, refuses a
+connection over `max.connections.per.ip` right after accepting it, and stops accepting at
+`max.connections`. A client that never reads must cost one response, not everything it asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from typing import Any
+
+from protocol_helpers import METADATA, RawPeer, closes, metadata_request, metadata_response, wait_for_close_count
+
+from kraft_engine.protocol import CloseReason, KafkaConnection, RequestContext, request_class, response_class
+from kraft_engine.protocol.envelope import encode_principal
+from kraft_engine.protocol.framing import decode_response, encode_request
+
+ENVELOPE = 58
+_BIG_NAME = "x" * 100_000
+
+
+def _requests_read(listener: Any) -> float:
+    return listener.registry.get_sample_value(
+        "kafka_network_requests_total", {"listener": listener.name, "request": "Metadata"}
+    ) or 0.0
+
+
+async def _until_stable(read: Any) -> float:
+    """The value once it stopped changing for a while (the server has stopped reading)."""
+    last = -1.0
+    while True:
+        value = read()
+        if value == last:
+            return value
+        last = value
+        await asyncio.sleep(0.3)
+
+
+async def test_a_client_that_never_reads_costs_one_response(make_listener):
+    async def big(request: Any, ctx: RequestContext) -> Any:
+        return metadata_response(ctx, [_BIG_NAME])  # ~100 KB per answer
+
+    listener = await make_listener(handler=big)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # keep the kernel's share small
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, listener.address)
+        frames = b"".join(
+            encode_request(metadata_request(12, []), correlation_id=i, client_id="never-reads") for i in range(500)
+        )
+        sending = loop.create_task(loop.sock_sendall(sock, frames))
+        read = await _until_stable(lambda: _requests_read(listener))
+        # It stopped reading long before the 500 requests: at most the answers the two kernels
+        # hold plus the one being sent (the client's receive buffer is 4 KiB).
+        assert 1 <= read < 100
+        assert listener.buffered_response_bytes() <= len(_BIG_NAME) + 1000
+        sending.cancel()
+    finally:
+        sock.close()
+
+
+async def test_requests_are_not_read_while_one_is_handled(make_listener, raw_peer):
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def slow(request: Any, ctx: RequestContext) -> Any:
+        started.append(ctx.correlation_id)
+        await release.wait()
+        return metadata_response(ctx, [])
+
+    listener = await make_listener(handler=slow)
+    peer = await raw_peer(listener)
+    for correlation_id in range(3):
+        await peer.send_request(metadata_request(12, []), correlation_id=correlation_id)
+    while not started:
+        await asyncio.sleep(0.005)
+    # Another connection is served meanwhile, so the loop is turning; the muted one read 1 request.
+    async with KafkaConnection(*listener.address) as other:
+        await other.connect()
+    assert started == [0] and _requests_read(listener) == 1
+    release.set()
+    ids = [struct.unpack_from(">i", await peer.read_frame())[0] for _ in range(3)]
+    assert ids == [0, 1, 2]
+
+
+async def test_connections_over_max_connections_per_ip_are_closed_after_accept(make_listener, caplog):
+    listener = await make_listener(max_connections_per_ip=2)
+    first = await RawPeer.connect(*listener.address)
+    second = await RawPeer.connect(*listener.address)
+    with caplog.at_level(logging.INFO, logger="kraft_engine.protocol.listener"):
+        third = await RawPeer.connect(*listener.address)
+        assert await third.closed_by_server()
+        await wait_for_close_count(listener, CloseReason.TOO_MANY_CONNECTIONS, 1)
+    assert "Rejected connection from 127.0.0.1, address already has the configured maximum of 2 connections." in (
+        caplog.text
+    )
+    for peer, correlation_id in ((first, 1), (second, 2)):
+        await peer.send_request(metadata_request(12, ["a"]), correlation_id=correlation_id)
+        assert struct.unpack_from(">i", await peer.read_frame())[0] == correlation_id
+    await first.close()
+    await wait_for_close_count(listener, CloseReason.PEER_CLOSED, 1)
+    fourth = await RawPeer.connect(*listener.address)
+    await fourth.send_request(metadata_request(12, ["b"]), correlation_id=4)
+    assert struct.unpack_from(">i", await fourth.read_frame())[0] == 4
+    for peer in (second, third, fourth):
+        await peer.close()
+
+
+async def test_at_max_connections_a_new_connection_waits_for_a_slot(make_listener):
+    listener = await make_listener(max_connections=1)
+    first = await RawPeer.connect(*listener.address)
+    waiting = await RawPeer.connect(*listener.address)  # the kernel completes the handshake
+    await waiting.send_request(metadata_request(12, ["w"]), correlation_id=2)
+    answer = asyncio.ensure_future(waiting.read_frame())
+    for round_trip in range(3):  # the first connection keeps being served meanwhile
+        await first.send_request(metadata_request(12, ["f"]), correlation_id=round_trip)
+        await first.read_frame()
+    accepted = listener.registry.get_sample_value("kafka_network_connections_accepted_total",
+                                                  {"listener": listener.name})
+    assert accepted == 1 and not answer.done()
+    await first.close()
+    async with asyncio.timeout(10):
+        assert struct.unpack_from(">i", await answer)[0] == 2
+    await waiting.close()
+
+
+async def test_a_reset_connection_is_dropped_after_one_line(make_listener, caplog):
+    release = asyncio.Event()
+
+    async def slow(request: Any, ctx: RequestContext) -> Any:
+        await release.wait()
+        return metadata_response(ctx, [_BIG_NAME])
+
+    listener = await make_listener(handler=slow, max_in_flight_requests=8)
+    sock = socket.create_connection(listener.address)
+    for correlation_id in range(8):
+        sock.sendall(encode_request(metadata_request(12, []), correlation_id=correlation_id, client_id="r"))
+    while _requests_read(listener) < 8:
+        await asyncio.sleep(0.005)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # RST
+    with caplog.at_level(logging.DEBUG):
+        await asyncio.sleep(0.1)
+        release.set()
+        await wait_for_close_count(listener, CloseReason.SOCKET_ERROR, 1)
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+    assert "Closing connection from 127.0.0.1" in lines[0].getMessage()
+    assert "socket.send() raised exception" not in caplog.text
+
+
+async def test_large_frames_are_decoded_stepwise_and_answered(make_listener, raw_peer):
+    listener = await make_listener(large_frame_bytes=1024)
+    peer = await raw_peer(listener)
+    names = [f"topic-{i}" for i in range(3000)]
+    await peer.send_request(metadata_request(12, names), correlation_id=9)
+    frame = await peer.read_frame()
+    response = decode_response(frame, response_class(METADATA, 12))
+    assert [t.name for t in response.topics] == names
+    # A large frame that lies about a length is still refused as malformed.
+    bad = bytearray(encode_request(metadata_request(12, names), correlation_id=10, client_id="x"))
+    bad[-40:] = b"\xff" * 40
+    await peer.send(bytes(bad))
+    assert await peer.closed_by_server()
+    await wait_for_close_count(listener, CloseReason.MALFORMED_BODY, 1)
+    assert listener.registry.get_sample_value(
+        "kafka_network_malformed_requests_total", {"listener": listener.name, "request": "Metadata"}
+    ) == 1
+
+
+def _envelope(inner: bytes, principal: bytes | None, *, correlation_id: int) -> bytes:
+    cls = request_class(ENVELOPE, 0)
+    return encode_request(cls(request_data=inner, request_principal=principal, client_host_address=bytes([10, 0, 0, 7])),
+                          correlation_id=correlation_id, client_id="broker-1")
+
+
+async def test_envelope_carries_the_forwarded_request_and_principal(make_listener, raw_peer):
+    seen: list[RequestContext] = []
+
+    async def record(request: Any, ctx: RequestContext) -> Any:
+        seen.append(ctx)
+        return metadata_response(ctx, [t.name for t in request.topics])
+
+    listener = await make_listener(handler=record)
+    listener.serve_envelope()
+    peer = await raw_peer(listener)
+    inner = encode_request(metadata_request(12, ["forwarded"]), correlation_id=77, client_id="rdkafka")[4:]
+    await peer.send(_envelope(inner, encode_principal("User:alice"), correlation_id=5))
+    envelope = decode_response(await peer.read_frame(), response_class(ENVELOPE, 0))
+    assert envelope.error_code == 0
+    payload = envelope.response_data
+    assert struct.unpack_from(">i", payload)[0] == 77  # the inner response keeps its own header
+    inner_response = decode_response(payload, response_class(METADATA, 12))
+    assert [t.name for t in inner_response.topics] == ["forwarded"]
+    ctx = seen[0]
+    assert (ctx.principal, ctx.client_address, ctx.client_id, ctx.correlation_id) == (
+        "User:alice", "10.0.0.7", "rdkafka", 77)
+
+
+async def test_a_bad_envelope_gets_an_error_not_a_crash(make_listener, raw_peer):
+    listener = await make_listener()
+    listener.serve_envelope()
+    peer = await raw_peer(listener)
+    header_v2 = struct.pack(">hhih", 55, 2, 1, 1) + b"x" + b"\x00"  # DescribeQuorum v2, not served
+    lying = struct.pack(">hhih", METADATA, 12, 1, 1) + b"x" + b"\x00" + b"\xff\xff\xff\xff\x0f"
+    for correlation_id, (inner, principal) in enumerate([
+        (header_v2 + b"\x01\x00", encode_principal("User:bob")),
+        (lying, encode_principal("User:bob")),
+        (encode_request(metadata_request(12, []), correlation_id=1, client_id="c")[4:], None),
+        (encode_request(metadata_request(12, []), correlation_id=1, client_id="c")[4:], b"\x00\x00\xff\xff\xff\xff\x0f"),
+    ]):
+        await peer.send(_envelope(inner, principal, correlation_id=correlation_id))
+        response = decode_response(await peer.read_frame(), response_class(ENVELOPE, 0))
+        assert response.error_code != 0 and response.response_data is None
+    assert closes(listener, CloseReason.MALFORMED_BODY) == 0
