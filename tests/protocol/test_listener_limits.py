@@ -13,7 +13,14 @@ import socket
 import struct
 from typing import Any
 
-from protocol_helpers import METADATA, RawPeer, closes, metadata_request, metadata_response, wait_for_close_count
+from protocol_helpers import (
+    METADATA,
+    RawPeer,
+    closes,
+    metadata_request,
+    metadata_response,
+    wait_for_close_count,
+)
 
 from kraft_engine.protocol import CloseReason, KafkaConnection, RequestContext, request_class, response_class
 from kraft_engine.protocol.envelope import encode_principal

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from kio.schema.describe_configs.v4 import request as describe_request
@@ -32,7 +33,13 @@ from kraft_engine.controller.config_schema import (
     parse_bool,
     resolve_topic_config,
 )
-from kraft_engine.controller.results import ApiError, ControllerApiError, ControllerResult, RecordAndVersion
+from kraft_engine.controller.results import (
+    ApiError,
+    ControllerApiError,
+    ControllerResult,
+    RecordAndVersion,
+    check_request_size,
+)
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap
 from kraft_engine.records import ConfigRecord
 
@@ -226,12 +233,15 @@ class ConfigurationControlManager:
         """Every resource succeeds or fails on its own; the records of all successful ones are
         written atomically. `min_replication_factor(topic)` lets min.insync.replicas be checked
         against the topic's replicas."""
+        check_request_size(len(request.resources))
+        check_request_size(sum(len(r.configs) for r in request.resources))
         records: list[RecordAndVersion] = []
         responses: list[alter_response.AlterConfigsResourceResponse] = []
         resources = [(int(r.resource_type), r.resource_name) for r in request.resources]
+        repeats = Counter(resources)
         for resource, entry in zip(resources, request.resources, strict=True):
             try:
-                if resources.count(resource) > 1:
+                if repeats[resource] > 1:
                     raise ControllerApiError(ErrorCode.invalid_request, "Duplicate resource.")
                 records.extend(self._alter_resource(resource, entry.configs, min_replication_factor))
                 error = ApiError.NONE

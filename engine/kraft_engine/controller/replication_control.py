@@ -49,10 +49,12 @@ from kraft_engine.controller.partition_change import (
 )
 from kraft_engine.controller.replica_placement import StripedReplicaPlacer, UsableBroker
 from kraft_engine.controller.results import (
+    MAX_PARTITIONS_PER_BATCH,
     ApiError,
     ControllerApiError,
     ControllerResult,
     RecordAndVersion,
+    check_request_size,
     check_user_op_size,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
@@ -354,7 +356,28 @@ class ReplicationControlManager:
 
     # -- CreateTopics ----------------------------------------------------------------------
 
+    def _check_create_topics_size(self, request: CreateTopicsRequest) -> None:
+        """Kafka's validateTotalNumberOfPartitions, then the records the request would need at
+        least, both before any record is built."""
+        total_partitions = 0
+        records = 0
+        for topic in request.topics:
+            if topic.assignments:
+                partitions = len(topic.assignments)
+            elif topic.num_partitions == -1:
+                partitions = self.default_num_partitions
+            else:
+                partitions = max(int(topic.num_partitions), 0)
+            total_partitions += partitions
+            if partitions and topic.name not in self._topics_by_name:
+                records += 1 + partitions + len(topic.configs)
+        if total_partitions > MAX_PARTITIONS_PER_BATCH:
+            raise ControllerApiError(ErrorCode.policy_violation, "Excessively large number of partitions per request.")
+        check_request_size(len(request.topics))
+        check_request_size(records)
+
     def create_topics(self, request: CreateTopicsRequest) -> ControllerResult[tuple[CreatableTopicResult, ...]]:
+        self._check_create_topics_size(request)
         records: list[RecordAndVersion] = []
         results: list[CreatableTopicResult] = []
         names = Counter(t.name for t in request.topics)
@@ -549,6 +572,13 @@ class ReplicationControlManager:
     def create_partitions(
         self, request: CreatePartitionsRequest
     ) -> ControllerResult[create_partitions_response.CreatePartitionsResponse]:
+        check_request_size(len(request.topics))
+        additional = 0
+        for topic in request.topics:
+            topic_id = self._topics_by_name.get(topic.name)
+            if topic_id is not None:
+                additional += max(int(topic.count) - (self._partition_counts.get(topic_id) or 0), 0)
+        check_request_size(additional)
         records: list[RecordAndVersion] = []
         results: list[create_partitions_response.CreatePartitionsTopicResult] = []
         names = Counter(t.name for t in request.topics)
@@ -628,6 +658,7 @@ class ReplicationControlManager:
 
     def delete_topics(self, request: DeleteTopicsRequest) -> ControllerResult[tuple[DeletableTopicResult, ...]]:
         """Delete topics named by name or by id (v6); the topic's configs go with it on replay."""
+        check_request_size(len(request.topics))
         records: list[RecordAndVersion] = []
         results: list[DeletableTopicResult] = []
         seen: set[uuid.UUID] = set()
@@ -868,6 +899,7 @@ class ReplicationControlManager:
     ) -> ControllerResult[alter_partition_response.AlterPartitionResponse]:
         broker_id = int(request.broker_id)
         self._cluster.check_broker_epoch(broker_id, int(request.broker_epoch))
+        check_request_size(sum(len(t.partitions) for t in request.topics))
         records: list[RecordAndVersion] = []
         topics = []
         for topic in request.topics:
@@ -943,6 +975,7 @@ class ReplicationControlManager:
     ) -> ControllerResult[reassignments_response.AlterPartitionReassignmentsResponse]:
         """Start, change or (replicas = None) cancel reassignments, each partition on its own;
         the records of all that succeed are written atomically."""
+        check_request_size(sum(len(t.partitions) for t in request.topics))
         records: list[RecordAndVersion] = []
         topics = []
         for topic in request.topics:
@@ -1092,6 +1125,8 @@ class ReplicationControlManager:
         election_type = int(request.election_type)
         if election_type not in (_ELECTION_PREFERRED, _ELECTION_UNCLEAN):
             raise ControllerApiError(ErrorCode.invalid_request, f"Unknown election type {election_type}")
+        if request.topic_partitions is not None:
+            check_request_size(sum(len(t.partitions) for t in request.topic_partitions))
         records: list[RecordAndVersion] = []
         results = []
         if request.topic_partitions is None:

@@ -15,6 +15,7 @@ from typing import ClassVar, Generic, NamedTuple, TypeVar
 from kio.schema.errors import ErrorCode
 
 __all__ = [
+    "MAX_PARTITIONS_PER_BATCH",
     "MAX_RECORDS_PER_BATCH",
     "MAX_RECORDS_PER_USER_OP",
     "ApiError",
@@ -24,6 +25,7 @@ __all__ = [
     "ControllerEffects",
     "ControllerResult",
     "FailedWrite",
+    "check_request_size",
     "check_user_op_size",
 ]
 
@@ -89,11 +91,25 @@ class ControllerResult(Generic[R]):
         return ControllerResult((), self.response, self.is_atomic)
 
 
+MAX_PARTITIONS_PER_BATCH = 10_000
+"""Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: partitions one CreateTopics may ask for."""
+
+_TOO_LARGE = "Unable to perform excessively large batch operation."
+
+
+def check_request_size(items: int) -> None:
+    """Refuse, before any record is built, a request whose `items` (topics, configs, partitions)
+    would each need a record: more than MAX_RECORDS_PER_USER_OP can never be written as one
+    operation, so Kafka's BoundedList would refuse it mid-way with the same message."""
+    if items > MAX_RECORDS_PER_USER_OP:
+        raise ControllerApiError(ErrorCode.policy_violation, _TOO_LARGE)
+
+
 def check_user_op_size(records: Sequence[RecordAndVersion]) -> None:
     """Refuse a client operation that would generate too many records (Kafka's BoundedList)."""
     if len(records) > MAX_RECORDS_PER_USER_OP:
         # Kafka's message for a BoundedListTooLongException surfacing from an operation.
-        raise ControllerApiError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
+        raise ControllerApiError(ErrorCode.policy_violation, _TOO_LARGE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -374,16 +374,23 @@ class ControllerService:
             token = operation(self.controller)
             self._futures[token] = future
 
+        started_ns = time.monotonic_ns()
         self._enqueue(name, run, future)
-        if timeout_ms is None or timeout_ms <= 0:
-            return await future
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
+            if timeout_ms is None or timeout_ms <= 0:
                 return await future
-        except TimeoutError:
-            raise ControllerApiError(
-                ErrorCode.request_timed_out, f"{name} was not committed within {timeout_ms} ms"
-            ) from None
+            try:
+                async with asyncio.timeout(timeout_ms / 1000):
+                    return await future
+            except TimeoutError:
+                raise ControllerApiError(
+                    ErrorCode.request_timed_out, f"{name} was not committed within {timeout_ms} ms"
+                ) from None
+        except ControllerApiError as error:
+            # Kafka's handleEventException logs every refused operation at INFO with its reason.
+            logger.info("%s: event failed with %s in %d microseconds. Reason: %s", name,
+                        error.error_code.name.upper(), (time.monotonic_ns() - started_ns) // 1000, error.message)
+            raise
 
     async def read(self, name: str, operation: Callable[[QuorumController], T]) -> T:
         """Run `operation` on the controller's thread against its state."""
