@@ -28,7 +28,7 @@ from kraft_engine.cli.main import main
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, RequestContext
 from kraft_engine.protocol import Listener as KafkaListener
-from kraft_engine.server.controller_apis import CONTROLLER_APIS, ControllerApis
+from kraft_engine.server.controller_apis import CONTROLLER_APIS, KAFKA_CONTROLLER_VERSIONS, ControllerApis
 
 
 class _Served:
@@ -108,8 +108,9 @@ async def test_api_versions_lists_the_controller_apis_and_the_finalized_features
     connection = await served.connection()
     try:
         versions = connection.peer_api_versions
-        for api_key, version in CONTROLLER_APIS.items():
-            assert versions[api_key] == (version, version)
+        for api_key in CONTROLLER_APIS:
+            assert versions[api_key] == KAFKA_CONTROLLER_VERSIONS[api_key]
+        assert versions[58] == (0, 0)  # Envelope
         response = connection.api_versions_response
         finalized = {f.name: int(f.max_version_level) for f in response.finalized_features}
         assert finalized == {"metadata.version": MV}
@@ -347,3 +348,79 @@ async def test_configs_reassignments_elections_and_unregistration_are_served_on_
         assert again.error_code == ErrorCode.broker_id_not_registered
     finally:
         await connection.close()
+
+
+async def test_the_versions_kafka_nodes_and_tools_send_are_served(served: _Served) -> None:
+    """The oldest version Kafka 4.1's controllers take of each admin api, bridged to the managers'."""
+    from kio.schema.create_partitions.v0 import request as cp0
+    from kio.schema.create_topics.v2 import request as ct2
+    from kio.schema.delete_topics.v1 import request as dt1
+    from kio.schema.describe_configs.v1 import request as dc1
+    from kio.schema.elect_leaders.v0 import request as el0
+    from kio.schema.incremental_alter_configs.v0 import request as iac0
+    from kio.schema.update_features.v0 import request as uf0
+    from kio.schema.update_features.v2 import request as uf2
+
+    await _register_brokers(served, 1, 2, 3)
+    ten_s = i32Timedelta.parse(timedelta(seconds=10))
+    connection = await served.connection()
+    try:
+        created = await connection.send(ct2.CreateTopicsRequest(topics=(ct2.CreatableTopic(
+            name=TopicName("old"), num_partitions=i32(1), replication_factor=i16(3), assignments=(), configs=(),
+        ),), timeout=ten_s, validate_only=False))
+        assert [(t.name, t.error_code) for t in created.topics] == [("old", ErrorCode.none)]
+        grown = await connection.send(cp0.CreatePartitionsRequest(topics=(cp0.CreatePartitionsTopic(
+            name=TopicName("old"), count=i32(2), assignments=None),), timeout=ten_s, validate_only=False))
+        assert [r.error_code for r in grown.results] == [ErrorCode.none]
+        altered = await connection.send(iac0.IncrementalAlterConfigsRequest(resources=(iac0.AlterConfigsResource(
+            resource_type=i8(2), resource_name="old",
+            configs=(iac0.AlterableConfig(name="retention.ms", config_operation=i8(0), value="1000"),),
+        ),), validate_only=False))
+        assert [r.error_code for r in altered.responses] == [ErrorCode.none]
+        described = await connection.send(dc1.DescribeConfigsRequest(resources=(dc1.DescribeConfigsResource(
+            resource_type=i8(2), resource_name="old", configuration_keys=("retention.ms",)),), include_synonyms=False))
+        assert [(c.name, c.value) for c in described.results[0].configs] == [("retention.ms", "1000")]
+        elected = await connection.send(el0.ElectLeadersRequest(
+            topic_partitions=(el0.TopicPartitions(topic=TopicName("old"), partitions=(i32(0),)),), timeout=ten_s))
+        assert [p.error_code for r in elected.replica_election_results for p in r.partition_result] == [
+            ErrorCode.election_not_needed]
+        deleted = await connection.send(dt1.DeleteTopicsRequest(topic_names=(TopicName("old"),), timeout=ten_s))
+        assert [(r.name, r.error_code) for r in deleted.responses] == [("old", ErrorCode.none)]
+        update = uf0.FeatureUpdateKey(feature="metadata.version", max_version_level=i16(MV), allow_downgrade=False)
+        same = await connection.send(uf0.UpdateFeaturesRequest(timeout=ten_s, feature_updates=(update,)))
+        assert same.error_code == ErrorCode.none and [r.feature for r in same.results] == ["metadata.version"]
+        v2 = await connection.send(uf2.UpdateFeaturesRequest(timeout=ten_s, feature_updates=(uf2.FeatureUpdateKey(
+            feature="metadata.version", max_version_level=i16(MV), upgrade_type=i8(1)),), validate_only=True))
+        assert v2.error_code == ErrorCode.none and not hasattr(v2, "results")  # v2 answers the top level only
+    finally:
+        await connection.close()
+
+
+async def test_an_envelope_from_a_kafka_broker_creates_the_topic_with_the_forwarded_principal(
+    served: _Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka brokers forward CreateTopics in an Envelope (librdkafka's v4 here), principal inside."""
+    from kio.schema.create_topics.v4 import request as ct4
+    from kio.schema.create_topics.v4 import response as ct4_response
+    from kio.schema.envelope.v0.request import EnvelopeRequest
+
+    from kraft_engine.protocol.envelope import encode_principal
+    from kraft_engine.protocol.framing import decode_response, encode_request
+
+    await _register_brokers(served, 1, 2, 3)
+    inner = encode_request(ct4.CreateTopicsRequest(topics=(ct4.CreatableTopic(
+        name=TopicName("forwarded"), num_partitions=i32(1), replication_factor=i16(3), assignments=(), configs=(),
+    ),), timeout=i32Timedelta.parse(timedelta(seconds=10)), validate_only=False), correlation_id=41,
+        client_id="rdkafka")[4:]
+    connection = await served.connection()
+    try:
+        envelope = await connection.send(EnvelopeRequest(
+            request_data=inner, request_principal=encode_principal("User:alice"),
+            client_host_address=bytes([192, 168, 1, 9]),
+        ))
+    finally:
+        await connection.close()
+    assert envelope.error_code == ErrorCode.none
+    response = decode_response(envelope.response_data, ct4_response.CreateTopicsResponse)
+    assert [(t.name, t.error_code) for t in response.topics] == [("forwarded", ErrorCode.none)]
+    await _until_in_image(served, "forwarded")

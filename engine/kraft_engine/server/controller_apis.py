@@ -4,12 +4,17 @@ Each handler hands the decoded kio request to the `ControllerService` and turns 
 into the response of the request's version: a refusal from the controller (`ControllerApiError`,
 e.g. NOT_CONTROLLER on a standby) becomes the error code Kafka puts in that response, per item
 for the batch APIs. ApiVersions must tell the truth, so only what the quorum controller
-implements is registered, each at the one version its managers take:
-
-CreateTopics v7, DeleteTopics v6, CreatePartitions v3, UpdateFeatures v1, IncrementalAlterConfigs v1,
+implements is registered. The managers take one version per api (`CONTROLLER_APIS`: CreateTopics
+v7, DeleteTopics v6, CreatePartitions v3, UpdateFeatures v1, IncrementalAlterConfigs v1,
 DescribeConfigs v4, AlterPartitionReassignments v1, ListPartitionReassignments v0, ElectLeaders v2,
 AlterPartition v3, AssignReplicasToDirs v0, AllocateProducerIds v0, BrokerRegistration v4,
-BrokerHeartbeat v1, UnregisterBroker v0, ControllerRegistration v0.
+BrokerHeartbeat v1, UnregisterBroker v0, ControllerRegistration v0); the listener serves the
+ranges Apache Kafka 4.1's controllers advertise (`KAFKA_CONTROLLER_VERSIONS`), bridging other
+versions to the managers' (`protocol.version_bridging`), because Kafka brokers forward whatever
+version their clients negotiated, and librdkafka or older tools stop short of the newest.
+
+Envelope v0 is served too: Kafka brokers forward CreateTopics and the other admin requests in it,
+with the client's principal, which the handlers see as `ctx.principal`.
 
 One addition Kafka's controllers do not have: Metadata v12, answered from the committed metadata
 image (topics, partitions, registered brokers), so that `kraft topics --bootstrap-controller` can
@@ -22,18 +27,21 @@ as Kafka's read events are. DescribeCluster is served by the node itself.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i64
+from kio.static.primitive import i8, i32, i64
 
 from kraft_engine.controller import ApiError, ControllerApiError
+from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.protocol import Listener, RequestContext
+from kraft_engine.protocol.version_bridging import Upgrade, bridge, bridged_handler
 from kraft_engine.server.controller_service import ControllerService, ControllerStopped
 
-__all__ = ["CONTROLLER_APIS", "ControllerApis"]
+__all__ = ["CONTROLLER_APIS", "KAFKA_CONTROLLER_VERSIONS", "ControllerApis"]
 
 METADATA = 3
 CREATE_TOPICS = 19
@@ -72,7 +80,65 @@ CONTROLLER_APIS: dict[int, int] = {
     ALLOCATE_PRODUCER_IDS: 0,
     ASSIGN_REPLICAS_TO_DIRS: 0,
 }
-"""api key -> the version served."""
+"""api key -> the version the managers take."""
+
+KAFKA_CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    DESCRIBE_CONFIGS: (1, 4),
+    CREATE_PARTITIONS: (0, 3),
+    ELECT_LEADERS: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ALTER_PARTITION: (2, 3),
+    UPDATE_FEATURES: (0, 2),
+    BROKER_REGISTRATION: (0, 4),
+    BROKER_HEARTBEAT: (0, 1),
+    UNREGISTER_BROKER: (0, 0),
+    ALLOCATE_PRODUCER_IDS: (0, 0),
+    CONTROLLER_REGISTRATION: (0, 0),
+    ASSIGN_REPLICAS_TO_DIRS: (0, 0),
+    METADATA: (12, 12),  # ours alone: Kafka's controllers do not serve Metadata
+}
+"""api key -> (min, max) version served: what Apache Kafka 4.1.0's controller listener advertises
+in ApiVersions (read from a running 4.1.0 controller)."""
+
+
+def _delete_topics_by_name(request: Any, served: type[Any]) -> Any:
+    """DeleteTopics v1-v5 name topics in `topic_names`; v6 has `topics` (name or id)."""
+    state = sys.modules[served.__module__].DeleteTopicState
+    return served(topics=tuple(state(name=name, topic_id=ZERO_UUID) for name in request.topic_names),
+                  timeout=request.timeout)
+
+
+def _preferred_election(request: Any, served: type[Any]) -> Any:
+    """ElectLeaders v0 has no election type: it always asks for the preferred leader."""
+    return dataclasses.replace(bridge(request, served), election_type=i8(_PREFERRED_ELECTION))
+
+
+def _isr_without_epochs(request: Any, served: type[Any]) -> Any:
+    """AlterPartition v2 names the new ISR by broker id only; v3 adds each broker's epoch, which
+    Kafka reads as -1 (unknown) for a v2 request."""
+    module = sys.modules[served.__module__]
+    return served(
+        broker_id=request.broker_id, broker_epoch=request.broker_epoch,
+        topics=tuple(module.TopicData(topic_id=t.topic_id, partitions=tuple(
+            module.PartitionData(
+                partition_index=p.partition_index, leader_epoch=p.leader_epoch,
+                new_isr_with_epochs=tuple(module.BrokerState(broker_id=b, broker_epoch=i64(-1)) for b in p.new_isr),
+                leader_recovery_state=p.leader_recovery_state, partition_epoch=p.partition_epoch,
+            ) for p in t.partitions
+        )) for t in request.topics),
+    )
+
+
+_UPGRADES: dict[int, dict[int, Upgrade]] = {
+    DELETE_TOPICS: dict.fromkeys(range(1, 6), _delete_topics_by_name),
+    ELECT_LEADERS: {0: _preferred_election},
+    ALTER_PARTITION: {2: _isr_without_epochs},
+}
+_PREFERRED_ELECTION = 0
 
 _NO_THROTTLE = timedelta(0)
 
@@ -118,8 +184,11 @@ class ControllerApis:
             ASSIGN_REPLICAS_TO_DIRS: self.assign_replicas_to_dirs,
         }
         for api_key, handler in handlers.items():
-            version = CONTROLLER_APIS[api_key]
-            listener.register(api_key, min_version=version, max_version=version, handler=handler)
+            versions = KAFKA_CONTROLLER_VERSIONS[api_key]
+            listener.register(api_key, min_version=versions[0], max_version=versions[1], handler=bridged_handler(
+                api_key, served_version=CONTROLLER_APIS[api_key], versions=versions, handler=handler,
+                upgrades=_UPGRADES.get(api_key),
+            ))
         listener.serve_envelope()
 
     # -- admin -----------------------------------------------------------------------------------
