@@ -125,6 +125,16 @@ def _reader_failed(error: BaseException) -> bool:
     return not isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError))
 
 
+def _read_header(frame: bytes | memoryview, request_cls: type[Any]) -> tuple[Any, int]:
+    try:
+        header, offset = reader_for(request_cls.__header_schema__)(frame, 0)
+    except BaseException as e:
+        if not _reader_failed(e):
+            raise
+        raise MalformedFrame(f"malformed request header: {e}", part="header") from e
+    return header, offset
+
+
 def check_request(frame: bytes | memoryview, request_cls: type[Any]) -> int:
     """Bounds-check the header and body of a request frame (no size prefix) without decoding
     them; return where the header ends. The body must fill the frame exactly. Raises
@@ -148,13 +158,7 @@ def decode_request(frame: bytes | memoryview, request_cls: type[Any], *, checked
     caller already ran `check_request` on this frame."""
     if not checked:
         check_request(frame, request_cls)
-    header_cls = request_cls.__header_schema__
-    try:
-        header, offset = reader_for(header_cls)(frame, 0)
-    except BaseException as e:
-        if not _reader_failed(e):
-            raise
-        raise MalformedFrame(f"malformed request header: {e}", part="header") from e
+    header, offset = _read_header(frame, request_cls)
     try:
         body, size = reader_for(request_cls)(frame, offset)
     except BaseException as e:
@@ -175,13 +179,7 @@ def decode_request_stepwise(
     `items_per_step` items of each large top-level array; the (header, body) is the generator's
     return value. The arrays are read with kio's item reader, the rest of the body with kio's
     reader over a copy in which those arrays are empty."""
-    header_cls = request_cls.__header_schema__
-    try:
-        header, offset = reader_for(header_cls)(frame, 0)
-    except BaseException as e:
-        if not _reader_failed(e):
-            raise
-        raise MalformedFrame(f"malformed request header: {e}", part="header") from e
+    header, offset = _read_header(frame, request_cls)
     large = [a for a in entity_arrays(request_cls, frame, offset) if a.count > items_per_step]
     if not large:
         return decode_request(frame, request_cls, checked=True)
