@@ -38,10 +38,10 @@ from hypothesis import strategies as st
 from quorum_processes import HOST, ProcessCluster, describe_status
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocol"))
-from kio_strategies import entities  # noqa: E402
+from kio_strategies import entities
 
-from kraft_engine.protocol import KafkaConnection, request_class  # noqa: E402
-from kraft_engine.protocol.framing import encode_request  # noqa: E402
+from kraft_engine.protocol import KafkaConnection, request_class
+from kraft_engine.protocol.framing import encode_request
 
 pytestmark = pytest.mark.process
 
