@@ -739,10 +739,14 @@ class _Connection:
                 f"handler for {api_name(ctx.api_key)} v{ctx.api_version} returned "
                 f"{type(response).__module__}.{type(response).__qualname__}, expected {route.response_cls.__module__}"
             )
-        self.listener._count_errors(ctx.api_key, response)
         if large or _response_items(response) > _LARGE_RESPONSE_ITEMS:
-            # kio's writer is Python: in a worker thread the loop still gets its turns.
-            return await asyncio.to_thread(encode_response, response, correlation_id=ctx.correlation_id)
+            # Counting error codes and kio's writer are Python: in a worker thread the loop still
+            # gets its turn every switch interval.
+            return await asyncio.to_thread(self._finish, ctx, response)
+        return self._finish(ctx, response)
+
+    def _finish(self, ctx: RequestContext, response: Any) -> bytes:
+        self.listener._count_errors(ctx.api_key, response)
         return encode_response(response, correlation_id=ctx.correlation_id)
 
     # --- writing -------------------------------------------------------------------------------

@@ -27,8 +27,10 @@ as Kafka's read events are. DescribeCluster is served by the node itself.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -159,6 +161,17 @@ def _module(ctx: RequestContext) -> Any:
     return sys.modules[ctx.response_class.__module__]
 
 
+_LARGE_REFUSAL_ITEMS = 1000
+
+
+async def _each(items: Any, make: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """`make(item)` for every item of a refused request: in a worker thread when there are many
+    (a refused 100,000-topic CreateTopics needs 100,000 results), so the loop keeps its turns."""
+    if len(items) <= _LARGE_REFUSAL_ITEMS:
+        return tuple(make(item) for item in items)
+    return await asyncio.to_thread(lambda: tuple(make(item) for item in items))
+
+
 class ControllerApis:
     def __init__(self, service: ControllerService) -> None:
         self._service = service
@@ -199,11 +212,8 @@ class ControllerApis:
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = _module(ctx).CreatableTopicResult
-            results = tuple(
-                result_cls(name=t.name, topic_id=None, error_code=error.error_code, error_message=error.message,
-                           configs=None)
-                for t in request.topics
-            )
+            results = await _each(request.topics, lambda t: result_cls(
+                name=t.name, topic_id=None, error_code=error.error_code, error_message=error.message, configs=None))
         return ctx.response_class(throttle_time=_NO_THROTTLE, topics=tuple(results))
 
     async def delete_topics(self, request: Any, ctx: RequestContext) -> Any:
@@ -213,10 +223,8 @@ class ControllerApis:
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = _module(ctx).DeletableTopicResult
-            results = tuple(
-                result_cls(name=t.name, topic_id=t.topic_id, error_code=error.error_code, error_message=error.message)
-                for t in request.topics
-            )
+            results = await _each(request.topics, lambda t: result_cls(
+                name=t.name, topic_id=t.topic_id, error_code=error.error_code, error_message=error.message))
         return ctx.response_class(throttle_time=_NO_THROTTLE, responses=tuple(results))
 
     async def update_features(self, request: Any, ctx: RequestContext) -> Any:
@@ -243,9 +251,8 @@ class ControllerApis:
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = _module(ctx).CreatePartitionsTopicResult
-            return ctx.response_class(throttle_time=_NO_THROTTLE, results=tuple(
-                result_cls(name=t.name, error_code=error.error_code, error_message=error.message) for t in request.topics
-            ))
+            return ctx.response_class(throttle_time=_NO_THROTTLE, results=await _each(request.topics, lambda t: result_cls(
+                name=t.name, error_code=error.error_code, error_message=error.message)))
 
     async def incremental_alter_configs(self, request: Any, ctx: RequestContext) -> Any:
         try:
@@ -253,11 +260,9 @@ class ControllerApis:
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = _module(ctx).AlterConfigsResourceResponse
-            return ctx.response_class(throttle_time=_NO_THROTTLE, responses=tuple(
-                result_cls(error_code=error.error_code, error_message=error.message, resource_type=r.resource_type,
-                           resource_name=r.resource_name)
-                for r in request.resources
-            ))
+            return ctx.response_class(throttle_time=_NO_THROTTLE, responses=await _each(request.resources, lambda r: result_cls(
+                error_code=error.error_code, error_message=error.message, resource_type=r.resource_type,
+                resource_name=r.resource_name)))
 
     async def describe_configs(self, request: Any, ctx: RequestContext) -> Any:
         return await self._service.read("describeConfigs", lambda c: c.describe_configs(request))
