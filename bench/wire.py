@@ -40,7 +40,6 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.protocol import KafkaConnection, request_class
-from kraft_engine.protocol.framing import encode_request
 
 TIMEOUT = i32Timedelta.parse(timedelta(seconds=120))
 _PROBE_INTERVAL_S = 0.005

@@ -266,6 +266,8 @@ class BrokerNode:
                 endpoint.listener_name,
                 request_max_bytes=config.socket_request_max_bytes,
                 connections_max_idle_ms=config.connections_max_idle_ms or 1,
+                max_connections=config.max_connections,
+                max_connections_per_ip=config.max_connections_per_ip,
                 features_provider=self._features,
                 registry=self.registry,
             )
