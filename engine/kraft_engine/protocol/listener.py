@@ -405,10 +405,11 @@ class Listener:
                 continue
             self._open_connections += 1
             self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-            task = loop.create_task(self._serve(conn, ip))
+            task = loop.create_task(self._serve(conn, (ip, int(address[1]))))
             self._connections.add(task)
 
-    async def _serve(self, conn: socket.socket, ip: str) -> None:
+    async def _serve(self, conn: socket.socket, peer: tuple[str, int]) -> None:
+        ip = peer[0]
         task = asyncio.current_task()
         if task is None:
             raise InvariantViolation("connection runs outside a task")
@@ -416,7 +417,7 @@ class Listener:
         connection: _Connection | None = None
         try:
             reader, writer = await asyncio.open_connection(sock=conn)
-            connection = _Connection(self, reader, writer)
+            connection = _Connection(self, reader, writer, peer=peer)
             self._live.add(connection)
             await connection.run()
         except asyncio.CancelledError:
@@ -548,15 +549,15 @@ class _Connection:
     """One accepted socket: a read loop that decodes and dispatches, a write loop that sends
     responses in request order."""
 
-    def __init__(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 peer: tuple[str, int]) -> None:
         self.listener = listener
         self.reader = reader
         self.writer = writer
         # A response counts as sent once the socket took all of it: drain() waits for an empty
         # transport buffer, so the connection holds at most the response being sent.
         writer.transport.set_write_buffer_limits(high=0)
-        peer = writer.get_extra_info("peername")
-        self.peer: tuple[str, int] = (str(peer[0]), int(peer[1])) if peer else ("?", 0)
+        self.peer = peer  # from accept: a connection reset at once has no peer name left to ask for
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         # A slot is taken before a request is read and given back once its response is sent, so
