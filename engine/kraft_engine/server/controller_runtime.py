@@ -9,9 +9,11 @@ KRaft controller rather than a bare raft replica:
 - the controller APIs on the controller listener (`ControllerApis`), and the features ApiVersions
   advertises (supported by this software; finalized as of the committed image);
 - controller registration (Kafka's ControllerRegistrationManager): once metadata.version supports
-  it and this controller has caught up, it sends ControllerRegistration to the active controller,
-  and again whenever the committed image does not hold this process's incarnation. Feature
-  upgrades are refused until every voter has registered, so this must run on every controller.
+  it and this controller has caught up, it sends ControllerRegistration to the active controller;
+  again only after a failure (capped exponential backoff with jitter) or once its record has
+  committed and been applied without the image holding this incarnation (`registration_schedule`).
+  Feature upgrades are refused until every voter has registered, so this must run on every
+  controller.
 """
 
 from __future__ import annotations
@@ -39,21 +41,24 @@ from kraft_engine.raft import (
     ListenerEvent,
     NotLeaderError,
     RaftLog,
+    Role,
     parse_batches,
 )
 from kraft_engine.records import decode_metadata_record, metadata_version
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_apis import ControllerApis
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
-from kraft_engine.server.raft_driver import RaftDriver
+from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
+from kraft_engine.server.registration_schedule import RegistrationSchedule
 
 __all__ = ["ControllerFatalError", "ControllerRuntime", "bootstrap_records"]
 
 logger = logging.getLogger(__name__)
 
 _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-_REGISTRATION_RETRY_S = 0.2
-_REGISTRATION_CHECK_S = 1.0
+# How often the registration loop looks at the facts (image, high watermark); it sends only when
+# the RegistrationSchedule says so.
+_REGISTRATION_POLL_S = 0.1
 
 
 class ControllerFatalError(Exception):
@@ -121,6 +126,7 @@ class ControllerRuntime:
         self._quorum_node_ids = frozenset(driver.raft.committed_voters.ids)
         driver.add_listener(self._follow_voters)
         self.incarnation_id = uuid.uuid4()
+        self.registration_schedule = RegistrationSchedule(rng=random.Random())
         self._registration_task: asyncio.Task[None] | None = None
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self.fatal_error: BaseException | None = None
@@ -219,18 +225,35 @@ class ControllerRuntime:
                 return endpoint.host, endpoint.port
         return None
 
+    def _high_watermark_seen(self) -> tuple[int, int] | None:
+        """(high watermark, when this node learned it): now on the leader, else the last Fetch answer."""
+        raft = self._driver.raft
+        hwm = raft.high_watermark
+        if hwm is None:
+            return None
+        if raft.role is Role.LEADER:
+            return hwm, wall_clock_ms()
+        learned_ms = self._driver.last_fetch_success_ms
+        return None if learned_ms is None else (hwm, learned_ms)
+
     async def _register_forever(self) -> None:
+        schedule = self.registration_schedule
         while True:
-            registered = self._registered()
-            if registered is None or registered:
-                await asyncio.sleep(_REGISTRATION_RETRY_S if registered is None else _REGISTRATION_CHECK_S)
+            due = schedule.due(
+                now_ms=wall_clock_ms(),
+                registered=self._registered(),
+                image_offset=self.service.image.offset,
+                high_watermark_after_ms=self._high_watermark_seen(),
+            )
+            address = self._active_controller() if due else None
+            if address is None:
+                await asyncio.sleep(_REGISTRATION_POLL_S)
                 continue
-            address = self._active_controller()
-            if address is not None and await self._send_registration(address):
-                # Wait for the record to reach our image before checking again.
-                await asyncio.sleep(_REGISTRATION_RETRY_S)
-                continue
-            await asyncio.sleep(_REGISTRATION_RETRY_S)
+            schedule.sent()
+            if await self._send_registration(address):
+                schedule.accepted(now_ms=wall_clock_ms())
+            else:
+                schedule.failed(now_ms=wall_clock_ms())
 
     async def _send_registration(self, address: tuple[str, int]) -> bool:
         connection = self._connections.get(address)
