@@ -13,6 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kraft_engine.controller.event_handling import ControllerFault, EventHandling
+from kraft_engine.controller.periodic_tasks import PeriodicTask
 from kraft_engine.controller.results import (
     CommittedBatch,
     ControllerApiError,
@@ -139,6 +140,45 @@ def test_client_errors_fail_only_that_write_and_replay_failures_are_fatal() -> N
     # The batch was reserved but never let go to the log: a record the controller cannot apply
     # is never replicated.
     assert loop.raft.prepared is not None and all(b.records == () for b in loop.raft.log)
+
+
+def test_an_unexpected_error_while_generating_renounces_and_answers_unknown_server_error() -> None:
+    # Kafka's handleEventException: a bug in generation is not a replay failure. The process goes
+    # on; the controller renounces (its uncommitted state is reverted, parked writes fail with
+    # NOT_CONTROLLER) and the client gets UNKNOWN_SERVER_ERROR. A replay failure stays fatal (above).
+    loop = _Loop()
+    loop.claim(epoch=1, log_end_offset=0)
+    parked = loop.put(("a", 1))
+    loop.events.take_effects()
+
+    def broken() -> ControllerResult[str]:
+        raise KeyError("a bug")
+
+    token = loop.events.write("createTopics", broken)
+    effects = loop.events.take_effects()
+    failures = {f.token: f.error for f in effects.failed}
+    assert failures[token].error_code == ErrorCode.unknown_server_error
+    assert isinstance(failures[token].__cause__, KeyError)
+    assert failures[parked].error_code == ErrorCode.not_controller
+    assert effects.resign_epoch == 1 and not loop.events.is_active()
+    assert [name for name, _ in effects.faults] == ["createTopics"]
+    assert loop.events.metadata_error_count == 1
+    assert loop.stable_view() == {}  # the parked, uncommitted write was reverted
+
+
+def test_an_unexpected_error_in_a_periodic_task_renounces() -> None:
+    loop = _Loop()
+    loop.claim(epoch=1, log_end_offset=0)
+
+    def explode(now_ms: int) -> tuple[ControllerResult[None], bool]:
+        raise RuntimeError("a bug")
+
+    loop.events.register_periodic_task(PeriodicTask(name="fenceStaleBrokers", period_ms=10, run=explode))
+    loop.events.periodic.activate(0)
+    loop.events.run_due_tasks(1_000)
+    effects = loop.events.take_effects()
+    assert effects.resign_epoch == 1 and [name for name, _ in effects.faults] == ["fenceStaleBrokers"]
+    assert loop.events.metadata_error_count == 1
 
 
 def test_a_standby_replays_committed_batches_and_refuses_unknown_records() -> None:

@@ -145,6 +145,11 @@ class EventHandling:
         except ControllerApiError as error:
             self._effects.failed.append(FailedWrite(token, error))
             return token
+        except ControllerFault:
+            raise
+        except Exception as error:
+            self._generation_fault(name, error, token=token)
+            return token
         try:
             self._complete_or_park(token, result)
         except AppendRefused:
@@ -153,6 +158,20 @@ class EventHandling:
             self._effects.failed.append(FailedWrite(token, _not_controller()))
             self.renounce()
         return token
+
+    def _generation_fault(self, name: str, error: Exception, *, token: int | None) -> None:
+        """Kafka's handleEventException for a fault while generating records: nothing was applied
+        yet, so the controller is not broken, only its view may be. It renounces (the next active
+        controller starts from the committed log), the write gets UNKNOWN_SERVER_ERROR, and
+        MetadataErrorCount counts it. Only a replay failure is fatal (ControllerFault)."""
+        self.metadata_error_count += 1
+        self._effects.faults.append((name, error))
+        if token is not None:
+            api_error = ControllerApiError(ErrorCode.unknown_server_error, f"{name} failed: {error!r}")
+            api_error.__cause__ = error
+            self._effects.failed.append(FailedWrite(token, api_error))
+        if self.is_active():
+            self.renounce()
 
     def _complete_or_park(self, token: int, result: ControllerResult[R]) -> None:
         if not result.records:
@@ -289,7 +308,13 @@ class EventHandling:
         if not self.is_active():
             return
         for task in self.periodic.due(now_ms):
-            result, again = task.run(now_ms)
+            try:
+                result, again = task.run(now_ms)
+            except ControllerFault:
+                raise
+            except Exception as error:
+                self._generation_fault(task.name, error, token=None)
+                return
             if result.records:
                 try:
                     self.append_records(result)

@@ -128,9 +128,12 @@ class ControllerEffects:
     failed: list[FailedWrite] = field(default_factory=list)
     resign_epoch: int | None = None
     """Set when the controller renounced leadership: tell the raft layer to resign this epoch."""
+    faults: list[tuple[str, BaseException]] = field(default_factory=list)
+    """Unexpected errors while generating records (event name, error): the shell logs them; the
+    controller already renounced and failed the write with UNKNOWN_SERVER_ERROR."""
 
     def is_empty(self) -> bool:
-        return not (self.completed or self.failed) and self.resign_epoch is None
+        return not (self.completed or self.failed or self.faults) and self.resign_epoch is None
 
 
 @dataclass(frozen=True, slots=True)

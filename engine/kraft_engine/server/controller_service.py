@@ -528,6 +528,12 @@ class ControllerService:
                 self.metrics_snapshot = controller.metrics(self._clock_ms())
             if effects.is_empty():
                 return
+            for name, error in effects.faults:
+                # Kafka's handleEventException: log, renounce (done), UNKNOWN_SERVER_ERROR to the client.
+                logger.error(
+                    "Controller %d: unexpected error in %s; renouncing leadership and answering UNKNOWN_SERVER_ERROR",
+                    controller.node_id, name, exc_info=error,
+                )
             for token, response in effects.completed:
                 future = self._futures.pop(token, None)
                 if future is not None:
