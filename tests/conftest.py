@@ -1,1 +1,61 @@
 """Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+SmallTmpfs = Callable[[int], Path]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[SmallTmpfs]:
+    """`small_tmpfs(size_bytes)` mounts a tmpfs of that size and returns its path: a real disk that
+    fills up (ENOSPC). Skips, with the reason, where this process may not mount (not root, no
+    CAP_SYS_ADMIN, no tmpfs). Everything mounted is unmounted at the end."""
+    mounted: list[Path] = []
+
+    def mount(size_bytes: int) -> Path:
+        target = tmp_path / f"tmpfs-{len(mounted)}"
+        target.mkdir()
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(target)],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {result.stderr.strip()}")
+        mounted.append(target)
+        return target
+
+    try:
+        yield mount
+    finally:
+        for target in reversed(mounted):
+            subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def fill_disk() -> Callable[..., Path]:
+    """`fill_disk(directory, leave_bytes=0)`: fill its file system with one file (returned)."""
+    return _fill
+
+
+def _fill(directory: Path, *, leave_bytes: int = 0) -> Path:
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        chunk = b"\0" * 4096
+        while True:
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                break
+        if leave_bytes:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave_bytes))
+    finally:
+        os.close(fd)
+    return filler

@@ -216,15 +216,7 @@ class ProcessCluster:
         """Start the nodes together (their interpreters load in parallel), then wait for each to serve."""
         started = list(node_ids)
         for node_id in started:
-            node = self.nodes[node_id]
-            if node.process is not None and node.process.poll() is None:
-                raise AssertionError(f"controller {node_id} is already running")
-            with node.log_path.open("ab") as log:
-                node.process = subprocess.Popen(
-                    [KRAFT, "server", "start", "--config", str(node.config_path)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            self.launch(node_id)
         for node_id in started:
             node = self.nodes[node_id]
 
@@ -234,6 +226,18 @@ class ProcessCluster:
             wait_for(serving_or_exited, timeout_s=60, what=f"controller {node_id} to serve HTTP")
             if self._exited(node):
                 raise AssertionError(f"controller {node_id} exited at start:\n{self.log(node_id)}")
+
+    def launch(self, node_id: int) -> None:
+        """Start the node's process without waiting for it to serve (it may refuse or stop)."""
+        node = self.nodes[node_id]
+        if node.process is not None and node.process.poll() is None:
+            raise AssertionError(f"controller {node_id} is already running")
+        with node.log_path.open("ab") as log:
+            node.process = subprocess.Popen(
+                [KRAFT, "server", "start", "--config", str(node.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def _exited(self, node: Node) -> bool:
         return node.process is not None and node.process.poll() is not None
