@@ -18,6 +18,9 @@ Served (ApiVersions lists exactly these, each for every version in its range):
 - ListOffsets v1-7: earliest (-2), latest (-1: the high watermark), max timestamp (-3) and by
   timestamp (the first offset whose record timestamp is at or after it; found by scanning the
   batch headers, there is no time index yet).
+- InitProducerId v0-5 for idempotent producers: ids from blocks the controller allocates
+  (AllocateProducerIds); the leader's per-partition producer state (`broker.producer_state`)
+  then drops duplicates and refuses sequence gaps and fenced epochs. No transactions.
 - DescribeCluster v0-1 (broker endpoints), and, forwarded to the active controller at the one
   version it serves: CreateTopics v7, DeleteTopics v6, CreatePartitions v3, DescribeConfigs v4,
   IncrementalAlterConfigs v1, AlterPartitionReassignments v1, ListPartitionReassignments v0,
@@ -38,10 +41,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.schema.types import BrokerId, ProducerId, TopicName
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import CODEC_GZIP, parse_records
@@ -57,8 +61,16 @@ __all__ = ["BrokerApis", "CLIENT_API_VERSIONS", "FORWARDED_API_VERSIONS"]
 logger = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+INIT_PRODUCER_ID = 22
 DESCRIBE_CLUSTER = 60
-CLIENT_API_VERSIONS = {PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7), METADATA: (1, 12), DESCRIBE_CLUSTER: (0, 1)}
+CLIENT_API_VERSIONS = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (1, 12),
+    INIT_PRODUCER_ID: (0, 5),
+    DESCRIBE_CLUSTER: (0, 1),
+}
 FORWARDED_API_VERSIONS = {19: 7, 20: 6, 37: 3, 32: 4, 44: 1, 45: 1, 46: 0, 43: 2}
 """api key -> the one version forwarded (the version the controller serves)."""
 
@@ -92,7 +104,9 @@ class BrokerApis:
         replicas: ReplicaManager,
         image: Callable[[], MetadataImage],
         channel: ControllerChannel,
+        broker_epoch: Callable[[], int],
     ) -> None:
+        self._producer_ids = _ProducerIdBlocks(channel=channel, node_id=node_id, broker_epoch=broker_epoch)
         self._node_id = node_id
         self._cluster_id = cluster_id
         self._config = config
@@ -107,6 +121,7 @@ class BrokerApis:
             LIST_OFFSETS: self.list_offsets,
             METADATA: self.metadata,
             DESCRIBE_CLUSTER: self.describe_cluster,
+            INIT_PRODUCER_ID: self.init_producer_id,
         }
         for api_key, handler in handlers.items():
             low, high = CLIENT_API_VERSIONS[api_key]
@@ -218,6 +233,23 @@ class BrokerApis:
                      cluster_id=self._cluster_id, controller_id=BrokerId(self._node_id), brokers=tuple(brokers),
                      cluster_authorized_operations=i32(-2147483648))
 
+    # -- InitProducerId --------------------------------------------------------------------------------
+    async def init_producer_id(self, request: Any, ctx: RequestContext) -> Any:
+        """Idempotent producers only: a fresh producer id (epoch 0) from this broker's block, as
+        Kafka's coordinator does for a request without a transactional id. Transactions are not
+        served (no FindCoordinator), so a transactional id gets COORDINATOR_NOT_AVAILABLE."""
+        if request.transactional_id is not None:
+            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
+                         producer_id=ProducerId(-1), producer_epoch=i16(-1))
+        try:
+            producer_id = await self._producer_ids.next_id()
+        except ControllerUnavailable as error:
+            logger.info("No producer id block: %s", error)
+            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.coordinator_load_in_progress,
+                         producer_id=ProducerId(-1), producer_epoch=i16(-1))
+        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
+                     producer_id=ProducerId(producer_id), producer_epoch=i16(0))
+
     # -- Produce -------------------------------------------------------------------------------------
     async def produce(self, request: Any, ctx: RequestContext) -> Any:
         module = _module(ctx)
@@ -264,8 +296,7 @@ class BrokerApis:
         except ProduceRefused as refusal:
             return ErrorCode(refusal.error_code), -1, -1, str(refusal)
         outcome = await self._replicas.append_as_leader(
-            partition, validated.data, acks=acks, timeout_ms=timeout_ms,
-            last_offset_delta=validated.header.last_offset_delta,
+            partition, validated.data, acks=acks, timeout_ms=timeout_ms, header=validated.header,
         )
         return outcome.error, outcome.base_offset, outcome.log_start_offset, outcome.message
 
@@ -444,6 +475,34 @@ class BrokerApis:
                 await asyncio.sleep(0.1)
                 continue
             return response
+
+
+class _ProducerIdBlocks:
+    """Producer ids handed out from blocks the controller allocates (AllocateProducerIds)."""
+
+    def __init__(self, *, channel: ControllerChannel, node_id: int, broker_epoch: Callable[[], int]) -> None:
+        self._channel = channel
+        self._node_id = node_id
+        self._broker_epoch = broker_epoch
+        self._next = 0
+        self._end = 0
+        self._lock = asyncio.Lock()
+
+    async def next_id(self) -> int:
+        async with self._lock:
+            if self._next >= self._end:
+                response = await self._channel.send(
+                    AllocateProducerIdsRequest(broker_id=BrokerId(self._node_id), broker_epoch=i64(self._broker_epoch())),
+                    timeout_ms=10_000,
+                )
+                code = ErrorCode(response.error_code)
+                if code != ErrorCode.none:
+                    raise ControllerUnavailable(f"AllocateProducerIds refused: {code.name}")
+                self._next = int(response.producer_id_start)
+                self._end = self._next + int(response.producer_id_len)
+            producer_id = self._next
+            self._next += 1
+            return producer_id
 
 
 def _has_not_controller(response: Any) -> bool:

@@ -258,7 +258,8 @@ class BrokerNode:
             broker_epoch=lambda: self.lifecycle.broker_epoch, image=lambda: self.loader.image,
         )
         apis = BrokerApis(node_id=config.node_id, cluster_id=self.cluster_id, config=config, replicas=self.replicas,
-                          image=lambda: self.loader.image, channel=channel)
+                          image=lambda: self.loader.image, channel=channel,
+                          broker_epoch=lambda: self.lifecycle.broker_epoch)
         for endpoint in config.listeners:
             if endpoint.listener_name in config.controller_listener_names:
                 continue

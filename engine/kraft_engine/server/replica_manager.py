@@ -52,6 +52,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from kraft_engine.broker import LeaderReplicaState
+from kraft_engine.broker.producer_state import DuplicateBatch, ProducerStateError, ProducerStateTable
 from kraft_engine.metadata import (
     ConfigResource,
     ConfigResourceType,
@@ -60,7 +61,7 @@ from kraft_engine.metadata import (
     PartitionRegistration,
 )
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
-from kraft_engine.records.batches import iter_batches
+from kraft_engine.records.batches import BatchHeader, iter_batches
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.storage.checkpoint_file import (
     RECOVERY_POINT_CHECKPOINT_FILE_NAME,
@@ -78,6 +79,7 @@ HIGH_WATERMARK_CHECKPOINT_FILE_NAME = "replication-offset-checkpoint"
 _CHECKPOINT_INTERVAL_S = 5.0
 _ISR_CHECK_MIN_S = 0.25
 _ALTER_PARTITION_TIMEOUT_MS = 10_000
+_REBUILD_CHUNK_BYTES = 1024 * 1024
 
 
 def _now_ms() -> int:
@@ -101,6 +103,7 @@ class Partition:
     follower_high_watermark: int = 0
     leader_state: LeaderReplicaState | None = None
     alter_in_flight: bool = False
+    producers: ProducerStateTable = field(default_factory=ProducerStateTable)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -223,6 +226,7 @@ class ReplicaManager:
         partition = Partition(topic=topic, index=index, topic_id=topic_id, log=log, log_dir=log_dir,
                               follower_high_watermark=min(hwm, log.log_end_offset))
         self.partitions[key] = partition
+        _rebuild_producer_state(partition)
         return partition
 
     def _become_leader(self, topic: str, index: int, topic_id: uuid.UUID, registration: PartitionRegistration) -> None:
@@ -327,7 +331,7 @@ class ReplicaManager:
         return partition, ErrorCode.none
 
     async def append_as_leader(
-        self, partition: Partition, data: bytes, *, acks: int, timeout_ms: int, last_offset_delta: int
+        self, partition: Partition, data: bytes, *, acks: int, timeout_ms: int, header: BatchHeader
     ) -> ProduceOutcome:
         state = partition.leader_state
         if state is None:
@@ -341,15 +345,28 @@ class ReplicaManager:
             )
         epoch = partition.leader_epoch
         try:
-            info = partition.log.append_as_leader(data, epoch=epoch)
-        except LogError as error:
-            return ProduceOutcome(ErrorCode.corrupt_message, message=str(error))
-        self._advance_high_watermark(partition)
-        partition.notify()
-        outcome = ProduceOutcome(ErrorCode.none, base_offset=info.first_offset, log_start_offset=partition.log.log_start_offset)
+            duplicate = partition.producers.check(
+                producer_id=header.producer_id, epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                last_offset_delta=header.last_offset_delta,
+            )
+        except ProducerStateError as error:
+            return ProduceOutcome(ErrorCode(error.error_code), message=str(error))
+        if isinstance(duplicate, DuplicateBatch):
+            first_offset, last_offset = duplicate.first_offset, duplicate.last_offset
+        else:
+            try:
+                info = partition.log.append_as_leader(data, epoch=epoch)
+            except LogError as error:
+                return ProduceOutcome(ErrorCode.corrupt_message, message=str(error))
+            first_offset, last_offset = info.first_offset, info.last_offset
+            partition.producers.update(producer_id=header.producer_id, epoch=header.producer_epoch,
+                                       base_sequence=header.base_sequence, first_offset=first_offset,
+                                       last_offset=last_offset)
+            self._advance_high_watermark(partition)
+            partition.notify()
+        outcome = ProduceOutcome(ErrorCode.none, base_offset=first_offset, log_start_offset=partition.log.log_start_offset)
         if acks != -1:
             return outcome
-        last_offset = info.first_offset + last_offset_delta
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         while partition.high_watermark <= last_offset:
             current = self.partitions.get((partition.topic, partition.index))
@@ -363,7 +380,7 @@ class ReplicaManager:
                     await partition.changed().wait()
         state = partition.leader_state
         if state is not None and len(state.isr) < min_isr:
-            return ProduceOutcome(ErrorCode.not_enough_replicas_after_append, base_offset=info.first_offset)
+            return ProduceOutcome(ErrorCode.not_enough_replicas_after_append, base_offset=first_offset)
         return outcome
 
     def _advance_high_watermark(self, partition: Partition) -> None:
@@ -510,6 +527,7 @@ class ReplicaManager:
                 target = min(int(diverging.end_offset), local_end if local_epoch == int(diverging.epoch) else int(diverging.end_offset))
                 target = max(target, log.log_start_offset)
                 new_end = log.truncate_to(target)
+                _rebuild_producer_state(partition)
                 logger.info("Truncated %s-%d to %d (leader's epoch %d ends at %d)", partition.topic, partition.index,
                             new_end, int(diverging.epoch), int(diverging.end_offset))
                 partition.follower_high_watermark = min(partition.follower_high_watermark, new_end)
@@ -518,6 +536,10 @@ class ReplicaManager:
             if records:
                 try:
                     log.append_as_follower(bytes(records))
+                    for header, _ in iter_batches(bytes(records)):
+                        partition.producers.update(producer_id=header.producer_id, epoch=header.producer_epoch,
+                                                   base_sequence=header.base_sequence,
+                                                   first_offset=header.base_offset, last_offset=header.last_offset)
                 except LogError as error:
                     logger.warning("Fetched data for %s-%d does not continue the log: %s", partition.topic, partition.index, error)
                     return False
@@ -530,6 +552,7 @@ class ReplicaManager:
             leader_start = int(answer.log_start_offset)
             if log.log_end_offset < leader_start:
                 log.truncate_fully_and_start_at(leader_start)
+                partition.producers.clear()
                 logger.info("%s-%d restarts at the leader's log start %d", partition.topic, partition.index, leader_start)
                 return True
         logger.debug("Fetch of %s-%d from %d: %s", partition.topic, partition.index, partition.leader_id, code.name)
@@ -651,6 +674,23 @@ class _Fetcher:
                         back_off = True
             if back_off:
                 await asyncio.sleep(backoff_s)
+
+
+def _rebuild_producer_state(partition: Partition) -> None:
+    """Producer state from every batch header in the log (no producer-state snapshots yet)."""
+    table = partition.producers
+    table.clear()
+    log = partition.log
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, max_bytes=_REBUILD_CHUNK_BYTES)
+        if not data:
+            break
+        for header, _ in iter_batches(data):
+            table.update(producer_id=header.producer_id, epoch=header.producer_epoch,
+                         base_sequence=header.base_sequence, first_offset=header.base_offset,
+                         last_offset=header.last_offset)
+            offset = header.next_offset
 
 
 def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
