@@ -129,6 +129,34 @@ def _class_version(record: object) -> tuple[MetadataRecordType, int]:
         raise TypeError(f"{type(record).__name__} is not a metadata record") from None
 
 
+@dataclass(frozen=True, slots=True)
+class _DowngradePlan:
+    """How to write a latest-class record at an older version: the fields that version keeps, and
+    the (name, default, Kafka name) of those it lacks, which must hold their defaults."""
+
+    target: type[Any]
+    kept: tuple[str, ...]
+    dropped: tuple[tuple[str, Any, str], ...]
+
+
+_DOWNGRADE_PLANS: dict[tuple[type[Any], int], _DowngradePlan] = {}
+
+
+def _downgrade_plan(latest: type[Any], target: type[Any], version: int) -> _DowngradePlan:
+    key = (latest, version)
+    plan = _DOWNGRADE_PLANS.get(key)
+    if plan is None:
+        target_names = {field.name for field in dataclasses.fields(target)}
+        fields = dataclasses.fields(latest)
+        plan = _DowngradePlan(
+            target=target,
+            kept=tuple(f.name for f in fields if f.name in target_names),
+            dropped=tuple((f.name, f.default, f.metadata["kafka_name"]) for f in fields if f.name not in target_names),
+        )
+        _DOWNGRADE_PLANS[key] = plan
+    return plan
+
+
 def to_version(record: object, version: int) -> Any:
     """`record` as an instance of the class of `version`, refusing to drop non-default values."""
     record_type, current = _class_version(record)
@@ -136,18 +164,15 @@ def to_version(record: object, version: int) -> Any:
     if current == version:
         return record
     latest = to_latest(record)
-    target_names = {field.name for field in dataclasses.fields(target)}
-    values = {}
-    for field in dataclasses.fields(latest):
-        value = getattr(latest, field.name)
-        if field.name in target_names:
-            values[field.name] = value
-        elif value != field.default:
+    plan = _downgrade_plan(type(latest), target, version)
+    for name, default, kafka_name in plan.dropped:
+        value = getattr(latest, name)
+        if value != default:
             raise UnsupportedRecordVersionError(
-                f"{record_type.name} version {version} has no field {field.metadata['kafka_name']}; "
+                f"{record_type.name} version {version} has no field {kafka_name}; "
                 f"cannot write the non-default value {value!r}"
             )
-    return target(**values)
+    return target(**{name: getattr(latest, name) for name in plan.kept})
 
 
 def lowest_version_holding(record: object) -> int:
@@ -173,9 +198,14 @@ def to_latest(record: object) -> MetadataRecord:
     if version == record_type.highest_version:
         latest: MetadataRecord = record  # type: ignore[assignment]
         return latest
-    values = {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}  # type: ignore[arg-type]
-    upgraded: MetadataRecord = record_type.latest_class(**values)
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        names = _FIELD_NAMES[type(record)] = tuple(f.name for f in dataclasses.fields(record))  # type: ignore[arg-type]
+    upgraded: MetadataRecord = record_type.latest_class(**{name: getattr(record, name) for name in names})
     return upgraded
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
 
 
 # --- Normalising what kio's reader returns -----------------------------------------------------
@@ -202,43 +232,62 @@ def _is_nullable(annotation: Any) -> bool:
     return get_origin(annotation) is types.UnionType and type(None) in get_args(annotation)
 
 
-def _needs_normalising(cls: type[Any]) -> bool:
-    for field in dataclasses.fields(cls):
-        if field.metadata.get("kafka_type") == "uuid":
-            return True
-        nested = _struct_class(field.type)
-        if nested is not None and _needs_normalising(nested):
-            return True
-    return False
+# What to look at in a decoded entity of one class, worked out once per class from its dataclass
+# fields (re-introspecting the fields for every record was most of the cost of decoding).
+_UUID = 0  # a non-nullable Uuid: None becomes ZERO_UUID
+_UUIDS = 1  # an array of Uuids: None items become ZERO_UUID
+_STRUCT = 2  # a nested struct or an array of them, normalised in turn
+_NormalisePlan = tuple[tuple[str, int], ...]
+_NORMALISE_PLANS: dict[type[Any], _NormalisePlan] = {}
 
 
-_NORMALISE_CACHE: dict[type[Any], bool] = {}
+def _normalise_plan(cls: type[Any]) -> _NormalisePlan:
+    plan = _NORMALISE_PLANS.get(cls)
+    if plan is None:
+        steps: list[tuple[str, int]] = []
+        for field in dataclasses.fields(cls):
+            if field.metadata.get("kafka_type") == "uuid":
+                if get_origin(field.type) is tuple:
+                    steps.append((field.name, _UUIDS))
+                elif not _is_nullable(field.type):
+                    steps.append((field.name, _UUID))
+                else:
+                    steps.append((field.name, _UUIDS))  # a nullable Uuid array, or a nullable Uuid
+            else:
+                nested = _struct_class(field.type)
+                if nested is not None and _normalise_plan(nested):
+                    steps.append((field.name, _STRUCT))
+        plan = _NORMALISE_PLANS[cls] = tuple(steps)
+    return plan
 
 
 def normalise_decoded(entity: Any) -> Any:
     """Replace kio's None-for-zero Uuids with ZERO_UUID where the field is not nullable."""
-    cls = type(entity)
-    needed = _NORMALISE_CACHE.get(cls)
-    if needed is None:
-        needed = _NORMALISE_CACHE[cls] = _needs_normalising(cls)
-    if not needed:
+    plan = _NORMALISE_PLANS.get(type(entity))
+    if plan is None:
+        plan = _normalise_plan(type(entity))
+    if not plan:
         return entity
     changes: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        value = getattr(entity, field.name)
-        if value is None:
-            if field.metadata.get("kafka_type") == "uuid" and not _is_nullable(field.type):
-                changes[field.name] = ZERO_UUID
+    for name, kind in plan:
+        value = getattr(entity, name)
+        if kind == _UUID:
+            if value is None:
+                changes[name] = ZERO_UUID
+        elif value is None:
             continue
-        if field.metadata.get("kafka_type") == "uuid":
-            if isinstance(value, tuple):
-                changes[field.name] = tuple(ZERO_UUID if item is None else item for item in value)
-        elif _struct_class(field.type) is not None:
-            if isinstance(value, tuple):
-                changes[field.name] = tuple(normalise_decoded(item) for item in value)
-            else:
-                changes[field.name] = normalise_decoded(value)
-    return dataclasses.replace(entity, **changes)
+        elif kind == _UUIDS:
+            if isinstance(value, tuple) and None in value:
+                changes[name] = tuple(ZERO_UUID if item is None else item for item in value)
+        elif isinstance(value, tuple):  # an array of structs
+            items = tuple(normalise_decoded(item) for item in value)
+            if any(new is not old for new, old in zip(items, value, strict=True)):
+                changes[name] = items
+        else:
+            normalised = normalise_decoded(value)
+            if normalised is not value:
+                changes[name] = normalised
+    return dataclasses.replace(entity, **changes) if changes else entity
 
 
 # --- Kafka's JSON rendering --------------------------------------------------------------------

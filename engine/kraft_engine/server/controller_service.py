@@ -90,6 +90,7 @@ from kraft_engine.raft import (
 )
 from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.records import decode_metadata_record, encode_metadata_record
+from kraft_engine.server.collector import collector_paused
 from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
 
 __all__ = ["ControllerService", "ControllerStopped", "RaftAppends", "RaftPort", "SnapshotPolicy"]
@@ -131,6 +132,12 @@ class RaftAppends:
     def __init__(self, raft: RaftPort) -> None:
         self._raft = raft
         self._call: Callable[[Callable[[], Any]], Any] = lambda call: call()
+        #: base offset -> (epoch, last offset, records) of the batches this port reserved and that
+        #: have not come back committed yet. Raft hands each batch back once committed, and
+        #: (base offset, epoch) names it uniquely, so the service takes the records from here
+        #: instead of decoding them again (Kafka's leader, too, hands its listener the records it
+        #: appended from memory). Only the controller thread touches it.
+        self.own_batches: dict[int, tuple[int, int, tuple[Any, ...]]] = {}
 
     def call_through(self, on_raft_loop: Callable[[Callable[[], Any]], Any]) -> None:
         self._call = on_raft_loop
@@ -141,13 +148,15 @@ class RaftAppends:
     def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
         values = [encode_metadata_record(record, version) for record, version in records]
         try:
-            return int(self._call(lambda: self._raft.prepare_append(values, epoch=epoch)))
+            last_offset = int(self._call(lambda: self._raft.prepare_append(values, epoch=epoch)))
         except NotLeaderError as error:
             logger.info("Append of %d records in epoch %d refused by raft (%s): renouncing", len(values), epoch, error)
             raise AppendRefused(str(error)) from error
         except RaftError as error:
             logger.warning("Append of %d records in epoch %d failed (%s): renouncing", len(values), epoch, error)
             raise AppendRefused(str(error)) from error
+        self.own_batches[last_offset - len(values) + 1] = (epoch, last_offset, tuple(r for r, _ in records))
+        return last_offset
 
     def schedule_prepared_append(self) -> None:
         self._call(self._raft.schedule_prepared_append)
@@ -292,8 +301,11 @@ class ControllerService:
         self.metrics_snapshot: ControllerMetrics = controller.metrics(clock_ms())
         self._metrics = _Metrics(registry, self)
         port = controller.raft_port
+        # This controller's own batches, reserved through the port and not yet committed.
+        self._own_batches: dict[int, tuple[int, int, tuple[Any, ...]]] = {}
         if isinstance(port, RaftAppends):
             port.call_through(self._on_raft_loop)
+            self._own_batches = port.own_batches
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -446,8 +458,9 @@ class ControllerService:
                 if event is not None:
                     started_ns = time.monotonic_ns()
                     self._metrics.queue_time_ms.observe((started_ns - event.enqueued_ns) / 1e6)
-                    event.run()
-                    self._perform_effects()
+                    with collector_paused():
+                        event.run()
+                        self._perform_effects()
                     self._metrics.processing_time_ms.observe((time.monotonic_ns() - started_ns) / 1e6)
                 self._maybe_snapshot()
         except BaseException as error:  # a fault: nothing the controller holds can be trusted now
@@ -554,7 +567,11 @@ class ControllerService:
             batches = list(group)
         loaded: list[LoaderBatch] = []
         for batch in batches:
-            records = tuple(decode_metadata_record(value)[0] for value in batch.records)
+            records = self._own_records(batch)
+            if records is None:
+                records = tuple(decode_metadata_record(value)[0] for value in batch.records)
+                for stale in [o for o in self._own_batches if o <= batch.last_offset]:
+                    del self._own_batches[stale]
             self.controller.handle_commit(
                 CommittedBatch(batch.base_offset, batch.epoch, records, batch.last_offset, batch.append_timestamp_ms)
             )
@@ -572,6 +589,26 @@ class ControllerService:
         if loaded:
             self.loader.handle_commit(loaded, high_watermark=self._raft.high_watermark)
             self._applied_since_snapshot = True
+
+    def _own_records(self, batch: RaftBatch) -> tuple[Any, ...] | None:
+        """The records of a committed batch this controller reserved itself (raft may have put
+        several reserved batches in one log batch), or None when they must be decoded."""
+        own_batches = self._own_batches
+        parts: list[tuple[Any, ...]] = []
+        offset = batch.base_offset
+        while offset <= batch.last_offset:
+            own = own_batches.get(offset)
+            if own is None or own[0] != batch.epoch or own[1] > batch.last_offset:
+                return None
+            parts.append(own[2])
+            offset = own[1] + 1
+        records = parts[0] if len(parts) == 1 else tuple(r for part in parts for r in part)
+        if len(records) != len(batch.records):
+            return None
+        offset = batch.base_offset
+        while offset <= batch.last_offset:
+            offset = own_batches.pop(offset)[1] + 1
+        return records
 
     def _load_snapshot(self, event: SnapshotLoad) -> None:
         if event.snapshot_id == BOOTSTRAP_SNAPSHOT_ID:
@@ -594,6 +631,8 @@ class ControllerService:
         self._applied_since_snapshot = False
 
     def _leader_change(self, event: LeaderChange) -> None:
+        # Batches of an earlier epoch that never committed are never handed back.
+        self._own_batches.clear()
         leader = event.leader
         self.controller.handle_leader_change(leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self._clock_ms())
         self.loader.handle_leader_change(LeaderAndEpoch(leader.leader_id, leader.epoch))
