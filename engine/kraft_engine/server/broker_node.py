@@ -82,6 +82,7 @@ from kraft_engine.server.broker_apis import BrokerApis
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.controller_node import METADATA_PARTITION_DIR, StartupError
+from kraft_engine.server.controller_runtime import ControllerFatalError
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
@@ -288,7 +289,16 @@ class BrokerNode:
             logger.info("Broker %d of cluster %s starting (HTTP %s)", config.node_id, self.cluster_id,
                         "off" if self.http is None else self.http.port)
             self.started.set()
-            await self._shut_down.wait()
+            # A fault of the metadata raft driver (a failed write of the metadata log, an
+            # invariant) stops the broker too: it must not serve from metadata it cannot persist.
+            waits = [asyncio.ensure_future(self._shut_down.wait()), asyncio.ensure_future(driver.fatal.wait())]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+            if driver.fatal_error is not None:
+                raise ControllerFatalError(str(driver.fatal_error), logged=True)
             if lifecycle_task.done() and lifecycle_task.exception() is not None:
                 raise lifecycle_task.exception()  # type: ignore[misc]
             logger.info("Broker %d shutting down", config.node_id)
