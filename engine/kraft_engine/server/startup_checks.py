@@ -62,9 +62,9 @@ class LostLogRecovery:
             f"(1) kraft storage format --config {config} --cluster-id {self.cluster_id} "
             "--no-initial-controllers --ignore-formatted (this gives the directory a new directory.id); "
             f"(2) kraft server start --config {config} (it joins as an observer and catches up); "
-            "(3) kraft metadata-quorum --bootstrap-controller <a live controller> remove-controller "
+            "(3) kraft metadata-quorum --bootstrap-controller <live-controller-host:port> remove-controller "
             f"--controller-id {self.node_id} --controller-directory-id {old}; "
-            "(4) kraft metadata-quorum --bootstrap-controller <a live controller> "
+            "(4) kraft metadata-quorum --bootstrap-controller <live-controller-host:port> "
             f"--command-config {config} add-controller."
         )
 
