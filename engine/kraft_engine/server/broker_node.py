@@ -84,7 +84,7 @@ from kraft_engine.server.controller_channel import ControllerChannel, Controller
 from kraft_engine.server.controller_node import METADATA_PARTITION_DIR, StartupError
 from kraft_engine.server.controller_runtime import ControllerFatalError
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
-from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
+from kraft_engine.server.raft_driver import RaftDriver, RaftFatalError, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.server.replica_manager import ReplicaManager
 from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble, MetaPropertiesError
@@ -291,14 +291,10 @@ class BrokerNode:
             self.started.set()
             # A fault of the metadata raft driver (a failed write of the metadata log, an
             # invariant) stops the broker too: it must not serve from metadata it cannot persist.
-            waits = [asyncio.ensure_future(self._shut_down.wait()), asyncio.ensure_future(driver.fatal.wait())]
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for wait in waits:
-                    wait.cancel()
-            if driver.fatal_error is not None:
-                raise ControllerFatalError(str(driver.fatal_error), logged=True)
+                await driver.wait_until_fatal_or(self._shut_down)
+            except RaftFatalError as e:
+                raise ControllerFatalError(str(e), logged=True) from None
             if lifecycle_task.done() and lifecycle_task.exception() is not None:
                 raise lifecycle_task.exception()  # type: ignore[misc]
             logger.info("Broker %d shutting down", config.node_id)

@@ -55,7 +55,7 @@ from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.loop_stall import LoopStallMonitor
-from kraft_engine.server.raft_driver import NotLeader, RaftDriver, wall_clock_ms
+from kraft_engine.server.raft_driver import NotLeader, RaftDriver, RaftFatalError, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.server.startup_checks import (
     LostLogRecovery,
@@ -316,17 +316,11 @@ class ControllerNode:
 
     async def _wait_for_stop(self, driver: RaftDriver) -> None:
         # A node that hit a fatal fault must not keep serving: the process exits non-zero.
-        waits = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(driver.fatal.wait())]
-        if self.controller is not None:
-            waits.append(asyncio.ensure_future(self.controller.fatal.wait()))
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-        if driver.fatal_error is not None:
+            await driver.wait_until_fatal_or(self._stop, *([] if self.controller is None else [self.controller.fatal]))
+        except RaftFatalError as e:
             # The driver logged the one ERROR line and stopped serving already.
-            raise ControllerFatalError(str(driver.fatal_error), logged=True)
+            raise ControllerFatalError(str(e), logged=True) from None
         if self.controller is not None and self.controller.fatal_error is not None:
             driver.halt()
             raise ControllerFatalError(f"the quorum controller stopped: {self.controller.fatal_error}")

@@ -379,6 +379,18 @@ class RaftDriver:
             future.cancel()
         self.fatal.set()
 
+    async def wait_until_fatal_or(self, stop: asyncio.Event, *others: asyncio.Event) -> None:
+        """Wait for `stop`, another node fault, or this driver's fatal fault; raise
+        `RaftFatalError` (already logged) on the last. The node's run loop waits here."""
+        waits = [asyncio.ensure_future(e.wait()) for e in (stop, self.fatal, *others)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if self.fatal_error is not None:
+            raise self.fatal_error
+
     def halt(self) -> None:
         """Stop touching storage and answering at once (the state machine hit a fatal fault)."""
         self._stopped = True
