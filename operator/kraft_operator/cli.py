@@ -18,6 +18,7 @@ import asyncio
 import importlib
 import importlib.util
 import random
+import re
 import signal
 import sys
 import time
@@ -193,10 +194,12 @@ async def _up_loop(
             events.append((now, event))
             print(f"{event.type.value:<8} {event.reason:<18} {event.message}", file=out, flush=True)
         created = datetime.strptime(cluster.metadata.creation_timestamp or "", "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        row = get_wide(cluster, result.status, created=created, now=now)
-        if row.splitlines()[1].rsplit("   ", 3)[0] != last_row:
-            last_row = row.splitlines()[1].rsplit("   ", 3)[0]
-            print(row, file=out, flush=True)
+        header, row = get_wide(cluster, result.status, created=created, now=now).splitlines()
+        changed = _without_age(row)
+        if changed != last_row:
+            # As `kubectl get kc -o wide -w`: the header once, then a row on every change.
+            print(row if last_row else f"{header}\n{row}", file=out, flush=True)
+            last_row = changed
         ready = result.status.condition(ConditionType.READY)
         if ready is not None and ready.status is ConditionStatus.TRUE and not ready_once:
             ready_once = True
@@ -213,6 +216,11 @@ async def _up_loop(
                 return 0
         await _sleep(max(0.2, result.requeue_after_ms / 1000), stop)
     return 0 if ready_once or not args.until_ready else 1
+
+
+def _without_age(row: str) -> str:
+    """The row minus its AGE column, so that only real changes print a new row."""
+    return re.sub(r"\s+\d+[smhd][\dsmhd]*\s+", " ", row)
 
 
 async def _demo_topic(cluster: KRaftCluster, runtime: LocalRuntime, result: Plan, *, name: str, out: TextIO) -> bool:

@@ -107,7 +107,7 @@ def test_brokers_start_only_after_the_quorum_has_a_leader(rules) -> None:
     cluster, result = step(cluster, world, rules=rules, apply=False)
     starts = [a.node.node_id for a in result.actions if isinstance(a, StartNode)]
     assert starts == [0, 1, 2]
-    assert "a quorum leader before broker 3 starts" in result.waiting_for
+    assert "a quorum leader before broker(s) [3, 4, 5] start" in result.waiting_for
     for action in result.actions:
         world.apply(action)
     cluster, result = step(cluster, world, rules=rules)

@@ -160,6 +160,7 @@ class _Planner:
         self.events: list[Event] = []
         self.blocked: list[str] = []  # Degraded: something is wrong with a node
         self.waiting: list[str] = []  # Progressing: something is on its way
+        self.brokers_waiting_for_quorum: list[int] = []
         self.step = ""
 
     # -- the whole decision ------------------------------------------------------------------
@@ -356,7 +357,7 @@ class _Planner:
             self.blocked.append(f"node {node_id} exited{code}{detail}; restarting it")
         if not node.is_controller and (quorum is None or quorum.leader_id < 0):
             self.step = self.step or "await-quorum"
-            self.waiting.append(f"a quorum leader before broker {node_id} starts")
+            self.brokers_waiting_for_quorum.append(node_id)
             return
         self._act(
             StartNode(
@@ -394,6 +395,13 @@ class _Planner:
     # -- status ----------------------------------------------------------------------------------
     def _finish(self, status: KRaftClusterStatus, *, requeue_after_ms: int | None = None) -> Plan:
         ready = self.builder.ready_condition(status, spec=self.spec, nodes=self.nodes, observed=self.observed)
+        if self.brokers_waiting_for_quorum:
+            self.waiting.append(f"a quorum leader before broker(s) {self.brokers_waiting_for_quorum} start")
+        if ready[0] is not ConditionStatus.TRUE and not (self.actions or self.waiting or self.blocked):
+            # Everything is in place; what is left is the cluster's own doing (an election, brokers
+            # registering). Say what Ready waits for rather than "nothing to do".
+            self.step = "await-ready"
+            self.waiting.append(ready[2])
         pending = [type(a).__name__ + ": " + a.reason for a in self.actions]
         if self.spec.paused:
             progressing = (ConditionStatus.FALSE, "Paused", "spec.paused is true: observing only")
@@ -432,6 +440,7 @@ class _Planner:
             "format": "Formatting",
             "start": "Starting",
             "await-quorum": "AwaitingQuorum",
+            "await-ready": "AwaitingReady",
         }.get(self.step, "Observing")
 
 
