@@ -70,7 +70,7 @@ def up_to_ready(spec: Path) -> None:
     match = re.search(r"Ready after ([0-9.]+) s", output)
     ready = f"{float(match.group(1)):.1f} s" if match else "NOT READY"
     print(f"{spec.name:<18} up->Ready {ready:>9}   whole run incl. stopping the nodes {wall:5.1f} s   "
-          f"kraftwerk RSS peak {peak / 1024:6.1f} MiB   load {_load()}")
+          f"kraftwerk RSS peak {peak / 1024:6.1f} MiB   load {_load()}", flush=True)
     if not match:
         print(output[-2000:])
 
@@ -122,7 +122,7 @@ async def reconcile_loop(count: int, *, rounds: int) -> None:
             print(f"{count:>2} cluster(s): reconcile median {statistics.median(each) * 1000:6.1f} ms, "
                   f"p95 {p95 * 1000:6.1f} ms; a pass over all {statistics.median(passes) * 1000:7.1f} ms "
                   f"(median of {rounds}); operator RSS {_rss_kib(os.getpid(), 'VmRSS') / 1024:.1f} MiB   "
-                  f"load {_load()}")
+                  f"load {_load()}", flush=True)
         finally:
             runtime.stop_all(timeout_s=30)
 
@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--skip-up", action="store_true", help="skip the kraftwerk up runs")
     args = parser.parse_args()
-    print(f"load average at start: {_load()} ({os.cpu_count()} CPUs)")
+    print(f"load average at start: {_load()} ({os.cpu_count()} CPUs)", flush=True)
     if not args.skip_up:
         up_to_ready(REPO / "examples" / "controllers.yaml")
         if kafka_classpath() is not None:

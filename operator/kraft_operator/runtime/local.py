@@ -37,7 +37,7 @@ from pathlib import Path
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
 from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
-from kraft_operator.model import Implementation, KRaftCluster
+from kraft_operator.model import Implementation, KRaftCluster, Role
 from kraft_operator.plan import (
     CONTROLLER_LISTENER,
     Action,
@@ -130,6 +130,7 @@ class LocalRuntime:
         self._rng = rng or random.Random()
         self._processes: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._jobs: dict[tuple[str, int], _Job] = {}
+        self._controllers: set[tuple[str, int]] = set()
 
     # -- layout ------------------------------------------------------------------------------------
     def cluster_dir(self, cluster: KRaftCluster) -> Path:
@@ -290,6 +291,9 @@ class LocalRuntime:
             # every node gracefully (SIGTERM) in `stop_all`.
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._processes[key] = process
+        self._controllers.discard(key)
+        if Role.CONTROLLER in action.roles:
+            self._controllers.add(key)
         (node_dir / "pid").write_text(str(process.pid), encoding="utf-8")
 
     def _command(self, implementation: Implementation, *, tool: str) -> list[str]:
@@ -308,18 +312,22 @@ class LocalRuntime:
 
     # -- stop --------------------------------------------------------------------------------------
     def stop_all(self, *, timeout_s: float = _STOP_TIMEOUT_S) -> dict[int, int]:
-        """SIGTERM every node this runtime started (Kafka's graceful shutdown), then wait; SIGKILL
-        after `timeout_s`. Returns node id -> exit code."""
+        """SIGTERM every node this runtime started (their graceful shutdown), brokers first so that
+        their controlled shutdown still finds the controllers, then the controllers; SIGKILL after
+        `timeout_s`. Returns node id -> exit code."""
         codes: dict[int, int] = {}
         running = {key: p for key, p in self._processes.items() if p.poll() is None}
-        for process in running.values():
-            process.send_signal(signal.SIGTERM)
-        for (_, node_id), process in running.items():
-            try:
-                codes[node_id] = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                codes[node_id] = process.wait()
+        brokers = {k: p for k, p in running.items() if k not in self._controllers}
+        controllers = {k: p for k, p in running.items() if k in self._controllers}
+        for group in (brokers, controllers):
+            for process in group.values():
+                process.send_signal(signal.SIGTERM)
+            for (_, node_id), process in group.items():
+                try:
+                    codes[node_id] = process.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    codes[node_id] = process.wait()
         for job in self._jobs.values():
             if job.process.poll() is None:
                 job.process.wait(timeout=timeout_s)
