@@ -198,7 +198,7 @@ async def run_cases(host: str, port: int, *, with_brokers: bool, big_frame_mib: 
 
 
 async def _with_our_quorum(root: Path, *, big_frame_mib: int) -> None:
-    from kraft_engine.server.controller_admin import ControllerAdmin
+    from kraft_engine.admin.controller_admin import ControllerAdmin
 
     quorum = Quorum(root)
     quorum.format()
