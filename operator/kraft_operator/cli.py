@@ -299,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     operator.add_argument("--metrics-port", type=int, default=8080, help="operator /metrics port")
     operator.add_argument("--peering", default="kraftwerk", help="kopf peering name")
+    if importlib.util.find_spec("kraft_operator.handlers") is not None:
+        importlib.import_module("kraft_operator.handlers").add_arguments(operator)
     operator.set_defaults(func=_run_operator)
     return parser
 

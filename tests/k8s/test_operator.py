@@ -1,0 +1,298 @@
+"""The operator on a real Kubernetes: installed by its Helm chart, running as a pod under its own
+ServiceAccount, reconciling KRaftClusters through the real API server, kubelet and containerd.
+
+One operator release per module (two replicas, peering), in a namespace of its own that it watches.
+The end-to-end test applies `examples/kraftcluster.yaml` without its broker pool: the engine has no
+broker yet (issue #9), and the Kubernetes runtime runs the engine only, so broker pods and the
+produce/consume client step are not exercised here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from tests.k8s.conftest import IMAGE, REPO, Kube
+
+pytestmark = pytest.mark.timeout(900)
+
+CHART = REPO / "charts" / "kraftwerk"
+EXAMPLE = REPO / "examples" / "kraftcluster.yaml"
+RELEASE = "kraftwerk"
+
+
+def _wait(what: str, probe: Any, *, timeout_s: float = 300, every_s: float = 1.0) -> Any:
+    """Poll `probe` until it returns something truthy; fail naming `what` and the last answer."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
+
+
+def _image_ref() -> tuple[str, str]:
+    repository, _, tag = IMAGE.rpartition(":")
+    return repository, tag
+
+
+@pytest.fixture(scope="module")
+def operator_ns(kube: Kube) -> Iterator[str]:
+    """A namespace with the operator installed by the chart (two replicas), torn down afterwards."""
+    ns = f"kw-op-{uuid.uuid4().hex[:6]}"
+    kube.kubectl("create", "namespace", ns)
+    repository, tag = _image_ref()
+    kube.helm("install", RELEASE, str(CHART), "--namespace", ns, "--wait", "--timeout", "5m",
+              "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+              "--set", "image.pullPolicy=Never", "--set", "logLevel=debug")
+    yield ns
+    kube.kubectl("-n", ns, "delete", "kraftclusters", "--all", "--wait=true", "--timeout=120s", check=False)
+    kube.helm("uninstall", RELEASE, "--namespace", ns, "--wait", check=False)
+    kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _controllers_only_example() -> dict[str, Any]:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["nodePools"] = [p for p in doc["spec"]["nodePools"] if p["roles"] == ["controller"]]
+    return doc
+
+
+def _apply(kube: Kube, ns: str, doc: dict[str, Any], *, check: bool = True) -> Any:
+    return kube.kubectl("-n", ns, "apply", "-f", "-", stdin=yaml.safe_dump(doc), check=check)
+
+
+def _condition(resource: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in resource.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def test_operator_runs_as_pods_under_its_own_service_account(kube: Kube, operator_ns: str) -> None:
+    deployment = kube.json("-n", operator_ns, "get", "deployment", RELEASE)
+    assert deployment["status"]["readyReplicas"] == 2
+    pods = kube.json("-n", operator_ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"]
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["spec"]["serviceAccountName"] == RELEASE
+        assert pod["status"]["phase"] == "Running"
+        container = pod["spec"]["containers"][0]
+        assert container["command"] == ["kraftwerk", "operator"]
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_peering_lets_exactly_one_replica_act(kube: Kube, operator_ns: str) -> None:
+    def peers() -> dict[str, Any] | None:
+        status = kube.json("-n", operator_ns, "get", "kopfpeering", "kraftwerk").get("status") or {}
+        return status if len(status) == 2 else None
+
+    status = _wait("both replicas in the KopfPeering", peers, timeout_s=120)
+    priorities = [peer["priority"] for peer in status.values()]
+    assert len(set(priorities)) == 2, f"replicas tie on priority: {status}"
+
+    def paused_logs() -> list[str]:
+        logs = []
+        for pod in kube.json("-n", operator_ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"]:
+            text = kube.kubectl("-n", operator_ns, "logs", pod["metadata"]["name"]).stdout
+            logs.append(text)
+        return logs if sum("Pausing operations in favour of" in t for t in logs) == 1 else []
+
+    logs = _wait("one replica to pause in favour of the other", paused_logs, timeout_s=120)
+    assert sum("Resuming operations" in t or "Pausing" not in t for t in logs) >= 1
+
+
+def test_the_chart_grants_no_verb_it_does_not_need(kube: Kube, operator_ns: str) -> None:
+    """The operator's own ServiceAccount token, used directly: what the chart's Role grants works,
+    a verb it does not grant answers HTTP 403."""
+    token = kube.kubectl("-n", operator_ns, "create", "token", RELEASE).stdout.strip()
+    cluster = yaml.safe_load(Path(kube.env["KUBECONFIG"]).read_text())["clusters"][0]["cluster"]
+    configuration = k8s.Configuration()
+    configuration.host = cluster["server"]
+    configuration.ssl_ca_cert = cluster["certificate-authority"]
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    with k8s.ApiClient(configuration) as api:
+        core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+        assert core.list_namespaced_pod(operator_ns).items is not None
+        custom.list_namespaced_custom_object("kraftwerk.io", "v1alpha1", operator_ns, "kraftclusters")
+        refused = {
+            "list secrets": lambda: core.list_namespaced_secret(operator_ns),
+            "update pods": lambda: core.replace_namespaced_pod("x", operator_ns, {"metadata": {"name": "x"}}),
+            "delete kraftclusters": lambda: custom.delete_namespaced_custom_object(
+                "kraftwerk.io", "v1alpha1", operator_ns, "kraftclusters", "x"),
+            "list pods in kube-system": lambda: core.list_namespaced_pod("kube-system"),
+            "create namespaces": lambda: core.create_namespace({"metadata": {"name": "kw-forbidden"}}),
+        }
+        for what, call in refused.items():
+            with pytest.raises(ApiException) as refusal:
+                call()
+            assert refusal.value.status == 403, f"{what}: {refusal.value.status} {refusal.value.reason}"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s.update(nodePools=[{**s["nodePools"][0], "roles": ["broker"]}]),
+         "at least one node pool must have the controller role"),
+        (lambda s: s["nodePools"][0].update(replicas=-1), "spec.nodePools[0].replicas"),
+        (lambda s: s.update(listeners=[{"name": "PLAINTEXT", "port": 9092}, {"name": "OTHER", "port": 9092}]),
+         "listener ports must be distinct"),
+        (lambda s: s.update(clusterId="not-a-kafka-uuid"), "spec.clusterId"),
+    ],
+    ids=["no-controller-pool", "negative-replicas", "duplicate-ports", "bad-cluster-id"],
+)
+def test_the_api_server_rejects_invalid_specs(kube: Kube, operator_ns: str, mutate: Any, message: str) -> None:
+    doc = _controllers_only_example()
+    doc["metadata"]["name"] = "invalid"
+    mutate(doc["spec"])
+    result = _apply(kube, operator_ns, doc, check=False)
+    assert result.returncode != 0, "the API server accepted an invalid KRaftCluster"
+    assert "is invalid" in result.stderr and message in result.stderr, result.stderr
+    assert kube.kubectl("-n", operator_ns, "get", "kc", "invalid", check=False).returncode != 0
+
+
+def test_immutable_fields_are_refused_by_the_api_server(kube: Kube, operator_ns: str) -> None:
+    doc = _controllers_only_example()
+    doc["metadata"]["name"] = "immutable"
+    doc["spec"]["paused"] = True  # the operator only observes: this test is about the API server
+    _apply(kube, operator_ns, doc)
+    try:
+        changed = json.loads(json.dumps(doc))
+        changed["spec"]["nodePools"][0]["roles"] = ["controller", "broker"]
+        result = _apply(kube, operator_ns, changed, check=False)
+        assert result.returncode != 0 and "a node pool's roles are immutable" in result.stderr, result.stderr
+        shrunk = json.loads(json.dumps(doc))
+        shrunk["spec"]["nodePools"][0]["storage"]["volumes"][0]["size"] = "512Mi"
+        result = _apply(kube, operator_ns, shrunk, check=False)
+        assert result.returncode != 0 and "a volume cannot shrink" in result.stderr, result.stderr
+    finally:
+        kube.kubectl("-n", operator_ns, "delete", "kc", "immutable", "--wait=true", "--timeout=60s", check=False)
+
+
+def test_apply_to_ready_then_delete_keeps_claims_per_policy(kube: Kube, operator_ns: str) -> None:
+    ns = operator_ns
+    doc = _controllers_only_example()
+    name = doc["metadata"]["name"]
+    doc["spec"]["nodePools"][0]["storage"]["volumes"][0]["deleteClaim"] = False
+    applied_at = time.monotonic()
+    _apply(kube, ns, doc)
+
+    # format Jobs, one per controller, complete and report each directory id
+    def formatted() -> list[dict[str, Any]] | None:
+        jobs = kube.json("-n", ns, "get", "jobs", "-l", f"kraftwerk.io/cluster={name}")["items"]
+        done = [j for j in jobs if j.get("status", {}).get("succeeded")]
+        return jobs if len(done) == 3 else None
+
+    jobs = _wait("three format Jobs to complete", formatted, timeout_s=420, every_s=2)
+
+    def ready() -> dict[str, Any] | None:
+        resource = kube.json("-n", ns, "get", "kc", name)
+        condition = _condition(resource, "Ready")
+        return resource if condition is not None and condition["status"] == "True" else None
+
+    resource = _wait("the KRaftCluster to be Ready", ready, timeout_s=420, every_s=2)
+    print(f"apply -> Ready: {time.monotonic() - applied_at:.1f}s")
+    status = resource["status"]
+    uid = resource["metadata"]["uid"]
+
+    # status: the quorum the engine reports, every node with its directory id
+    assert status["observedGeneration"] == resource["metadata"]["generation"]
+    assert status["clusterId"]
+    quorum = status["quorum"]
+    assert quorum["leaderId"] in {0, 1, 2} and quorum["leaderEpoch"] >= 1
+    assert sorted(v["id"] for v in quorum["voters"]) == [0, 1, 2]
+    nodes = {n["id"]: n for n in status["nodes"]}
+    assert sorted(nodes) == [0, 1, 2]
+    for node in nodes.values():
+        assert node["phase"] == "Running"
+        assert node["directories"] and all(d.get("directoryId") for d in node["directories"])
+    voter_dirs = {v["id"]: v["directoryId"] for v in quorum["voters"]}
+    for node_id, node in nodes.items():
+        assert voter_dirs[node_id] in {d["directoryId"] for d in node["directories"]}
+    for kind in ("Progressing", "Degraded"):
+        condition = _condition(resource, kind)
+        assert condition is not None and condition["status"] == "False", condition
+        assert condition["lastTransitionTime"] and condition["reason"]
+
+    # the objects: one pod per node running the engine, owned by the KRaftCluster, labelled
+    pods = kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name},app.kubernetes.io/component=controller")
+    assert sorted(p["metadata"]["labels"]["kraftwerk.io/node-id"] for p in pods["items"]) == ["0", "1", "2"]
+    for pod in pods["items"]:
+        labels = pod["metadata"]["labels"]
+        assert labels["kraftwerk.io/pool"] == "controllers"
+        assert labels["app.kubernetes.io/instance"] == name
+        assert labels["app.kubernetes.io/part-of"] == "kraftwerk"
+        assert labels["app.kubernetes.io/managed-by"] == "kraftwerk-operator"
+        owner = pod["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("KRaftCluster", uid, True)
+        assert pod["spec"]["containers"][0]["command"][:3] == ["kraft", "server", "start"]
+        assert pod["status"]["phase"] == "Running"
+    for job in jobs:
+        assert job["metadata"]["ownerReferences"][0]["uid"] == uid
+        command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert "--initial-controllers" in command and "--cluster-id" in command
+    for kind in ("configmaps", "services", "poddisruptionbudgets"):
+        items = kube.json("-n", ns, "get", kind, "-l", f"kraftwerk.io/cluster={name}")["items"]
+        assert items, kind
+        assert all(i["metadata"]["ownerReferences"][0]["uid"] == uid for i in items), kind
+    budget = kube.json("-n", ns, "get", "pdb", f"{name}-controllers")
+    assert budget["spec"]["minAvailable"] == 2
+    headless = kube.json("-n", ns, "get", "service", f"{name}-nodes")
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    claims = kube.json("-n", ns, "get", "pvc", "-l", f"kraftwerk.io/cluster={name}")["items"]
+    assert len(claims) == 3 and all("ownerReferences" not in c["metadata"] for c in claims)
+    assert all(c["status"]["phase"] == "Bound" for c in claims)
+
+    # the engine answers its own tool inside a pod: the quorum it describes is the status's
+    described = kube.kubectl("-n", ns, "exec", f"{name}-controllers-0", "--", "kraft", "metadata-quorum",
+                             "--bootstrap-controller", f"{name}-controllers-0.{name}-nodes:9093",
+                             "describe", "--status").stdout
+    assert f"ClusterId:              {status['clusterId']}" in described, described
+
+    # Events for the actions taken
+    events = kube.json("-n", ns, "get", "events", "--field-selector", f"involvedObject.uid={uid}")["items"]
+    reasons = {e["reason"] for e in events}
+    assert {"FormatStorage", "StartNode", "WriteConfig"} <= reasons, reasons
+
+    # delete: everything owned goes, the claims stay (deleteClaim: false)
+    kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=180s")
+    _wait("the owned pods to be garbage-collected",
+          lambda: not kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name}")["items"],
+          timeout_s=180, every_s=2)
+    kept = kube.json("-n", ns, "get", "pvc", "-l", f"kraftwerk.io/cluster={name}")["items"]
+    assert sorted(c["metadata"]["name"] for c in kept) == sorted(c["metadata"]["name"] for c in claims)
+    kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false")
+
+
+def test_delete_claim_true_removes_the_claims(kube: Kube, operator_ns: str) -> None:
+    ns = operator_ns
+    doc = _controllers_only_example()
+    doc["metadata"]["name"] = "ephemeral"
+    pool = doc["spec"]["nodePools"][0]
+    pool["replicas"] = 1
+    pool["storage"]["volumes"][0]["deleteClaim"] = True
+    _apply(kube, ns, doc)
+    _wait("the claim of node 0", lambda: kube.json("-n", ns, "get", "pvc", "-l", "kraftwerk.io/cluster=ephemeral")["items"],
+          timeout_s=300, every_s=2)
+    kube.kubectl("-n", ns, "delete", "kc", "ephemeral", "--wait=true", "--timeout=180s")
+    _wait("the claim to be deleted",
+          lambda: not [c for c in kube.json("-n", ns, "get", "pvc", "-l", "kraftwerk.io/cluster=ephemeral")["items"]
+                       if not c["metadata"].get("deletionTimestamp")],
+          timeout_s=120, every_s=2)
+    events = kube.json("-n", ns, "get", "events", "--field-selector", "reason=VolumesReleased")["items"]
+    assert any("data-0-ephemeral-controllers-" in e["message"] for e in events), [e["message"] for e in events]
+
+
+def test_operator_metrics_are_served(kube: Kube, operator_ns: str) -> None:
+    pod = kube.json("-n", operator_ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"][0]
+    raw = kube.kubectl("get", "--raw",
+                       f"/api/v1/namespaces/{operator_ns}/pods/{pod['metadata']['name']}:8080/proxy/metrics").stdout
+    assert "kraftwerk_operator_reconcile_duration_seconds" in raw
+
