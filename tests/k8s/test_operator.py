@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.k8s.conftest import IMAGE, REPO, Kube
+from .kube import IMAGE, REPO, Kube
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -90,23 +90,29 @@ def test_operator_runs_as_pods_under_its_own_service_account(kube: Kube, operato
 
 
 def test_peering_lets_exactly_one_replica_act(kube: Kube, operator_ns: str) -> None:
+    """Both replicas register in the KopfPeering with distinct random priorities; kopf starts each
+    paused, and only the one with the highest priority resumes."""
     def peers() -> dict[str, Any] | None:
         status = kube.json("-n", operator_ns, "get", "kopfpeering", "kraftwerk").get("status") or {}
         return status if len(status) == 2 else None
 
     status = _wait("both replicas in the KopfPeering", peers, timeout_s=120)
-    priorities = [peer["priority"] for peer in status.values()]
-    assert len(set(priorities)) == 2, f"replicas tie on priority: {status}"
+    priorities = {identity.split("@", 1)[1].split("/", 1)[0]: peer["priority"] for identity, peer in status.items()}
+    assert len(set(priorities.values())) == 2, f"replicas tie on priority: {status}"
+    leader = max(priorities, key=lambda pod: priorities[pod])
 
-    def paused_logs() -> list[str]:
-        logs = []
-        for pod in kube.json("-n", operator_ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"]:
-            text = kube.kubectl("-n", operator_ns, "logs", pod["metadata"]["name"]).stdout
-            logs.append(text)
-        return logs if sum("Pausing operations in favour of" in t for t in logs) == 1 else []
+    def last_peering_word(pod: str) -> str:
+        lines = [line for line in kube.kubectl("-n", operator_ns, "logs", pod).stdout.splitlines()
+                 if "Resuming operations" in line or "Pausing operations" in line]
+        return ("paused" if "Pausing" in lines[-1] else "acting") if lines else "never resumed"
 
-    logs = _wait("one replica to pause in favour of the other", paused_logs, timeout_s=120)
-    assert sum("Resuming operations" in t or "Pausing" not in t for t in logs) >= 1
+    def settled() -> dict[str, str] | None:
+        words = {pod: last_peering_word(pod) for pod in priorities}
+        return words if words[leader] == "acting" and list(words.values()).count("acting") == 1 else None
+
+    _wait("the highest-priority replica alone to act", settled, timeout_s=120)
+    time.sleep(3)
+    assert settled() is not None, {pod: last_peering_word(pod) for pod in priorities}
 
 
 def test_the_chart_grants_no_verb_it_does_not_need(kube: Kube, operator_ns: str) -> None:
