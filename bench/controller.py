@@ -1,16 +1,29 @@
-"""Controller benchmark: a 3-controller quorum (real processes, real files) at 10k topics / 100k partitions.
+"""Controller benchmark: a 3-controller quorum (real processes, real files) at 10k topics / 100k partitions,
+ours and, with `--systems kraftwerk,kafka`, Apache Kafka 4.1's beside it under the same workload.
 
-Prints figures; asserts nothing. It measures what an operator would feel:
+Prints figures; asserts nothing. For each system, with the same harness brokers over the same protocol:
 
 1. creating 10,000 topics of 10 partitions (RF 3, over three brokers this script plays over the
    real protocol), in CreateTopics requests of 100 topics;
-2. the snapshots the active controller wrote (size, and time to encode + write the last one);
-3. restart of a standby: process start until its committed image reaches the quorum's;
-4. failover: `kill -9` of the active controller until a new one acknowledges a CreateTopics;
-5. the fencing of one broker: in-process, the quorum controller generating the records and the
-   metadata loader applying that delta to the 100k-partition image (Kafka's anchor: ~11 ms/op).
+2. the size of the newest snapshot the active controller wrote;
+3. the fence of one broker that stops heartbeating: from its last answered heartbeat until a raft
+   observer following the metadata log over Fetch (as brokers learn metadata) sees the fence
+   committed; whether the fence and the partition changes before it were all written in the leader
+   epoch of the start (the leadership survived the fence); ours also reports the longest stall of
+   raft's event loop on any controller (`/kraftwerk/status` `loop_stall_ms_max`);
+4. restart of a standby: process start until its log end reaches the quorum's high watermark (ours
+   also until its image caught up);
+5. failover: `kill -9` of the active controller until a new one acknowledges a CreateTopics, median
+   over `--failover-trials` (the killed node is restarted and caught up between trials);
+6. then a table with each figure's ours/Kafka ratio and the goals (failover and fence at or below
+   Kafka's, create throughput at least half of Kafka's);
+7. the fencing of one broker in-process, on the node's path: the quorum controller generating,
+   replaying and encoding the records, its commit bookkeeping, and the metadata loader's delta,
+   image and publish (Kafka's anchor: ~11 ms per delta apply at 100k topics).
 
-Usage: .venv/bin/python bench/controller.py [--topics 10000] [--partitions 10]
+Kafka's side needs the jars (`scripts/fetch-kafka-jars`) and java; without them it is skipped.
+
+Usage: .venv/bin/python bench/controller.py [--topics 10000] [--partitions 10] [--systems kraftwerk,kafka]
 """
 
 from __future__ import annotations
@@ -18,15 +31,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import json
+import os
 import random
-import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,11 +57,18 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i16, i32, i64, u16
 
 from kraft_engine.admin.controller_admin import ControllerAdmin
+from kraft_engine.admin.quorum_admin import QuorumAdminError
 from kraft_engine.controller import CommittedBatch, QuorumController, RecordAndVersion
 from kraft_engine.metadata import CommittedBatch as LoaderBatch
 from kraft_engine.metadata import MetadataLoader, VersionRange
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError, request_class
+from kraft_engine.raft import ReplicaKey, parse_batches
+from kraft_engine.raft.messages import fetch_request
 from kraft_engine.records import (
+    BrokerRegistrationChangeRecord,
     FeatureLevelRecord,
+    FenceBrokerRecord,
+    PartitionChangeRecord,
     decode_metadata_record,
     encode_metadata_record,
     metadata_version,
@@ -68,17 +92,22 @@ def _ports(count: int) -> list[int]:
             s.close()
 
 
+def _kraft(*args: str) -> str:
+    return subprocess.run([KRAFT, *args], check=True, capture_output=True, text=True).stdout
+
+
 class Quorum:
+    """Three kraftwerk controller processes (`kraft server start`)."""
+
+    name = "kraftwerk"
+
     def __init__(self, root: Path) -> None:
         self.root = root
         ports = _ports(6)
         self.ports = {i: ports[i - 1] for i in (1, 2, 3)}
         self.http_ports = {i: ports[i + 2] for i in (1, 2, 3)}
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
-        self.cluster_id = self._kraft("storage", "random-uuid").strip()
-
-    def _kraft(self, *args: str) -> str:
-        return subprocess.run([KRAFT, *args], check=True, capture_output=True, text=True).stdout
+        self.cluster_id = _kraft("storage", "random-uuid").strip()
 
     def config(self, node_id: int) -> Path:
         return self.root / f"c{node_id}" / "server.properties"
@@ -86,26 +115,36 @@ class Quorum:
     def log(self, node_id: int) -> Path:
         return self.root / f"c{node_id}" / "server.log"
 
-    def format(self) -> None:
-        initial = ",".join(f"{i}@{HOST}:{self.ports[i]}:{self._kraft('storage', 'random-uuid').strip()}"
-                           for i in (1, 2, 3))
+    def metadata_dir(self, node_id: int) -> Path:
+        return self.root / f"c{node_id}" / "data" / "__cluster_metadata-0"
+
+    def _properties(self, node_id: int) -> list[str]:
         bootstrap = ",".join(f"{HOST}:{p}" for p in self.ports.values())
+        return [
+            "process.roles=controller", f"node.id={node_id}", f"listeners=CONTROLLER://{HOST}:{self.ports[node_id]}",
+            "controller.listener.names=CONTROLLER", "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
+            f"controller.quorum.bootstrap.servers={bootstrap}", f"log.dirs={self.root / f'c{node_id}' / 'data'}",
+            "metadata.log.max.record.bytes.between.snapshots=4194304",
+        ]
+
+    def _initial_controllers(self) -> str:
+        return ",".join(f"{i}@{HOST}:{self.ports[i]}:{_kraft('storage', 'random-uuid').strip()}" for i in (1, 2, 3))
+
+    def format(self) -> None:
+        initial = self._initial_controllers()
         for i in (1, 2, 3):
             self.config(i).parent.mkdir(parents=True)
-            self.config(i).write_text("\n".join([
-                "process.roles=controller", f"node.id={i}", f"listeners=CONTROLLER://{HOST}:{self.ports[i]}",
-                "controller.listener.names=CONTROLLER", "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
-                f"controller.quorum.bootstrap.servers={bootstrap}", f"log.dirs={self.root / f'c{i}' / 'data'}",
-                f"kraftwerk.metrics.port={self.http_ports[i]}",
-                "metadata.log.max.record.bytes.between.snapshots=4194304",
-            ]) + "\n")
-            self._kraft("storage", "format", "-c", str(self.config(i)), "-t", self.cluster_id,
-                        "--initial-controllers", initial)
+            self.config(i).write_text("\n".join([*self._properties(i), f"kraftwerk.metrics.port={self.http_ports[i]}"])
+                                      + "\n")
+            _kraft("storage", "format", "-c", str(self.config(i)), "-t", self.cluster_id, "--initial-controllers",
+                   initial)
+
+    def _command(self, node_id: int) -> list[str]:
+        return [KRAFT, "server", "start", "--config", str(self.config(node_id))]
 
     def start(self, node_id: int) -> None:
         with self.log(node_id).open("ab") as out:
-            self.processes[node_id] = subprocess.Popen([KRAFT, "server", "start", "--config", str(self.config(node_id))],
-                                                       stdout=out, stderr=subprocess.STDOUT)
+            self.processes[node_id] = subprocess.Popen(self._command(node_id), stdout=out, stderr=subprocess.STDOUT)
 
     def kill(self, node_id: int) -> None:
         process = self.processes.pop(node_id)
@@ -117,42 +156,80 @@ class Quorum:
             self.kill(node_id)
 
     def status(self, node_id: int) -> dict[str, Any] | None:
-        import json
-        import urllib.request
-
         try:
-            with urllib.request.urlopen(f"http://{HOST}:{self.http_ports[node_id]}/kraftwerk/status", timeout=2) as r:
+            with urllib.request.urlopen(f"http://{HOST}:{self.http_ports[node_id]}/kraftwerk/status", timeout=5) as r:
                 return dict(json.loads(r.read()))
         except OSError:
             return None
 
-    def leader(self) -> int | None:
-        for node_id in self.processes:
-            status = self.status(node_id)
-            if status is not None and status["role"] == "Leader":
-                return node_id
+    def raft_stall_ms(self) -> float | None:
+        """The longest stall of raft's event loop on any running node since it started."""
+        stalls = [s["loop_stall_ms_max"] for s in map(self.status, self.processes) if s is not None]
+        return max(stalls) if stalls else None
+
+
+class KafkaQuorum(Quorum):
+    """Three Apache Kafka 4.1 controller processes from the jars, formatted by Kafka's own StorageTool."""
+
+    name = "kafka"
+
+    def __init__(self, root: Path, classpath: str) -> None:
+        super().__init__(root)
+        self.classpath = classpath
+
+    def format(self) -> None:
+        initial = self._initial_controllers()
+        for i in (1, 2, 3):
+            self.config(i).parent.mkdir(parents=True)
+            self.config(i).write_text("\n".join(self._properties(i)) + "\n")
+            subprocess.run(["java", "-cp", self.classpath, "kafka.tools.StorageTool", "format", "-c",
+                            str(self.config(i)), "-t", self.cluster_id, "--initial-controllers", initial],
+                           check=True, capture_output=True, text=True)
+
+    def _command(self, node_id: int) -> list[str]:
+        return ["java", "-Xmx2g", "-cp", self.classpath, "kafka.Kafka", str(self.config(node_id))]
+
+    def raft_stall_ms(self) -> float | None:
+        return None  # Kafka's raft runs on its own thread; it exports no such figure
+
+
+def kafka_classpath() -> str | None:
+    """Apache Kafka's jars as `scripts/fetch-kafka-jars` caches them, if present and java is installed."""
+    root = Path(os.environ.get("KAFKA_JARS_DIR", Path(__file__).resolve().parents[1] / ".kafka-jars"))
+    if not root.is_dir() or shutil.which("java") is None:
         return None
+    for version_dir in sorted(root.iterdir(), reverse=True):
+        if any(version_dir.glob("kafka_2.13-*.jar")):
+            return f"{version_dir}/*"
+    return None
 
 
 class Brokers:
-    """Three brokers' registration and heartbeats against the active controller."""
+    """Three brokers' registration and heartbeats against the active controller, played over the
+    protocol. They declare the features the controller itself supports (Kafka's controller refuses a
+    broker that cannot run a finalized feature level)."""
 
     def __init__(self, admin: ControllerAdmin, cluster_id: str) -> None:
         self.admin = admin
         self.cluster_id = cluster_id
         self.epochs: dict[int, int] = {}
         self.silent: set[int] = set()
+        self.last_answered: dict[int, float] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        connection = await self.admin.any_connection()
+        supported = connection.api_versions_response.supported_features
+        features = tuple(Feature(name=f.name, min_supported_version=f.min_version, max_supported_version=f.max_version)
+                         for f in supported)
         for b in (1, 2, 3):
             response = await self.admin.send_to_active(BrokerRegistrationRequest(
                 broker_id=BrokerId(b), cluster_id=self.cluster_id, incarnation_id=uuid.uuid4(),
                 listeners=(Listener(name="PLAINTEXT", host=HOST, port=u16(19092 + b), security_protocol=i16(0)),),
-                features=(Feature(name="metadata.version", min_supported_version=i16(7),
-                                  max_supported_version=i16(LATEST)),),
-                rack=None, log_dirs=(uuid.uuid4(),),
+                features=features, rack=None, log_dirs=(uuid.uuid4(),),
             ))
+            if response.error_code != ErrorCode.none:
+                raise RuntimeError(f"broker {b} registration refused: {ErrorCode(response.error_code).name}")
             self.epochs[b] = int(response.broker_epoch)
         self._task = asyncio.get_running_loop().create_task(self._loop())
         while True:
@@ -163,10 +240,13 @@ class Brokers:
 
     async def _heartbeat(self, broker_id: int) -> Any:
         with contextlib.suppress(Exception):
-            return await self.admin.send_to_active(BrokerHeartbeatRequest(
+            answer = await self.admin.send_to_active(BrokerHeartbeatRequest(
                 broker_id=BrokerId(broker_id), broker_epoch=i64(self.epochs[broker_id]),
                 current_metadata_offset=i64(1 << 62), want_fence=False, want_shut_down=False,
             ))
+            if answer.error_code == ErrorCode.none:
+                self.last_answered[broker_id] = time.monotonic()
+            return answer
         return None
 
     async def _loop(self) -> None:
@@ -176,6 +256,12 @@ class Brokers:
                     await self._heartbeat(b)
             await asyncio.sleep(HEARTBEAT_S)
 
+    async def silence(self, broker_id: int) -> float:
+        """Stop heartbeating `broker_id`; the monotonic time its last heartbeat was answered."""
+        self.silent.add(broker_id)
+        await asyncio.sleep(2 * HEARTBEAT_S)  # a heartbeat already in flight lands first
+        return self.last_answered[broker_id]
+
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -183,30 +269,142 @@ class Brokers:
                 await self._task
 
 
-def _create_request(names: list[str], partitions: int) -> CreateTopicsRequest:
+def _create_request(names: list[str], partitions: int, *, replication_factor: int = 3) -> CreateTopicsRequest:
     return CreateTopicsRequest(topics=tuple(
-        CreatableTopic(name=TopicName(n), num_partitions=i32(partitions), replication_factor=i16(3), assignments=(),
-                       configs=())
+        CreatableTopic(name=TopicName(n), num_partitions=i32(partitions), replication_factor=i16(replication_factor),
+                       assignments=(), configs=())
         for n in names
     ))
 
 
 async def _wait(condition: Any, *, timeout_s: float = 600, interval_s: float = 0.02) -> None:
     deadline = time.monotonic() + timeout_s
-    while not condition():
+    while not await condition():
         if time.monotonic() > deadline:
             raise TimeoutError("benchmark step timed out")
         await asyncio.sleep(interval_s)
 
 
-async def bench_cluster(topics: int, partitions: int, root: Path) -> None:
-    quorum = Quorum(root)
-    quorum.format()
-    for i in (1, 2, 3):
-        quorum.start(i)
+def _as_version(entity: Any, cls: type[Any]) -> Any:
+    """A kio entity rebuilt as the same message at another version (fields that version has)."""
+    module = sys.modules[cls.__module__]
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(entity, f.name)
+        if dataclasses.is_dataclass(value):
+            value = _as_version(value, getattr(module, type(value).__name__))
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            value = tuple(_as_version(v, getattr(module, type(v).__name__)) for v in value)
+        values[f.name] = value
+    return cls(**values)
+
+
+@dataclasses.dataclass
+class FenceSeen:
+    committed_at: float  # monotonic time the fence record was first seen below the high watermark
+    fence_offset: int
+    partition_changes: int  # PartitionChangeRecords before the fence record, in the observed epochs
+    epochs: set[int]  # epochs of the batches that carried them
+
+
+async def _observe_fence(admin: ControllerAdmin, *, cluster_id: str, broker_id: int, deadline_s: float) -> FenceSeen:
+    """Follow the metadata log as a raft observer (Fetch, as brokers learn metadata) from the current
+    high watermark until a fence of `broker_id` is committed. A leader change moves the observer to
+    the new leader; a divergence truncates what it saw."""
+    quorum = await admin.describe_quorum()
+    offset, epoch = quorum.high_watermark, quorum.leader_epoch
+    observer = ReplicaKey(1000 + broker_id, uuid.uuid4())
+    seen: list[tuple[int, int, bool]] = []  # (offset, epoch, is the fence) of partition changes and the fence
+    connection: KafkaConnection | None = None
     try:
-        async with ControllerAdmin([(HOST, p) for p in quorum.ports.values()], timeout_ms=120_000) as admin:
-            brokers = Brokers(admin, quorum.cluster_id)
+        while time.monotonic() < deadline_s:
+            try:
+                if connection is None:
+                    quorum = await admin.describe_quorum()
+                    leader = quorum.nodes[quorum.leader_id][0]
+                    connection = KafkaConnection(leader.host, leader.port,
+                                                 config=ConnectionConfig(client_id="bench-observer"))
+                    await connection.connect(timeout_ms=10_000)
+                newest = max(int(k.max_version) for k in connection.api_versions_response.api_keys
+                             if int(k.api_key) == 1)
+                request = fetch_request(cluster_id=cluster_id, replica=observer, epoch=quorum.leader_epoch,
+                                        fetch_offset=offset, last_fetched_epoch=epoch, high_watermark=None,
+                                        max_wait_ms=100, max_bytes=256 << 20)
+                response = await connection.send(_as_version(request, request_class(1, min(18, newest))),
+                                                 timeout_ms=30_000)
+                partition = response.responses[0].partitions[0]
+                if partition.error_code != ErrorCode.none:
+                    raise RuntimeError(ErrorCode(partition.error_code).name)
+            except (KafkaProtocolError, OSError, RuntimeError, QuorumAdminError):
+                if connection is not None:
+                    await connection.close()
+                connection = None
+                await asyncio.sleep(0.2)
+                continue
+            diverging = partition.diverging_epoch
+            if int(diverging.epoch) >= 0:
+                offset, epoch = int(diverging.end_offset), int(diverging.epoch)
+                seen = [entry for entry in seen if entry[0] < offset]
+                continue
+            for batch in parse_batches(partition.records or b""):
+                offset, epoch = batch.last_offset + 1, batch.epoch
+                if batch.is_control:
+                    continue
+                for index, value in enumerate(batch.records):
+                    record, _ = decode_metadata_record(value)
+                    if isinstance(record, PartitionChangeRecord):
+                        seen.append((batch.base_offset + index, batch.epoch, False))
+                    elif (isinstance(record, BrokerRegistrationChangeRecord) and record.broker_id == broker_id
+                          and record.fenced == 1) or (isinstance(record, FenceBrokerRecord) and record.id == broker_id):
+                        seen.append((batch.base_offset + index, batch.epoch, True))
+            fences = [entry for entry in seen if entry[2]]
+            if fences and int(partition.high_watermark) > fences[0][0]:
+                fence_offset = fences[0][0]
+                before = [entry for entry in seen if entry[0] <= fence_offset]
+                return FenceSeen(time.monotonic(), fence_offset, len(before) - 1, {e for _, e, _ in before})
+    finally:
+        if connection is not None:
+            await connection.close()
+    raise TimeoutError("no committed fence seen")
+
+
+async def _failover(system: Quorum, admin: ControllerAdmin) -> float:
+    """kill -9 of the active controller until a new one acknowledges a CreateTopics."""
+    quorum = await admin.describe_quorum()
+    leader = quorum.leader_id
+    started = time.monotonic()
+    system.kill(leader)
+    survivors = [(HOST, system.ports[i]) for i in (1, 2, 3) if i != leader]
+    async with ControllerAdmin(survivors, timeout_ms=120_000) as after:
+        response = await after.send_to_active(_create_request([f"after-failover-{uuid.uuid4().hex[:8]}"], 1,
+                                                              replication_factor=1))
+    if response.topics[0].error_code != ErrorCode.none:
+        raise RuntimeError(f"CreateTopics after failover: {response.topics[0]}")
+    elapsed = time.monotonic() - started
+    # Bring the killed controller back and let it catch up before the next trial.
+    system.start(leader)
+    target = (await admin.describe_quorum()).high_watermark
+
+    async def caught_up() -> bool:
+        with contextlib.suppress(Exception):
+            q = await admin.describe_quorum()
+            return any(v.replica_id == leader and v.log_end_offset >= target for v in q.voters)
+        return False
+
+    await _wait(caught_up, interval_s=0.2)
+    return elapsed
+
+
+async def bench_system(system: Quorum, *, topics: int, partitions: int, failover_trials: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    print(f"--- {system.name}: 3 controllers, {topics} topics x {partitions} partitions (RF 3)", flush=True)
+    system.format()
+    for i in (1, 2, 3):
+        system.start(i)
+    try:
+        bootstrap = [(HOST, p) for p in system.ports.values()]
+        async with ControllerAdmin(bootstrap, timeout_ms=300_000) as admin:
+            brokers = Brokers(admin, system.cluster_id)
             await brokers.start()
             started = time.monotonic()
             batch = 100
@@ -216,59 +414,115 @@ async def bench_cluster(topics: int, partitions: int, root: Path) -> None:
                 bad = [t for t in response.topics if t.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists)]
                 if bad:
                     raise RuntimeError(f"CreateTopics failed: {bad[0]}")
-            elapsed = time.monotonic() - started
-            print(f"create {topics} topics / {topics * partitions} partitions (RF 3, {batch} topics per request): "
-                  f"{elapsed:.1f} s ({elapsed / topics * 1000:.2f} ms per topic)")
+            results["create_s"] = elapsed = time.monotonic() - started
+            print(f"create {topics} topics / {topics * partitions} partitions ({batch} topics per request): "
+                  f"{elapsed:.1f} s ({elapsed / topics * 1000:.2f} ms per topic)", flush=True)
 
-            leader = quorum.leader()
-            assert leader is not None
-            # Snapshots: wait for one that covers most of what was written.
+            # Snapshots: wait for the newest to cover most of what was written.
+            quorum = await admin.describe_quorum()
+            leader = quorum.leader_id
+
+            async def snapshot_near_end() -> bool:
+                newest = max((int(f.name.split("-")[0]) for f in system.metadata_dir(leader).glob("*.checkpoint")),
+                             default=0)
+                return newest >= quorum.high_watermark * 0.8
+
             with contextlib.suppress(TimeoutError):
-                await _wait(lambda: bool(_snapshot_lines(quorum, leader)), timeout_s=60)
-            lines = _snapshot_lines(quorum, leader)
-            if lines:
-                records, size, ms = lines[-1]
-                files = sorted((root / f"c{leader}" / "data" / "__cluster_metadata-0").glob("*.checkpoint"))
-                print(f"snapshots written by the active controller: {len(lines)}; last: {records} records, "
-                      f"{size / 1e6:.1f} MB of records, encoded and written in {ms:.0f} ms; "
-                      f"file {files[-1].name} {files[-1].stat().st_size / 1e6:.1f} MB")
-            else:
-                print("no snapshot: less than metadata.log.max.record.bytes.between.snapshots (4 MiB) was written")
+                await _wait(snapshot_near_end, timeout_s=30, interval_s=0.5)
+            files = sorted(f for f in system.metadata_dir(leader).glob("*.checkpoint")
+                           if not f.name.startswith("00000000000000000000-"))  # not the bootstrap checkpoint
+            results["snapshot_mb"] = files[-1].stat().st_size / 1e6 if files else None
+            print(f"newest snapshot of the active controller: {files[-1].name if files else 'none'} "
+                  f"{results['snapshot_mb'] or 0:.1f} MB", flush=True)
 
-            # Restart of a standby.
+            # One broker's fence, seen as a broker sees it: through the metadata log.
+            epoch_before = quorum.leader_epoch
+            observer = asyncio.ensure_future(_observe_fence(admin, cluster_id=system.cluster_id, broker_id=2,
+                                                            deadline_s=time.monotonic() + 300))
+            await asyncio.sleep(0.5)
+            last_heartbeat = await brokers.silence(2)
+            seen = await observer
+            after = await admin.describe_quorum()
+            results["fence_s"] = seen.committed_at - last_heartbeat
+            results["fence_same_leader"] = after.leader_epoch == epoch_before and seen.epochs == {epoch_before}
+            print(f"fence of broker 2 (last answered heartbeat to the fence committed, seen by a metadata-log "
+                  f"observer): {results['fence_s']:.2f} s (session timeout 9 s); {seen.partition_changes} partition "
+                  f"changes before it; epochs {sorted(seen.epochs)}, leader epoch {epoch_before} -> "
+                  f"{after.leader_epoch}", flush=True)
+            results["raft_stall_ms"] = system.raft_stall_ms()
+            if results["raft_stall_ms"] is not None:
+                print(f"longest raft event-loop stall on any controller so far: {results['raft_stall_ms']:.0f} ms "
+                      f"(fetch timeout 2000 ms)", flush=True)
+
+            # Restart of a standby: until its log end reaches the quorum's high watermark.
             standby = next(i for i in (1, 2, 3) if i != leader)
-            quorum.kill(standby)
-            target = quorum.status(leader)
-            assert target is not None
+            system.kill(standby)
+            target = (await admin.describe_quorum()).high_watermark
             started = time.monotonic()
-            quorum.start(standby)
+            system.start(standby)
 
-            def caught_up() -> bool:
-                status = quorum.status(standby)
-                return status is not None and status["applied_offset"] >= target["applied_offset"]
+            async def standby_caught_up() -> bool:
+                with contextlib.suppress(Exception):
+                    q = await admin.describe_quorum()
+                    return any(v.replica_id == standby and v.log_end_offset >= target for v in q.voters)
+                return False
 
-            await _wait(caught_up)
-            print(f"standby restart (process start to image caught up at offset {target['applied_offset']}): "
-                  f"{time.monotonic() - started:.1f} s")
+            await _wait(standby_caught_up, interval_s=0.1)
+            results["standby_s"] = time.monotonic() - started
+            line = f"standby restart (process start to log end at the high watermark {target}): {results['standby_s']:.1f} s"
+            status = system.status(standby) if isinstance(system, Quorum) and system.name == "kraftwerk" else None
+            if status is not None:
+                await _wait(lambda: _async_bool((system.status(standby) or {}).get("applied_offset", 0) >= target),
+                            interval_s=0.1)
+                line += f"; image caught up after {time.monotonic() - started:.1f} s"
+            print(line, flush=True)
 
-            # Failover.
-            started = time.monotonic()
-            quorum.kill(leader)
-            survivors = [(HOST, quorum.ports[i]) for i in (1, 2, 3) if i != leader]
-            async with ControllerAdmin(survivors, timeout_ms=120_000) as after:
-                response = await after.send_to_active(_create_request(["after-failover"], 1))
-            assert response.topics[0].error_code == ErrorCode.none, response
-            print(f"failover (kill -9 of the active controller to an acknowledged CreateTopics): "
-                  f"{time.monotonic() - started:.2f} s")
+            trials = [await _failover(system, admin) for _ in range(failover_trials)]
+            results["failover_s"] = statistics.median(trials)
+            print(f"failover (kill -9 of the active controller to an acknowledged CreateTopics), {failover_trials} "
+                  f"trials: median {results['failover_s']:.2f} s ({', '.join(f'{t:.2f}' for t in trials)})", flush=True)
+            stall = system.raft_stall_ms()
+            if stall is not None:
+                results["raft_stall_ms"] = max(stall, results["raft_stall_ms"] or 0)
             await brokers.close()
     finally:
-        quorum.close()
+        system.close()
+    return results
 
 
-def _snapshot_lines(quorum: Quorum, node_id: int) -> list[tuple[int, int, float]]:
-    text = quorum.log(node_id).read_text(errors="replace")
-    return [(int(m[1]), int(m[2]), float(m[3]))
-            for m in re.finditer(r"wrote snapshot \S+: (\d+) records, (\d+) bytes in ([\d.]+) ms", text)]
+async def _async_bool(value: bool) -> bool:
+    return value
+
+
+_ROWS = (
+    ("create_s", "create time (s)", "ours/Kafka <= 2 (throughput >= 0.5x)"),
+    ("snapshot_mb", "snapshot size (MB)", ""),
+    ("standby_s", "standby catch-up (s)", ""),
+    ("failover_s", "failover to an acknowledged CreateTopics, median (s)", "ours/Kafka <= 1"),
+    ("fence_s", "last heartbeat to committed fence, seen by an observer (s)", "ours/Kafka <= 1"),
+)
+
+
+def print_comparison(results: dict[str, dict[str, Any]]) -> None:
+    ours, kafka = results.get("kraftwerk"), results.get("kafka")
+    print("\n| figure | kraftwerk | Kafka 4.1 | ours/Kafka | goal |\n|---|---|---|---|---|")
+    for key, label, goal in _ROWS:
+        a = None if ours is None else ours.get(key)
+        b = None if kafka is None else kafka.get(key)
+        ratio = f"{a / b:.2f}" if a is not None and b else "-"
+        met = ""
+        if goal and ratio != "-":
+            limit = 2.0 if key == "create_s" else 1.0
+            met = " met" if a / b <= limit else " NOT met"
+        print(f"| {label} | {_fmt(a)} | {_fmt(b)} | {ratio} | {goal}{met} |")
+    for name, figures in results.items():
+        if figures.get("raft_stall_ms") is not None:
+            print(f"| longest raft stall ({name}, ms) | {figures['raft_stall_ms']:.0f} | | | < 2000 |")
+        print(f"| fence and its ISR shrinks under one leader ({name}) | {figures.get('fence_same_leader')} | | | |")
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 class _MemoryLog:
@@ -392,11 +646,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topics", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--systems", default="kraftwerk",
+                        help="comma-separated: kraftwerk, kafka (Apache Kafka 4.1 from scripts/fetch-kafka-jars)")
+    parser.add_argument("--failover-trials", type=int, default=5)
+    parser.add_argument("--skip-fencing", action="store_true", help="skip the in-process fencing cost")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="kraft-bench-controller-"))
+    results: dict[str, dict[str, Any]] = {}
     try:
-        asyncio.run(bench_cluster(args.topics, args.partitions, root))
-        bench_fencing(args.topics, args.partitions)
+        for name in [n.strip() for n in args.systems.split(",") if n.strip()]:
+            system: Quorum
+            if name == "kafka":
+                classpath = kafka_classpath()
+                if classpath is None:
+                    print("--- kafka: skipped (no Kafka jars in .kafka-jars/, run scripts/fetch-kafka-jars, or no java)")
+                    continue
+                system = KafkaQuorum(root / name, classpath)
+            elif name == "kraftwerk":
+                system = Quorum(root / name)
+            else:
+                raise SystemExit(f"unknown system {name!r} (kraftwerk, kafka)")
+            results[name] = asyncio.run(bench_system(system, topics=args.topics, partitions=args.partitions,
+                                                     failover_trials=args.failover_trials))
+        if results:
+            print_comparison(results)
+        if "kraftwerk" in args.systems and not args.skip_fencing:
+            bench_fencing(args.topics, args.partitions)
+        print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
