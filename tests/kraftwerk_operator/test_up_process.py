@@ -182,14 +182,21 @@ def test_quickstart_three_engine_controllers_and_three_kafka_brokers_reach_ready
 
 @needs_kafka
 @pytest.mark.kafka_jars
-def test_apache_kafka_controllers_from_the_jars_reach_ready(tmp_path: Path) -> None:
+def test_three_apache_kafka_controllers_and_three_brokers_from_the_jars_reach_ready(tmp_path: Path) -> None:
+    """The same planner and runtime with Apache Kafka 4.1 in place of the engine for every node."""
+    quickstart = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    quickstart["metadata"]["name"] = "allkafka"
+    quickstart["spec"]["nodePools"][0]["implementation"] = "apache-kafka"
     spec = tmp_path / "kafka.yaml"
-    spec.write_text(textwrap.dedent(CONTROLLERS).replace("replicas: 3", "replicas: 3\n      implementation: apache-kafka"))
+    spec.write_text(yaml.safe_dump(quickstart))
     state = tmp_path / "state"
     result = _up(spec, state, timeout_s=280)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    status = _status(state, "trio")
+    status = _status(state, "allkafka")
     assert _conditions(status)["Ready"]["status"] == "True"
-    assert status["controllers"] == "3/3"
+    assert status["controllers"] == "3/3" and status["brokers"] == "3/3"
     assert all(n["version"].startswith("kafka ") for n in status["nodes"])
     assert sorted(v["id"] for v in status["quorum"]["voters"]) == [0, 1, 2]
+    assert sorted(o["id"] for o in status["quorum"]["observers"]) == [3, 4, 5]
+    assert "Created topic demo (3 partitions, RF 3)" in result.stdout
+    assert status["partitions"]["total"] >= 3 and status["partitions"]["offline"] == 0
