@@ -267,3 +267,16 @@ def test_immutable_roles_and_cluster_id_are_refused_against_status(rules) -> Non
     _, result = step(other, world, rules=rules)
     assert "spec.clusterId: AAAAAAAAAAAAAAAAAAAAAA differs from the cluster's id" in condition(result, ConditionType.DEGRADED).message
     assert result.actions == ()
+
+
+def test_a_lost_jbod_volume_blocks_its_node_and_keeps_both_directories_in_status(rules) -> None:
+    world = World(random.Random(0))
+    cluster, ready = until_ready(cluster_from(WITH_BROKERS), world, rules=rules)
+    before = [d.directory_id for d in ready.status.node(3).directories]
+    world.lose_volume(3)  # volume 0 of broker 3's two
+    cluster, result = step(cluster, world, rules=rules)
+    assert not any(a.node.node_id == 3 for a in result.actions)
+    node = result.status.node(3)
+    assert [d.directory_id for d in node.directories] == before
+    assert "node 3: volume 0 (/data/3/0) was formatted" in condition(result, ConditionType.DEGRADED).message
+    assert world.violations == []

@@ -251,33 +251,35 @@ class _Planner:
                     recorded_ids.setdefault(paths[path], written)
         directories: list[DirectoryStatus] = []
         unformatted: list[str] = []
+        problems: list[str] = []
         for volume in node.pool.storage.volumes:
             path = self.layout.volume_path(node.ref, volume_id=volume.id)
             seen = facts.volume(volume.id)
-            directory_id = seen.directory_id if seen is not None and seen.formatted else None
+            formatted = seen is not None and seen.formatted
+            directory_id = seen.directory_id if seen is not None and formatted else None
             if directory_id is None and job is not None and job.phase is JobPhase.SUCCEEDED:
                 directory_id = job.directory_ids.get(path)
-            if seen is not None and seen.formatted and seen.cluster_id != cluster_id:
-                self.blocked.append(
+            if seen is not None and formatted and seen.cluster_id != cluster_id:
+                problems.append(
                     f"node {node_id}: volume {volume.id} ({path}) belongs to cluster {seen.cluster_id}, "
                     f"not {cluster_id}; it is never re-formatted"
                 )
-                return [DirectoryStatus(volume_id=volume.id, path=path, directory_id=seen.directory_id)]
-            if seen is not None and seen.formatted and seen.node_id is not None and seen.node_id != node_id:
-                self.blocked.append(
-                    f"node {node_id}: volume {volume.id} ({path}) was formatted for node {seen.node_id}"
-                )
-                return [DirectoryStatus(volume_id=volume.id, path=path, directory_id=seen.directory_id)]
-            if (seen is None or not seen.formatted) and volume.id in recorded_ids:
-                self.blocked.append(
+            elif seen is not None and formatted and seen.node_id is not None and seen.node_id != node_id:
+                problems.append(f"node {node_id}: volume {volume.id} ({path}) was formatted for node {seen.node_id}")
+            elif not formatted and volume.id in recorded_ids:
+                directory_id = recorded_ids[volume.id]
+                problems.append(
                     f"node {node_id}: volume {volume.id} ({path}) was formatted (directory id "
-                    f"{recorded_ids[volume.id]}) and is now {'missing' if seen is None else 'empty'}; "
+                    f"{directory_id}) and is now {'missing' if seen is None else 'empty'}; "
                     "kraftwerk never re-formats it (replacing a lost volume is a lifecycle operation)"
                 )
-                return [DirectoryStatus(volume_id=volume.id, path=path, directory_id=recorded_ids[volume.id])]
-            if seen is None or not seen.formatted:
+            elif not formatted:
                 unformatted.append(path)
             directories.append(DirectoryStatus(volume_id=volume.id, path=path, directory_id=directory_id))
+        if problems:
+            # The node is blocked as a whole: nothing is written, formatted or started for it.
+            self.blocked.extend(problems)
+            return directories
 
         rendered = render_config(node, spec=self.spec, controllers=self.controllers, layout=self.layout)
         config_current = facts.config is not None and dict(facts.config) == rendered
