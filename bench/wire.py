@@ -38,6 +38,7 @@ from kio.schema.incremental_alter_configs.v1 import request as iac
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
+from kraft_engine.admin.controller_admin import ControllerAdmin
 from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.protocol import KafkaConnection, request_class
 
@@ -135,10 +136,12 @@ def _cases(host: str, port: int, *, big_frame_mib: int) -> list[Case]:
         return _outcome(await connection.send(request, timeout_ms=600_000))
 
     def many_deletes_frame(size_mib: int) -> bytes:
-        # DeleteTopics v6 whose topics array fills the frame: 20-byte items (name "a", zero id,
-        # no tags), built as bytes because encoding millions of entities would take minutes.
-        item = b"\x02a" + b"\x00" * 16 + b"\x00"
-        count = size_mib * 1024 * 1024 // len(item)
+        # DeleteTopics v6 whose topics array fills the frame: 25-byte items (a distinct 7-character
+        # name, zero id, no tags), built as bytes because encoding millions of entities would take
+        # minutes.
+        tail = b"\x00" * 16 + b"\x00"
+        count = size_mib * 1024 * 1024 // 25
+        items = b"".join(b"\x08" + f"{i:07x}".encode() + tail for i in range(count))
         varint = bytearray()
         value = count + 1
         while value >= 0x80:
@@ -146,7 +149,7 @@ def _cases(host: str, port: int, *, big_frame_mib: int) -> list[Case]:
             value >>= 7
         varint.append(value)
         header = struct.pack(">hhih", 20, 6, 1, 5) + b"bench" + b"\x00"
-        body = bytes(varint) + item * count + struct.pack(">i", 30000) + b"\x00"
+        body = bytes(varint) + items + struct.pack(">i", 30000) + b"\x00"
         return struct.pack(">i", len(header) + len(body)) + header + body
 
     return [
@@ -171,15 +174,19 @@ def _cases(host: str, port: int, *, big_frame_mib: int) -> list[Case]:
          lambda c: send(c, _topics([f"w100k-{i}" for i in range(100_000)], 1)), False),
         ("CreateTopics 1 topic x 1,000,000 partitions (refused; issue: 8.1 s, +431 MiB)",
          lambda c: send(c, _topics(["w-million"], 1_000_000)), False),
-        (f"DeleteTopics frame of {big_frame_mib} MiB (~{big_frame_mib * 52_000:,} items, refused)",
+        (f"DeleteTopics frame of {big_frame_mib} MiB ({big_frame_mib * 1024 * 1024 // 25:,} topics, refused)",
          lambda c: _raw(host, port, many_deletes_frame(big_frame_mib)), False),
     ]
 
 
-async def run_cases(host: str, port: int, *, with_brokers: bool, big_frame_mib: int) -> None:
+async def run_cases(host: str, active: Callable[[], Awaitable[int]], *, with_brokers: bool,
+                    big_frame_mib: int, only: str = "") -> None:
+    """Each case against the controller that is active when it starts (`active()` is its port)."""
     print(f"{'case':<78} {'took ms':>9} {'probe max ms':>13}  leader/epoch      outcome")
-    for name, action, needs_brokers in _cases(host, port, big_frame_mib=big_frame_mib):
-        if needs_brokers and not with_brokers:
+    for index in range(len(_cases(host, 0, big_frame_mib=big_frame_mib))):
+        port = await active()
+        name, action, needs_brokers = _cases(host, port, big_frame_mib=big_frame_mib)[index]
+        if (needs_brokers and not with_brokers) or only not in name:
             continue
         before = await _leader(host, port)
         async with KafkaConnection(host, port) as connection:
@@ -197,21 +204,24 @@ async def run_cases(host: str, port: int, *, with_brokers: bool, big_frame_mib: 
         print(f"{name:<78} {took_ms:>9.0f} {probe.longest_ms:>13.1f}  {moved:<16}  {outcome[:60]}", flush=True)
 
 
-async def _with_our_quorum(root: Path, *, big_frame_mib: int) -> None:
-    from kraft_engine.admin.controller_admin import ControllerAdmin
-
+async def _with_our_quorum(root: Path, *, big_frame_mib: int, only: str) -> None:
     quorum = Quorum(root)
     quorum.format()
     for node_id in (1, 2, 3):
         quorum.start(node_id)
     try:
-        while (leader := quorum.leader()) is None:
+        while quorum.leader() is None:
             await asyncio.sleep(0.2)
         async with ControllerAdmin([(HOST, p) for p in quorum.ports.values()]) as admin:
             brokers = Brokers(admin, quorum.cluster_id)
             await brokers.start()
             try:
-                await run_cases(HOST, quorum.ports[leader], with_brokers=True, big_frame_mib=big_frame_mib)
+                async def active() -> int:
+                    while (now := quorum.leader()) is None:
+                        await asyncio.sleep(0.2)
+                    return quorum.ports[now]
+
+                await run_cases(HOST, active, with_brokers=True, big_frame_mib=big_frame_mib, only=only)
             finally:
                 await brokers.close()
     finally:
@@ -223,14 +233,20 @@ def main() -> None:
     parser.add_argument("--bootstrap", help="host:port of a running active controller (ours or Kafka's)")
     parser.add_argument("--no-brokers", action="store_true", help="skip the cases that need registered brokers")
     parser.add_argument("--big-frame-mib", type=int, default=100, help="size of the largest frame (default 100)")
+    parser.add_argument("--only", default="", help="run only the cases whose name contains this text")
     args = parser.parse_args()
     if args.bootstrap:
         host, port = args.bootstrap.rsplit(":", 1)
-        asyncio.run(run_cases(host, int(port), with_brokers=not args.no_brokers, big_frame_mib=args.big_frame_mib))
+
+        async def fixed() -> int:
+            return int(port)
+
+        asyncio.run(run_cases(host, fixed, with_brokers=not args.no_brokers, big_frame_mib=args.big_frame_mib,
+                              only=args.only))
         return
     root = Path(tempfile.mkdtemp(prefix="kraft-bench-wire-"))
     try:
-        asyncio.run(_with_our_quorum(root, big_frame_mib=args.big_frame_mib))
+        asyncio.run(_with_our_quorum(root, big_frame_mib=args.big_frame_mib, only=args.only))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
