@@ -14,6 +14,10 @@ working, not the wire layer failing.
 Every frame that ever ended a node is kept in `wire_fuzz_corpus/` and replayed first; a frame
 that kills the node during a run is written there before the test fails.
 
+The broker's listener (the same `protocol.Listener`) gets the same treatment: one controller and
+one broker, frames to the broker's PLAINTEXT listener; afterwards the broker still runs, is still
+ready (caught up and unfenced), and answers ApiVersions.
+
 Short run: part of the suite (`WIRE_FUZZ_EXAMPLES`, default 150). Long run:
 
     WIRE_FUZZ_EXAMPLES=20000 .venv/bin/pytest tests/process/test_wire_fuzz.py -q -p no:cacheprovider
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_processes import BrokerCluster, start_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from quorum_processes import HOST, ProcessCluster, describe_status
@@ -181,4 +186,50 @@ def test_mutated_frames_of_every_served_api_and_version(live: LiveQuorum) -> Non
     handled = {line.split('request="')[1].split('"')[0] for line in metrics.splitlines()
                if line.startswith("kafka_network_requests_total{")}
     assert malformed, metrics
+    accepted = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("kafka_network_connections_accepted_total{"))
+    assert accepted >= EXAMPLES  # every example reached the node on its own connection
     assert len(handled) >= min(10, EXAMPLES // 15), handled
+
+
+@dataclasses.dataclass
+class LiveBroker:
+    cluster: BrokerCluster
+    broker: int
+    served: list[tuple[int, int]]
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return HOST, self.cluster.broker_ports[self.broker]
+
+
+@pytest.fixture(scope="module")
+def live_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveBroker]:
+    cluster = BrokerCluster(root=tmp_path_factory.mktemp("wire-fuzz-broker"))
+    try:
+        start_cluster(cluster, controllers=1, brokers=1)
+        served = asyncio.run(_served_versions((HOST, cluster.broker_ports[101])))
+        yield LiveBroker(cluster, 101, served)
+    finally:
+        cluster.cleanup()
+
+
+def test_mutated_frames_of_every_api_and_version_the_broker_serves(live_broker: LiveBroker) -> None:
+    assert {0, 1, 3, 18}.issubset({key for key, _ in live_broker.served})  # Produce, Fetch, Metadata, ApiVersions
+    process = live_broker.cluster.nodes[live_broker.broker].process
+    assert process is not None
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(frame=_mutated_frames(live_broker.served))
+    def one(frame: bytes) -> None:
+        _exchange(live_broker.address, frame)
+        if process.poll() is not None:
+            CORPUS.mkdir(exist_ok=True)
+            name = f"broker-crash-{hashlib.sha256(frame).hexdigest()[:16]}.bin"
+            (CORPUS / name).write_bytes(frame)
+            pytest.fail(f"the broker exited with {process.returncode} on frame {frame.hex()} (saved as {name})")
+
+    one()
+    assert process.poll() is None
+    assert live_broker.cluster.ready(live_broker.broker)
+    assert asyncio.run(_served_versions(live_broker.address)) == live_broker.served

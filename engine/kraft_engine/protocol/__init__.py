@@ -18,8 +18,21 @@ Serving (`Listener`)::
 - ApiVersions is built in: it lists exactly what was registered (plus itself), with features from
   `features_provider() -> Features(supported, finalized, finalized_epoch)`. An unsupported
   ApiVersions version gets Kafka's v0 UNSUPPORTED_VERSION answer.
-- Requests on one connection may be pipelined: handlers start in arrival order and may overlap,
-  responses are written in request order, at most `max_in_flight_requests` outstanding.
+- Requests on one connection may be pipelined, but as Kafka mutes a channel the connection is
+  not read again while `max_in_flight_requests` (default 1) requests are unanswered or their
+  responses not yet taken by the socket: a client that never reads costs one response. Responses
+  are written in request order.
+- Every frame is bounds-checked against kio's schema before kio's native reader sees it
+  (`bounds_checking`: kio 0.6.5 aborts the process on a length it cannot allocate, see
+  docs/kio-native-reader-abort.md); a malformed request closes its connection, is logged with the
+  peer and api and counted in `kafka_network_malformed_requests_total{listener,request}`. Frames
+  above `large_frame_bytes` are checked in a worker thread and decoded item by item; large
+  responses are encoded in a worker thread.
+- `max.connections` (the listener stops accepting at the limit) and `max.connections.per.ip` (a
+  connection over it is closed after accept, logged at INFO), Kafka's defaults.
+- `serve_envelope()`: Envelope v0 (Kafka's forwarding), the inner request handled with the
+  forwarded principal (`RequestContext.principal`, `client_address`).
+- `version_bridging.bridged_handler`: serve a range of versions with a handler written for one.
 - `socket.request.max.bytes` (`request_max_bytes`), `connections.max.idle.ms`
   (`connections_max_idle_ms`, negative: never close idle connections, as in Kafka); bad input or an unknown api/version closes that connection with a
   WARNING log and a `kafka_network_connections_closed{reason}` count (`CloseReason` values).
