@@ -139,3 +139,27 @@ def test_valid_responses_of_every_api_pass_the_client_side_check(cls, data):
     response = data.draw(entities(cls))
     frame = encode_response(response, correlation_id=5)
     assert encode_response(decode_response(frame[4:], cls), correlation_id=5) == frame
+
+
+@pytest.mark.parametrize("version", [4, 12])  # legacy and compact arrays
+def test_stepwise_decoding_equals_whole_decoding(version):
+    from protocol_helpers import metadata_request
+
+    from kraft_engine.protocol.framing import decode_request_stepwise
+
+    cls = request_class(3, version)
+    request = metadata_request(version, [f"topic-{i}" for i in range(2500)])
+    body = encode_request(request, correlation_id=3, client_id="s")[4:]
+    check_request(body, cls)
+    steps = decode_request_stepwise(body, cls, items_per_step=100)
+    yielded = 0
+    while True:
+        try:
+            next(steps)
+            yielded += 1
+        except StopIteration as done:
+            header, decoded = done.value
+            break
+    assert yielded == 25
+    assert decoded == request and header.correlation_id == 3
+    assert (header, decoded) == decode_request(body, cls)
