@@ -20,7 +20,7 @@ ready (caught up and unfenced), and answers ApiVersions.
 
 Short run: part of the suite (`WIRE_FUZZ_EXAMPLES`, default 150). Long run:
 
-    WIRE_FUZZ_EXAMPLES=20000 .venv/bin/pytest tests/process/test_wire_fuzz.py -q -p no:cacheprovider
+    WIRE_FUZZ_EXAMPLES=30000 .venv/bin/pytest tests/process/test_wire_fuzz.py -q -p no:cacheprovider --timeout 0
 """
 
 from __future__ import annotations
