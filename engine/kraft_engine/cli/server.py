@@ -18,6 +18,7 @@ import sys
 
 from kraft_engine.cli.main import CliError
 from kraft_engine.server.broker_node import BrokerNode
+from kraft_engine.server.combined_node import CombinedNode
 from kraft_engine.server.config import ConfigError, load_config, parse_config
 from kraft_engine.server.controller_node import ControllerNode, StartupError
 from kraft_engine.server.controller_runtime import ControllerFatalError
@@ -57,8 +58,10 @@ def _start(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         raise CliError(str(e)) from None
     try:
-        node: ControllerNode | BrokerNode
-        if config.is_broker and not config.is_controller:
+        node: ControllerNode | BrokerNode | CombinedNode
+        if config.is_broker and config.is_controller:
+            node = CombinedNode.open(config, config_path=args.config)
+        elif config.is_broker:
             node = BrokerNode.open(config)
         else:
             node = ControllerNode.open(config, config_path=args.config)
@@ -75,7 +78,7 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(node: ControllerNode | BrokerNode) -> None:
+async def _serve(node: ControllerNode | BrokerNode | CombinedNode) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, node.stop)

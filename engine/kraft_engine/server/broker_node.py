@@ -81,7 +81,7 @@ from kraft_engine.records import decode_metadata_record, metadata_version
 from kraft_engine.server.broker_apis import BrokerApis
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
-from kraft_engine.server.controller_node import METADATA_PARTITION_DIR, StartupError
+from kraft_engine.server.controller_node import METADATA_PARTITION_DIR, ControllerNode, StartupError
 from kraft_engine.server.controller_runtime import ControllerFatalError
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.raft_driver import RaftDriver, RaftFatalError, wall_clock_ms
@@ -118,14 +118,16 @@ class BrokerNode:
     """A broker process's parts; `open` checks and loads, `run` serves until `stop`."""
 
     def __init__(self, config: KafkaConfig, *, cluster_id: str, metadata_directory_id: uuid.UUID | None,
-                 log_dirs: dict[uuid.UUID, Path], log: FileMetadataLog, quorum_state: FileQuorumStateStore) -> None:
+                 log_dirs: dict[uuid.UUID, Path], log: FileMetadataLog | None,
+                 quorum_state: FileQuorumStateStore | None, shared: ControllerNode | None = None) -> None:
         self.config = config
+        self._shared = shared
         self.cluster_id = cluster_id
         self.metadata_directory_id = metadata_directory_id
         self.log_dirs = log_dirs
         self.log = log
         self.quorum_state = quorum_state
-        self.registry = CollectorRegistry()
+        self.registry = CollectorRegistry() if shared is None else shared.registry
         self.loader = MetadataLoader(publisher_fault_handler=self._publisher_fault)
         self.driver: RaftDriver | None = None
         self.listeners: list[Listener] = []
@@ -145,6 +147,10 @@ class BrokerNode:
         self._shut_down = asyncio.Event()
         self._published = False
         self.started = asyncio.Event()
+        self._channel: ControllerChannel | None = None
+        self._apis: BrokerApis | None = None
+        if shared is not None:
+            shared.on_driver.append(self._attach)
         self.supported_features: dict[str, tuple[int, int]] = {
             metadata_version.FEATURE_NAME: (
                 metadata_version.MINIMUM.feature_level,
@@ -154,9 +160,11 @@ class BrokerNode:
         }
 
     @classmethod
-    def open(cls, config: KafkaConfig) -> BrokerNode:
-        if not config.is_broker or config.is_controller:
-            raise StartupError("BrokerNode runs process.roles=broker only")
+    def open(cls, config: KafkaConfig, *, shared: ControllerNode | None = None) -> BrokerNode:
+        """A dedicated broker, or with `shared` the broker half of a combined node (it follows that
+        controller's raft replica instead of running an observer of its own)."""
+        if not config.is_broker or config.is_controller != (shared is not None):
+            raise StartupError("BrokerNode runs process.roles=broker, or broker,controller beside a ControllerNode")
         metadata_dir = Path(config.metadata_log_dir)
         dirs = [Path(d) for d in config.log_dirs]
         ensemble = MetaPropertiesEnsemble.load(dirs, metadata_log_dir=metadata_dir)
@@ -181,6 +189,9 @@ class BrokerNode:
             if directory_id is None:
                 raise StartupError(f"meta.properties in {directory} has no directory.id; format it with a current tool")
             log_dirs[directory_id] = directory
+        if shared is not None:
+            return cls(config, cluster_id=meta.cluster_id, metadata_directory_id=meta.directory_id, log_dirs=log_dirs,
+                       log=None, quorum_state=None, shared=shared)
         directory = metadata_dir / METADATA_PARTITION_DIR
         quorum_state = FileQuorumStateStore(directory / QUORUM_STATE_FILE_NAME)
         try:
@@ -213,8 +224,46 @@ class BrokerNode:
         return self.loader.image
 
     # -- running ---------------------------------------------------------------------------------
-    async def run(self) -> None:
+    def prepare(self) -> None:
+        """Build the replicas, client APIs and listeners (before any metadata can arrive)."""
+        if self.replicas is not None:
+            return
         config = self.config
+        channel = ControllerChannel(active_controller=self._active_controller,
+                                    client_id=f"broker-{config.node_id}-to-controller", request_timeout_ms=_REQUEST_TIMEOUT_MS)
+        self._channel = channel
+        self.replicas = ReplicaManager(
+            node_id=config.node_id, log_dirs=self.log_dirs, config=config, channel=channel,
+            broker_epoch=lambda: self.lifecycle.broker_epoch, image=lambda: self.loader.image,
+        )
+        self._apis = BrokerApis(node_id=config.node_id, cluster_id=self.cluster_id, config=config, replicas=self.replicas,
+                                image=lambda: self.loader.image, channel=channel,
+                                broker_epoch=lambda: self.lifecycle.broker_epoch)
+        for endpoint in config.listeners:
+            if endpoint.listener_name in config.controller_listener_names:
+                continue
+            listener = Listener(
+                endpoint.listener_name,
+                request_max_bytes=config.socket_request_max_bytes,
+                connections_max_idle_ms=config.connections_max_idle_ms or 1,
+                features_provider=self._features,
+                registry=self.registry,
+            )
+            self._apis.register(listener)
+            self.listeners.append(listener)
+        self.registry.register(_BrokerMetrics(self))
+        self.loader.install_publishers([_BrokerPublisher(self)])
+
+    def _attach(self, driver: RaftDriver) -> None:
+        """A combined node: follow the controller's raft replica (called before its first poll)."""
+        self.prepare()
+        self.driver = driver
+        driver.add_listener(self._on_raft_event)
+
+    def _own_driver(self) -> RaftDriver:
+        config = self.config
+        if self.log is None or self.quorum_state is None:
+            raise StartupError("a dedicated broker needs its own metadata log")
         raft_config = config.raft_config()
         controller_listener_name = config.controller_listener_names[0]
         static_voters = None
@@ -252,49 +301,38 @@ class BrokerNode:
             ),
         )
         self.driver = driver
-        channel = ControllerChannel(active_controller=self._active_controller,
-                                    client_id=f"broker-{config.node_id}-to-controller", request_timeout_ms=_REQUEST_TIMEOUT_MS)
-        self.replicas = ReplicaManager(
-            node_id=config.node_id, log_dirs=self.log_dirs, config=config, channel=channel,
-            broker_epoch=lambda: self.lifecycle.broker_epoch, image=lambda: self.loader.image,
-        )
-        apis = BrokerApis(node_id=config.node_id, cluster_id=self.cluster_id, config=config, replicas=self.replicas,
-                          image=lambda: self.loader.image, channel=channel,
-                          broker_epoch=lambda: self.lifecycle.broker_epoch)
-        for endpoint in config.listeners:
-            if endpoint.listener_name in config.controller_listener_names:
-                continue
-            listener = Listener(
-                endpoint.listener_name,
-                request_max_bytes=config.socket_request_max_bytes,
-                connections_max_idle_ms=config.connections_max_idle_ms or 1,
-                max_connections=config.max_connections,
-                max_connections_per_ip=config.max_connections_per_ip,
-                features_provider=self._features,
-                registry=self.registry,
-            )
-            apis.register(listener)
-            self.listeners.append(listener)
-        self.registry.register(_BrokerMetrics(self))
-        self.loader.install_publishers([_BrokerPublisher(self)])
         driver.add_listener(self._on_raft_event)
+        return driver
+
+    async def run(self) -> None:
+        config = self.config
+        self.prepare()
+        replicas, channel = self.replicas, self._channel
+        if replicas is None or channel is None:
+            raise StartupError("the broker was not prepared")
+        own_driver = self._own_driver() if self._shared is None else None
         lifecycle_task: asyncio.Task[None] | None = None
         try:
-            if config.kraftwerk_metrics_port:
+            if config.kraftwerk_metrics_port and self._shared is None:
                 self.http = self._http_endpoint()
                 await self.http.start("0.0.0.0", config.kraftwerk_metrics_port)
-            self.replicas.start()
-            driver.start()
+            replicas.start()
+            if own_driver is not None:
+                own_driver.start()
             lifecycle_task = asyncio.get_running_loop().create_task(self._lifecycle_loop())
             logger.info("Broker %d of cluster %s starting (HTTP %s)", config.node_id, self.cluster_id,
                         "off" if self.http is None else self.http.port)
             self.started.set()
             # A fault of the metadata raft driver (a failed write of the metadata log, an
             # invariant) stops the broker too: it must not serve from metadata it cannot persist.
-            try:
-                await driver.wait_until_fatal_or(self._shut_down)
-            except RaftFatalError as e:
-                raise ControllerFatalError(str(e), logged=True) from None
+            # (A combined node's controller watches the shared driver and halts the broker.)
+            if own_driver is None:
+                await self._shut_down.wait()
+            else:
+                try:
+                    await own_driver.wait_until_fatal_or(self._shut_down)
+                except RaftFatalError as e:
+                    raise ControllerFatalError(str(e), logged=True) from None
             if lifecycle_task.done() and lifecycle_task.exception() is not None:
                 raise lifecycle_task.exception()  # type: ignore[misc]
             logger.info("Broker %d shutting down", config.node_id)
@@ -305,14 +343,19 @@ class BrokerNode:
                     await lifecycle_task
             for listener in self.listeners:
                 await listener.close()
-            await self.replicas.close()
+            await replicas.close()
             await channel.close()
             if self.http is not None:
                 await self.http.close()
-            with contextlib.suppress(Exception):
-                await driver.shutdown(timeout_ms=_RAFT_SHUTDOWN_TIMEOUT_MS)
-            await driver.close()
+            if own_driver is not None:
+                with contextlib.suppress(Exception):
+                    await own_driver.shutdown(timeout_ms=_RAFT_SHUTDOWN_TIMEOUT_MS)
+                await own_driver.close()
             logger.info("Broker %d stopped", config.node_id)
+
+    def halt(self) -> None:
+        """Stop at once, without a controlled shutdown (the controller beside it died)."""
+        self._shut_down.set()
 
     def _backoff_ms(self, attempts: int) -> int:
         return self._backoff.backoff_ms(attempts, rng=self._rng)
@@ -479,7 +522,7 @@ class BrokerNode:
             logger.info("Broker %d is now %s", self.config.node_id, self.lifecycle.state.name)
 
     async def channel_send(self, request: Any) -> Any:
-        channel = None if self.replicas is None else self.replicas._channel
+        channel = self._channel
         if channel is None:
             raise ControllerUnavailable("not started")
         return await channel.send(request, timeout_ms=_REQUEST_TIMEOUT_MS)

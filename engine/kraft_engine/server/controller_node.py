@@ -26,6 +26,7 @@ import logging
 import random
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -151,6 +152,8 @@ class ControllerNode:
         self.test_api_enabled = config.originals.get(TEST_STATE_MACHINE_KEY, "false").strip().lower() == "true"
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
+        #: Called with the raft driver before it starts (a combined node's broker listens to it).
+        self.on_driver: list[Callable[[RaftDriver], None]] = []
 
     @classmethod
     def open(cls, config: KafkaConfig, *, config_path: str | None = None) -> ControllerNode:
@@ -162,8 +165,6 @@ class ControllerNode:
             raise StartupError("a controller listener needs a fixed port; port 0 cannot be advertised to the quorum")
         if not config.is_controller:
             raise StartupError("process.roles must contain 'controller': this engine runs KRaft controllers only")
-        if config.is_broker:
-            raise StartupError("process.roles=broker is not supported yet: run a dedicated controller")
         identity = _verify_storage(config)
         directory = Path(config.metadata_log_dir) / METADATA_PARTITION_DIR
         recovery = LostLogRecovery(
@@ -276,6 +277,8 @@ class ControllerNode:
                 ),
             )
             self.driver = driver
+            for attach in self.on_driver:
+                attach(driver)  # before the first poll, so a combined node's broker sees every event
             self._register_apis(listener, driver)
             if store is None:
                 self.controller = ControllerRuntime(
