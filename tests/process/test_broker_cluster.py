@@ -1,21 +1,34 @@
 """Our brokers as real processes behind three real controllers, driven by kafka-python (a client
 not written here, idempotent by default): topics created through a broker, acks=all writes read
 back by offset, a leader killed with SIGKILL under an acks=all idempotent workload without a
-lost, duplicated or reordered record, and SIGTERM as a controlled shutdown."""
+lost, duplicated or reordered record, SIGTERM as a controlled shutdown, and bad produce input
+(garbage, truncated, wrong CRC, oversized, two batches, unknown topic) answered with Kafka's error
+codes while nothing is written; acks=0, acks=1 and ListOffsets by timestamp through real clients."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker_processes import BrokerCluster, start_cluster
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 from quorum_processes import kraft_tool, wait_for
+
+from kraft_engine.protocol import KafkaConnection
+from kraft_engine.records.batches import build_batch
 
 # kafka-python loads its schemas through importlib.resources' legacy API.
 with warnings.catch_warnings():
@@ -182,3 +195,78 @@ def test_a_broker_refuses_to_start_on_an_unformatted_log_dir(tmp_path: Path) -> 
     result = kraft_tool("server", "start", "--config", str(broker.config_path))
     assert result.returncode == 1
     assert "No meta.properties found in" in result.stderr and "data-b" in result.stderr
+
+
+def _produce(topic: str, records: bytes, *, acks: int = -1, partition: int = 0) -> Any:
+    return ProduceRequest(
+        transactional_id=None, acks=i16(acks), timeout=i32Timedelta.parse(timedelta(seconds=30)),
+        topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
+            PartitionProduceData(index=i32(partition), records=Records(records)),)),),
+    )
+
+
+def _latest_offset(connection: KafkaConnection, topic: str) -> Any:
+    async def ask() -> Any:
+        return await connection.send(ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
+            ListOffsetsTopic(name=TopicName(topic), partitions=(
+                ListOffsetsPartition(partition_index=i32(0), current_leader_epoch=i32(-1), timestamp=i64(-1)),)),)))
+    return ask
+
+
+def test_bad_produce_input_gets_kafkas_error_and_nothing_is_written(brokers: BrokerCluster) -> None:
+    create_topic(brokers, TOPIC, partitions=1, replication_factor=3)
+    leader = next(n for n in brokers.brokers if brokers.partitions(n)[(TOPIC, 0)]["leader"] == n)
+    good = build_batch(base_offset=0, partition_leader_epoch=-1, values=[b"a", b"b"], timestamp_ms=1_700_000_000_000)
+    wrong_crc = good[:-1] + bytes([good[-1] ^ 0xFF])
+    oversized = build_batch(base_offset=0, partition_leader_epoch=-1, values=[b"x" * 1_100_000],
+                            timestamp_ms=1_700_000_000_000)
+    later = build_batch(base_offset=0, partition_leader_epoch=-1, values=[b"c"], timestamp_ms=1_700_000_100_000)
+
+    async def scenario() -> dict[str, Any]:
+        async with KafkaConnection("127.0.0.1", brokers.broker_ports[leader]) as connection:
+            await connection.connect()
+            codes = {}
+            for name, records in (("garbage", b"\x00garbage" * 40), ("truncated", good[:-7]), ("wrong crc", wrong_crc),
+                                  ("oversized", oversized), ("two batches", good + good)):
+                response = await connection.send(_produce(TOPIC, records))
+                answer = response.responses[0].partition_responses[0]
+                codes[name] = (ErrorCode(answer.error_code), answer.error_message is not None)
+            unknown = await connection.send(_produce("no-such-topic", good))
+            codes["unknown topic"] = (ErrorCode(unknown.responses[0].partition_responses[0].error_code), False)
+            accepted = await connection.send(_produce(TOPIC, good))
+            with_acks_1 = await connection.send(_produce(TOPIC, later, acks=1))
+            latest = await _latest_offset(connection, TOPIC)()
+            return {"codes": codes, "accepted": accepted, "acks_1": with_acks_1, "latest": latest}
+
+    result = asyncio.run(scenario())
+    assert result["codes"] == {
+        "garbage": (ErrorCode.corrupt_message, True),
+        "truncated": (ErrorCode.corrupt_message, True),
+        "wrong crc": (ErrorCode.corrupt_message, True),
+        "oversized": (ErrorCode.message_too_large, True),
+        "two batches": (ErrorCode.invalid_record, True),
+        "unknown topic": (ErrorCode.unknown_topic_or_partition, False),
+    }
+    # Nothing was written before the good batch: it lands at offset 0.
+    accepted = result["accepted"].responses[0].partition_responses[0]
+    assert (ErrorCode(accepted.error_code), int(accepted.base_offset)) == (ErrorCode.none, 0)
+    assert int(result["acks_1"].responses[0].partition_responses[0].base_offset) == 2
+    # acks=1 answers before the followers have it: the high watermark (what "latest" means to a
+    # consumer) was 2 or 3 then, and reaches 3 once they fetch.
+    assert int(result["latest"].topics[0].partitions[0].offset) in (2, 3)
+    # ListOffsets by timestamp: the first record at or after it, with its exact millisecond time.
+    consumer = KafkaConsumer(bootstrap_servers=brokers.broker_bootstrap(), enable_auto_commit=False, group_id=None)
+    try:
+        tp = TopicPartition(TOPIC, 0)
+        wait_for(lambda: consumer.end_offsets([tp])[tp] == 3, timeout_s=30, what="the acks=1 record replicated")
+        found = consumer.offsets_for_times({tp: 1_700_000_050_000})[tp]
+        assert (found.offset, found.timestamp) == (2, 1_700_000_100_000)
+        assert consumer.offsets_for_times({tp: 1_700_000_100_001})[tp] is None
+        # acks=0 gets no answer at all, and the write still lands.
+        quiet = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks=0, enable_idempotence=False)
+        quiet.send(TOPIC, value=b"fire-and-forget", partition=0)
+        quiet.flush()
+        quiet.close()
+        wait_for(lambda: consumer.end_offsets([tp])[tp] == 4, timeout_s=30, what="the acks=0 record")
+    finally:
+        consumer.close()
