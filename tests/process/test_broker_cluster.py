@@ -121,14 +121,23 @@ def test_kafka_python_creates_a_topic_produces_with_acks_all_and_reads_every_rec
         metadata = future.get(timeout=60)
         acked.append((metadata.partition, metadata.offset, f"v-{i}".encode()))
     send.close()
+    # gzip batches are validated (decompressed, every record parsed) and stored as received.
+    gzipped = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", compression_type="gzip",
+                            linger_ms=20, request_timeout_ms=30000)
+    futures = [(i, gzipped.send(TOPIC, value=f"v-{i}".encode(), partition=i % 3)) for i in range(600, 900)]
+    gzipped.flush()
+    for i, future in futures:
+        metadata = future.get(timeout=60)
+        acked.append((metadata.partition, metadata.offset, f"v-{i}".encode()))
+    gzipped.close()
     stored = read_back(brokers, TOPIC, 3)
     assert anomalies(acked, stored) == {"lost": [], "duplicated": [], "reordered": []}
-    assert len(stored) == 600
+    assert len(stored) == 900
     # Every replica holds every record: each broker's log end is the partition's high watermark.
     for node_id in brokers.brokers:
         for partition in range(3):
             replica = brokers.partitions(node_id)[(TOPIC, partition)]
-            assert replica["log_end_offset"] == 200
+            assert replica["log_end_offset"] == 300
 
 
 def test_kill_9_of_a_partition_leader_under_acks_all_loses_no_acknowledged_record(brokers: BrokerCluster) -> None:
