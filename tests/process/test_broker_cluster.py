@@ -279,3 +279,28 @@ def test_bad_produce_input_gets_kafkas_error_and_nothing_is_written(brokers: Bro
         wait_for(lambda: consumer.end_offsets([tp])[tp] == 4, timeout_s=30, what="the acks=0 record")
     finally:
         consumer.close()
+
+
+def test_acks_all_is_refused_with_not_enough_replicas_below_min_insync_replicas(brokers: BrokerCluster) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=brokers.broker_bootstrap(), request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(TOPIC, 1, 3, topic_configs={"min.insync.replicas": "3"})])
+    finally:
+        admin.close()
+    brokers.wait_isr(TOPIC, 0, set(brokers.brokers))
+    leader = next(n for n in brokers.brokers if brokers.partitions(n)[(TOPIC, 0)]["leader"] == n)
+    follower = min(brokers.brokers - {leader})
+    brokers.kill(follower)
+    # The controller fences the silent broker after its session timeout and takes it out of the ISR.
+    brokers.wait_isr(TOPIC, 0, set(brokers.brokers) - {follower})
+    batch = build_batch(base_offset=0, partition_leader_epoch=-1, values=[b"x"], timestamp_ms=1_700_000_000_000)
+
+    async def produce(acks: int) -> tuple[ErrorCode, int]:
+        async with KafkaConnection("127.0.0.1", brokers.broker_ports[leader]) as connection:
+            response = await connection.send(_produce(TOPIC, batch, acks=acks))
+            answer = response.responses[0].partition_responses[0]
+            return ErrorCode(answer.error_code), int(answer.base_offset)
+
+    assert asyncio.run(produce(-1))[0] == ErrorCode.not_enough_replicas
+    # acks=1 does not need the ISR: it is written, and it is the first record (nothing was before).
+    assert asyncio.run(produce(1)) == (ErrorCode.none, 0)
