@@ -304,3 +304,43 @@ def test_acks_all_is_refused_with_not_enough_replicas_below_min_insync_replicas(
     assert asyncio.run(produce(-1))[0] == ErrorCode.not_enough_replicas
     # acks=1 does not need the ISR: it is written, and it is the first record (nothing was before).
     assert asyncio.run(produce(1)) == (ErrorCode.none, 0)
+
+
+def _metric(cluster: BrokerCluster, node_id: int, name: str) -> float:
+    for line in cluster.http_text(node_id, "/metrics").splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"broker {node_id} exports no {name}")
+
+
+def test_a_stopped_follower_leaves_the_isr_after_the_lag_time_and_rejoins_urp_back_to_zero(tmp_path: Path) -> None:
+    cluster = BrokerCluster(root=tmp_path, broker_config={"replica.lag.time.max.ms": "3000"})
+    try:
+        start_cluster(cluster)
+        create_topic(cluster, TOPIC, partitions=1, replication_factor=3)
+        leader = next(n for n in cluster.brokers if cluster.partitions(n)[(TOPIC, 0)]["leader"] == n)
+        follower = min(cluster.brokers - {leader})
+        assert _metric(cluster, leader, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+        cluster.signal(follower, signal.SIGSTOP)
+        batch = build_batch(base_offset=0, partition_leader_epoch=-1, values=[b"during-stop"],
+                            timestamp_ms=1_700_000_000_000)
+
+        async def produce() -> tuple[ErrorCode, int]:
+            async with KafkaConnection("127.0.0.1", cluster.broker_ports[leader]) as connection:
+                response = await connection.send(_produce(TOPIC, batch), timeout_ms=60_000)
+                answer = response.responses[0].partition_responses[0]
+                return ErrorCode(answer.error_code), int(answer.base_offset)
+
+        # acks=all waits for the stopped follower until the leader drops it from the ISR.
+        assert asyncio.run(produce()) == (ErrorCode.none, 0)
+        assert follower not in cluster.partitions(leader)[(TOPIC, 0)]["isr"]
+        assert _metric(cluster, leader, "kafka_server_replicamanager_isrshrinks_total") >= 1
+        assert _metric(cluster, leader, "kafka_server_replicamanager_underreplicatedpartitions") == 1
+        cluster.signal(follower, signal.SIGCONT)
+        cluster.wait_isr(TOPIC, 0, set(cluster.brokers))
+        wait_for(lambda: _metric(cluster, leader, "kafka_server_replicamanager_underreplicatedpartitions") == 0,
+                 timeout_s=30, what="URP back to 0")
+        assert _metric(cluster, leader, "kafka_server_replicamanager_isrexpands_total") >= 1
+        assert cluster.partitions(follower)[(TOPIC, 0)]["log_end_offset"] == 1
+    finally:
+        cluster.cleanup()
