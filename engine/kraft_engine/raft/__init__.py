@@ -96,6 +96,7 @@ from kraft_engine.raft.quorum_state import (
     UnattachedState,
 )
 from kraft_engine.raft.role import Role
+from kraft_engine.raft.snapshot_builder import SnapshotBuilder
 from kraft_engine.raft.voter_set import (
     KRAFT_VERSION_0,
     KRAFT_VERSION_1,
@@ -140,6 +141,7 @@ __all__ = [
     "RequestFailure",
     "ResignedState",
     "Role",
+    "SnapshotBuilder",
     "SnapshotError",
     "SnapshotLoad",
     "UnattachedState",

@@ -17,7 +17,6 @@ from kio.schema.errors import ErrorCode
 from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.leader_change_message.v0.data import LeaderChangeMessage
 from kio.schema.leader_change_message.v0.data import Voter as LeaderChangeVoter
-from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from kio.schema.types import BrokerId
 from kio.schema.voters_record.v0.data import VotersRecord
@@ -58,6 +57,7 @@ from kraft_engine.raft.quorum_state import (
     UnattachedState,
 )
 from kraft_engine.raft.role import Role
+from kraft_engine.raft.snapshot_builder import SnapshotBuilder
 from kraft_engine.raft.voter_set import (
     KRAFT_VERSION_0,
     KRAFT_VERSION_1,
@@ -417,8 +417,19 @@ class RaftNode:
 
         The snapshot is written in Kafka's layout: header control batch, kraft.version and voters
         control batches (when kraft.version >= 1, as of `end_offset - 1`), the state machine's
-        `records` in data batches, footer control batch. Returns the snapshot id.
+        `records` in data batches, footer control batch. Returns the snapshot id. The same in two
+        steps, with the bytes built elsewhere: `snapshot_builder` then `store_snapshot`.
         """
+        builder = self.snapshot_builder(end_offset=end_offset)
+        if isinstance(builder, OffsetAndEpoch):
+            return builder
+        data = builder.build(records=records, last_contained_log_timestamp_ms=last_contained_log_timestamp_ms,
+                             now_ms=now_ms)
+        return self.store_snapshot(builder.snapshot_id, data, now_ms=now_ms)
+
+    def snapshot_builder(self, *, end_offset: int) -> SnapshotBuilder | OffsetAndEpoch:
+        """The layout of a snapshot at committed `end_offset` (exclusive), to build anywhere; the
+        snapshot's id instead when that snapshot exists already. Raises SnapshotError."""
         hwm = self.high_watermark
         if hwm is None or end_offset > hwm:
             raise SnapshotError(f"snapshot offset {end_offset} is not committed (high watermark {hwm})")
@@ -432,9 +443,22 @@ class RaftNode:
         snapshot_id = OffsetAndEpoch(epoch=epoch, offset=end_offset)
         if snapshot_id in self._log.snapshot_ids():
             return snapshot_id
-        data = self._build_snapshot(
-            snapshot_id, records=records, last_contained_log_timestamp_ms=last_contained_log_timestamp_ms, now_ms=now_ms
-        )
+        at = snapshot_id.offset - 1
+        kraft_version = self._history.kraft_version_at(at)
+        control: tuple[Any, ...] = ()
+        if kraft_version >= KRAFT_VERSION_1:
+            control = (KRaftVersionRecord(version=i16(0), k_raft_version=i16(kraft_version)),
+                       self._history.voter_set_at(at).to_record())
+        return SnapshotBuilder(snapshot_id, control, self._config.max_batch_size_bytes)
+
+    def store_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes, *, now_ms: int) -> OffsetAndEpoch:
+        """Freeze the snapshot a `snapshot_builder` laid out; retention may then clean behind it."""
+        if snapshot_id in self._log.snapshot_ids():
+            return snapshot_id
+        if snapshot_id.offset < self._log.log_start_offset:
+            raise SnapshotError(
+                f"snapshot offset {snapshot_id.offset} fell below the log start {self._log.log_start_offset}"
+            )
         self._log.store_snapshot(snapshot_id, data)
         self._maybe_clean(now_ms)
         return snapshot_id
@@ -1761,39 +1785,6 @@ class RaftNode:
             if batch.base_offset <= offset <= batch.last_offset:
                 return batch.epoch if batch.last_offset == offset else None
         return None
-
-    def _build_snapshot(
-        self, snapshot_id: OffsetAndEpoch, *, records: list[bytes], last_contained_log_timestamp_ms: int, now_ms: int
-    ) -> bytes:
-        epoch = snapshot_id.epoch
-        chunks: list[bytes] = []
-        offset = 0
-
-        def control(entities: list[Any]) -> None:
-            nonlocal offset
-            chunks.append(build_control_batch(base_offset=offset, partition_leader_epoch=epoch, timestamp_ms=now_ms, records=entities))
-            offset += len(entities)
-
-        control([SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(last_contained_log_timestamp_ms))])
-        at = snapshot_id.offset - 1
-        kraft_version = self._history.kraft_version_at(at)
-        if kraft_version >= KRAFT_VERSION_1:
-            control([KRaftVersionRecord(version=i16(0), k_raft_version=i16(kraft_version))])
-            control([self._history.voter_set_at(at).to_record()])
-        group: list[bytes] = []
-        size = 0
-        for value in records:
-            if group and size + len(value) > self._config.max_batch_size_bytes // 2:
-                chunks.append(build_data_batch(group, base_offset=offset, epoch=epoch, timestamp_ms=now_ms))
-                offset += len(group)
-                group, size = [], 0
-            group.append(value)
-            size += len(value) + 32
-        if group:
-            chunks.append(build_data_batch(group, base_offset=offset, epoch=epoch, timestamp_ms=now_ms))
-            offset += len(group)
-        control([SnapshotFooterRecord(version=i16(0))])
-        return b"".join(chunks)
 
     def _maybe_clean(self, now_ms: int) -> None:
         """Retention (KafkaRaftLog.maybeClean). Above `retention_max_bytes` the log prefix and every

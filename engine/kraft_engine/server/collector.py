@@ -20,19 +20,25 @@ from collections.abc import Iterator
 
 __all__ = ["BULK_ALLOCATIONS", "collector_paused"]
 
-#: An event that leaves more new tracked objects than this behind changed the long-lived state in bulk.
+#: Once blocks have left this many new tracked objects behind since the last freeze, the
+#: long-lived state grew in bulk (one fence at 100k partitions, or ~50 CreateTopics of 100 topics).
 BULK_ALLOCATIONS = 100_000
+
+_left_behind = 0
 
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Hold off collections for the block; freeze what a bulk block left behind."""
+    """Hold off collections for the block; freeze once blocks have left a bulk of objects behind."""
+    global _left_behind
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if gc.get_count()[0] >= BULK_ALLOCATIONS:
+        _left_behind += gc.get_count()[0]
+        if _left_behind >= BULK_ALLOCATIONS:
             gc.freeze()
+            _left_behind = 0
         if was_enabled:
             gc.enable()

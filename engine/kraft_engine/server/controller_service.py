@@ -85,6 +85,7 @@ from kraft_engine.raft import (
     NotLeaderError,
     OffsetAndEpoch,
     RaftError,
+    SnapshotBuilder,
     SnapshotError,
     SnapshotLoad,
 )
@@ -118,9 +119,10 @@ class RaftPort(Protocol):
 
     def resign(self, epoch: int) -> None: ...
 
-    def create_snapshot(
-        self, *, end_offset: int, records: list[bytes], last_contained_log_timestamp_ms: int
-    ) -> OffsetAndEpoch: ...
+    def snapshot_builder(self, *, end_offset: int) -> SnapshotBuilder | OffsetAndEpoch:
+        """The layout of a snapshot at `end_offset`, to build off the raft loop (or its id if it exists)."""
+
+    def store_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> OffsetAndEpoch: ...
 
 
 class RaftAppends:
@@ -682,11 +684,16 @@ class ControllerService:
         if self.fault is not None or self._stopping:
             return
         try:
-            snapshot_id = self._on_raft_loop(lambda: self._raft.create_snapshot(
-                end_offset=image.offset + 1,
-                records=records,
-                last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
-            ))
+            # Only the decisions and the final rename run on the raft loop; laying out ~100k
+            # records in batches is seconds of Python and happens here, on this worker thread.
+            builder = self._on_raft_loop(lambda: self._raft.snapshot_builder(end_offset=image.offset + 1))
+            if isinstance(builder, OffsetAndEpoch):
+                snapshot_id = builder
+            else:
+                data = builder.build(records=records,
+                                     last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
+                                     now_ms=self._clock_ms())
+                snapshot_id = self._on_raft_loop(lambda: self._raft.store_snapshot(builder.snapshot_id, data))
         except (SnapshotError, StorageSnapshotError, RaftError) as error:
             logger.warning("Skipping the snapshot at offset %d: %s", image.offset + 1, error)
             return

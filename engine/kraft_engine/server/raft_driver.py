@@ -67,6 +67,7 @@ from kraft_engine.raft import (
     RaftNode,
     RequestFailure,
     Role,
+    SnapshotBuilder,
     SnapshotError,
     SnapshotLoad,
 )
@@ -310,6 +311,26 @@ class RaftDriver:
             raise
         except Exception as error:
             self._fail(error, where="creating a snapshot")
+            raise SnapshotError(f"the node stopped on a fatal fault: {error}") from None
+
+    def snapshot_builder(self, *, end_offset: int) -> SnapshotBuilder | OffsetAndEpoch:
+        """RaftPort.snapshot_builder: the layout of a snapshot at `end_offset`, whose bytes the
+        caller builds off this loop (or the id of that snapshot when it exists already)."""
+        if self._stopped:
+            raise SnapshotError("the node is stopping")
+        return self.raft.snapshot_builder(end_offset=end_offset)
+
+    def store_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> OffsetAndEpoch:
+        """RaftPort.store_snapshot; a storage fault stops the node and reaches the caller as a
+        SnapshotError, as in `create_snapshot`."""
+        if self._stopped:
+            raise SnapshotError("the node is stopping")
+        try:
+            return self.raft.store_snapshot(snapshot_id, data, now_ms=self._clock_ms())
+        except (SnapshotError, StorageSnapshotError):
+            raise
+        except Exception as error:
+            self._fail(error, where="storing a snapshot")
             raise SnapshotError(f"the node stopped on a fatal fault: {error}") from None
 
     async def append_and_wait(self, values: list[bytes], *, timeout_ms: int) -> AppendResult:
