@@ -296,6 +296,34 @@ def test_delete_claim_true_removes_the_claims(kube: Kube, operator_ns: str) -> N
     assert any("data-0-ephemeral-controllers-" in e["message"] for e in events), [e["message"] for e in events]
 
 
+def test_a_broker_pool_the_runtime_cannot_run_is_refused_by_name(kube: Kube, operator_ns: str) -> None:
+    """The whole example: its broker pool names Apache Kafka, which the image does not carry. The
+    controllers still come up; the refusal is a Degraded condition and a Warning Event naming the
+    pool, and no broker pod is created."""
+    ns = operator_ns
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["name"] = "with-brokers"
+    _apply(kube, ns, doc)
+    try:
+        def refused() -> dict[str, Any] | None:
+            resource = kube.json("-n", ns, "get", "kc", "with-brokers")
+            degraded = _condition(resource, "Degraded")
+            if degraded and degraded["status"] == "True" and degraded["reason"] == "ActionFailed":
+                return degraded
+            return None
+
+        degraded = _wait("Degraded ActionFailed for the broker pool", refused, timeout_s=420, every_s=2)
+        assert "pool brokers" in degraded["message"] and "apache-kafka" in degraded["message"], degraded
+        pods = kube.json("-n", ns, "get", "pods", "-l", "kraftwerk.io/cluster=with-brokers,kraftwerk.io/pool=brokers")
+        assert pods["items"] == []
+        events = kube.json("-n", ns, "get", "events", "--field-selector",
+                           "involvedObject.name=with-brokers,reason=ActionFailed")["items"]
+        assert events and events[0]["type"] == "Warning"
+    finally:
+        kube.kubectl("-n", ns, "delete", "kc", "with-brokers", "--wait=true", "--timeout=180s", check=False)
+        kube.kubectl("-n", ns, "delete", "pvc", "-l", "kraftwerk.io/cluster=with-brokers", "--wait=false", check=False)
+
+
 def test_operator_metrics_are_served(kube: Kube, operator_ns: str) -> None:
     pod = kube.json("-n", operator_ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"][0]
     raw = kube.kubectl("get", "--raw",
