@@ -10,6 +10,15 @@ from .kube import REPO, Kube
 CHART = str(REPO / "charts" / "kraftwerk")
 
 
+@pytest.fixture(autouse=True)
+def chart_crds(kube: Kube) -> None:
+    """The chart's CRDs, as `helm install` applies them before its templates. A dry run installs no
+    CRD, and the templates include a KopfPeering object whose kind the CRD defines."""
+    kube.kubectl("apply", "--server-side", "-f", f"{CHART}/crds/")
+    kube.kubectl("wait", "--for=condition=Established", "crd/kopfpeerings.kopf.dev",
+                 "crd/clusterkopfpeerings.kopf.dev", "crd/kraftclusters.kraftwerk.io", "--timeout=60s")
+
+
 def _kinds(manifest: str) -> list[str]:
     return sorted(line.split(":", 1)[1].strip() for line in manifest.splitlines() if line.startswith("kind:"))
 
