@@ -7,6 +7,7 @@ Foreign and mismatched meta.properties are in test_node_robustness.py, through t
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,11 @@ def test_a_lost_metadata_log_is_one_line_with_the_replacement_steps(cluster: Pro
     assert f"The metadata log of node 1 is missing: {partition} does not exist" in line
     _steps_named(line, cluster)
     assert not partition.exists()  # refusing created nothing
+
+
+def test_a_taken_port_is_one_line(cluster: ProcessCluster) -> None:
+    node = cluster.add_node(1)
+    cluster.format(1, "--standalone")
+    with socket.create_server(("127.0.0.1", node.port)):
+        line = _refusal(cluster)
+    assert "cannot listen on 127.0.0.1" in line and "Address already in use" in line

@@ -286,10 +286,16 @@ class ControllerNode:
                 )
                 self.controller.register_apis(listener)
                 self.controller.start()
-            await listener.start(controller_listener.host or "0.0.0.0", controller_listener.port)
-            if config.kraftwerk_metrics_port or self.test_api_enabled:
-                self.http = self._http_endpoint(driver)
-                await self.http.start(controller_listener.host or "0.0.0.0", config.kraftwerk_metrics_port)
+            host = controller_listener.host or "0.0.0.0"
+            try:
+                await listener.start(host, controller_listener.port)
+                if config.kraftwerk_metrics_port or self.test_api_enabled:
+                    self.http = self._http_endpoint(driver)
+                    await self.http.start(host, config.kraftwerk_metrics_port)
+            except OSError as e:
+                # A taken port is a refusal to start like any other: one line, no traceback.
+                raise StartupError(f"cannot listen on {host}: {e}; free the port or change "
+                                   "listeners / kraftwerk.metrics.port") from None
             driver.start()
             if driver.fatal_error is not None:
                 raise ControllerFatalError(str(driver.fatal_error), logged=True)
