@@ -9,8 +9,9 @@ only, without the ids.
 
 Both sides are covered here:
 
-- inbound: this node answered a raft request with INCONSISTENT_CLUSTER_ID. The request carries
-  the sender's cluster id, its node id and (from the socket) its address: one WARN line.
+- inbound: this node answered a raft request (or, on the active controller, a BrokerRegistration)
+  with INCONSISTENT_CLUSTER_ID. The request carries the sender's cluster id, its node id and (from
+  the socket) its address: one WARN line.
 - outbound: a peer answered one of ours with INCONSISTENT_CLUSTER_ID. The response carries no
   cluster id, so the peer is asked with DescribeCluster (KIP-919, endpoint type 2, which both our
   controllers and Kafka's answer) before the line is written: one ERROR line.
@@ -55,6 +56,8 @@ def sender_id(request: Any) -> int | None:
         return int(state.replica_id)  # Fetch
     if hasattr(request, "replica_id"):
         return int(request.replica_id)  # FetchSnapshot
+    if hasattr(request, "broker_id"):
+        return int(request.broker_id)  # BrokerRegistration
     for topic in getattr(request, "topics", ()):
         for partition in getattr(topic, "partitions", ()):
             for name in ("replica_id", "candidate_id", "leader_id"):  # Vote; BeginQuorumEpoch, EndQuorumEpoch

@@ -41,6 +41,7 @@ from kraft_engine.controller import ApiError, ControllerApiError
 from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.protocol import Listener, RequestContext
 from kraft_engine.protocol.version_bridging import Upgrade, bridge, bridged_handler
+from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals
 from kraft_engine.server.controller_service import ControllerService, ControllerStopped
 
 __all__ = ["CONTROLLER_APIS", "KAFKA_CONTROLLER_VERSIONS", "ControllerApis"]
@@ -173,8 +174,10 @@ async def _each(items: Any, make: Callable[[Any], Any]) -> tuple[Any, ...]:
 
 
 class ControllerApis:
-    def __init__(self, service: ControllerService) -> None:
+    def __init__(self, service: ControllerService, *, refusals: ClusterIdRefusals | None = None) -> None:
         self._service = service
+        # BrokerRegistration refused with INCONSISTENT_CLUSTER_ID is named and counted like raft's.
+        self._refusals = refusals
 
     def register(self, listener: Listener) -> None:
         handlers = {
@@ -314,7 +317,10 @@ class ControllerApis:
                 "registerBroker", lambda c: c.register_broker(request, now_ms=service.now_ms())
             )
         except (ControllerApiError, ControllerStopped) as e:
-            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code)
+            response = ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code)
+            if self._refusals is not None:
+                self._refusals.inbound(request, response, peer_address=ctx.peer)
+            return response
         return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
                                   broker_epoch=i64(reply.broker_epoch))
 

@@ -133,7 +133,7 @@ class ControllerRuntime:
         self.fatal = asyncio.Event()
 
     def register_apis(self, listener: Listener) -> None:
-        ControllerApis(self.service).register(listener)
+        ControllerApis(self.service, refusals=self._driver.refusals).register(listener)
 
     def features(self) -> Features:
         """ApiVersions' features: the committed image's levels plus kraft.version from raft."""
