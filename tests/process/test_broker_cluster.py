@@ -344,3 +344,32 @@ def test_a_stopped_follower_leaves_the_isr_after_the_lag_time_and_rejoins_urp_ba
         assert cluster.partitions(follower)[(TOPIC, 0)]["log_end_offset"] == 1
     finally:
         cluster.cleanup()
+
+
+def test_kraft_topics_against_brokers_creates_describes_and_shows_under_replicated_partitions(
+    brokers: BrokerCluster,
+) -> None:
+    bootstrap = brokers.broker_bootstrap()
+    created = kraft_tool("topics", "--bootstrap-server", bootstrap, "--create", "--topic", "demo", "--partitions", "2",
+                         "--replication-factor", "3", "--config", "min.insync.replicas=3", check=True)
+    assert created.stdout == "Created topic demo.\n"
+    for partition in (0, 1):
+        brokers.wait_isr("demo", partition, set(brokers.brokers))
+    described = kraft_tool("topics", "--bootstrap-server", bootstrap, "--describe", "--topic", "demo", check=True)
+    lines = described.stdout.splitlines()
+    assert lines[0].startswith("Topic: demo\tTopicId: ") and "PartitionCount: 2\tReplicationFactor: 3" in lines[0]
+    assert "min.insync.replicas=3" in lines[0]
+    assert len(lines) == 3 and all("\tIsr: " in line for line in lines[1:])
+    assert kraft_tool("topics", "--bootstrap-server", bootstrap, "--describe", "--under-replicated-partitions",
+                      check=True).stdout == ""
+    victim = max(brokers.brokers)
+    brokers.kill(victim)
+    survivors = brokers.broker_bootstrap(sorted(brokers.brokers - {victim}))
+    for partition in (0, 1):
+        brokers.wait_isr("demo", partition, set(brokers.brokers) - {victim})
+    under = kraft_tool("topics", "--bootstrap-server", survivors, "--describe", "--under-replicated-partitions",
+                       check=True).stdout.splitlines()
+    assert [line.split("\t")[2] for line in under] == ["Partition: 0", "Partition: 1"]
+    under_min = kraft_tool("topics", "--bootstrap-server", survivors, "--describe", "--under-min-isr-partitions",
+                           check=True).stdout.splitlines()
+    assert len(under_min) == 2

@@ -3,6 +3,7 @@ the tests and the operator share. It never imports the node's `server` package (
 holds that), so the operator can talk to any KRaft node, ours or Apache Kafka's, without pulling
 in a node's wiring."""
 
+from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.admin.quorum_admin import (
     ClusterDescription,
@@ -13,6 +14,7 @@ from kraft_engine.admin.quorum_admin import (
 )
 
 __all__ = [
+    "BrokerAdmin",
     "ClusterDescription",
     "ControllerAdmin",
     "ControllerAdminError",

@@ -1,14 +1,18 @@
-"""`kraft topics`: Kafka's kafka-topics tool against the controller quorum.
+"""`kraft topics`: Kafka's kafka-topics tool, against brokers (`--bootstrap-server`) or the
+controller quorum (`--bootstrap-controller`).
 
 Same verbs, flags and output as kafka-topics: `--create` ("Created topic T."), `--delete`, `--alter
 --partitions N` (silent, like kafka-topics), `--list` (one name per line), `--describe` (the topic
 line and one tab-indented line per partition). `--topic` is a regular expression for `--delete`,
 `--alter` and `--describe`, as in kafka-topics.
 
-Kafka's tool talks to brokers; here the controllers answer directly: CreateTopics, CreatePartitions
-and DeleteTopics go to the active controller, topics are read with Metadata from the committed image of any
+With `--bootstrap-server` every request goes to any broker, which forwards the writes to the active
+controller. With `--bootstrap-controller` the controllers answer directly: CreateTopics,
+CreatePartitions and DeleteTopics go to the active controller, topics are read with Metadata from the committed image of any
 controller, and `--describe` takes the non-default configs from DescribeConfigs. ELR is not part of
 a Metadata answer, so `Elr` and `LastKnownElr` print `N/A` as kafka-topics does in that case.
+`--under-replicated-partitions` / `--under-min-isr-partitions` print only the matching partition
+lines (ISR smaller than the replicas / than the topic's `min.insync.replicas`), as kafka-topics does.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
+from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
 from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
@@ -49,8 +54,11 @@ _NO_LEADER = -1
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("topics", help="Create, delete, describe or list topics (kafka-topics)",
                                    description="Create, delete, describe, or list topics.")
-    parser.add_argument("--bootstrap-controller", required=True,
-                        help="A comma-separated list of host:port pairs of the KRaft controllers.")
+    bootstrap = parser.add_mutually_exclusive_group(required=True)
+    bootstrap.add_argument("--bootstrap-server",
+                           help="A comma-separated list of host:port pairs of the brokers to connect to.")
+    bootstrap.add_argument("--bootstrap-controller",
+                           help="A comma-separated list of host:port pairs of the KRaft controllers.")
     actions = parser.add_mutually_exclusive_group(required=True)
     actions.add_argument("--create", action="store_true", help="Create a new topic.")
     actions.add_argument("--delete", action="store_true", help="Delete a topic.")
@@ -69,15 +77,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="If set when deleting or describing topics, the action only runs if the topic exists.")
     parser.add_argument("--if-not-exists", action="store_true",
                         help="If set when creating topics, the action only runs if the topic does not exist.")
+    parser.add_argument("--under-replicated-partitions", action="store_true",
+                        help="If set when describing topics, only show partitions whose ISR is smaller than the "
+                             "replica set.")
+    parser.add_argument("--under-min-isr-partitions", action="store_true",
+                        help="If set when describing topics, only show partitions whose ISR count is less than "
+                             "the configured minimum.")
     parser.add_argument("--timeout-ms", type=int, default=30000, help="How long to retry (default 30000).")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    flag, text = (("--bootstrap-server", args.bootstrap_server) if args.bootstrap_server is not None
+                  else ("--bootstrap-controller", args.bootstrap_controller))
     try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_controller)
+        bootstrap = parse_bootstrap_servers(text)
     except ValueError as e:
-        raise CliError(f"--bootstrap-controller: {e}") from None
+        raise CliError(f"{flag}: {e}") from None
     if (args.create or args.delete or args.alter) and not args.topic:
         raise CliError("--topic is required with --create, --alter and --delete")
     if args.alter and args.partitions is None:
@@ -88,7 +104,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace, bootstrap: list[tuple[str, int]], create: CreateTopicsRequest | None) -> int:
-    async with ControllerAdmin(bootstrap, timeout_ms=args.timeout_ms, client_id="kraft-topics") as admin:
+    admin_class = ControllerAdmin if args.bootstrap_server is None else BrokerAdmin
+    async with admin_class(bootstrap, timeout_ms=args.timeout_ms, client_id="kraft-topics") as admin:
         try:
             if create is not None:
                 return await _create(admin, create, if_not_exists=args.if_not_exists)
@@ -104,7 +121,8 @@ async def _main(args: argparse.Namespace, bootstrap: list[tuple[str, int]], crea
                 return await _delete(admin, matched)
             if args.alter:
                 return await _alter(admin, matched, partitions=args.partitions)
-            return await _describe(admin, matched, topics)
+            return await _describe(admin, matched, topics, under_replicated=args.under_replicated_partitions,
+                                   under_min_isr=args.under_min_isr_partitions)
         except ControllerAdminError as e:
             raise CliError(str(e)) from None
 
@@ -217,7 +235,8 @@ def _matching(topics: dict[str, Any], pattern: str | None) -> list[str]:
     return sorted(name for name in topics if regex.fullmatch(name))
 
 
-async def _describe(admin: ControllerAdmin, names: list[str], topics: dict[str, Any]) -> int:
+async def _describe(admin: ControllerAdmin, names: list[str], topics: dict[str, Any], *,
+                    under_replicated: bool = False, under_min_isr: bool = False) -> int:
     if not names:
         return 0
     connection = await admin.any_connection()
@@ -234,8 +253,12 @@ async def _describe(admin: ControllerAdmin, names: list[str], topics: dict[str, 
         )
     )
     overrides: dict[str, str] = {}
+    min_isr: dict[str, int] = {}
     for result in configs.results:
         if result.error_code == ErrorCode.none:
+            for c in result.configs:
+                if c.name == "min.insync.replicas" and c.value is not None:
+                    min_isr[result.resource_name] = int(c.value)
             overrides[result.resource_name] = ",".join(
                 f"{c.name}={c.value}" for c in result.configs if int(c.config_source) != _DEFAULT_CONFIG_SOURCE
             )
@@ -246,8 +269,16 @@ async def _describe(admin: ControllerAdmin, names: list[str], topics: dict[str, 
         head = f"Topic: {name}"
         if topic.topic_id is not None and topic.topic_id != ZERO_UUID:
             head += f"\tTopicId: {to_kafka_str(topic.topic_id)}"
-        print(f"{head}\tPartitionCount: {len(partitions)}\tReplicationFactor: {replication_factor}"
-              f"\tConfigs: {overrides.get(name, '')}")
+        if under_replicated or under_min_isr:
+            # kafka-topics prints only the matching partition lines, without the topic line.
+            partitions = [
+                p for p in partitions
+                if (under_replicated and len(p.isr_nodes) < len(p.replica_nodes))
+                or (under_min_isr and len(p.isr_nodes) < min_isr.get(name, 1))
+            ]
+        else:
+            print(f"{head}\tPartitionCount: {len(partitions)}\tReplicationFactor: {replication_factor}"
+                  f"\tConfigs: {overrides.get(name, '')}")
         for p in partitions:
             leader = int(p.leader_id)
             print(
