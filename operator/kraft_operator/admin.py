@@ -80,14 +80,15 @@ Address = tuple[str, int]
 class AdminError(Exception):
     """A refusal: which API, Kafka's error name and the server's message."""
 
-    def __init__(self, message: str, *, api: str, error: ErrorCode | None = None) -> None:
+    def __init__(self, message: str, *, api: str, error: ErrorCode | None = None, retriable: bool = False) -> None:
         super().__init__(message)
         self.api = api
         self.error = error
+        self._retriable = retriable
 
     @property
     def retriable(self) -> bool:
-        return self.error in _RETRIABLE
+        return self._retriable or self.error in _RETRIABLE
 
 
 class AdminUnreachable(AdminError):
@@ -325,15 +326,21 @@ class ClusterAdmin:
     # -- features (ApiVersions) ----------------------------------------------------------------------
     async def finalized_features(self) -> dict[str, int]:
         """The finalized feature levels (metadata.version, kraft.version, ...) from ApiVersions, as
-        Kafka's Admin.describeFeatures reads them."""
+        Kafka's Admin.describeFeatures reads them. Asked afresh (the handshake's answer may predate
+        the finalization); a node that has not loaded any finalized features yet (epoch -1, e.g. a
+        controller still replaying its log) is skipped for the next one."""
 
         async def attempt(connection: KafkaConnection) -> dict[str, int]:
-            if connection.api_versions_response is None:
-                await connection.send(request_class(API_VERSIONS_KEY, 3)(
-                    client_software_name="kraftwerk", client_software_version="0"))
-            response = connection.api_versions_response
-            if response is None:
-                raise AdminError("ApiVersions: no answer", api="ApiVersions", error=ErrorCode.request_timed_out)
+            version = min(3, connection.negotiated_version(API_VERSIONS_KEY))
+            fields: dict[str, Any] = {}
+            if version >= 3:
+                fields = {"client_software_name": "kraftwerk", "client_software_version": "0"}
+            response = await connection.send(request_class(API_VERSIONS_KEY, version)(**fields))
+            _check("ApiVersions", response.error_code)
+            if getattr(response, "finalized_features_epoch", -1) < 0:
+                raise AdminError(
+                    "ApiVersions: no finalized features loaded yet", api="ApiVersions", retriable=True
+                )
             return {str(f.name): int(f.max_version_level) for f in (response.finalized_features or ())}
 
         return await self._first_answer(self.controllers + self.brokers, "ApiVersions", attempt)

@@ -23,7 +23,7 @@ from kraft_operator.observing import admin_addresses
 from kraft_operator.reconciler import Reconciler
 from kraft_operator.runtime.local import LocalRuntime, kafka_classpath
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
 
 SPEC = """
 apiVersion: kraftwerk.io/v1alpha1
@@ -47,7 +47,7 @@ class Running:
         controllers, _ = admin_addresses(self.cluster, layout=self.runtime.layout(self.cluster), observed=observed)
         return controllers
 
-    async def reconcile_until_ready(self, *, timeout_s: float = 120) -> None:
+    async def reconcile_until_ready(self, *, timeout_s: float = 240) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             result = await self.reconciler.reconcile(self.cluster)

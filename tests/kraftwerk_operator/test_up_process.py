@@ -19,7 +19,8 @@ import yaml
 
 from kraft_operator.runtime.local import kafka_classpath
 
-pytestmark = pytest.mark.process
+# Bounds, not assertions: on a loaded 2-core machine a JVM or a quorum can take minutes to come up.
+pytestmark = [pytest.mark.process, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 KRAFTWERK = [sys.executable, "-c", "import sys; from kraft_operator.cli import main; sys.exit(main())"]
