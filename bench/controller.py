@@ -592,7 +592,7 @@ def bench_fencing(topics: int, partitions: int) -> None:
         more = controller.take_effects()
         return dict(effects.completed + more.completed)
 
-    controller.handle_leader_change(leader_id=0, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=0, epoch=1, now_ms=0, raft_is_leader=True)
     commit()
     epochs = {}
     for b in (1, 2, 3):

@@ -127,7 +127,7 @@ class Harness:
         self.epochs: dict[int, int] = {}
         self.log_dirs: dict[int, tuple[uuid.UUID, ...]] = {}
         self.raft.control_batch(1)  # the LeaderChangeMessage that opens epoch 1
-        self.controller.handle_leader_change(leader_id=3000, epoch=1, now_ms=0)
+        self.controller.handle_leader_change(leader_id=3000, epoch=1, now_ms=0, raft_is_leader=True)
         self.commit()
 
     def commit(self) -> dict[int, object]:

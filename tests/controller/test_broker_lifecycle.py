@@ -156,7 +156,7 @@ def test_renounce_reverts_an_uncommitted_topic() -> None:
         name=TopicName("orders"), num_partitions=i32(1), replication_factor=i16(1), assignments=(), configs=(),
     ),)))
     assert controller.replication_control.topic_id("orders") is not None
-    controller.handle_leader_change(leader_id=3001, epoch=2, now_ms=0)
+    controller.handle_leader_change(leader_id=3001, epoch=2, now_ms=0, raft_is_leader=False)
     effects = controller.take_effects()
     assert [(f.token, f.error.error_code) for f in effects.failed] == [(token, ErrorCode.not_controller)]
     assert controller.replication_control.topic_id("orders") is None
@@ -209,7 +209,7 @@ def test_renounce_reverts_an_uncommitted_fencing_in_the_reverse_indexes() -> Non
     assert replication.partitions_with_broker_in_isr(1) == []
     assert not replication.has_leaderships(1)
     # ...and losing leadership before the commit puts broker 1 back everywhere it was.
-    controller.handle_leader_change(leader_id=3001, epoch=2, now_ms=0)
+    controller.handle_leader_change(leader_id=3001, epoch=2, now_ms=0, raft_is_leader=False)
     controller.take_effects()
     assert replication.partitions_with_broker_in_isr(1) == everything
     assert replication.has_leaderships(1)

@@ -197,6 +197,6 @@ def test_deleting_a_topic_drops_only_its_configs_and_a_revert_brings_them_back()
     assert configs.configs(TOPIC, "orders", h.controller.last_stable_offset()) == {"retention.ms": "1000"}
     assert configs.configs(TOPIC, "payments") == {"retention.ms": "2000"}
     # Losing leadership before the deletion commits reverts it, configs included.
-    h.controller.handle_leader_change(leader_id=3001, epoch=2, now_ms=0)
+    h.controller.handle_leader_change(leader_id=3001, epoch=2, now_ms=0, raft_is_leader=False)
     assert configs.configs(TOPIC, "orders") == {"retention.ms": "1000"}
     assert configs.topic_config("orders", "retention.ms") == "1000"

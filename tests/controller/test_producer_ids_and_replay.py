@@ -62,7 +62,7 @@ def _standby() -> QuorumController:
         local_supported_features={"metadata.version": VersionRange(7, LATEST_MV)},
         cluster_id=CLUSTER_ID, rng=random.Random(1),
     )
-    controller.handle_leader_change(leader_id=3000, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=3000, epoch=1, now_ms=0, raft_is_leader=True)
     return controller
 
 

@@ -69,7 +69,7 @@ def test_activation_on_an_empty_log_writes_the_bootstrap_records_in_a_transactio
     raft = FakeRaft()
     raft.control_batch(1)  # the LeaderChangeMessage at offset 0
     controller = _controller(raft=raft)
-    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0, raft_is_leader=True)
     [_, append, _] = raft.log
     assert [type(r.record) for r in append.records] == [BeginTransactionRecord, FeatureLevelRecord, EndTransactionRecord]
     assert append.base_offset == 1 and append.epoch == 1  # where raft put it, after its own record
@@ -81,7 +81,7 @@ def test_activation_on_an_empty_log_writes_the_bootstrap_records_in_a_transactio
 
 def test_before_3_6_iv1_the_bootstrap_records_are_one_atomic_batch() -> None:
     controller = _controller(mv=12)
-    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0, raft_is_leader=True)
     [append, _] = _raft(controller).log
     assert [type(r.record) for r in append.records] == [FeatureLevelRecord]
 
@@ -95,7 +95,7 @@ def test_a_standby_replays_and_a_new_leader_aborts_a_dangling_transaction() -> N
     assert controller.last_stable_offset() == -1  # held before the open transaction
     raft.control_batch(2)
     raft.control_batch(2)
-    controller.handle_leader_change(leader_id=1, epoch=2, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=2, now_ms=0, raft_is_leader=True)
     [_, _, append, _] = raft.log
     assert append.base_offset == 2
     assert [type(r.record) for r in append.records] == [AbortTransactionRecord]
@@ -104,13 +104,13 @@ def test_a_standby_replays_and_a_new_leader_aborts_a_dangling_transaction() -> N
 
 def test_losing_leadership_resigns_and_reverts_uncommitted_features() -> None:
     controller = _controller()
-    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0, raft_is_leader=True)
     _commit_all(controller)
     token = controller.update_features(UpdateFeaturesRequest(
         feature_updates=(FeatureUpdateKey(feature="group.version", max_version_level=i16(1)),),
     ))
     assert controller.feature_control.finalized_features()["group.version"] == 1
-    controller.handle_leader_change(leader_id=2, epoch=2, now_ms=0)
+    controller.handle_leader_change(leader_id=2, epoch=2, now_ms=0, raft_is_leader=False)
     effects = controller.take_effects()
     assert effects.resign_epoch == 1
     assert [(f.token, f.error.error_code) for f in effects.failed] == [(token, ErrorCode.not_controller)]
@@ -120,7 +120,7 @@ def test_losing_leadership_resigns_and_reverts_uncommitted_features() -> None:
 
 def test_update_features_upgrade_validate_only_and_downgrade_rules() -> None:
     controller = _controller(mv=20)
-    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0, raft_is_leader=True)
     _commit_all(controller)
     assert _update(controller, "metadata.version", 25, validate_only=True) == ApiError.NONE
     assert controller.finalized_features()["metadata.version"] == 20
@@ -149,7 +149,7 @@ def test_update_features_upgrade_validate_only_and_downgrade_rules() -> None:
 
 def test_no_feature_changes_while_a_quorum_controller_has_not_registered() -> None:
     controller = _controller(quorum=(1, 2, 3))
-    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0, raft_is_leader=True)
     _commit_all(controller)
     refused = _update(controller, "group.version", 1)
     assert refused.message == (
@@ -160,7 +160,7 @@ def test_no_feature_changes_while_a_quorum_controller_has_not_registered() -> No
 
 def test_feature_check_follows_the_voter_set_after_a_voter_change() -> None:
     controller = _controller(quorum=(1,))
-    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0, raft_is_leader=True)
     _commit_all(controller)
     assert _update(controller, "group.version", 1, validate_only=True) == ApiError.NONE
     # Controller 2 joins the quorum (AddRaftVoter) but has not registered yet.
@@ -184,7 +184,7 @@ def test_kraft_version_goes_through_the_raft_hook() -> None:
         return None
 
     controller = _controller(kraft_hook=hook)
-    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0)
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=0, raft_is_leader=True)
     _commit_all(controller)
     log_before = list(_raft(controller).log)
     token = controller.update_features(UpdateFeaturesRequest(

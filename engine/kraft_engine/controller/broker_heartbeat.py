@@ -46,7 +46,11 @@ class BrokerControlState(enum.Enum):
 
 class BrokerHeartbeatTracker:
     """Last contact time per (broker id, broker epoch). Written by the shell as heartbeats
-    arrive, read by the controller when it looks for expired sessions."""
+    arrive, read by the controller when it looks for expired sessions.
+
+    Like Kafka's ConcurrentHashMap-backed tracker it takes no lock: a write is one dict store
+    (atomic under the interpreter), and expiry removes an entry only if no fresher contact time
+    landed after it was read, so a heartbeat racing the expiry check is never lost."""
 
     def __init__(self, *, session_timeout_ms: int) -> None:
         self.session_timeout_ms = session_timeout_ms
@@ -59,8 +63,11 @@ class BrokerHeartbeatTracker:
         return self._contact_times_ms.get((broker_id, broker_epoch))
 
     def remove(self, broker_id: int) -> None:
-        for key in [k for k in self._contact_times_ms if k[0] == broker_id]:
-            del self._contact_times_ms[key]
+        for key in [k for k in list(self._contact_times_ms) if k[0] == broker_id]:
+            self._contact_times_ms.pop(key, None)
+
+    def clear(self) -> None:
+        self._contact_times_ms.clear()
 
     def has_valid_session(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
         contact = self._contact_times_ms.get((broker_id, broker_epoch))
@@ -68,10 +75,19 @@ class BrokerHeartbeatTracker:
 
     def maybe_remove_expired(self, now_ms: int) -> tuple[int, int] | None:
         """One (broker id, epoch) whose session has expired, forgotten as it is returned."""
-        for key, contact in sorted(self._contact_times_ms.items(), key=lambda item: (item[1], item[0])):
-            if now_ms > contact and contact + self.session_timeout_ms < now_ms:
-                del self._contact_times_ms[key]
-                return key
+        entries = list(self._contact_times_ms.items())  # one atomic copy; writers may run meanwhile
+        for key, contact in sorted(entries, key=lambda item: (item[1], item[0])):
+            if not (now_ms > contact and contact + self.session_timeout_ms < now_ms):
+                return None  # sorted by contact time: nothing later has expired either
+            removed = self._contact_times_ms.pop(key, None)
+            if removed is None:
+                continue  # removed meanwhile (unregistered)
+            if removed != contact:
+                # A heartbeat landed after the copy: its session is alive; put the fresher time
+                # back unless an even newer one arrived since.
+                self._contact_times_ms.setdefault(key, removed)
+                continue
+            return key
         return None
 
     def brokers(self) -> list[tuple[int, int]]:

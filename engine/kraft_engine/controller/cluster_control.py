@@ -74,17 +74,23 @@ class ClusterControlManager:
 
     # -- activation ------------------------------------------------------------------------
 
-    def activate(self) -> None:
-        """Build fresh soft state: every registered broker starts with no contact time."""
+    def activate(self, now_ms: int) -> None:
+        """Build fresh soft state. Every registered, unfenced broker gets the activation time as
+        its contact time (Kafka's ClusterControlManager.activate): a broker that never heartbeats
+        this controller is fenced one session timeout after activation. Without it a broker that
+        died shortly before a failover would never be fenced, and a fence lost with the previous
+        leader's uncommitted records would never be redone."""
+        self.tracker.clear()  # contact times seen while standby belong to no session of ours
         manager = BrokerHeartbeatManager(self.tracker)
         for broker_id, registration in self._brokers.items():
             manager.register(broker_id, fenced=registration.fenced)
+            if not registration.fenced:
+                self.tracker.update_contact_time(broker_id, registration.epoch, now_ms)
         self.heartbeat_manager = manager
 
     def deactivate(self) -> None:
         self.heartbeat_manager = None
-        for broker_id, _ in self.tracker.brokers():
-            self.tracker.remove(broker_id)
+        self.tracker.clear()
 
     def heartbeat_manager_or_raise(self) -> BrokerHeartbeatManager:
         if self.heartbeat_manager is None:

@@ -280,14 +280,20 @@ class QuorumController:
     def handle_load_snapshot(self, *, last_contained_offset: int, epoch: int, records: Sequence[object]) -> None:
         self.events.handle_load_snapshot(last_contained_offset=last_contained_offset, epoch=epoch, records=records)
 
-    def handle_leader_change(self, *, leader_id: int | None, epoch: int, now_ms: int) -> None:
-        """Raft elected `leader_id` (None: no leader known) for `epoch`."""
+    def handle_leader_change(self, *, leader_id: int | None, epoch: int, now_ms: int, raft_is_leader: bool) -> None:
+        """Raft elected `leader_id` (None: no leader known) for `epoch`.
+
+        `raft_is_leader` is whether raft itself holds this epoch's leadership (its role is
+        Leader in `epoch`, and it fired this change only once the listener caught up to the
+        epoch's start). A node restarted from a quorum-state that names itself leader is
+        Resigned in that epoch: raft names it leader but will refuse every append, so it must
+        not activate, append, or renounce on that account."""
         self._observe_time(now_ms)
         self.events.leader_id = leader_id
         self.events.leader_epoch = epoch
         if self.events.is_active() and epoch > self.events.cur_claim_epoch:
             self.renounce()
-        if leader_id == self.node_id and not self.events.is_active():
+        if leader_id == self.node_id and raft_is_leader and not self.events.is_active():
             self._claim(epoch=epoch, now_ms=now_ms)
 
     def renounce(self) -> None:
@@ -308,7 +314,7 @@ class QuorumController:
 
     def _claim(self, *, epoch: int, now_ms: int) -> None:
         self.events.claim(epoch=epoch)
-        self.cluster_control.activate()
+        self.cluster_control.activate(now_ms)
         # Nothing else runs between the claim and the activation records: this is Kafka's
         # "prepend the activation event".
         try:
@@ -391,7 +397,9 @@ class QuorumController:
 
     def track_broker_heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
         """Record a heartbeat's arrival at once, before its event is queued (and again if that
-        event times out in the queue): a busy controller must not fence live brokers."""
+        event times out in the queue: Kafka's processExpiredBrokerHeartbeat): a busy controller
+        must not fence live brokers for its own slowness. Safe to call from outside the
+        controller's event loop: it touches only the tracker."""
         self.cluster_control.tracker.update_contact_time(broker_id, broker_epoch, now_ms)
 
     def register_broker(self, request: BrokerRegistrationRequest, *, now_ms: int) -> int:

@@ -173,11 +173,19 @@ async def _each(items: Any, make: Callable[[Any], Any]) -> tuple[Any, ...]:
     return await asyncio.to_thread(lambda: tuple(make(item) for item in items))
 
 
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 1000
+"""How long a heartbeat may wait for the controller: Kafka's broker.heartbeat.interval.ms / 2."""
+
+
 class ControllerApis:
-    def __init__(self, service: ControllerService, *, refusals: ClusterIdRefusals | None = None) -> None:
+    def __init__(
+        self, service: ControllerService, *, refusals: ClusterIdRefusals | None = None,
+        heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
+    ) -> None:
         self._service = service
         # BrokerRegistration refused with INCONSISTENT_CLUSTER_ID is named and counted like raft's.
         self._refusals = refusals
+        self._heartbeat_timeout_ms = heartbeat_timeout_ms
 
     def register(self, listener: Listener) -> None:
         handlers = {
@@ -330,9 +338,14 @@ class ControllerApis:
         service.track_broker_heartbeat(int(request.broker_id), int(request.broker_epoch))
         try:
             reply = await service.write(
-                "processBrokerHeartbeat", lambda c: c.broker_heartbeat(request, now_ms=service.now_ms())
+                "processBrokerHeartbeat", lambda c: c.broker_heartbeat(request, now_ms=service.now_ms()),
+                timeout_ms=self._heartbeat_timeout_ms,
             )
         except (ControllerApiError, ControllerStopped) as e:
+            if isinstance(e, ControllerApiError) and e.error_code == ErrorCode.request_timed_out:
+                # Kafka's processExpiredBrokerHeartbeat: the broker is alive, the controller is
+                # slow; refresh its contact time so it is not fenced for our backlog.
+                service.track_broker_heartbeat(int(request.broker_id), int(request.broker_epoch))
             return ctx.response_class(
                 throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code, is_caught_up=False, is_fenced=True,
                 should_shut_down=False,

@@ -133,7 +133,10 @@ class ControllerRuntime:
         self.fatal = asyncio.Event()
 
     def register_apis(self, listener: Listener) -> None:
-        ControllerApis(self.service, refusals=self._driver.refusals).register(listener)
+        ControllerApis(
+            self.service, refusals=self._driver.refusals,
+            heartbeat_timeout_ms=max(1, self._config.broker_heartbeat_interval_ms // 2),
+        ).register(listener)
 
     def features(self) -> Features:
         """ApiVersions' features: the committed image's levels plus kraft.version from raft."""

@@ -112,6 +112,9 @@ class RaftPort(Protocol):
     @property
     def next_append_offset(self) -> int: ...
 
+    def holds_leadership(self, epoch: int) -> bool:
+        """Raft is the Leader of `epoch` (a Resigned node names itself leader but is not)."""
+
     def prepare_append(self, records: list[bytes], *, epoch: int) -> int:
         """Reserve offsets for one batch as leader of `epoch`; the last one. Raises NotLeaderError."""
 
@@ -368,7 +371,10 @@ class ControllerService:
         if isinstance(event, SnapshotLoad):
             self._enqueue("handleLoadSnapshot", lambda: self._load_snapshot(event))
         else:
-            self._enqueue("handleLeaderChange", lambda: self._leader_change(event))
+            # Whether raft holds the epoch is read now, in raft order (this runs on the raft
+            # loop), not when the event runs on the controller thread.
+            raft_is_leader = self._raft.holds_leadership(event.leader.epoch)
+            self._enqueue("handleLeaderChange", lambda: self._leader_change(event, raft_is_leader))
 
     def run_on_controller(self, name: str, run: Callable[[QuorumController], None]) -> None:
         """Queue `run` to be called with the controller on its thread (raft listeners use this)."""
@@ -632,11 +638,17 @@ class ControllerService:
         self._bytes_since_snapshot = 0
         self._applied_since_snapshot = False
 
-    def _leader_change(self, event: LeaderChange) -> None:
+    def _leader_change(self, event: LeaderChange, raft_is_leader: bool) -> None:
         # Batches of an earlier epoch that never committed are never handed back.
         self._own_batches.clear()
         leader = event.leader
-        self.controller.handle_leader_change(leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self._clock_ms())
+        self.controller.handle_leader_change(
+            leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self._clock_ms(), raft_is_leader=raft_is_leader,
+        )
+        if leader.leader_id == self.controller.node_id and not raft_is_leader:
+            logger.info("Controller %d is not activating: raft names it leader of epoch %d but does not hold "
+                        "that leadership (resigned, e.g. restarted from a quorum-state naming itself)",
+                        self.controller.node_id, leader.epoch)
         self.loader.handle_leader_change(LeaderAndEpoch(leader.leader_id, leader.epoch))
         if self.controller.is_active():
             logger.info("Controller %d is active in epoch %d", self.controller.node_id, leader.epoch)

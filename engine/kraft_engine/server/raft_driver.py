@@ -251,6 +251,10 @@ class RaftDriver:
     def log_end_offset(self) -> int:
         return self.raft.log_end_offset
 
+    def holds_leadership(self, epoch: int) -> bool:
+        """RaftPort.holds_leadership: raft's role is Leader in `epoch` (not Resigned in it)."""
+        return self.raft.role is Role.LEADER and self.raft.epoch == epoch
+
     def append(self, records: list[bytes], *, epoch: int) -> int:
         """RaftPort.append: one batch as leader of `epoch` (NotLeaderError otherwise); its last offset."""
         now_ms = self._clock_ms()

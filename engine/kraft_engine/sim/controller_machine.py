@@ -147,8 +147,14 @@ class ControllerMachine:
         return self.controller.is_active()
 
     def handle(self, event: ListenerEvent) -> None:
-        """Queue a raft listener event for the controller's own task, as the node's shell does."""
-        self._submit(lambda: self._apply(event))
+        """Queue a raft listener event for the controller's own task, as the node's shell does.
+        Whether raft holds a leader change's epoch is read now, in raft order (a node restarted
+        Resigned in its old epoch is named leader but does not hold it)."""
+        raft_is_leader = False
+        if isinstance(event, LeaderChange):
+            raft = self.node().raft
+            raft_is_leader = raft.role is Role.LEADER and raft.epoch == event.leader.epoch
+        self._submit(lambda: self._apply(event, raft_is_leader=raft_is_leader))
 
     def next_append(self) -> bytes:
         raise Violation("Driver", "the controller machine writes through its controller, not the counter appends")
@@ -207,7 +213,7 @@ class ControllerMachine:
         if deadline is not None:
             self._wake_at(max(deadline, self.now_ms()))
 
-    def _apply(self, event: ListenerEvent) -> None:
+    def _apply(self, event: ListenerEvent, *, raft_is_leader: bool) -> None:
         controller = self.controller
         if isinstance(event, RaftBatch):
             records = tuple(decode_metadata_record(value)[0] for value in event.records)
@@ -224,7 +230,8 @@ class ControllerMachine:
             self.snapshot_loads_since_leader_change += 1
         elif isinstance(event, LeaderChange):
             leader = event.leader
-            controller.handle_leader_change(leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self.now_ms())
+            controller.handle_leader_change(leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self.now_ms(),
+                                            raft_is_leader=raft_is_leader)
             self.snapshot_loads_since_leader_change = 0
         voters = self.node().raft.committed_voters.ids
         if voters != self._voter_ids:
