@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from quorum_processes import ProcessCluster
+from played_brokers import CONTROLLER_MODE
+from quorum_processes import HOST, ProcessCluster
+
+from kraft_engine.admin.controller_admin import ControllerAdmin
 
 
 @pytest.fixture
@@ -26,3 +30,21 @@ def three_voters(cluster: ProcessCluster) -> ProcessCluster:
     cluster.format_initial([1, 2, 3])
     cluster.start_all([1, 2, 3])
     return cluster
+
+
+@pytest.fixture
+async def controllers(cluster: ProcessCluster) -> AsyncIterator[ProcessCluster]:
+    """Controllers 1, 2, 3 running the quorum controller with short broker sessions (played_brokers)."""
+    cluster.extra_config.update(CONTROLLER_MODE)
+    for node_id in (1, 2, 3):
+        cluster.add_node(node_id)
+    await asyncio.to_thread(cluster.format_initial, [1, 2, 3])
+    for node_id in (1, 2, 3):
+        await asyncio.to_thread(cluster.start, node_id)
+    yield cluster
+
+
+@pytest.fixture
+async def admin(controllers: ProcessCluster) -> AsyncIterator[ControllerAdmin]:
+    async with ControllerAdmin([(HOST, n.port) for n in controllers.nodes.values()], timeout_ms=30000) as client:
+        yield client
