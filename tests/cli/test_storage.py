@@ -38,6 +38,11 @@ DIR_3 = "07R5amHmR32VDA6jHkGbTA"
 INITIAL = f"1@localhost:19093:{DIR_1},2@localhost:19094:{DIR_2},3@localhost:19095:{DIR_3}"
 
 
+# What `kafka-storage format` finalizes besides metadata.version for 4.2-IV1, the engine's latest
+# production release, lowered to what the engine supports: nothing (feature_versions._ENGINE_MAX_LEVELS).
+LATEST_RELEASE_FEATURES: list[FeatureLevelRecord] = []
+
+
 def write_config(tmp_path: Path, *, roles: str = "controller", node_id: int = 1, **extra: str | None) -> Path:
     props = {
         "process.roles": roles,
@@ -331,9 +336,12 @@ def test_every_role_quorum_and_flag_combination(
     kinds = [type(r).__name__ for r in records]
     expected_voters = {"none": None, "-s": [1], "-I": [1, 2, 3], "-N": None}[flag]
     assert kinds[0] == "SnapshotHeaderRecord" and kinds[-1] == "SnapshotFooterRecord"
-    assert records[-2] == FeatureLevelRecord(name="metadata.version", feature_level=metadata_version.latest().level)
+    features = [r for r in records if isinstance(r, FeatureLevelRecord)]
+    # metadata.version first, then every feature the release starts above level 0, by name.
+    assert features == [FeatureLevelRecord(name="metadata.version", feature_level=metadata_version.latest().level),
+                        *LATEST_RELEASE_FEATURES]
     if quorum == "static":
-        assert kinds == ["SnapshotHeaderRecord", "FeatureLevelRecord", "SnapshotFooterRecord"]
+        assert kinds == ["SnapshotHeaderRecord"] + ["FeatureLevelRecord"] * len(features) + ["SnapshotFooterRecord"]
     else:
         assert records[1] == KRaftVersionRecord(version=0, k_raft_version=1)  # type: ignore[arg-type]
         voters = [r for r in records if isinstance(r, VotersRecord)]
@@ -560,3 +568,98 @@ def test_info_with_a_missing_config_file(tmp_path: Path, capsys: pytest.CaptureF
     rc, _, err = storage(capsys, "info", "-c", str(tmp_path / "nope.properties"))
     assert rc == 1 and "Cannot read configuration file" in err
     assert err.count(str(tmp_path / "nope.properties")) == 1
+
+
+# --- feature levels (issue 16): what kafka-storage finalizes for a release ------------------------------
+
+
+@pytest.mark.parametrize(("release", "expected"), [
+    # Kafka finalizes group.version=1 from 4.0-IV0, transaction.version=2 from 4.0-IV2 and
+    # eligible.leader.replicas.version=1 from 4.1-IV0; the engine supports level 0 of each, so a
+    # release's defaults stop there (and the cluster's brokers, which are ours, can register).
+    ("3.8-IV0", {}),
+    ("3.9-IV0", {}),
+    ("4.0-IV2", {}),
+    ("4.1-IV1", {}),
+])
+def test_release_version_finalizes_kafkas_default_feature_levels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], release: str, expected: dict[str, int]
+) -> None:
+    config = write_config(tmp_path, **{"controller.quorum.voters": "1@localhost:19093"})
+    rc, _, err = fmt(capsys, config, "--release-version", release)
+    assert rc == 0, err
+    features = [r for r in snapshot_records(tmp_path / "meta") if isinstance(r, FeatureLevelRecord)]
+    level = metadata_version.from_version_string(release).level
+    assert features == [FeatureLevelRecord(name="metadata.version", feature_level=level)] + [
+        FeatureLevelRecord(name=name, feature_level=value) for name, value in sorted(expected.items())
+    ]
+
+
+def test_feature_flags_set_levels_the_engine_supports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path)
+    rc, _, err = fmt(capsys, config, "--standalone", "--release-version", "4.1-IV1",
+                     "--feature", "group.version=0", "-f", "kraft.version=1")
+    assert rc == 0, err
+    records = snapshot_records(tmp_path / "meta")
+    assert [(f.name, f.feature_level) for f in records if isinstance(f, FeatureLevelRecord)] == [("metadata.version", 27)]
+    assert KRaftVersionRecord(version=0, k_raft_version=1) in records  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--feature", "nope=1"), "Unsupported feature: nope. Supported features are: eligible.leader.replicas.version, "
+                              "group.version, kraft.version, share.version, streams.version, transaction.version"),
+    (("--feature", "group.version=7"), "No feature:group.version with feature level 7"),
+    # A level the engine does not implement is refused like one Kafka's software does not have.
+    (("--feature", "eligible.leader.replicas.version=1"), "No feature:eligible.leader.replicas.version with "
+                                                          "feature level 1"),
+    (("--feature", "transaction.version=2"), "No feature:transaction.version with feature level 2"),
+    (("--feature", "group.version"), "Can't parse feature=level string group.version: equals sign not found."),
+    (("--feature", "group.version=x"), "Can't parse feature=level string group.version=x: unable to parse x as a short."),
+    (("--release-version", "3.8", "--feature", "kraft.version=1"),
+     "kraft.version could not be set to 1 because it depends on metadata.version level 21 (3.9-IV0)"),
+    (("--release-version", "3.9", "--feature", "metadata.version=21"),
+     "Use --release-version instead of --feature metadata.version=X to avoid ambiguity."),
+    (("--feature", "kraft.version=0"),
+     "Cannot set kraft.version to 0 if one of the flags --standalone, --initial-controllers, or "
+     "--no-initial-controllers is used. For dynamic controllers support, try removing the --feature flag for "
+     "kraft.version."),
+])
+def test_bad_feature_flags_are_refused_with_kafkas_message_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], message: str
+) -> None:
+    config = write_config(tmp_path)
+    rc, out, err = fmt(capsys, config, "--standalone", *flags)
+    assert rc == 1 and out == ""
+    assert message in err
+    assert on_disk(tmp_path) == []
+
+
+def test_feature_metadata_version_alone_picks_the_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = fmt(capsys, write_config(tmp_path), "--standalone", "--feature", "metadata.version=21")
+    assert rc == 0, err
+    assert "with metadata.version 3.9-IV0." in out
+
+
+def test_version_mapping_answers_as_kafka_storage_does(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = storage(capsys, "version-mapping", "--release-version", "4.1-IV1")
+    assert rc == 0
+    assert out == ("metadata.version=27 (4.1-IV1)\nkraft.version=1\ntransaction.version=2\ngroup.version=1\n"
+                   "eligible.leader.replicas.version=1\nshare.version=0\nstreams.version=0\n")
+    rc, out, _ = storage(capsys, "version-mapping", "--release-version", "3.3")
+    assert out.splitlines()[:2] == ["metadata.version=7 (3.3)", "kraft.version=0"]
+    rc, out, err = storage(capsys, "version-mapping", "--release-version", "9.9")
+    assert rc == 1 and "Unknown release version '9.9'. Supported versions are: 3.3-IV3 to " in err
+
+
+def test_feature_dependencies_answers_as_kafka_storage_does(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = storage(capsys, "feature-dependencies", "--feature", "eligible.leader.replicas.version=1",
+                         "--feature", "group.version=1", "--feature", "metadata.version=27")
+    assert rc == 0
+    assert out == ("eligible.leader.replicas.version=1 requires:\n    metadata.version=23 (4.0-IV1)\n"
+                   "group.version=1 has no dependencies.\nmetadata.version=27 (4.1-IV1) has no dependencies.\n")
+    for feature, message in (("foo=1", "Unknown feature: foo"),
+                             ("group.version=9", "Feature level 9 is not supported for feature group.version"),
+                             ("kraft.version=x", "Invalid version format: x for feature kraft.version"),
+                             ("metadata.version=99", "Unknown metadata.version 99")):
+        rc, _, err = storage(capsys, "feature-dependencies", "--feature", feature)
+        assert rc == 1 and message in err

@@ -25,7 +25,7 @@ from kio.static.primitive import i8, i16, i32, i64, u16
 
 from kraft_engine.controller import AppendRefused, CommittedBatch, QuorumController, RecordAndVersion
 from kraft_engine.metadata import PartitionRegistration, VersionRange
-from kraft_engine.records import FeatureLevelRecord
+from kraft_engine.records import FeatureLevelRecord, feature_versions
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 LATEST_MV = 25  # 4.0-IV3
@@ -107,15 +107,25 @@ class FakeRaft:
 
 
 class Harness:
-    def __init__(self, *, mv: int = LATEST_MV, seed: int = 1, **options: object) -> None:
+    def __init__(self, *, mv: int = LATEST_MV, seed: int = 1, features: Mapping[str, int] | None = None,
+                 supported: Mapping[str, tuple[int, int]] | None = None, **options: object) -> None:
+        """`features`: levels the bootstrap finalizes besides metadata.version (as kraft storage
+        format does); `supported`: this controller's ranges (default: what the engine supports)."""
         self.mv = mv
         self.raft = FakeRaft()
+        bootstrap = [RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=mv), 0)]
+        bootstrap += [RecordAndVersion(FeatureLevelRecord(name=name, feature_level=level), 0)
+                      for name, level in sorted((features or {}).items())]
         self.controller = QuorumController(
             node_id=3000,
             raft=self.raft,
             quorum_node_ids=(3000,),
-            bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=mv), 0)],
-            local_supported_features={"metadata.version": VersionRange(7, LATEST_MV)},
+            bootstrap_records=bootstrap,
+            local_supported_features={
+                **{name: VersionRange(low, high) for name, (low, high) in (
+                    supported or feature_versions.supported_ranges(unstable_enabled=False)).items()},
+                "metadata.version": VersionRange(7, LATEST_MV),
+            },
             cluster_id=CLUSTER_ID,
             rng=random.Random(seed),
             **options,  # type: ignore[arg-type]

@@ -19,11 +19,14 @@ from kraft_engine.records import PartitionChangeRecord, RegisterBrokerRecord, Re
 from .harness import CLUSTER_ID, LATEST_MV, Harness
 
 
-def _request(broker_id: int, *, mv_max: int = LATEST_MV) -> BrokerRegistrationRequest:
+def _request(broker_id: int, *, mv_max: int = LATEST_MV,
+             supported: dict[str, tuple[int, int]] | None = None) -> BrokerRegistrationRequest:
     return BrokerRegistrationRequest(
         broker_id=BrokerId(broker_id), cluster_id=CLUSTER_ID, incarnation_id=uuid.uuid4(),
         listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092), security_protocol=i16(0)),),
-        features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(mv_max)),),
+        features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(mv_max)),
+                  *(Feature(name=n, min_supported_version=i16(low), max_supported_version=i16(high))
+                    for n, (low, high) in sorted((supported or {}).items()))),
         rack="r1", log_dirs=(uuid.uuid4(),),
     )
 
@@ -49,6 +52,27 @@ def test_a_broker_that_cannot_run_the_finalized_metadata_version_is_refused() ->
     assert getattr(refused, "error_code", None) == ErrorCode.unsupported_version
     assert cluster.written == []
     assert cluster.controller.cluster_control.broker(1) is None
+
+
+def test_a_broker_that_does_not_support_a_finalized_feature_level_is_refused_with_kafkas_error() -> None:
+    # As Kafka's kafka-storage format --release-version 4.0-IV3 finalizes them, on a controller
+    # whose software supports them (as Kafka's does).
+    cluster = Harness(features={"group.version": 1, "transaction.version": 2},
+                      supported={"group.version": (0, 1), "transaction.version": (0, 2)})
+    controller = cluster.controller
+    silent = cluster.run(controller.register_broker(_request(1), now_ms=0))  # sends no range: supports 0 only
+    assert getattr(silent, "error_code", None) == ErrorCode.unsupported_version
+    assert str(silent) == ("Unable to register because the broker does not support finalized version 1 of "
+                           "group.version. The broker wants a version between 0 and 0, inclusive.")
+    older = cluster.run(controller.register_broker(
+        _request(1, supported={"group.version": (0, 1), "transaction.version": (0, 1)}), now_ms=0))
+    assert getattr(older, "error_code", None) == ErrorCode.unsupported_version
+    assert str(older) == ("Unable to register because the broker does not support finalized version 2 of "
+                          "transaction.version. The broker wants a version between 0 and 1, inclusive.")
+    assert cluster.written == [] and controller.cluster_control.broker(1) is None
+    able = cluster.run(controller.register_broker(
+        _request(1, supported={"group.version": (0, 1), "transaction.version": (0, 2)}), now_ms=0))
+    assert getattr(able, "broker_epoch", None) is not None
 
 
 def test_a_new_incarnation_after_the_session_expired_cleans_up_after_the_old_process() -> None:

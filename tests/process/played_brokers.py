@@ -25,7 +25,7 @@ from quorum_processes import HOST, ProcessCluster, kraft
 
 from kraft_engine.admin.controller_admin import ControllerAdmin
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
-from kraft_engine.records import metadata_version
+from kraft_engine.records import feature_versions, metadata_version
 
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 500
@@ -47,6 +47,11 @@ class Broker:
         self.admin = admin
         self.cluster_id = cluster_id
         self.max_metadata_level = max_metadata_level
+        #: What the broker's software supports besides metadata.version: this engine's features.
+        self.supported_features = {
+            name: levels for name, levels in feature_versions.supported_ranges(unstable_enabled=False).items()
+            if name != metadata_version.FEATURE_NAME
+        }
         self.epoch = -1
         self.incarnation = uuid.uuid4()
         self.fenced = True
@@ -74,7 +79,9 @@ class Broker:
             listeners=(Listener(name="PLAINTEXT", host=HOST, port=u16(19092 + self.broker_id),
                                 security_protocol=i16(0)),),
             features=(Feature(name="metadata.version", min_supported_version=i16(metadata_version.MINIMUM.feature_level),
-                              max_supported_version=i16(self.max_metadata_level)),),
+                              max_supported_version=i16(self.max_metadata_level)),
+                      *(Feature(name=name, min_supported_version=i16(low), max_supported_version=i16(high))
+                        for name, (low, high) in sorted(self.supported_features.items()))),
             rack=None, log_dirs=(uuid.uuid4(),),
         ))
 

@@ -1,4 +1,5 @@
-"""`kraft storage`: Kafka's `kafka-storage.sh` for kraftwerk nodes (random-uuid, info, format).
+"""`kraft storage`: Kafka's `kafka-storage.sh` for kraftwerk nodes (random-uuid, info, format,
+version-mapping, feature-dependencies).
 
 Same verbs, flags and messages as Kafka's StorageTool, so runbooks carry over. The rules and the
 disk writes live in `kraft_engine.storage.formatter`; this module only maps flags and prints.
@@ -14,6 +15,7 @@ from typing import TextIO
 
 from kraft_engine.cli.main import CliError
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
+from kraft_engine.records import feature_versions, metadata_version
 from kraft_engine.server.config import ConfigError, KafkaConfig, load_config
 from kraft_engine.storage.formatter import FormatRequest, FormatterError, format_storage
 from kraft_engine.storage.meta_properties import (
@@ -53,6 +55,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="The initial metadata.version: a release (3.9), an exact version (3.9-IV0) or a level (21). "
         "The default is the engine's latest production version.",
     )
+    format_parser.add_argument(
+        "--feature",
+        "-f",
+        action="append",
+        default=[],
+        metavar="FEATURE",
+        help="The setting to use for a specific feature, in feature=level format. For example: `kraft.version=1`.",
+    )
     quorum = format_parser.add_mutually_exclusive_group()
     quorum.add_argument(
         "--standalone", "-s", action="store_true", help="Initialize a controller as a single-node dynamic quorum."
@@ -71,6 +81,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every node, e.g. 1@c1:9093:JEXY6aqzQY-32P5TStzaFg,2@c2:9093:MvDxzVmcRsaTz33bUuRU6A",
     )
     format_parser.set_defaults(func=_run_format)
+
+    mapping_parser = sub.add_parser(
+        "version-mapping",
+        help="Look up the corresponding features for a given metadata version. Using the command with no "
+        "--release-version argument will return the mapping for the latest stable metadata version",
+    )
+    mapping_parser.add_argument(
+        "--release-version", "-r", help="The release version to use for the corresponding feature mapping."
+    )
+    mapping_parser.set_defaults(func=_run_version_mapping)
+
+    dependencies_parser = sub.add_parser(
+        "feature-dependencies",
+        help="Look up dependencies for a given feature version. If the feature is not known or the version "
+        "not yet defined, an error is thrown. Multiple features can be specified.",
+    )
+    dependencies_parser.add_argument(
+        "--feature", "-f", required=True, action="append", metavar="FEATURE",
+        help="The feature and version to look up dependencies for, in feature=version format. For example: "
+        "`metadata.version=5`.",
+    )
+    dependencies_parser.set_defaults(func=_run_feature_dependencies)
 
     uuid_parser = sub.add_parser("random-uuid", help="Print a random UUID.")
     uuid_parser.set_defaults(func=_run_random_uuid)
@@ -105,12 +137,74 @@ def _run_format(args: argparse.Namespace) -> int:
             initial_controllers=args.initial_controllers,
             no_initial_controllers=args.no_initial_controllers,
             ignore_formatted=args.ignore_formatted,
+            features=args.feature,
         )
         format_storage(request, out=sys.stdout, now_ms=int(time.time() * 1000))
     except FormatterError as e:
         raise CliError(str(e)) from None
     except OSError as e:
         raise CliError(f"cannot write {e.filename}: {e.strerror}") from None
+    return 0
+
+
+def _run_version_mapping(args: argparse.Namespace) -> int:
+    return version_mapping(args.release_version, out=sys.stdout)
+
+
+def version_mapping(release_version: str | None, *, out: TextIO) -> int:
+    """Kafka's `kafka-storage version-mapping`: the level of every production feature a release
+    starts with (the release as given is echoed, as Kafka does)."""
+    shown = release_version if release_version is not None else str(metadata_version.LATEST_PRODUCTION)
+    try:
+        version = metadata_version.from_version_string(shown)
+    except ValueError:
+        raise CliError(
+            f"Unknown release version '{shown}'. Supported versions are: {metadata_version.MINIMUM} to "
+            f"{metadata_version.LATEST_PRODUCTION}"
+        ) from None
+    print(f"metadata.version={version.feature_level} ({shown})", file=out)
+    for definition in feature_versions.FEATURES:
+        print(f"{definition.name}={definition.default_level(version)}", file=out)
+    return 0
+
+
+def _run_feature_dependencies(args: argparse.Namespace) -> int:
+    return feature_dependencies(args.feature, out=sys.stdout)
+
+
+def feature_dependencies(features: list[str], *, out: TextIO) -> int:
+    """Kafka's `kafka-storage feature-dependencies`: what each `name=level` needs."""
+    for text in features:
+        name, equals, level_text = text.partition("=")
+        if not equals:
+            raise CliError(f"Can't parse feature=level string {text}: equals sign not found.")
+        try:
+            level = int(level_text)
+        except ValueError:
+            raise CliError(f"Invalid version format: {level_text} for feature {name}") from None
+        if name == metadata_version.FEATURE_NAME:
+            try:
+                version = metadata_version.from_feature_level(level)
+            except ValueError:
+                raise CliError(f"Unknown metadata.version {level}") from None
+            print(f"{name}={level} ({version}) has no dependencies.", file=out)
+            continue
+        definition = feature_versions.feature(name)
+        if definition is None:
+            raise CliError(f"Unknown feature: {name}")
+        try:
+            found = definition.version(level, unstable_enabled=True)
+        except feature_versions.FeatureLevelError:
+            raise CliError(f"Feature level {level} is not supported for feature {name}") from None
+        if not found.dependencies:
+            print(f"{name}={level} has no dependencies.", file=out)
+            continue
+        print(f"{name}={level} requires:", file=out)
+        for dependency, needed in found.dependencies.items():
+            if dependency == metadata_version.FEATURE_NAME:
+                print(f"    {dependency}={needed} ({metadata_version.from_feature_level(needed)})", file=out)
+            else:
+                print(f"    {dependency}={needed}", file=out)
     return 0
 
 

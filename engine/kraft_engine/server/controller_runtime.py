@@ -35,8 +35,6 @@ from kraft_engine.metadata import VersionRange
 from kraft_engine.protocol import ConnectionConfig, Features, KafkaConnection, KafkaProtocolError, Listener
 from kraft_engine.raft import (
     BOOTSTRAP_SNAPSHOT_ID,
-    KRAFT_VERSION_0,
-    KRAFT_VERSION_1,
     KRaftVersionUpgradeError,
     ListenerEvent,
     NotLeaderError,
@@ -44,7 +42,7 @@ from kraft_engine.raft import (
     Role,
     parse_batches,
 )
-from kraft_engine.records import decode_metadata_record, metadata_version
+from kraft_engine.records import decode_metadata_record, feature_versions, metadata_version
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_apis import ControllerApis
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
@@ -90,11 +88,10 @@ class ControllerRuntime:
     def __init__(self, *, config: KafkaConfig, driver: RaftDriver, registry: CollectorRegistry, cluster_id: str) -> None:
         self._config = config
         self._driver = driver
-        latest = metadata_version.latest(unstable_enabled=config.unstable_feature_versions_enable)
-        self.supported_features: dict[str, tuple[int, int]] = {
-            metadata_version.FEATURE_NAME: (metadata_version.MINIMUM.feature_level, latest.feature_level),
-            "kraft.version": (KRAFT_VERSION_0, KRAFT_VERSION_1),
-        }
+        # Every feature kafka-storage can finalize, at the levels this software implements.
+        self.supported_features: dict[str, tuple[int, int]] = feature_versions.supported_ranges(
+            unstable_enabled=config.unstable_feature_versions_enable
+        )
         controller = QuorumController(
             node_id=config.node_id,
             raft=RaftAppends(driver),

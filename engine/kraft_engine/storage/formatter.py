@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -39,6 +39,7 @@ from kraft_engine.records import (
     ControlRecord,
     FeatureLevelRecord,
     encode_metadata_record,
+    feature_versions,
     metadata_version,
 )
 from kraft_engine.server.config import KafkaConfig
@@ -64,6 +65,7 @@ __all__ = [
     "bootstrap_records",
     "format_storage",
     "parse_dynamic_voters",
+    "parse_feature_levels",
 ]
 
 CLUSTER_METADATA_DIR_NAME = "__cluster_metadata-0"
@@ -181,6 +183,9 @@ class FormatRequest:
     dynamic_quorum: bool
     initial_controllers: tuple[DynamicVoter, ...] | None
     ignore_formatted: bool
+    kraft_version: int = KRAFT_VERSION_STATIC
+    feature_levels: tuple[tuple[str, int], ...] = ()
+    """Every finalized feature but metadata.version and kraft.version (level 0 included), by name."""
 
     @classmethod
     def from_config(
@@ -193,8 +198,10 @@ class FormatRequest:
         initial_controllers: str | None = None,
         no_initial_controllers: bool = False,
         ignore_formatted: bool = False,
+        features: Sequence[str] = (),
     ) -> FormatRequest:
-        """Apply `kafka-storage format`'s rules to a node's config and the command-line flags."""
+        """Apply `kafka-storage format`'s rules to a node's config and the command-line flags
+        (`features`: the `--feature name=level` values)."""
         # Like Kafka, any non-blank string is a cluster id (`kraft storage random-uuid` makes good ones):
         # refusing other forms would lock out clusters Kafka formatted with a chosen name.
         if not cluster_id or not cluster_id.strip():
@@ -229,8 +236,17 @@ class FormatRequest:
             )
         if not config.controller_listener_names:
             raise FormatterError("You must specify the name of the initial controller listener.")
+        requested = parse_feature_levels(features)
+        if metadata_version.FEATURE_NAME in requested:
+            if release_version is not None:
+                raise FormatterError("Use --release-version instead of --feature metadata.version=X to avoid ambiguity.")
+            release_version = str(requested.pop(metadata_version.FEATURE_NAME))
         level, name = _metadata_version(
             release_version, unstable_enabled=config.unstable_feature_versions_enable
+        )
+        kraft_version, feature_levels = _effective_feature_levels(
+            requested, metadata_version_level=level, dynamic_quorum_flag=chosen[0] if chosen else None,
+            unstable_enabled=config.unstable_feature_versions_enable,
         )
         # Like Kafka, kraft.version 1 is only chosen when a quorum flag is given; a broker with
         # controller.quorum.bootstrap.servers and no flag keeps kraft.version 0.
@@ -252,11 +268,9 @@ class FormatRequest:
             dynamic_quorum=not static_voters,
             initial_controllers=voters,
             ignore_formatted=ignore_formatted,
+            kraft_version=kraft_version,
+            feature_levels=tuple(sorted(feature_levels.items())),
         )
-
-    @property
-    def kraft_version(self) -> int:
-        return KRAFT_VERSION_DYNAMIC if self.dynamic_quorum else KRAFT_VERSION_STATIC
 
     @property
     def joins_later(self) -> bool:
@@ -283,6 +297,79 @@ def _standalone_voter(config: KafkaConfig) -> DynamicVoter:
     # Kafka advertises "localhost" for a listener bound to every interface.
     host = listener.host or "localhost"
     return DynamicVoter(node_id=config.node_id, host=host, port=listener.port, directory_id=random_uuid())
+
+
+def parse_feature_levels(values: Sequence[str]) -> dict[str, int]:
+    """`--feature name=level` values, refused with the messages of Kafka's StorageTool."""
+    levels: dict[str, int] = {}
+    for text in values:
+        name, equals, level_text = text.partition("=")
+        if not equals:
+            raise FormatterError(f"Can't parse feature=level string {text}: equals sign not found.")
+        name = name.strip()
+        try:
+            level = int(level_text.strip())
+        except ValueError:
+            raise FormatterError(f"Can't parse feature=level string {text}: unable to parse {level_text.strip()} "
+                                 "as a short.") from None
+        if not -(2**15) <= level < 2**15:
+            raise FormatterError(f"Can't parse feature=level string {text}: unable to parse {level} as a short.")
+        levels[name] = level
+    return levels
+
+
+def _effective_feature_levels(
+    requested: dict[str, int], *, metadata_version_level: int, dynamic_quorum_flag: str | None, unstable_enabled: bool
+) -> tuple[int, dict[str, int]]:
+    """Kafka's Formatter.calculateEffectiveFeatureLevels: the levels asked for, every other
+    production feature at its default for the release, each checked against what the software
+    supports and against its dependencies. (kraft.version, other features)."""
+    known = {f.name: f for f in feature_versions.FEATURES}
+    for name in requested:
+        if name not in known:
+            raise FormatterError(f"Unsupported feature: {name}. Supported features are: {', '.join(sorted(known))}")
+    release = metadata_version.from_feature_level(metadata_version_level)
+    kraft_version = _effective_kraft_version(requested.get(feature_versions.KRAFT_VERSION), dynamic_quorum_flag)
+    # A default never exceeds what the engine supports (eligible.leader.replicas.version: see
+    # feature_versions); an explicit level above it is refused below, as Kafka refuses levels
+    # its software does not have.
+    levels = {
+        name: requested.get(name, min(definition.default_level(release),
+                                      feature_versions.engine_max_level(definition, unstable_enabled=unstable_enabled)))
+        for name, definition in known.items()
+    }
+    levels[feature_versions.KRAFT_VERSION] = kraft_version
+    everything = {metadata_version.FEATURE_NAME: metadata_version_level, **levels}
+    for name, level in levels.items():
+        if name == feature_versions.KRAFT_VERSION and dynamic_quorum_flag is not None:
+            continue  # checked with the engine's own message below, naming the flag
+        try:
+            if level > feature_versions.engine_max_level(known[name], unstable_enabled=unstable_enabled):
+                raise feature_versions.FeatureLevelError(f"No feature:{name} with feature level {level}")
+            version = known[name].version(level, unstable_enabled=unstable_enabled)
+            feature_versions.validate_dependencies(name, version, everything)
+        except feature_versions.FeatureLevelError as e:
+            raise FormatterError(str(e)) from None
+    del levels[feature_versions.KRAFT_VERSION]
+    return kraft_version, levels
+
+
+def _effective_kraft_version(requested: int | None, dynamic_quorum_flag: str | None) -> int:
+    """Kafka's Formatter.effectiveKRaftFeatureLevel: 1 with a quorum flag, else 0, unless asked."""
+    flags = "--standalone, --initial-controllers, or --no-initial-controllers"
+    if requested is None:
+        return KRAFT_VERSION_DYNAMIC if dynamic_quorum_flag is not None else KRAFT_VERSION_STATIC
+    if requested == KRAFT_VERSION_STATIC and dynamic_quorum_flag is not None:
+        raise FormatterError(
+            f"Cannot set kraft.version to 0 if one of the flags {flags} is used. For dynamic controllers "
+            "support, try removing the --feature flag for kraft.version."
+        )
+    if requested != KRAFT_VERSION_STATIC and dynamic_quorum_flag is None:
+        raise FormatterError(
+            f"Cannot set kraft.version to {requested} unless one of the flags {flags} is used. For dynamic "
+            f"controllers support, try using one of {flags}."
+        )
+    return requested
 
 
 def _metadata_version(release_version: str | None, *, unstable_enabled: bool) -> tuple[int, str]:
@@ -399,6 +486,7 @@ def _write_bootstrap_snapshot(request: FormatRequest, *, log_dir: Path, now_ms: 
     fsync_dir(log_dir)
     control_records, metadata_values = bootstrap_records(
         metadata_version_level=request.metadata_version_level,
+        feature_levels=dict(request.feature_levels),
         kraft_version=request.kraft_version,
         voters=request.initial_controllers,
         controller_listener_name=request.controller_listener_name,
@@ -421,6 +509,7 @@ def _write_bootstrap_snapshot(request: FormatRequest, *, log_dir: Path, now_ms: 
 def bootstrap_records(
     *,
     metadata_version_level: int,
+    feature_levels: Mapping[str, int] | None = None,
     kraft_version: int,
     voters: Sequence[DynamicVoter] | None,
     controller_listener_name: str,
@@ -428,7 +517,8 @@ def bootstrap_records(
     """What the bootstrap snapshot holds between its header and footer, as Kafka's
     RecordsSnapshotWriter lays it out: the control records that go into the header batch
     (KRaftVersionRecord, then VotersRecord, for a dynamic quorum), and the framed metadata records,
-    the FeatureLevelRecord for metadata.version first."""
+    the FeatureLevelRecord for metadata.version first, then one for every other feature above
+    level 0, by name (Kafka's BootstrapMetadata.fromVersions)."""
     control: list[ControlRecord] = []
     if kraft_version >= KRAFT_VERSION_DYNAMIC:
         control.append(KRaftVersionRecord(version=i16(0), k_raft_version=i16(kraft_version)))
@@ -440,6 +530,9 @@ def bootstrap_records(
     metadata = [
         encode_metadata_record(FeatureLevelRecord(name="metadata.version", feature_level=metadata_version_level))
     ]
+    for name, level in sorted((feature_levels or {}).items()):
+        if level > 0 and name not in (metadata_version.FEATURE_NAME, feature_versions.KRAFT_VERSION):
+            metadata.append(encode_metadata_record(FeatureLevelRecord(name=name, feature_level=level)))
     return control, metadata
 
 
