@@ -30,6 +30,7 @@ from kio.schema.incremental_alter_configs.v1.request import (
 )
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
+from played_brokers import CONTROLLER_MODE, controller_metric, fetch_metadata, register_brokers, stop_all
 from quorum_processes import (
     HOST,
     KRAFT,
@@ -41,7 +42,6 @@ from quorum_processes import (
     voter_ids,
     wait_for,
 )
-from test_controller_lifecycle import CONTROLLER_MODE, _brokers, _metadata, _metric, _stop_all
 
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.quickstart import free_loopback_ports
@@ -375,7 +375,7 @@ async def test_six_voter_changes_under_create_topics_load_keep_the_leader_and_fa
     leader = await asyncio.to_thread(cluster.wait_for_leader, [1, 2, 3])
     first, second = [n for n in (1, 2, 3) if n != leader]
     async with ControllerAdmin([(HOST, cluster.nodes[n].port) for n in (1, 2, 3)], timeout_ms=30000) as admin:
-        brokers = await _brokers(cluster, admin)
+        brokers = await register_brokers(cluster, admin)
         try:
             before = await asyncio.to_thread(describe_status, cluster, bootstrap_ids=[leader])
             assert before["leaderId"] == leader
@@ -411,18 +411,18 @@ async def test_six_voter_changes_under_create_topics_load_keep_the_leader_and_fa
             created, failed = await load
             after = await asyncio.to_thread(describe_status, cluster, bootstrap_ids=[leader])
         finally:
-            await _stop_all(brokers)
+            await stop_all(brokers)
         assert failed == []
         assert len(created) >= 6, created
         assert (after["leaderId"], after["leaderEpoch"]) == (leader, before["leaderEpoch"])
         assert voter_ids(after) == [1, 2, 3] and second in voter_ids(after)
         # The active controller never renounced: activated once, still active, nothing in its log.
-        assert await asyncio.to_thread(_metric, cluster, leader, "newactivecontrollerscount") == 1
-        assert await asyncio.to_thread(_metric, cluster, leader, "activecontrollercount") == 1
+        assert await asyncio.to_thread(controller_metric, cluster, leader, "newactivecontrollerscount") == 1
+        assert await asyncio.to_thread(controller_metric, cluster, leader, "activecontrollercount") == 1
         log = cluster.log(leader)
         assert "renounc" not in log and "Raft placed the batch" not in log
         # Every acknowledged topic is in the committed metadata.
-        metadata = await _metadata(admin, *created)
+        metadata = await fetch_metadata(admin, *created)
         assert sorted(t.name for t in metadata.topics if t.error_code == ErrorCode.none) == sorted(created)
 
 

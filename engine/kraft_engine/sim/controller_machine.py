@@ -68,6 +68,11 @@ class SimRaftAppends:
 
     def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
         node = self._machine.node()
+        if epoch not in self._machine.led_epochs:
+            raise Violation(
+                "ControllerWrite",
+                f"controller {self._machine.node_id} wrote in epoch {epoch}, which its raft node never led",
+            )
         values = [encode_metadata_record(record, version) for record, version in records]
         try:
             return node.raft.prepare_append(values, epoch=epoch, now_ms=self._machine.now_ms())
@@ -87,6 +92,7 @@ class ControllerWrite:
     node_id: int
     epoch: int
     outcome: str | None = None  # "ok", or the error code's name
+    response: object = None  # the completion's value once "ok"
 
 
 @dataclass
@@ -112,6 +118,16 @@ class ControllerMachine:
     _wakeup: EventHandle | None = None
     _wakeup_ms: int = 0
     _voter_ids: frozenset[int] = frozenset()
+    #: Epochs this incarnation's raft node was seen leading (at listener deliveries): the only
+    #: epochs its controller may activate in or write to (ControllerActivation, ControllerWrite).
+    led_epochs: set[int] = field(default_factory=set)
+    #: Leader changes naming this node in an epoch its raft did not hold (a Resigned restart).
+    declined_activations: int = 0
+    #: Called with every committed batch once the controller applied it (scenario invariants).
+    on_commit: Callable[[ControllerMachine, RaftBatch], None] | None = None
+    #: When the controller last activated (virtual ms), and in which epoch.
+    activated_ms: int = -1
+    activated_epoch: int = -1
 
     def __post_init__(self) -> None:
         self.controller = QuorumController(
@@ -150,9 +166,11 @@ class ControllerMachine:
         """Queue a raft listener event for the controller's own task, as the node's shell does.
         Whether raft holds a leader change's epoch is read now, in raft order (a node restarted
         Resigned in its old epoch is named leader but does not hold it)."""
+        raft = self.node().raft
+        if raft.role is Role.LEADER:
+            self.led_epochs.add(raft.epoch)
         raft_is_leader = False
         if isinstance(event, LeaderChange):
-            raft = self.node().raft
             raft_is_leader = raft.role is Role.LEADER and raft.epoch == event.leader.epoch
         self._submit(lambda: self._apply(event, raft_is_leader=raft_is_leader))
 
@@ -221,6 +239,8 @@ class ControllerMachine:
                                                     event.append_timestamp_ms))
             for delta, value in enumerate(event.records):
                 self.applied.append((event.base_offset + delta, zlib.crc32(value)))
+            if self.on_commit is not None:
+                self.on_commit(self, event)
         elif isinstance(event, SnapshotLoad):
             if event.snapshot_id == BOOTSTRAP_SNAPSHOT_ID:
                 return  # the bootstrap records seeded the controller; never loaded as state
@@ -230,8 +250,20 @@ class ControllerMachine:
             self.snapshot_loads_since_leader_change += 1
         elif isinstance(event, LeaderChange):
             leader = event.leader
+            was_active = controller.is_active()
+            if leader.leader_id == self.node_id and not raft_is_leader:
+                self.declined_activations += 1
             controller.handle_leader_change(leader_id=leader.leader_id, epoch=leader.epoch, now_ms=self.now_ms(),
                                             raft_is_leader=raft_is_leader)
+            if controller.is_active() and not was_active:
+                epoch = controller.events.cur_claim_epoch
+                if epoch not in self.led_epochs:
+                    raise Violation(
+                        "ControllerActivation",
+                        f"controller {self.node_id} activated in epoch {epoch}, which its raft node never led "
+                        f"(led {sorted(self.led_epochs)}; role now {self.node().raft.role.value})",
+                    )
+                self.activated_ms, self.activated_epoch = self.now_ms(), epoch
             self.snapshot_loads_since_leader_change = 0
         voters = self.node().raft.committed_voters.ids
         if voters != self._voter_ids:
@@ -240,10 +272,11 @@ class ControllerMachine:
 
     def _perform_effects(self, node: SimNode) -> None:
         effects = self.controller.take_effects()
-        for token, _ in effects.completed:
+        for token, response in effects.completed:
             write = self._pending.pop(token, None)
             if write is not None:
                 write.outcome = "ok"
+                write.response = response
         for failed in effects.failed:
             write = self._pending.pop(failed.token, None)
             if write is not None:

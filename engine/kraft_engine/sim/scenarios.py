@@ -30,7 +30,9 @@ from kio.static.primitive import i8
 
 from kraft_engine.controller import QuorumController
 from kraft_engine.raft import KRAFT_VERSION_1, FollowerState, RaftConfig, ReplicaKey
+from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.raft import messages as raft_messages
+from kraft_engine.sim.broker_liveness import SimBrokers
 from kraft_engine.sim.cluster import ADMIN_ID, CLUSTER_ID, SimCluster, endpoint_of
 from kraft_engine.sim.controller_machine import ControllerMachine
 from kraft_engine.sim.invariants import (
@@ -688,6 +690,85 @@ def controller_voter_changes(seed: int) -> SimRun:
     return run
 
 
+def broker_liveness(seed: int) -> SimRun:
+    # The real quorum controller on three voters, four brokers played against it (see
+    # sim/broker_liveness.py for the brokers and the SilentBrokerFenced / LiveBrokerNeverFenced
+    # invariants). Brokers go silent and come back as new incarnations while the active controller
+    # is killed (and restarted, often soon enough to come back Resigned in its old epoch) or cut
+    # off. At the end the faults are repaired: every silent broker is fenced and every live one
+    # unfenced on every controller.
+    holder: list[SimBrokers] = []
+
+    def check_committed(machine: ControllerMachine, batch: RaftBatch) -> None:
+        holder[0].check_committed(machine, batch)
+
+    def machine(cluster: SimCluster, node_id: int) -> ControllerMachine:
+        return ControllerMachine(cluster, node_id, on_commit=check_committed)
+
+    run = SimRun(seed, voters=3, state_machine_factory=machine)
+    cluster = run.cluster
+    brokers = SimBrokers(cluster, 4)
+    holder.append(brokers)
+    run.warm_up()
+    run.until(lambda: all(_unfenced_everywhere(cluster, brokers, b) for b in brokers.live()), "brokers unfenced")
+    everyone = [ADMIN_ID, *cluster.all_ids]
+    for _ in range(8):
+        run.scheduler.run_for(run.random.randint(500, 6000))
+        action = run.random.choice(["silence", "silence", "revive", "kill", "kill", "isolate", "heal"])
+        leader = cluster.leader()
+        if action == "silence" and brokers.live():
+            brokers.silence(run.random.choice(brokers.live()))
+        elif action == "revive" and brokers.silent():
+            brokers.revive(run.random.choice(brokers.silent()))
+        elif action == "kill" and leader is not None:
+            victim = leader.node_id
+            cluster.kill(victim)
+            # Often back before the others elect: it restarts Resigned in the epoch it led.
+            back_in_ms = run.random.choice([200, 800, 2500, 6000])
+            run.scheduler.call_later(back_in_ms, functools.partial(_restart, cluster, victim), label=f"restart {victim}")
+        elif action == "isolate" and leader is not None:
+            cluster.network.isolate(leader.node_id, others=everyone)
+            run.scheduler.call_later(run.random.randint(500, 6000), cluster.network.heal, label="heal")
+        else:
+            cluster.network.heal()
+    cluster.network.heal()
+    for node_id in cluster.all_ids:
+        if node_id not in cluster.running:
+            cluster.start(node_id)
+    run.warm_up()
+    run.until(
+        lambda: all(_fenced_everywhere(cluster, brokers, b) for b in brokers.silent())
+        and all(_unfenced_everywhere(cluster, brokers, b) for b in brokers.live()),
+        "silent brokers fenced and live ones unfenced on every controller",
+    )
+    return run
+
+
+def _restart(cluster: SimCluster, node_id: int) -> None:
+    if node_id not in cluster.running:
+        cluster.start(node_id)
+
+
+def _registrations(cluster: SimCluster, broker_id: int) -> list[tuple[int, bool] | None]:
+    found: list[tuple[int, bool] | None] = []
+    for node in cluster.running.values():
+        machine = node.counter
+        if isinstance(machine, ControllerMachine):
+            registration = machine.controller.cluster_control.broker(broker_id)
+            found.append(None if registration is None else (registration.epoch, registration.fenced))
+    return found
+
+
+def _fenced_everywhere(cluster: SimCluster, brokers: SimBrokers, broker_id: int) -> bool:
+    epoch = brokers.brokers[broker_id].epoch
+    return epoch is None or all(r is None or r[0] != epoch or r[1] for r in _registrations(cluster, broker_id))
+
+
+def _unfenced_everywhere(cluster: SimCluster, brokers: SimBrokers, broker_id: int) -> bool:
+    epoch = brokers.brokers[broker_id].epoch
+    return epoch is not None and all(r == (epoch, False) for r in _registrations(cluster, broker_id))
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -706,6 +787,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("remove-leader", "the leader is removed from the voter set and hands over", remove_leader),
         Scenario("auto-join", "auto-join of a new controller and of a re-formatted voter", auto_join),
         Scenario("kraft-version-upgrade", "static quorum upgraded to kraft.version 1, then a voter is added", kraft_version_upgrade),
+        Scenario("broker-liveness",
+                 "the quorum controller keeps broker sessions across kills, Resigned restarts and partitions",
+                 broker_liveness),
         Scenario("controller-voter-changes",
                  "the quorum controller as state machine; client writes while six voter changes go by",
                  controller_voter_changes),

@@ -1,0 +1,221 @@
+"""Brokers whose sessions the simulated quorum controllers must keep, and the rules they are held to.
+
+The `broker-liveness` scenario runs the real quorum controller on every simulated node
+(`ControllerMachine`) and plays brokers against it the way a broker's lifecycle manager does:
+BrokerRegistration, then a BrokerHeartbeat every `HEARTBEAT_INTERVAL_MS`, each sent to the
+active controller of the newest epoch (a broker finds it through NOT_CONTROLLER answers and
+metadata; here it finds it at once, so every lost session is the controller's doing). A
+heartbeat's contact time is tracked as it arrives, before its event is queued, as the node's
+shell does. Brokers go silent and come back as new incarnations while controllers crash,
+restart (a restarted leader is Resigned in its old epoch) and get cut off.
+
+Checked after every event of the run:
+
+- SilentBrokerFenced: a broker silent longer than the session timeout (plus one fencing period
+  per broker, as the stale-broker task fences one broker per run) is fenced by every controller
+  that has been active, and leading in raft, for that long. A failover costs at most one
+  session timeout after the new controller's activation, never "never".
+- LiveBrokerNeverFenced: no fence of a broker incarnation commits less than a session timeout
+  after its last heartbeat reached the active controller.
+- ControllerActivation / ControllerWrite (in `ControllerMachine`): no controller activates in, or
+  writes to, an epoch its raft node never led.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass, field
+
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
+from kio.schema.types import BrokerId
+from kio.static.primitive import i16, i64, u16
+
+from kraft_engine.controller import QuorumController
+from kraft_engine.raft import CommittedBatch as RaftBatch
+from kraft_engine.raft import Role
+from kraft_engine.records import BrokerRegistrationChangeRecord, FenceBrokerRecord, decode_metadata_record
+from kraft_engine.sim.cluster import CLUSTER_ID, SimCluster
+from kraft_engine.sim.controller_machine import METADATA_VERSION, ControllerMachine, ControllerWrite
+from kraft_engine.sim.invariants import Violation
+
+__all__ = ["HEARTBEAT_INTERVAL_MS", "SESSION_TIMEOUT_MS", "SimBroker", "SimBrokers"]
+
+SESSION_TIMEOUT_MS = 9000
+"""broker.session.timeout.ms's default (the controllers' default too)."""
+HEARTBEAT_INTERVAL_MS = 2000
+"""broker.heartbeat.interval.ms's default."""
+_FENCING_PERIOD_MS = SESSION_TIMEOUT_MS // 8
+# A heartbeat's event, a tick and the fence's generation happen within the controller's next
+# wake-ups; the virtual clock charges them little, this covers their scheduling.
+_SLACK_MS = 500
+_CHECK_PERIOD_MS = 250
+
+
+@dataclass
+class SimBroker:
+    broker_id: int
+    alive: bool = True
+    incarnation: uuid.UUID = field(default_factory=uuid.uuid4)
+    epoch: int | None = None  # None until this incarnation's registration is acknowledged
+    registering: ControllerWrite | None = None
+    silent_since_ms: int | None = None
+    #: The last time a heartbeat of the current incarnation reached an active controller.
+    last_contact_ms: int = -1
+    #: Whether this incarnation was ever unfenced (only those have a session to lose).
+    was_unfenced: bool = False
+
+
+class SimBrokers:
+    """The brokers of one run: their heartbeat loop and the two broker invariants."""
+
+    def __init__(self, cluster: SimCluster, count: int) -> None:
+        self.cluster = cluster
+        self.scheduler = cluster.scheduler
+        random = self.scheduler.random
+        self.brokers = {
+            b: SimBroker(b, incarnation=uuid.UUID(int=random.getrandbits(128))) for b in range(1, count + 1)
+        }
+        self.fences_checked: set[tuple[int, int]] = set()  # (broker, epoch) already seen committed
+        self.fenced_live: list[str] = []
+        for broker in self.brokers.values():
+            self.scheduler.every(HEARTBEAT_INTERVAL_MS, functools.partial(self._beat, broker),
+                                 label=f"broker {broker.broker_id}", jitter_ms=200, delay_ms=random.randint(1, 500))
+        self.scheduler.every(_CHECK_PERIOD_MS, self.check_silent_brokers_fenced, label="broker invariants")
+
+    # -- the story's levers --------------------------------------------------------------------
+    def silence(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.alive:
+            broker.alive = False
+            broker.silent_since_ms = self.scheduler.now_ms
+
+    def revive(self, broker_id: int) -> None:
+        """The broker's process comes back: a new incarnation, which registers afresh."""
+        broker = self.brokers[broker_id]
+        if broker.alive:
+            return
+        broker.alive = True
+        broker.silent_since_ms = None
+        broker.incarnation = uuid.UUID(int=self.scheduler.random.getrandbits(128))
+        broker.epoch = None
+        broker.registering = None
+        broker.was_unfenced = False
+
+    def live(self) -> list[int]:
+        return [b for b, broker in self.brokers.items() if broker.alive]
+
+    def silent(self) -> list[int]:
+        return [b for b, broker in self.brokers.items() if not broker.alive]
+
+    # -- a broker's lifecycle manager ----------------------------------------------------------
+    def active_controller(self) -> ControllerMachine | None:
+        """The active controller of the newest epoch, where brokers send their requests."""
+        found: ControllerMachine | None = None
+        for node in self.cluster.running.values():
+            machine = node.counter
+            if not isinstance(machine, ControllerMachine) or not machine.controller.is_active():
+                continue
+            if found is None or machine.controller.events.cur_claim_epoch > found.controller.events.cur_claim_epoch:
+                found = machine
+        return found
+
+    def _beat(self, broker: SimBroker) -> None:
+        if not broker.alive:
+            return
+        machine = self.active_controller()
+        if machine is None:
+            return  # no controller to talk to: the request fails and is retried next interval
+        now_ms = self.scheduler.now_ms
+        if broker.epoch is None:
+            self._register(broker, machine)
+            return
+        # The shell tracks the contact the moment the request arrives, before it is queued.
+        machine.controller.track_broker_heartbeat(broker.broker_id, broker.epoch, now_ms)
+        broker.last_contact_ms = now_ms
+        offset = machine.controller.last_stable_offset()
+        request = BrokerHeartbeatRequest(
+            broker_id=BrokerId(broker.broker_id), broker_epoch=i64(broker.epoch), current_metadata_offset=i64(offset),
+            want_fence=False, want_shut_down=False, offline_log_dirs=(),
+        )
+        machine.write("processBrokerHeartbeat", lambda c: c.broker_heartbeat(request, now_ms=now_ms))
+        registration = machine.controller.cluster_control.broker(broker.broker_id)
+        if registration is not None and registration.epoch == broker.epoch and not registration.fenced:
+            broker.was_unfenced = True
+
+    def _register(self, broker: SimBroker, machine: ControllerMachine) -> None:
+        pending = broker.registering
+        if pending is not None and pending.outcome is None:
+            return  # still in flight
+        if pending is not None and pending.outcome == "ok" and broker.alive:
+            broker.epoch = int(pending.response.broker_epoch)  # type: ignore[attr-defined]
+            broker.last_contact_ms = pending.sent_ms
+            broker.registering = None
+            return
+        now_ms = self.scheduler.now_ms
+        request = BrokerRegistrationRequest(
+            broker_id=BrokerId(broker.broker_id), cluster_id=CLUSTER_ID, incarnation_id=broker.incarnation,
+            listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker.broker_id),
+                                security_protocol=i16(0)),),
+            features=(Feature(name="metadata.version", min_supported_version=i16(7),
+                              max_supported_version=i16(METADATA_VERSION)),),
+            rack=None, log_dirs=(uuid.UUID(int=self.scheduler.random.getrandbits(128)),),
+        )
+
+        def register(controller: QuorumController) -> int:
+            return controller.register_broker(request, now_ms=now_ms)
+
+        broker.registering = machine.write("registerBroker", register)
+
+    # -- invariants ----------------------------------------------------------------------------
+    def check_silent_brokers_fenced(self) -> None:
+        """SilentBrokerFenced (see the module docstring)."""
+        now_ms = self.scheduler.now_ms
+        bound_ms = SESSION_TIMEOUT_MS + _FENCING_PERIOD_MS * len(self.brokers) + _SLACK_MS
+        for node in self.cluster.running.values():
+            machine = node.counter
+            if not isinstance(machine, ControllerMachine) or not machine.controller.is_active():
+                continue
+            raft = node.raft
+            if raft.role is not Role.LEADER or raft.epoch != machine.activated_epoch:
+                continue  # raft moved on; the controller will hear of it
+            for broker in self.brokers.values():
+                if broker.alive or broker.epoch is None or broker.silent_since_ms is None:
+                    continue
+                since_ms = max(machine.activated_ms, broker.silent_since_ms)
+                if now_ms <= since_ms + bound_ms:
+                    continue
+                registration = machine.controller.cluster_control.broker(broker.broker_id)
+                if registration is not None and registration.epoch == broker.epoch and not registration.fenced:
+                    raise Violation(
+                        "SilentBrokerFenced",
+                        f"broker {broker.broker_id} (epoch {broker.epoch}) silent since {broker.silent_since_ms} ms "
+                        f"is still unfenced on controller {machine.node_id}, active in epoch "
+                        f"{machine.activated_epoch} since {machine.activated_ms} ms (bound {bound_ms} ms)",
+                    )
+
+    def check_committed(self, machine: ControllerMachine, batch: RaftBatch) -> None:
+        """LiveBrokerNeverFenced, on a committed batch's records."""
+        append_time_ms = batch.append_timestamp_ms
+        for value in batch.records:
+            record = decode_metadata_record(value)[0]
+            if isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == 1:
+                key = (int(record.broker_id), int(record.broker_epoch))
+            elif isinstance(record, FenceBrokerRecord):
+                key = (int(record.id), int(record.epoch))
+            else:
+                continue
+            if key in self.fences_checked:
+                continue
+            self.fences_checked.add(key)
+            broker = self.brokers.get(key[0])
+            if broker is None or broker.epoch != key[1]:
+                continue
+            if append_time_ms < broker.last_contact_ms + SESSION_TIMEOUT_MS:
+                raise Violation(
+                    "LiveBrokerNeverFenced",
+                    f"broker {key[0]} (epoch {key[1]}) fenced at {append_time_ms} ms, committed on node "
+                    f"{machine.node_id}; its last heartbeat reached the active controller at "
+                    f"{broker.last_contact_ms} ms (session {SESSION_TIMEOUT_MS} ms)",
+                )
