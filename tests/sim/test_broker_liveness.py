@@ -14,11 +14,9 @@ that activates when raft names it leader of an epoch it does not hold (a Resigne
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 
 import pytest
 
@@ -43,12 +41,6 @@ def _run_seeds(job: tuple[int, int]) -> list[str]:
         except SimulationFailure as failure:
             failures.append(f"{failure}\n  reproduce: kraft sim --scenario broker-liveness --seeds 1 --start {seed}")
     return failures
-
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[Executor]:
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as executor:
-        yield executor
 
 
 @pytest.mark.slow

@@ -8,10 +8,8 @@ index and the broken invariant, plus the command that replays it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 
 import pytest
 
@@ -32,12 +30,6 @@ def _run_seeds(job: tuple[str, int, int]) -> tuple[int, list[str]]:
         except SimulationFailure as failure:
             failures.append(f"{failure}\n  reproduce: kraft sim --scenario {name} --seeds 1 --start {seed}")
     return events, failures
-
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[Executor]:
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as executor:
-        yield executor
 
 
 @pytest.mark.slow
