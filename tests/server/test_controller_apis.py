@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -446,3 +447,32 @@ async def test_an_oversized_create_topics_is_refused_at_once_and_logged_at_info(
     assert result.error_message == "Excessively large number of partitions per request."
     [line] = [r.getMessage() for r in caplog.records if "createTopics: event failed" in r.getMessage()]
     assert "POLICY_VIOLATION" in line and "Reason: Excessively large number of partitions per request." in line
+
+
+async def test_a_heartbeat_that_times_out_in_a_busy_controllers_queue_refreshes_the_brokers_contact_time(
+    served: _Served,
+) -> None:
+    """Kafka's processExpiredBrokerHeartbeat: the broker is alive, the controller is slow. The
+    heartbeat waits at most broker.heartbeat.interval.ms / 2 (1000 ms by default) for its event;
+    when that passes the broker gets REQUEST_TIMED_OUT and its contact time is taken again then,
+    so the controller's own backlog never costs the broker its session."""
+    [epoch] = (await _register_brokers(served, 1)).values()
+    service = served.node.service
+    tracker = service.controller.cluster_control.tracker
+    release = threading.Event()
+    busy = asyncio.ensure_future(service.read("busy", lambda c: release.wait(10)))  # holds the controller thread
+    connection = await served.connection()
+    try:
+        sent_ms = service.now_ms()
+        response = await connection.send(BrokerHeartbeatRequest(
+            broker_id=BrokerId(1), broker_epoch=i64(epoch), current_metadata_offset=i64(0),
+            want_fence=False, want_shut_down=False,
+        ))
+        assert response.error_code == ErrorCode.request_timed_out
+        contact_ms = tracker.contact_time_ms(1, epoch)
+        # Taken again when the wait ended, not only when the request arrived.
+        assert contact_ms is not None and contact_ms >= sent_ms + 1000
+    finally:
+        release.set()
+        await busy
+        await connection.close()
