@@ -1,8 +1,9 @@
 # Shared settings of the e2e cluster scripts (sourced, not run). Every value can be overridden from
-# the environment. The cache and the cluster state live in the repository, git-ignored, so a warm
-# start reuses the Go build cache and the binaries.
+# the environment. The cache (Go build and module caches, binaries, images) lives in the user's cache
+# directory, outside any clone, so a fresh clone on a warm machine (CI's case) reuses it; nothing
+# depends on it being there. The cluster state lives in the repository, git-ignored.
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-E2E_CACHE=${E2E_CACHE:-$repo_root/.e2e-cache}   # go caches, binaries, images: kept by `down`
+E2E_CACHE=${E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kraftwerk-e2e}   # go caches, binaries, images: kept by `down`
 E2E_STATE=${E2E_STATE:-$repo_root/.e2e-state}   # one cluster's state: removed by `down`
 E2E_BIN=$E2E_CACHE/bin
 K8S_VERSION=${K8S_VERSION:-1.34.4}

@@ -17,7 +17,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("E2E_STATE", REPO / ".e2e-state"))
-CACHE = Path(os.environ.get("E2E_CACHE", REPO / ".e2e-cache"))
+CACHE = Path(os.environ.get(
+    "E2E_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kraftwerk-e2e"
+))  # as e2e/cluster/config.sh
 KUBECONFIG = STATE / "kubeconfig" / "host.yaml"
 IMAGE = os.environ.get("KRAFTWERK_E2E_IMAGE", "kraftwerk:0.1.0")
 
