@@ -51,6 +51,9 @@ _FENCING_PERIOD_MS = SESSION_TIMEOUT_MS // 8
 # wake-ups; the virtual clock charges them little, this covers their scheduling.
 _SLACK_MS = 500
 _CHECK_PERIOD_MS = 250
+# How long a played broker waits for its BrokerRegistration's answer before sending it again
+# (Kafka's broker times the request out and retries; a disconnect fails it sooner).
+_REQUEST_TIMEOUT_MS = 4000
 
 
 @dataclass
@@ -146,14 +149,18 @@ class SimBrokers:
 
     def _register(self, broker: SimBroker, machine: ControllerMachine) -> None:
         pending = broker.registering
+        now_ms = self.scheduler.now_ms
         if pending is not None and pending.outcome is None:
-            return  # still in flight
+            if now_ms - pending.sent_ms < _REQUEST_TIMEOUT_MS:
+                return  # still in flight
+            # A write lost with its controller (killed, or renounced before it answered) never gets
+            # an outcome here; a real broker's request times out and it registers again.
+            broker.registering = pending = None
         if pending is not None and pending.outcome == "ok" and broker.alive:
             broker.epoch = int(pending.response.broker_epoch)  # type: ignore[attr-defined]
             broker.last_contact_ms = pending.sent_ms
             broker.registering = None
             return
-        now_ms = self.scheduler.now_ms
         request = BrokerRegistrationRequest(
             broker_id=BrokerId(broker.broker_id), cluster_id=CLUSTER_ID, incarnation_id=broker.incarnation,
             listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker.broker_id),
