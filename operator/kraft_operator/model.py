@@ -20,11 +20,15 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "API_VERSION",
+    "APPROVE_ANNOTATION",
+    "MANUAL_ROLL_ANNOTATION",
+    "PAUSE_ANNOTATION",
     "GROUP",
     "KIND",
     "PLURAL",
     "SHORT_NAMES",
     "VERSION",
+    "BlockerStatus",
     "Condition",
     "ConditionStatus",
     "ConditionType",
@@ -33,6 +37,7 @@ __all__ = [
     "KRaftCluster",
     "KRaftClusterSpec",
     "KRaftClusterStatus",
+    "Lifecycle",
     "Listener",
     "MetadataVersionStatus",
     "NodePool",
@@ -47,6 +52,9 @@ __all__ = [
     "Rack",
     "Resources",
     "Role",
+    "RollStatus",
+    "RunbookStatus",
+    "RunbookStepStatus",
     "Storage",
     "Volume",
 ]
@@ -57,6 +65,11 @@ API_VERSION: Literal["kraftwerk.io/v1alpha1"] = "kraftwerk.io/v1alpha1"
 KIND: Literal["KRaftCluster"] = "KRaftCluster"
 PLURAL = "kraftclusters"
 SHORT_NAMES = ("kc",)
+
+# Annotations the operator reads (on the KRaftCluster; the manual roll also on one node's pod).
+PAUSE_ANNOTATION = "kraftwerk.io/pause-reconciliation"
+MANUAL_ROLL_ANNOTATION = "kraftwerk.io/manual-rolling-update"
+APPROVE_ANNOTATION = "kraftwerk.io/approve"  # value: "<runbook>/<step>", comma-separated
 
 # Kubernetes names (DNS-1123 labels); a pool's name becomes part of pod and PVC names.
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -223,6 +236,19 @@ class PodTemplate(_Model):
     )
 
 
+class Lifecycle(_Model):
+    """How the operator carries out lifecycle operations (rolls)."""
+
+    termination_grace_period_seconds: int = Field(
+        default=120, ge=1, le=3600,
+        description="How long a node gets for its controlled shutdown (SIGTERM) before it is killed.",
+    )
+    stuck_roll_after_seconds: int = Field(
+        default=1800, ge=10, le=604800,
+        description="A roll blocked by a gate this long raises the stuck-roll runbook (it keeps waiting).",
+    )
+
+
 def _default_listeners() -> list[Listener]:
     return [Listener(name="PLAINTEXT", port=9092)]
 
@@ -292,6 +318,7 @@ class KRaftClusterSpec(_Model):
         description="metadata.version to format new clusters with (e.g. 4.1-IV1); the newest every pool runs when unset.",
     )
     pod_template: PodTemplate | None = None
+    lifecycle: Lifecycle = Field(default_factory=Lifecycle)
 
 
 class ConditionType(StrEnum):
@@ -366,6 +393,37 @@ class MetadataVersionStatus(_Model):
     target: str | None = None
 
 
+class BlockerStatus(_Model):
+    """One thing a gate waits for: a partition (replicas, ISR, min ISR), a lagging voter (lag), or
+    a node that is not back yet."""
+
+    kind: Literal["partition", "voter", "node", "cluster"]
+    message: str
+    topic: str | None = None
+    partition: int | None = None
+    replicas: list[int] | None = None
+    isr: list[int] | None = None
+    min_isr: int | None = None
+    node_id: int | None = None
+    lag: int | None = None
+    caught_up_ms_ago: int | None = None
+
+
+class RollStatus(_Model):
+    """A rolling restart's progress, written at every step so a restarted operator resumes it.
+
+    `pending` are the nodes still to restart, in order; `current` the node restarted last, until
+    the cluster says it has recovered (`phase` awaiting-recovery); `done` the nodes restarted."""
+
+    trigger: str = Field(description="What started the roll: revision changes, or the manual annotation's value.")
+    pending: list[int] = Field(default_factory=list)
+    done: list[int] = Field(default_factory=list)
+    current: int | None = None
+    phase: Literal["gating", "restarting", "awaiting-recovery"] = "gating"
+    restarted_at: str | None = None
+    blocked_since: str | None = None
+
+
 class OperationStatus(_Model):
     """The operation in progress: what it is, which step, and what it waits for. Resumed from here
     after an operator restart."""
@@ -374,6 +432,33 @@ class OperationStatus(_Model):
     step: str = ""
     waiting_for: str = ""
     started_at: str | None = None
+    blocked_by: list[BlockerStatus] = Field(default_factory=list)
+    roll: RollStatus | None = None
+
+
+class RunbookStepStatus(_Model):
+    """One step of a runbook: automated, or needing the approval annotation; done or pending."""
+
+    id: str
+    description: str
+    mode: Literal["automated", "approval", "manual"]
+    approval: str | None = Field(default=None, description="The annotation that approves the step.")
+    dangerous: bool = False
+    state: Literal["done", "pending", "approved"] = "pending"
+
+
+class RunbookStatus(_Model):
+    """A situation the operator detected, with the evidence, its ordered steps, and the commands a
+    human would run instead. Closed (removed) once the situation clears."""
+
+    name: str
+    title: str
+    situation: str
+    evidence: list[str] = Field(default_factory=list)
+    detected_at: str
+    steps: list[RunbookStepStatus] = Field(default_factory=list)
+    commands: list[str] = Field(default_factory=list)
+    docs: str | None = None
 
 
 class KRaftClusterStatus(_Model):
@@ -405,6 +490,13 @@ class KRaftClusterStatus(_Model):
     partitions: PartitionsStatus | None = None
     metadata_version: MetadataVersionStatus | None = None
     operation: OperationStatus | None = None
+    last_manual_roll: str | None = Field(
+        default=None, description="The value of kraftwerk.io/manual-rolling-update whose roll finished."
+    )
+    runbooks: list[RunbookStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -423,6 +515,7 @@ class ObjectMeta(BaseModel):
     generation: int | None = None
     uid: str | None = None
     creation_timestamp: str | None = None
+    annotations: dict[str, str] = Field(default_factory=dict)
 
 
 class KRaftCluster(_Model):

@@ -2,7 +2,8 @@
 
 One reconcile asks, with a short timeout each: DescribeQuorum (leader, epoch, high watermark,
 voters and observers), DescribeCluster on the brokers (registered and fenced brokers), Metadata
-(partition counts; DescribeConfigs for min.insync.replicas when some ISR is short) and ApiVersions
+(partitions with their replicas and ISR; DescribeConfigs for every topic's min.insync.replicas,
+which the roll's min-ISR rule needs) and ApiVersions
 (the finalized metadata.version). Only nodes the runtime reports running are asked. A question
 that gets no answer leaves its part None and says why in `errors`: during bootstrap most of them
 have no answer yet, and that is not a failure.
@@ -25,6 +26,7 @@ from kraft_operator.plan import (
     DesiredNode,
     Layout,
     Observed,
+    PartitionDetail,
     PartitionFacts,
     PodPhase,
     QuorumFacts,
@@ -71,6 +73,7 @@ async def observe_cluster(
     quorum = None
     broker_facts = None
     partitions = None
+    details = None
     finalized = None
     cluster_id = None
     async with ClusterAdmin(controllers=controllers, brokers=brokers, timeout_ms=timeout_ms) as admin:
@@ -95,12 +98,16 @@ async def observe_cluster(
         try:
             metadata = await admin.metadata()
             cluster_id = cluster_id or metadata.cluster_id
-            short = [t.name for t in metadata.topics if any(len(p.isr) < len(p.replicas) for p in t.partitions)]
-            min_isr: dict[str, int] = {}
-            if short:
-                configs = await admin.describe_topic_configs(short, keys=["min.insync.replicas"])
-                min_isr = {name: int(c.get("min.insync.replicas", "1")) for name, c in configs.items()}
+            # Every topic's effective min.insync.replicas: the roll's min-ISR rule needs it for all.
+            names = [t.name for t in metadata.topics]
+            configs = await admin.describe_topic_configs(names, keys=["min.insync.replicas"]) if names else {}
+            min_isr = {name: int(c.get("min.insync.replicas", "1")) for name, c in configs.items()}
             all_partitions = [p for t in metadata.topics for p in t.partitions]
+            details = tuple(
+                PartitionDetail(topic=t.name, partition=p.partition, leader_id=p.leader_id, replicas=p.replicas,
+                                isr=p.isr, min_isr=min_isr.get(t.name, 1))
+                for t in metadata.topics for p in t.partitions
+            )
             partitions = PartitionFacts(
                 total=len(all_partitions),
                 under_replicated=sum(1 for p in all_partitions if len(p.isr) < len(p.replicas)),
@@ -124,6 +131,7 @@ async def observe_cluster(
         partitions=partitions,
         finalized_metadata_version=finalized,
         errors=tuple(errors),
+        partition_details=details,
     )
 
 

@@ -13,7 +13,16 @@ from enum import StrEnum
 from kraft_operator.model import Implementation, Role
 from kraft_operator.plan.facts import NodeRef
 
-__all__ = ["Action", "Event", "EventType", "FormatStorage", "QuorumBootstrap", "StartNode", "WriteConfig"]
+__all__ = [
+    "Action",
+    "Event",
+    "EventType",
+    "FormatStorage",
+    "QuorumBootstrap",
+    "RestartNode",
+    "StartNode",
+    "WriteConfig",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +85,24 @@ class StartNode:
     implementation: Implementation
     roles: frozenset[Role]
     reason: str
+    revision: str = ""  # recorded with the pod/process: what `NodeFacts.started_revision` reports
 
 
-Action = WriteConfig | FormatStorage | StartNode
+@dataclass(frozen=True, slots=True)
+class RestartNode:
+    """Restart a running node (one step of a roll): its controlled shutdown (SIGTERM, killed after
+    `grace_period_ms`), then start it again from its stored config, recording `revision`. The next
+    observe shows it starting; the roll waits until the cluster says it has recovered."""
+
+    node: NodeRef
+    implementation: Implementation
+    roles: frozenset[Role]
+    revision: str
+    grace_period_ms: int
+    reason: str
+
+
+Action = WriteConfig | FormatStorage | StartNode | RestartNode
 
 
 class EventType(StrEnum):

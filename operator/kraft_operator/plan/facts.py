@@ -28,6 +28,7 @@ __all__ = [
     "NodeFacts",
     "NodeRef",
     "Observed",
+    "PartitionDetail",
     "PartitionFacts",
     "PodPhase",
     "QuorumFacts",
@@ -85,7 +86,9 @@ class NodeFacts:
 
     `volumes` lists the volumes that exist; a volume of the spec that is missing is simply absent.
     `config` is the rendered server.properties as currently stored (ConfigMap or file), None when
-    there is none. `ready` is the runtime's readiness (the process answers on its listeners)."""
+    there is none. `ready` is the runtime's readiness (the process answers on its listeners).
+    `started_revision` is the revision (`plan.roll.node_revision`) the running pod/process was
+    started with, None when unknown; `restart_requested` is the manual-roll annotation on the pod."""
 
     node_id: int
     pool: str
@@ -97,6 +100,8 @@ class NodeFacts:
     message: str = ""
     version: str | None = None
     restarts: int = 0
+    started_revision: str | None = None
+    restart_requested: bool = False
 
     def volume(self, volume_id: int) -> VolumeFacts | None:
         return next((v for v in self.volumes if v.volume_id == volume_id), None)
@@ -152,6 +157,19 @@ class PartitionFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionDetail:
+    """One partition as Metadata reports it, with its topic's effective min.insync.replicas
+    (DescribeConfigs): what the broker-restart gates are decided on."""
+
+    topic: str
+    partition: int
+    leader_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    min_isr: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterFacts:
     """What the cluster says about itself through the admin client. Every part is None when it
     could not be learned this time (no leader yet, no broker up); `errors` says why."""
@@ -162,6 +180,7 @@ class ClusterFacts:
     partitions: PartitionFacts | None = None
     finalized_metadata_version: str | None = None
     errors: tuple[str, ...] = ()
+    partition_details: tuple[PartitionDetail, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

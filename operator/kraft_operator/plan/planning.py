@@ -19,17 +19,21 @@ Rules it keeps, whatever the facts:
 - The controllers the cluster was created with are formatted `--initial-controllers`; controllers
   added later `--no-initial-controllers`; brokers with neither.
 - Brokers start once the quorum has a leader.
+- Once nothing else is to do, a rolling restart (`roll`) applies changed images, versions and
+  configs one node at a time behind its gates; its state lives in `status.operation.roll`.
+- The `kraftwerk.io/pause-reconciliation` annotation pauses like `spec.paused`.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kraft_engine.kafka_uuid import RESERVED_UUIDS, to_kafka_str
 from kraft_operator.model import (
+    PAUSE_ANNOTATION,
     Condition,
     ConditionStatus,
     ConditionType,
@@ -66,6 +70,7 @@ from kraft_operator.plan.facts import (
     ReplicaFacts,
 )
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
+from kraft_operator.plan.roll import RollDecision, node_revision, plan_roll
 from kraft_operator.plan.validation import SpecProblem, target_metadata_version, validate_spec
 
 if TYPE_CHECKING:
@@ -107,13 +112,18 @@ def plan(
     namespace = cluster.metadata.namespace or "default"
     name = cluster.metadata.name
     spec, previous = cluster.spec, cluster.status
+    if cluster.metadata.annotations.get(PAUSE_ANNOTATION, "").lower() == "true" and not spec.paused:
+        spec = spec.model_copy(update={"paused": True})
     generation = cluster.metadata.generation
     nodes = desired_nodes(namespace=namespace, cluster=name, spec=spec, status=previous)
     problems = validate_spec(spec=spec, status=previous, observed=observed, nodes=nodes, layout=layout, rules=rules)
     builder = _StatusBuilder(previous=previous, generation=generation, now_ms=now_ms)
     if problems:
         return _refuse(problems, builder=builder, spec=spec, nodes=nodes, observed=observed)
-    return _Planner(spec=spec, nodes=nodes, observed=observed, layout=layout, rng=rng, builder=builder).run()
+    planner = _Planner(spec=spec, nodes=nodes, observed=observed, layout=layout, rng=rng, builder=builder)
+    planner.annotations = cluster.metadata.annotations
+    planner.now_ms = now_ms
+    return planner.run()
 
 
 def _refuse(
@@ -162,6 +172,9 @@ class _Planner:
         self.waiting: list[str] = []  # Progressing: something is on its way
         self.brokers_waiting_for_quorum: list[int] = []
         self.step = ""
+        self.annotations: dict[str, str] = {}
+        self.now_ms = 0
+        self.revisions: dict[int, str] = {}
 
     # -- the whole decision ------------------------------------------------------------------
     def run(self) -> Plan:
@@ -177,10 +190,38 @@ class _Planner:
                                                        quorum=quorum)
         if self.spec.paused:
             self.actions.clear()
+        roll = self._roll()
         self._scale_down_notice()
         status = self.builder.observe_only(spec=self.spec, nodes=self.nodes, observed=self.observed,
                                            directories=directories)
-        return self._finish(status)
+        if roll is None:
+            return self._finish(status)
+        status = status.model_copy(update={"last_manual_roll": roll.last_manual_roll})
+        result = self._finish(status, requeue_after_ms=0 if roll.requeue_now else None)
+        if roll.operation is None:
+            return result
+        operation = roll.operation.model_copy(update={"waiting_for": result.waiting_for})
+        return replace(result, status=result.status.model_copy(update={"operation": operation}))
+
+    def _roll(self) -> RollDecision | None:
+        """The rolling restart, once the bootstrap has nothing left to do; while it has, a roll under
+        way keeps its recorded state (None: the status is left as `_finish` builds it)."""
+        busy = bool(self.actions or self.waiting or self.blocked or self.brokers_waiting_for_quorum)
+        if busy or len(self.revisions) != len(self.nodes):
+            previous = self.previous.operation if self.previous is not None else None
+            if previous is None or previous.roll is None:
+                return None
+            return RollDecision(operation=previous, last_manual_roll=self.previous.last_manual_roll
+                                if self.previous is not None else None)
+        decision = plan_roll(spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous,
+                             revisions=self.revisions, annotations=self.annotations, now_ms=self.now_ms,
+                             now_text=self.builder.now_text, paused=self.spec.paused)
+        self.actions.extend(decision.actions)
+        self.events.extend(decision.events)
+        if decision.waiting:
+            self.waiting.append(decision.waiting)
+            self.step = self.step or decision.step
+        return decision
 
     def _initialize(self) -> Plan:
         """Assign the cluster id, the node ids and the initial controllers, and publish them (only)."""
@@ -282,6 +323,7 @@ class _Planner:
             return directories
 
         rendered = render_config(node, spec=self.spec, controllers=self.controllers, layout=self.layout)
+        self.revisions[node_id] = node_revision(rendered, image=self.spec.image, version=self.spec.version)
         config_current = facts.config is not None and dict(facts.config) == rendered
         if not config_current:
             running = facts.phase in (PodPhase.RUNNING, PodPhase.PENDING)
@@ -292,8 +334,7 @@ class _Planner:
                     roles=node.roles,
                     properties=tuple(sorted(rendered.items())),
                     reason=f"node {node_id}: " + (
-                        "its server.properties changed; it applies at the node's next restart (rolls are a "
-                        "lifecycle operation)" if running else "write its server.properties"
+                        "its server.properties changed; it applies at the node's next restart (a rolling restart)" if running else "write its server.properties"
                     ),
                 ),
                 step="write-config",
@@ -366,6 +407,7 @@ class _Planner:
                 node=node.ref,
                 implementation=node.implementation,
                 roles=node.roles,
+                revision=self.revisions.get(node_id, ""),
                 reason=f"node {node_id}: start it ({node.implementation.value}, "
                 f"{','.join(sorted(r.value for r in node.roles))})",
             ),
@@ -443,6 +485,9 @@ class _Planner:
             "start": "Starting",
             "await-quorum": "AwaitingQuorum",
             "await-ready": "AwaitingReady",
+            "roll": "RollingRestart",
+            "roll-blocked": "RollBlocked",
+            "paused": "Paused",
         }.get(self.step, "Observing")
 
 

@@ -1,0 +1,201 @@
+"""The gates a roll passes before it restarts a node, and the checks that a restarted node is back.
+
+Asked of the cluster itself (DescribeQuorum, DescribeCluster, Metadata and DescribeConfigs as the
+observer gathered them), never of pod readiness alone: Strimzi #12649 and Redpanda #1873 are rolls
+that outran log recovery because they trusted readiness.
+
+- A broker may restart only while cluster-wide UnderReplicatedPartitions = 0, and while no
+  partition would drop below its topic's effective `min.insync.replicas` without it (the min-ISR
+  rule: for every partition with this broker in its ISR, |ISR| - 1 >= min ISR).
+- A controller may restart only while the voters other than it that are caught up (the leader, or
+  a voter whose last caught-up time is within `controller.quorum.fetch.timeout.ms`) are a majority
+  of the whole voter set.
+- A node already down (not running or not ready, a fenced or unregistered broker, a controller the
+  quorum does not count as caught up) passes without gates: restarting it cannot reduce
+  availability, and waiting on it is the deadlock Koperator #533 describes.
+
+Each check answers with `BlockerStatus` entries naming exactly what holds it: the partitions with
+their replicas, ISR and min ISR, the lagging voters with their lag, or the node that is not back.
+An empty list means the gate is open.
+"""
+
+from __future__ import annotations
+
+from kraft_operator.model import BlockerStatus
+from kraft_operator.plan.facts import ClusterFacts, NodeFacts, PodPhase, QuorumFacts, ReplicaFacts
+
+__all__ = [
+    "DEFAULT_FETCH_TIMEOUT_MS",
+    "broker_gate",
+    "controller_gate",
+    "is_down",
+    "not_recovered",
+    "voter_caught_up",
+]
+
+DEFAULT_FETCH_TIMEOUT_MS = 2000  # controller.quorum.fetch.timeout.ms's default
+
+
+def voter_caught_up(replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int, fetch_timeout_ms: int) -> bool:
+    """The leader is caught up by definition; a follower when it was last caught up within the
+    fetch timeout (KIP-853's rule for a voter that counts)."""
+    if replica.replica_id == quorum.leader_id:
+        return True
+    if replica.last_caught_up_timestamp_ms < 0:
+        return False
+    return now_ms - replica.last_caught_up_timestamp_ms <= fetch_timeout_ms
+
+
+def _leader_end(quorum: QuorumFacts) -> int:
+    return next((v.log_end_offset for v in quorum.voters if v.replica_id == quorum.leader_id), 0)
+
+
+def _voter_blocker(replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int) -> BlockerStatus:
+    lag = max(0, _leader_end(quorum) - replica.log_end_offset)
+    ago = now_ms - replica.last_caught_up_timestamp_ms if replica.last_caught_up_timestamp_ms >= 0 else None
+    since = f"last caught up {ago} ms ago" if ago is not None else "never caught up"
+    return BlockerStatus(
+        kind="voter",
+        node_id=replica.replica_id,
+        lag=lag,
+        caught_up_ms_ago=ago,
+        message=f"voter {replica.replica_id} lags the leader by {lag} record(s), {since}",
+    )
+
+
+def controller_gate(
+    node_id: int, *, quorum: QuorumFacts | None, now_ms: int, fetch_timeout_ms: int
+) -> list[BlockerStatus]:
+    """What keeps controller `node_id` from restarting: it may while the other caught-up voters
+    are a majority of all voters."""
+    if quorum is None or quorum.leader_id < 0:
+        return [BlockerStatus(kind="cluster", message="no quorum leader observed: the voters' state is unknown")]
+    voters = quorum.voters
+    majority = len(voters) // 2 + 1
+    others = [v for v in voters if v.replica_id != node_id]
+    caught_up = [v for v in others if voter_caught_up(v, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms)]
+    if len(caught_up) >= majority:
+        return []
+    lagging = [v for v in others if v not in caught_up]
+    blockers = [_voter_blocker(v, quorum=quorum, now_ms=now_ms) for v in lagging]
+    if not blockers:  # fewer voters than a majority without this one (a single-voter quorum)
+        blockers.append(BlockerStatus(
+            kind="cluster",
+            message=f"the quorum has {len(voters)} voter(s); without node {node_id} no majority is left",
+        ))
+    return blockers
+
+
+def broker_gate(broker_id: int, *, cluster: ClusterFacts | None) -> list[BlockerStatus]:
+    """What keeps broker `broker_id` from restarting: any under-replicated partition (URP must be
+    0), and every partition it is in the ISR of that would drop below min ISR without it."""
+    details = cluster.partition_details if cluster is not None else None
+    if details is None:
+        return [BlockerStatus(kind="cluster", message="no partition metadata observed: URP and ISRs are unknown")]
+    blockers = []
+    for p in details:
+        short = len(p.isr) < len(p.replicas)
+        at_min = broker_id in p.isr and len(p.isr) - 1 < p.min_isr
+        if not (short or at_min):
+            continue
+        why = "is under-replicated" if short else f"would drop below min.insync.replicas={p.min_isr} without broker {broker_id}"
+        blockers.append(BlockerStatus(
+            kind="partition",
+            topic=p.topic,
+            partition=p.partition,
+            replicas=list(p.replicas),
+            isr=list(p.isr),
+            min_isr=p.min_isr,
+            message=f"{p.topic}-{p.partition} {why} (replicas {list(p.replicas)}, ISR {list(p.isr)}, min ISR {p.min_isr})",
+        ))
+    return blockers
+
+
+def is_down(
+    node_id: int,
+    *,
+    controller: bool,
+    broker: bool,
+    facts: NodeFacts | None,
+    cluster: ClusterFacts | None,
+    now_ms: int,
+    fetch_timeout_ms: int,
+) -> bool:
+    """Whether the node contributes nothing now, so restarting it cannot reduce availability: not
+    running or not ready, or (when the cluster could be asked) a broker unregistered or fenced, a
+    controller the quorum does not count as a caught-up voter or observer."""
+    if facts is None or facts.phase is not PodPhase.RUNNING or not facts.ready:
+        return True
+    if cluster is None:
+        return False
+    if broker and cluster.brokers is not None:
+        registered = cluster.brokers.get(node_id)
+        if registered is None or registered.fenced:
+            return True
+    if controller and cluster.quorum is not None and cluster.quorum.leader_id >= 0:
+        quorum = cluster.quorum
+        replica = next((r for r in (*quorum.voters, *quorum.observers) if r.replica_id == node_id), None)
+        if replica is None:
+            return True
+        if replica in quorum.voters and not voter_caught_up(
+            replica, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms
+        ):
+            return True
+    return False
+
+
+def not_recovered(
+    node_id: int,
+    *,
+    controller: bool,
+    broker: bool,
+    facts: NodeFacts | None,
+    cluster: ClusterFacts | None,
+    now_ms: int,
+    fetch_timeout_ms: int,
+) -> list[BlockerStatus]:
+    """What a restarted node still lacks before the roll moves on: running and ready; a controller
+    caught up as a voter (or present as an observer); a broker registered, unfenced and back in
+    the ISR of every partition it is a replica of."""
+    if facts is None or facts.phase is not PodPhase.RUNNING or not facts.ready:
+        phase = facts.phase.value if facts is not None else PodPhase.ABSENT.value
+        return [BlockerStatus(kind="node", node_id=node_id, message=f"node {node_id} is not running and ready ({phase})")]
+    blockers: list[BlockerStatus] = []
+    if controller:
+        quorum = cluster.quorum if cluster is not None else None
+        if quorum is None or quorum.leader_id < 0:
+            blockers.append(BlockerStatus(kind="cluster", message="no quorum leader observed"))
+        else:
+            voter = next((v for v in quorum.voters if v.replica_id == node_id), None)
+            observer = next((o for o in quorum.observers if o.replica_id == node_id), None)
+            if voter is not None:
+                if not voter_caught_up(voter, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms):
+                    blockers.append(_voter_blocker(voter, quorum=quorum, now_ms=now_ms))
+            elif observer is None:
+                blockers.append(BlockerStatus(
+                    kind="node", node_id=node_id, message=f"node {node_id} is not yet in the quorum's voters or observers",
+                ))
+    if broker:
+        brokers = cluster.brokers if cluster is not None else None
+        registered = brokers.get(node_id) if brokers is not None else None
+        if registered is None:
+            blockers.append(BlockerStatus(kind="node", node_id=node_id, message=f"broker {node_id} has not registered"))
+        elif registered.fenced:
+            blockers.append(BlockerStatus(kind="node", node_id=node_id, message=f"broker {node_id} is fenced"))
+        details = cluster.partition_details if cluster is not None else None
+        if details is None:
+            blockers.append(BlockerStatus(kind="cluster", message="no partition metadata observed"))
+        else:
+            for p in details:
+                if node_id in p.replicas and node_id not in p.isr:
+                    blockers.append(BlockerStatus(
+                        kind="partition",
+                        topic=p.topic,
+                        partition=p.partition,
+                        replicas=list(p.replicas),
+                        isr=list(p.isr),
+                        min_isr=p.min_isr,
+                        message=f"broker {node_id} is not back in the ISR of {p.topic}-{p.partition} "
+                        f"(replicas {list(p.replicas)}, ISR {list(p.isr)})",
+                    ))
+    return blockers
