@@ -22,7 +22,14 @@ An empty list means the gate is open.
 from __future__ import annotations
 
 from kraft_operator.model import BlockerStatus
-from kraft_operator.plan.facts import ClusterFacts, NodeFacts, PodPhase, QuorumFacts, ReplicaFacts
+from kraft_operator.plan.facts import (
+    ClusterFacts,
+    NodeFacts,
+    PartitionDetail,
+    PodPhase,
+    QuorumFacts,
+    ReplicaFacts,
+)
 
 __all__ = [
     "DEFAULT_FETCH_TIMEOUT_MS",
@@ -99,16 +106,20 @@ def broker_gate(broker_id: int, *, cluster: ClusterFacts | None) -> list[Blocker
         if not (short or at_min):
             continue
         why = "is under-replicated" if short else f"would drop below min.insync.replicas={p.min_isr} without broker {broker_id}"
-        blockers.append(BlockerStatus(
-            kind="partition",
-            topic=p.topic,
-            partition=p.partition,
-            replicas=list(p.replicas),
-            isr=list(p.isr),
-            min_isr=p.min_isr,
-            message=f"{p.topic}-{p.partition} {why} (replicas {list(p.replicas)}, ISR {list(p.isr)}, min ISR {p.min_isr})",
-        ))
+        blockers.append(_partition_blocker(p, f"{p.topic}-{p.partition} {why}"))
     return blockers
+
+
+def _partition_blocker(p: PartitionDetail, message: str) -> BlockerStatus:
+    return BlockerStatus(
+        kind="partition",
+        topic=p.topic,
+        partition=p.partition,
+        replicas=list(p.replicas),
+        isr=list(p.isr),
+        min_isr=p.min_isr,
+        message=f"{message} (replicas {list(p.replicas)}, ISR {list(p.isr)}, min ISR {p.min_isr})",
+    )
 
 
 def is_down(
@@ -188,14 +199,5 @@ def not_recovered(
         else:
             for p in details:
                 if node_id in p.replicas and node_id not in p.isr:
-                    blockers.append(BlockerStatus(
-                        kind="partition",
-                        topic=p.topic,
-                        partition=p.partition,
-                        replicas=list(p.replicas),
-                        isr=list(p.isr),
-                        min_isr=p.min_isr,
-                        message=f"broker {node_id} is not back in the ISR of {p.topic}-{p.partition} "
-                        f"(replicas {list(p.replicas)}, ISR {list(p.isr)})",
-                    ))
+                    blockers.append(_partition_blocker(p, f"broker {node_id} is not back in the ISR of {p.topic}-{p.partition}"))
     return blockers
