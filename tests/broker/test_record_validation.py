@@ -6,7 +6,10 @@ from __future__ import annotations
 import gzip
 import struct
 
+import lz4.frame
 import pytest
+import snappy
+import zstandard
 from crc32c import crc32c
 
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
@@ -93,15 +96,62 @@ def test_a_wrong_max_timestamp_is_corrected_and_the_crc_redone() -> None:
     assert struct.unpack_from(">q", validated.data, 35)[0] == NOW_MS
 
 
-def test_gzip_is_read_and_other_codecs_are_unsupported() -> None:
-    plain = bytearray(batch([b"a", b"b"]))
-    compressed = bytearray(plain[:61] + gzip.compress(bytes(plain[61:])))
-    struct.pack_into(">i", compressed, 8, len(compressed) - 12)
-    struct.pack_into(">h", compressed, 21, 1)
-    validated = validate_produce_payload(recrc(compressed), max_message_bytes=1 << 20, now_ms=NOW_MS)
-    assert validated.header.compression_codec == 1
-    struct.pack_into(">h", compressed, 21, 4)
-    assert refusal(recrc(compressed)) == 76
+def compressed_batch(codec: int, records: bytes, plain: bytes) -> bytes:
+    data = bytearray(plain[:61] + records)
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    struct.pack_into(">h", data, 21, codec)
+    return recrc(data)
+
+
+def xerial_snappy(data: bytes) -> bytes:
+    """Java's framing: magic, two versions, then length-prefixed raw snappy blocks (two here)."""
+    blocks = [snappy.compress(data[: len(data) // 2]), snappy.compress(data[len(data) // 2 :])]
+    return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + b"".join(struct.pack(">i", len(b)) + b for b in blocks)
+
+
+def zstd_streamed(data: bytes) -> bytes:
+    """A zstd frame without the content size, as a streaming producer writes it."""
+    compressor = zstandard.ZstdCompressor().compressobj()
+    return compressor.compress(data) + compressor.flush()
+
+
+# Each codec's records written by the Python bindings the clients use, not by the broker's library.
+_CLIENT_CODECS = {1: gzip.compress, 2: xerial_snappy, 3: lz4.frame.compress, 4: zstd_streamed}
+
+
+@pytest.mark.parametrize("codec", sorted(_CLIENT_CODECS))
+def test_every_kafka_codec_is_read_and_the_batch_kept_as_received(codec: int) -> None:
+    plain = batch([b"a", b"bb" * 100, b"c"])
+    data = compressed_batch(codec, _CLIENT_CODECS[codec](plain[61:]), plain)
+    validated = validate_produce_payload(data, max_message_bytes=1 << 20, now_ms=NOW_MS)
+    assert validated.data == data
+    assert validated.header.compression_codec == codec
+    assert validated.max_timestamp_ms == NOW_MS
+
+
+def test_raw_snappy_without_xerial_framing_is_read() -> None:
+    plain = batch([b"a", b"b"])
+    data = compressed_batch(2, snappy.compress(plain[61:]), plain)
+    assert validate_produce_payload(data, max_message_bytes=1 << 20, now_ms=NOW_MS).data == data
+
+
+@pytest.mark.parametrize("codec", sorted(_CLIENT_CODECS))
+def test_data_that_does_not_decompress_is_corrupt(codec: int) -> None:
+    plain = batch([b"a", b"b"])
+    good = _CLIENT_CODECS[codec](plain[61:])
+    assert refusal(compressed_batch(codec, good[: len(good) // 2], plain)) == 2
+
+
+def test_compressed_records_that_lie_are_invalid() -> None:
+    plain = bytearray(batch([b"abc"]))
+    plain[61] += 2  # the record's length varint no longer matches its fields
+    assert refusal(compressed_batch(4, zstd_streamed(bytes(plain[61:])), bytes(plain))) == 87
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_a_codec_kafka_does_not_define_is_unsupported(codec: int) -> None:
+    plain = batch([b"a"])
+    assert refusal(compressed_batch(codec, plain[61:], plain)) == 76
 
 
 def test_a_record_whose_length_lies_is_invalid() -> None:

@@ -9,7 +9,8 @@ checked here, with Kafka's error for each failure, before anything is written:
   (CORRUPT_MESSAGE), no larger than `max.message.bytes` (MESSAGE_TOO_LARGE);
 - no control batch from a client, a consistent offset range and record count, a valid sequence
   when a producer id is set (INVALID_RECORD);
-- a compression codec we can read: none or gzip (UNSUPPORTED_COMPRESSION_TYPE otherwise);
+- a compression codec Kafka defines: none, gzip, snappy, lz4 or zstd (UNSUPPORTED_COMPRESSION_TYPE
+  otherwise), whose data decompresses (CORRUPT_MESSAGE otherwise; see records.compression);
 - every record parsed with our own reader, so timestamps keep their milliseconds (kio's reader
   rounds them to seconds): record offsets deltas 0..n-1, lengths that add up, and no timestamp
   more than `message.timestamp.after.max.ms` in the future (INVALID_TIMESTAMP).
@@ -22,7 +23,6 @@ are untouched.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -35,19 +35,15 @@ from kraft_engine.records.batches import (
     CorruptBatchError,
     validate_batch,
 )
+from kraft_engine.records.compression import CODEC_NONE, CompressionError, UnsupportedCodecError, decompress
 
 __all__ = [
-    "CODEC_GZIP",
-    "CODEC_NONE",
     "ProduceRefused",
     "ValidatedBatch",
     "parse_records",
     "validate_produce_payload",
 ]
 
-CODEC_NONE = 0
-CODEC_GZIP = 1
-_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _TIMESTAMP_TYPE_MASK = 0x08
 _CONTROL_MASK = 0x20
 _MAX_TIMESTAMP_POSITION = 35
@@ -129,16 +125,14 @@ def validate_produce_payload(
         raise ProduceRefused(INVALID_RECORD, "invalid sequence number for a batch with a producer id")
     if header.is_transactional and header.producer_id < 0:
         raise ProduceRefused(INVALID_RECORD, "a transactional batch must carry a producer id")
-    codec = header.compression_codec
     body = memoryview(data)[_RECORDS_POSITION:]
-    if codec == CODEC_GZIP:
+    if header.compression_codec != CODEC_NONE:
         try:
-            body = memoryview(zlib.decompress(bytes(body), wbits=31))
-        except zlib.error as error:
-            raise ProduceRefused(CORRUPT_MESSAGE, f"gzip data does not decompress: {error}") from None
-    elif codec != CODEC_NONE:
-        name = _CODEC_NAMES.get(codec, str(codec))
-        raise ProduceRefused(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {name} is not supported by this broker")
+            body = memoryview(decompress(header.compression_codec, body))
+        except UnsupportedCodecError as error:
+            raise ProduceRefused(UNSUPPORTED_COMPRESSION_TYPE, str(error)) from None
+        except CompressionError as error:
+            raise ProduceRefused(CORRUPT_MESSAGE, str(error)) from None
     try:
         records = parse_records(body, count=header.record_count, base_timestamp_ms=header.base_timestamp)
     except ValueError as error:

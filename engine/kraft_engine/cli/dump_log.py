@@ -36,6 +36,7 @@ from kraft_engine.records import (
     validate_batch,
 )
 from kraft_engine.records.batches import LOG_OVERHEAD, MAGIC, RECORD_BATCH_OVERHEAD
+from kraft_engine.records.compression import CODEC_NAMES, CODEC_NONE, decompress
 
 __all__ = ["dump_file", "register"]
 
@@ -44,7 +45,6 @@ _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _LOG_NAME = re.compile(r"^(\d{20})\.log$")
 # The file Kafka 3.x/4.1 `kafka-storage format` writes into every log dir (BootstrapDirectory).
 _BINARY_BOOTSTRAP_NAME = "bootstrap.checkpoint"
-_COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _TIMESTAMP_TYPE_MASK = 0x08
 _DELETE_HORIZON_MASK = 0x40
 # How Kafka's DumpLogSegments labels each KRaft control record before its JSON form (sic: only the
@@ -194,7 +194,7 @@ def _batch_line(header: BatchHeader, *, position: int, crc_valid: bool) -> str:
         f"isTransactional: {_bool(header.is_transactional)} isControl: {_bool(header.is_control)} "
         f"deleteHorizonMs: {delete_horizon} position: {position} {_timestamp_type(header)}: "
         f"{header.max_timestamp} size: {header.size_bytes} magic: {header.magic} "
-        f"compresscodec: {_COMPRESSION_NAMES.get(header.compression_codec, str(header.compression_codec))} "
+        f"compresscodec: {CODEC_NAMES.get(header.compression_codec, str(header.compression_codec))} "
         f"crc: {header.crc} isvalid: {_bool(crc_valid)}"
     )
 
@@ -239,11 +239,10 @@ def _records(header: BatchHeader, raw: bytes) -> list[_RecordView]:
 def _print_records(
     path: Path, header: BatchHeader, raw: bytes, *, out: TextIO, err: TextIO, decode_metadata: bool
 ) -> bool:
-    if header.compression_codec != 0:
-        name = _COMPRESSION_NAMES.get(header.compression_codec, str(header.compression_codec))
-        print(f"Error: {path}: batch at offset {header.base_offset} is {name}-compressed; not decoded", file=err)
-        return False
     try:
+        if header.compression_codec != CODEC_NONE:
+            # The records section decompressed behind the same header, as Kafka's tool iterates it.
+            raw = raw[:RECORD_BATCH_OVERHEAD] + decompress(header.compression_codec, raw[RECORD_BATCH_OVERHEAD:])
         records = _records(header, raw)
     except (ValueError, OverflowError, DecodeError) as e:
         print(f"Error: {path}: records of the batch at offset {header.base_offset} do not decode: {e}", file=err)

@@ -36,7 +36,6 @@ import dataclasses
 import logging
 import sys
 import time
-import zlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -48,10 +47,11 @@ from kio.schema.types import BrokerId, ProducerId, TopicName
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
-from kraft_engine.broker.record_validation import CODEC_GZIP, parse_records
+from kraft_engine.broker.record_validation import parse_records
 from kraft_engine.metadata import MetadataImage
 from kraft_engine.protocol import NO_RESPONSE, Listener, RequestContext
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
+from kraft_engine.records.compression import CODEC_NONE, decompress
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.replica_manager import Partition, ReplicaManager
 from kraft_engine.storage.partition_log import OffsetOutOfRangeError
@@ -519,10 +519,8 @@ def _epoch_at(partition: Partition, offset: int) -> int:
 
 def _record_at(header: Any, view: memoryview, accept: Callable[[int], bool]) -> tuple[int, int]:
     body = view[RECORD_BATCH_OVERHEAD:]
-    if header.compression_codec == CODEC_GZIP:
-        body = memoryview(zlib.decompress(bytes(body), wbits=31))
-    elif header.compression_codec != 0:
-        return header.base_offset, header.max_timestamp  # codec we cannot read: the batch's own figures
+    if header.compression_codec != CODEC_NONE:
+        body = memoryview(decompress(header.compression_codec, body))  # validated when it was produced
     for record in parse_records(body, count=header.record_count, base_timestamp_ms=header.base_timestamp):
         if accept(record.timestamp_ms):
             return header.base_offset + record.offset_delta, record.timestamp_ms
