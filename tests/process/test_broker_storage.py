@@ -5,11 +5,10 @@ stored as received and read back by both."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from broker_processes import BrokerCluster, start_cluster
+import test_broker_cluster
+from broker_processes import BrokerCluster
 from quorum_processes import kraft_tool
 from test_broker_cluster import anomalies, create_topic, read_back
 
@@ -27,15 +26,7 @@ pytestmark = [
 
 CODECS = ("gzip", "snappy", "lz4", "zstd")
 
-
-@pytest.fixture
-def brokers(tmp_path: Path) -> Iterator[BrokerCluster]:
-    cluster = BrokerCluster(root=tmp_path)
-    try:
-        start_cluster(cluster)
-        yield cluster
-    finally:
-        cluster.cleanup()
+brokers = test_broker_cluster.brokers  # three controllers and three brokers, per test
 
 
 def _kafka_python_send(cluster: BrokerCluster, topic: str, codec: str, values: list[bytes]) -> list[tuple[int, int, bytes]]:
