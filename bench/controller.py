@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import dataclasses
 import json
 import os
@@ -568,8 +569,11 @@ class _MemoryLog:
         return [(base, base + len(records) - 1, tuple(r.record for r in records)) for base, records in taken]
 
 
-def bench_fencing(topics: int, partitions: int) -> None:
-    """In-process: generate and apply the fencing of one broker at full size."""
+def bench_fencing(topics: int, partitions: int, *, profile_path: Path | None = None) -> None:
+    """In-process: generate and apply the fencing of one broker at full size.
+
+    With `profile_path`, the fence (generate to publish) runs under cProfile and its stats are
+    written there (read them with `python -m pstats`)."""
     log = _MemoryLog()
     controller = QuorumController(
         node_id=0, raft=log, quorum_node_ids=(0,),
@@ -618,6 +622,9 @@ def bench_fencing(topics: int, partitions: int) -> None:
     # and encodes them once for raft; the commit event hands the same record objects to the
     # controller's commit bookkeeping and to the loader (no decode on the leader).
     encode_before_s, encoded_before = log.encode_s, len(log.encoded)
+    profiler = cProfile.Profile() if profile_path is not None else None
+    if profiler is not None:
+        profiler.enable()
     started = time.perf_counter()
     with collector_paused():
         controller.broker_heartbeat(BrokerHeartbeatRequest(
@@ -637,6 +644,9 @@ def bench_fencing(topics: int, partitions: int) -> None:
                                           size_bytes=0, records=recs)
                               for base, last, recs in appended], high_watermark=appended[-1][1] + 1)
     applied = time.perf_counter()
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(str(profile_path))
     # What a standby pays on top: decoding the committed bytes.
     decode_started = time.perf_counter()
     for values in encoded:
@@ -684,7 +694,15 @@ def main() -> None:
                         help="comma-separated: kraftwerk, kafka (Apache Kafka 4.1 from scripts/fetch-kafka-jars)")
     parser.add_argument("--failover-trials", type=int, default=5)
     parser.add_argument("--skip-fencing", action="store_true", help="skip the in-process fencing cost")
+    parser.add_argument("--profile-fencing", type=Path, default=None,
+                        help="write cProfile stats of the in-process fence (generate to publish) to this file")
+    parser.add_argument("--fencing-only", action="store_true",
+                        help="only the in-process fencing cost and snapshot load (no processes)")
     args = parser.parse_args()
+    if args.fencing_only:
+        bench_fencing(args.topics, args.partitions, profile_path=args.profile_fencing)
+        print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+        return
     root = Path(tempfile.mkdtemp(prefix="kraft-bench-controller-"))
     results: dict[str, dict[str, Any]] = {}
     try:
@@ -705,7 +723,7 @@ def main() -> None:
         if results:
             print_comparison(results)
         if "kraftwerk" in args.systems and not args.skip_fencing:
-            bench_fencing(args.topics, args.partitions)
+            bench_fencing(args.topics, args.partitions, profile_path=args.profile_fencing)
         print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -14,15 +14,13 @@ the body are an error rather than being ignored.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.serial.errors import DecodeError
 from kio.serial.readers import read_unsigned_varint
-from kio.serial.writers import write_unsigned_varint
-from kio.static.primitive import uvarint
 
+from kraft_engine.records.fast_writer import entity_writer_into, write_uvarint
 from kraft_engine.records.metadata_records import MetadataRecord
 from kraft_engine.records.metadata_registry import (
     MetadataRecordError,
@@ -46,12 +44,12 @@ def encode_metadata_record(record: object, version: int | None = None) -> bytes:
     if version is None:
         version = record_version_of(record)
     entity = to_version(record, version)
-    with io.BytesIO() as buffer:
-        write_unsigned_varint(buffer, uvarint(FRAME_VERSION))
-        write_unsigned_varint(buffer, uvarint(record_type.api_key))
-        write_unsigned_varint(buffer, uvarint(version))
-        entity_writer(type(entity))(buffer, entity)
-        return buffer.getvalue()
+    out = bytearray()
+    write_uvarint(out, FRAME_VERSION)
+    write_uvarint(out, record_type.api_key)
+    write_uvarint(out, version)
+    entity_writer_into(type(entity))(out, entity)
+    return bytes(out)
 
 
 def _read_short(data: bytes | bytearray | memoryview, offset: int, what: str) -> tuple[int, int]:
