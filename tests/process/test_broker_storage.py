@@ -1,20 +1,24 @@
 """The broker's storage layer seen through real clients and real processes: every compression codec
 Kafka defines, produced by kafka-python and by librdkafka (confluent-kafka, its own codec code),
-stored as received and read back by both."""
+stored as received and read back by both; time and size retention moving the log start offset on
+every replica, kept across a kill -9."""
 
 from __future__ import annotations
 
+import time
 import warnings
+from pathlib import Path
 
 import pytest
 import test_broker_cluster
-from broker_processes import BrokerCluster
-from quorum_processes import kraft_tool
+from broker_processes import BrokerCluster, start_cluster
+from quorum_processes import kraft_tool, wait_for
 from test_broker_cluster import anomalies, create_topic, read_back
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -103,3 +107,77 @@ def test_every_codec_from_kafka_python_and_librdkafka_is_stored_as_received_and_
         for codec in CODECS:
             assert f"compresscodec: {codec}" in dump
         assert dump.count("valueSize:") == number
+
+
+def _create_with_configs(cluster: BrokerCluster, topic: str, configs: dict[str, str]) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.broker_bootstrap(), request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 3, topic_configs=configs)])
+    finally:
+        admin.close()
+    cluster.wait_isr(topic, 0, set(cluster.brokers))
+
+
+def _log_starts(cluster: BrokerCluster, topic: str) -> dict[int, int]:
+    return {n: cluster.partitions(n)[(topic, 0)]["log_start_offset"] for n in sorted(cluster.brokers)}
+
+
+def _earliest_and_records(cluster: BrokerCluster, topic: str) -> tuple[int, dict[int, bytes]]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.broker_bootstrap(), enable_auto_commit=False, group_id=None)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        earliest = consumer.beginning_offsets([tp])[tp]
+        end = consumer.end_offsets([tp])[tp]
+        consumer.seek_to_beginning()
+        stored: dict[int, bytes] = {}
+        while consumer.position(tp) < end:
+            for records in consumer.poll(timeout_ms=2000).values():
+                stored.update((r.offset, r.value) for r in records)
+        return earliest, stored
+    finally:
+        consumer.close()
+
+
+def test_size_and_time_retention_move_the_log_start_on_every_replica_and_survive_kill_9(tmp_path: Path) -> None:
+    cluster = BrokerCluster(root=tmp_path, broker_config={"log.retention.check.interval.ms": "300"})
+    try:
+        start_cluster(cluster)
+        # Size: 1 MiB segments, at least 2 MiB kept; about 4.5 MiB written.
+        _create_with_configs(cluster, "sized", {"segment.bytes": "1048576", "retention.bytes": "2097152"})
+        # Time: records stamped two days ago on a topic that keeps them one day.
+        _create_with_configs(cluster, "aged", {"retention.ms": "86400000"})
+        send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", linger_ms=5,
+                             request_timeout_ms=30000, max_request_size=2 * 1024 * 1024)
+        values = [f"r-{i}-".encode() + b"x" * 15_000 for i in range(300)]
+        offsets = {}
+        for i, value in enumerate(values):
+            offsets[send.send("sized", value=value, partition=0).get(timeout=60).offset] = value
+            if i < 20:
+                send.send("aged", value=value, partition=0, timestamp_ms=int(time.time() * 1000) - 2 * 86_400_000)
+        send.flush()
+        send.close()
+
+        def moved() -> dict[int, int] | None:
+            starts = _log_starts(cluster, "sized")
+            return starts if len(set(starts.values())) == 1 and min(starts.values()) > 0 else None
+
+        starts = wait_for(moved, timeout_s=60, what="every replica of sized-0 to move its log start past 0")
+        start = next(iter(starts.values()))
+        earliest, stored = _earliest_and_records(cluster, "sized")
+        assert earliest == start
+        assert stored == {o: v for o, v in offsets.items() if o >= start}  # what is left is whole and in place
+        assert 2 * 1024 * 1024 <= sum(len(v) for v in stored.values()) < 300 * 15_000
+        wait_for(lambda: set(_log_starts(cluster, "aged").values()) == {20}, timeout_s=60,
+                 what="every replica of aged-0 to drop its expired records (log start 20)")
+        assert _earliest_and_records(cluster, "aged") == (20, {})
+
+        # A kill -9 does not bring deleted records back: the log start holds after the restart.
+        victim = max(cluster.brokers)
+        cluster.kill(victim)
+        cluster.start(victim)
+        cluster.wait_ready([victim])
+        assert _log_starts(cluster, "sized")[victim] >= start
+        assert _log_starts(cluster, "aged")[victim] == 20
+    finally:
+        cluster.cleanup()

@@ -20,8 +20,13 @@ loop. What it keeps true:
 - ISR changes go through AlterPartition to the active controller with the partition epoch; the
   answer (or, for stale or failed answers, the next metadata) installs the committed ISR.
 - High watermarks are checkpointed per log directory in Kafka's `replication-offset-checkpoint`
-  (and the recovery point in `recovery-point-offset-checkpoint`) every 5 s and at shutdown, so a
-  restart resumes from them.
+  (the recovery point in `recovery-point-offset-checkpoint`, the log start offset in
+  `log-start-offset-checkpoint`) every 5 s and at shutdown, so a restart resumes from them.
+- Retention (Kafka's LogManager cleanup): every `log.retention.check.interval.ms`, each hosted
+  replica of a topic whose `cleanup.policy` includes `delete` drops the segments its
+  `retention.ms` / `retention.bytes` (broker defaults `log.retention.*`) expire, below its high
+  watermark. Followers also move their log start offset up to the leader's (from each Fetch
+  answer), so a leader's retention reaches every replica.
 
 Sessionless Fetch only: every Fetch names its partitions (session id 0); fetch sessions (KIP-227)
 are not implemented, so a request with a session id or epoch asking for one gets
@@ -64,6 +69,7 @@ from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtoc
 from kraft_engine.records.batches import BatchHeader, iter_batches
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.storage.checkpoint_file import (
+    LOG_START_OFFSET_CHECKPOINT_FILE_NAME,
     RECOVERY_POINT_CHECKPOINT_FILE_NAME,
     CheckpointError,
     read_offset_checkpoint,
@@ -158,9 +164,11 @@ class ReplicaManager:
         self._closed = False
         self._hwm_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
         self._recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
+        self._log_starts: dict[Path, dict[tuple[str, int], int]] = {}
         for directory in self.log_dirs.values():
             self._hwm_checkpoints[directory] = _read_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME)
             self._recovery_points[directory] = _read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME)
+            self._log_starts[directory] = _read_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME)
         self.isr_shrinks = 0
         self.isr_expands = 0
 
@@ -217,8 +225,9 @@ class ReplicaManager:
             )
         log, report = PartitionLog.open(
             log_dir / name,
-            segment_bytes=self.config.log_segment_bytes,
+            segment_bytes=self.topic_config_int(topic, "segment.bytes", self.config.log_segment_bytes),
             recovery_point=self._recovery_points.get(log_dir, {}).get(key),
+            log_start_offset=self._log_starts.get(log_dir, {}).get(key),
         )
         for line in report.describe():
             logger.warning("Recovering %s-%d: %s", topic, index, line)
@@ -293,7 +302,7 @@ class ReplicaManager:
             shutil.rmtree(doomed, ignore_errors=True)
         except OSError as error:
             logger.warning("Could not delete %s: %s", directory, error)
-        for table in (self._hwm_checkpoints, self._recovery_points):
+        for table in (self._hwm_checkpoints, self._recovery_points, self._log_starts):
             table.get(partition.log_dir, {}).pop(key, None)
         logger.info("Deleted replica %s-%d", *key)
 
@@ -311,7 +320,7 @@ class ReplicaManager:
 
     # -- leader side ------------------------------------------------------------------------------
     def topic_config_int(self, topic: str, key: str, default: int) -> int:
-        value = self._image().configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)).get(key)
+        value = self.topic_config(topic, key)
         if value is None:
             return default
         try:
@@ -547,6 +556,13 @@ class ReplicaManager:
             if hwm != partition.follower_high_watermark or records:
                 partition.follower_high_watermark = max(partition.follower_high_watermark, hwm)
                 partition.notify()
+            # The leader's retention (or DeleteRecords) moved its log start: follow, never past
+            # what this replica knows to be committed (Kafka's maybeIncrementLogStartOffset).
+            leader_start = min(int(answer.log_start_offset), partition.follower_high_watermark)
+            if leader_start > log.log_start_offset:
+                deleted = log.delete_below(leader_start)
+                logger.info("Log start of %s-%d follows the leader's to %d (deleted %s)", partition.topic,
+                            partition.index, leader_start, deleted)
             return True
         if code == ErrorCode.offset_out_of_range:
             leader_start = int(answer.log_start_offset)
@@ -560,26 +576,53 @@ class ReplicaManager:
 
     # -- background ----------------------------------------------------------------------------
     async def _run_background(self) -> None:
-        last_checkpoint = asyncio.get_running_loop().time()
-        interval = max(_ISR_CHECK_MIN_S, self.config.replica_lag_time_max_ms / 2000)
+        loop = asyncio.get_running_loop()
+        last_checkpoint = last_retention = loop.time()
+        retention_s = self.config.log_retention_check_interval_ms / 1000
+        interval = min(max(_ISR_CHECK_MIN_S, self.config.replica_lag_time_max_ms / 2000), retention_s)
         while True:
             await asyncio.sleep(min(interval, _CHECKPOINT_INTERVAL_S))
             try:
                 self._check_isr_shrinks()
-                if asyncio.get_running_loop().time() - last_checkpoint >= _CHECKPOINT_INTERVAL_S:
-                    last_checkpoint = asyncio.get_running_loop().time()
+                if loop.time() - last_retention >= retention_s:
+                    last_retention = loop.time()
+                    self.enforce_retention(now_ms=_now_ms())
+                if loop.time() - last_checkpoint >= _CHECKPOINT_INTERVAL_S:
+                    last_checkpoint = loop.time()
                     self.write_checkpoints()
             except OSError as error:
                 logger.error("Replica manager background work failed: %s", error)
+
+    def topic_config(self, topic: str, key: str) -> str | None:
+        return self._image().configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)).get(key)
+
+    def enforce_retention(self, *, now_ms: int) -> None:
+        """Delete the segments time and size retention expire, on every replica that allows it."""
+        for partition in list(self.partitions.values()):
+            policy = self.topic_config(partition.topic, "cleanup.policy") or "delete"
+            if "delete" not in policy.split(","):
+                continue
+            deleted = partition.log.delete_retained_segments(
+                now_ms=now_ms,
+                retention_ms=self.topic_config_int(partition.topic, "retention.ms", self.config.log_retention_ms),
+                retention_bytes=self.topic_config_int(partition.topic, "retention.bytes", self.config.log_retention_bytes),
+                high_watermark=partition.high_watermark,
+            )
+            if deleted:
+                logger.info("Retention deleted %d segments of %s-%d; log start offset is now %d", len(deleted),
+                            partition.topic, partition.index, partition.log.log_start_offset)
 
     def write_checkpoints(self) -> None:
         for directory in self.log_dirs.values():
             hwms = {k: p.high_watermark for k, p in self.partitions.items() if p.log_dir == directory}
             points = {k: p.log.flushed_offset for k, p in self.partitions.items() if p.log_dir == directory}
+            starts = {k: p.log.log_start_offset for k, p in self.partitions.items() if p.log_dir == directory}
             self._hwm_checkpoints[directory] = hwms
             self._recovery_points[directory] = points
+            self._log_starts[directory] = starts
             write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
             write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
+            write_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME, starts)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -19,6 +19,8 @@ API (all offsets are Kafka offsets; batches are raw bytes, never re-encoded):
     log.truncate_to(offset)                -> int          # the real new log end (batch boundary)
     log.truncate_fully_and_start_at(offset)                # e.g. after downloading a snapshot
     log.delete_below(offset)               -> [segment names deleted]
+    log.delete_retained_segments(now_ms=..., retention_ms=..., retention_bytes=..., high_watermark=...)
+                                           -> [segment names deleted]  # Kafka's deleteOldSegments
     log.flush()                                            # fsync the data; flushed_offset = log end
     log.end_offset_for_epoch(epoch)        -> (epoch, end offset)
     log.log_start_offset / log_end_offset / flushed_offset / latest_epoch
@@ -247,6 +249,9 @@ class _Segment:
         # Whether bytes may sit in the page cache only. An opened file may hold writes a crashed
         # process never synced, so it starts unflushed.
         self.unflushed = True
+        # The largest batch max timestamp, for time retention (Kafka reads it from the time index,
+        # which we do not keep). None when unknown: worked out from the headers when first needed.
+        self.max_timestamp_ms: int | None = -1 if self.size_bytes == 0 else None
 
     @property
     def name(self) -> str:
@@ -279,6 +284,20 @@ class _Segment:
         self.bytes_since_index_entry += len(batch)
         self.next_offset = header.next_offset
         self.unflushed = True
+        if self.max_timestamp_ms is not None:
+            self.max_timestamp_ms = max(self.max_timestamp_ms, header.max_timestamp)
+
+    def largest_timestamp_ms(self) -> int:
+        """The largest max timestamp of the segment's batches (-1 when empty)."""
+        if self.max_timestamp_ms is None:
+            largest = -1
+            position = 0
+            while position + RECORD_BATCH_OVERHEAD <= self.size_bytes:
+                header = read_batch_header(os.pread(self.fd, RECORD_BATCH_OVERHEAD, position))
+                largest = max(largest, header.max_timestamp)
+                position += header.size_bytes
+            self.max_timestamp_ms = largest
+        return self.max_timestamp_ms
 
     def walk_from(self, offset: int, *, window_bytes: int) -> _HeaderWalk:
         """A header walk starting at the indexed position at or before the batch holding `offset`."""
@@ -303,6 +322,7 @@ class _Segment:
         del self.tail_positions[keep:]
         self.size_bytes = position
         self.next_offset = next_offset
+        self.max_timestamp_ms = -1 if position == 0 else None
         # Exactly what a fresh scan of the remaining bytes computes, so a reopen finds the same index.
         entries = self.index.entries if self.index is not None else []
         self.bytes_since_index_entry = position - entries[-1][1] if entries else position
@@ -387,6 +407,7 @@ class _Scan:
     bytes_since_index_entry: int
     epochs: list[EpochEntry]
     error: str | None = None
+    max_timestamp_ms: int = -1
 
 
 def _scan_segment(
@@ -439,6 +460,7 @@ def _scan_segment(
             scan.index_entries.append((header.last_offset, position))
             scan.bytes_since_index_entry = 0
         scan.bytes_since_index_entry += header.size_bytes
+        scan.max_timestamp_ms = max(scan.max_timestamp_ms, header.max_timestamp)
         position += header.size_bytes
         scan.valid_bytes = position
         scan.next_offset = header.next_offset
@@ -627,6 +649,7 @@ class PartitionLog:
                 cut_in = segment.name
             segment.next_offset = scan.next_offset
             segment.bytes_since_index_entry = scan.bytes_since_index_entry
+            segment.max_timestamp_ms = scan.max_timestamp_ms
             index_path = segment.log_path.with_suffix(_INDEX_SUFFIX)
             if OffsetIndex.read_entries(index_path, base_offset=segment.base_offset) != scan.index_entries:
                 rebuilt.append(index_path.name)
@@ -890,6 +913,47 @@ class PartitionLog:
         _delete_segment_files(self.directory, doomed)
         self._epochs.truncate_from_start(offset)
         return [s.name for s in doomed]
+
+    def delete_retained_segments(
+        self, *, now_ms: int, retention_ms: int, retention_bytes: int, high_watermark: int
+    ) -> list[str]:
+        """Kafka's deleteOldSegments: drop the oldest segments that time or size retention expire.
+
+        Time (`retention.ms`, -1 = for ever): from the oldest segment on, those whose largest batch
+        timestamp is more than `retention_ms` before `now_ms`, stopping at the first that is not.
+        Size (`retention.bytes`, -1 = unbounded): the oldest segments whose removal still leaves
+        at least `retention_bytes` in the log. Only segments wholly below `high_watermark` go, so
+        no replica loses data consumers may not have read yet. When time retention expires the
+        active segment as well (and it is non-empty and below the high watermark), the log first
+        rolls, as Kafka does, and restarts empty at its log end. The log start offset moves to
+        the oldest kept segment; the caller checkpoints it (log-start-offset-checkpoint).
+        """
+        segments = self._segments
+
+        def deletable(i: int) -> bool:
+            end = segments[i + 1].base_offset if i + 1 < len(segments) else self.log_end_offset
+            return end <= high_watermark and segments[i].size_bytes > 0
+
+        keep_from = 0
+        if retention_ms >= 0:
+            while (
+                keep_from < len(segments)
+                and deletable(keep_from)
+                and now_ms - segments[keep_from].largest_timestamp_ms() > retention_ms
+            ):
+                keep_from += 1
+        if retention_bytes >= 0:
+            excess = self.size_in_bytes() - retention_bytes
+            by_size = 0
+            while by_size < len(segments) - 1 and deletable(by_size) and excess - segments[by_size].size_bytes >= 0:
+                excess -= segments[by_size].size_bytes
+                by_size += 1
+            keep_from = max(keep_from, by_size)
+        if keep_from == 0:
+            return []
+        if keep_from == len(segments):
+            self._roll(self.log_end_offset)
+        return self.delete_below(self._segments[keep_from].base_offset)
 
     # ---- durability and lifetime --------------------------------------------------------------
 
