@@ -41,6 +41,8 @@ __all__ = ["SpecFileError", "load_cluster", "main"]
 
 _DEFAULT_STATE_DIR = "state/kraftwerk"
 _STATUS_FILE = "status.yaml"
+_KRAFT = (sys.executable, "-c", "import sys; from kraft_engine.cli.main import main; sys.exit(main())")
+_DESCRIBE_TIMEOUT_S = 60.0
 
 
 class SpecFileError(Exception):
@@ -230,7 +232,7 @@ async def _demo_topic(cluster: KRaftCluster, runtime: LocalRuntime, result: Plan
     spec = cluster.spec
     brokers = sum(p.replicas for p in spec.node_pools if Role.BROKER in p.roles)
     if brokers == 0:
-        print("(no broker pool: no demo topic; the engine's broker is issue #9)", file=out)
+        print("(no broker pool: no demo topic)", file=out)
         return True
     layout = runtime.layout(cluster)
     nodes = desired_nodes(namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name,
@@ -251,7 +253,27 @@ async def _demo_topic(cluster: KRaftCluster, runtime: LocalRuntime, result: Plan
     )
     print(f"{'Created' if created else 'Found'} topic {name} (3 partitions, RF {min(3, brokers)}); "
           f"clients: --bootstrap-server {bootstrap}", file=out)
+    await _describe_topic(bootstrap, name=name, out=out)
     return True
+
+
+async def _describe_topic(bootstrap: str, *, name: str, out: TextIO) -> None:
+    """Run `kraft topics --describe` against the brokers, as a user would, and print its output."""
+    arguments = ["topics", "--bootstrap-server", bootstrap, "--describe", "--topic", name]
+    print(f"$ kraft {' '.join(arguments)}", file=out, flush=True)
+    process = await asyncio.create_subprocess_exec(
+        *_KRAFT, *arguments, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout=_DESCRIBE_TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        print(f"Warning: kraft topics --describe gave no answer within {_DESCRIBE_TIMEOUT_S:.0f} s", file=out)
+        return
+    print(output.decode(errors="replace").rstrip(), file=out, flush=True)
+    if process.returncode != 0:
+        print(f"Warning: kraft topics --describe exited with {process.returncode}", file=out)
 
 
 async def _sleep(seconds: float, stop: list[int]) -> None:

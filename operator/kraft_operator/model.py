@@ -104,9 +104,8 @@ class Role(StrEnum):
 
 
 class Implementation(StrEnum):
-    """What runs a pool's nodes: the kraftwerk engine, or Apache Kafka 4.1 (the local runtime runs it
-    from the jars of `scripts/fetch-kafka-jars`). The engine has no broker yet (issue #9), so a pool
-    with the broker role needs `apache-kafka` until it does."""
+    """What runs a pool's nodes: the kraftwerk engine (controllers and brokers), or Apache Kafka 4.1
+    (the local runtime runs it from the jars of `scripts/fetch-kafka-jars`)."""
 
     KRAFTWERK = "kraftwerk"
     APACHE_KAFKA = "apache-kafka"

@@ -238,8 +238,6 @@ def test_refusals_name_the_field_and_never_act(rules) -> None:
         (cluster_from(THREE_CONTROLLERS), observed_sizes, "spec.nodePools[0].storage.volumes[0].size: 1Gi is smaller"),
         (cluster_from(WITH_BROKERS), Observed(cluster=ClusterFacts(partitions=PartitionFacts(max_replication_factor=5))),
          "spec.nodePools: 3 broker replicas are fewer than the replication factor 5"),
-        (cluster_from(WITH_BROKERS.replace("implementation: apache-kafka", "")), Observed(),
-         "spec.nodePools[1].implementation: the kraftwerk engine has no broker yet"),
         (cluster_from(THREE_CONTROLLERS, listeners=[{"name": "CONTROLLER", "port": 9000}]), Observed(),
          "spec.listeners[0].name: CONTROLLER is the controllers' own listener"),
         (cluster_from(THREE_CONTROLLERS, config={"broker.heartbeat.interval.ms": "20000"}), Observed(),

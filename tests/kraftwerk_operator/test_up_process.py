@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kraft_engine.storage.java_properties import parse_properties
 from kraft_operator.runtime.local import kafka_classpath
 
 # Bounds, not assertions: on a loaded 2-core machine a JVM or a quorum can take minutes to come up.
@@ -162,13 +163,49 @@ def test_up_restarts_a_killed_controller(tmp_path: Path) -> None:
     _no_node_left(state, "trio")
 
 
-@needs_kafka
-@pytest.mark.kafka_jars
-def test_quickstart_three_engine_controllers_and_three_kafka_brokers_reach_ready_with_a_demo_topic(
+def test_quickstart_three_engine_controllers_and_three_engine_brokers_reach_ready_and_describe_the_demo_topic(
     tmp_path: Path,
 ) -> None:
+    """The README's main job: every node the engine, no jars; the demo topic shown by `kraft topics`."""
     state = tmp_path / "state"
     result = _up(REPO / "examples" / "quickstart.yaml", state, timeout_s=280)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    status = _status(state, "quickstart")
+    assert _conditions(status)["Ready"]["status"] == "True"
+    assert status["controllers"] == "3/3" and status["brokers"] == "3/3"
+    brokers = [n for n in status["nodes"] if n["pool"] == "brokers"]
+    assert [n["id"] for n in brokers] == [3, 4, 5]
+    assert all(n["registered"] and n["fenced"] is False and n["version"].startswith("kraftwerk ") for n in brokers)
+    assert sorted(o["id"] for o in status["quorum"]["observers"]) == [3, 4, 5]
+    for node in brokers:
+        config = parse_properties((state / "default" / "quickstart" / f"node-{node['id']}" / "server.properties").read_text())
+        assert config["process.roles"] == "broker" and config["advertised.listeners"].startswith("PLAINTEXT://127.0.0.1:")
+        assert config["log.dirs"].endswith(f"node-{node['id']}/data-0")
+        # The broker's log dir was formatted by `kraft storage format` with its own directory id.
+        assert node["directories"][0]["directoryId"]
+    assert "Created topic demo (3 partitions, RF 3)" in result.stdout
+    describe = result.stdout[result.stdout.index("$ kraft topics --bootstrap-server"):]
+    assert re.search(r"^Topic: demo\tTopicId: \S+\tPartitionCount: 3\tReplicationFactor: 3", describe, re.M), describe
+    partitions = re.findall(r"^\tTopic: demo\tPartition: (\d)\tLeader: (\d)\tReplicas: ([\d,]+)\tIsr: ([\d,]+)",
+                            describe, re.M)
+    assert sorted(p[0] for p in partitions) == ["0", "1", "2"], describe
+    for _, leader, replicas, isr in partitions:
+        assert sorted(replicas.split(",")) == ["3", "4", "5"] and leader in isr.split(","), describe
+    assert status["partitions"]["total"] >= 3 and status["partitions"]["offline"] == 0
+    assert status["metadataVersion"]["finalized"] == status["metadataVersion"]["target"]
+    _no_node_left(state, "quickstart")
+
+
+@needs_kafka
+@pytest.mark.kafka_jars
+def test_quickstart_with_apache_kafka_brokers_from_the_jars_reaches_ready_with_a_demo_topic(tmp_path: Path) -> None:
+    """The same quickstart with the broker pool on Apache Kafka 4.1 (engine controllers)."""
+    quickstart = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    quickstart["spec"]["nodePools"][1]["implementation"] = "apache-kafka"
+    spec = tmp_path / "quickstart.yaml"
+    spec.write_text(yaml.safe_dump(quickstart))
+    state = tmp_path / "state"
+    result = _up(spec, state, timeout_s=280)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     status = _status(state, "quickstart")
     assert _conditions(status)["Ready"]["status"] == "True"
@@ -187,7 +224,8 @@ def test_three_apache_kafka_controllers_and_three_brokers_from_the_jars_reach_re
     """The same planner and runtime with Apache Kafka 4.1 in place of the engine for every node."""
     quickstart = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
     quickstart["metadata"]["name"] = "allkafka"
-    quickstart["spec"]["nodePools"][0]["implementation"] = "apache-kafka"
+    for pool in quickstart["spec"]["nodePools"]:
+        pool["implementation"] = "apache-kafka"
     spec = tmp_path / "kafka.yaml"
     spec.write_text(yaml.safe_dump(quickstart))
     state = tmp_path / "state"

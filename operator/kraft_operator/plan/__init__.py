@@ -50,7 +50,6 @@ from kraft_operator.plan.rendering import (
 )
 from kraft_operator.plan.roll import ROLL_OPERATION, RollDecision, node_revision, plan_roll
 from kraft_operator.plan.validation import (
-    ENGINE_HAS_BROKER,
     LATEST_PRODUCTION,
     SpecProblem,
     parse_quantity_bytes,
@@ -65,7 +64,6 @@ __all__ = [
     "ClusterFacts",
     "ConfigRules",
     "DesiredNode",
-    "ENGINE_HAS_BROKER",
     "Event",
     "EventType",
     "FormatJobFacts",

@@ -20,16 +20,12 @@ from kraft_operator.plan.facts import ConfigRules, Layout, Observed
 from kraft_operator.plan.rendering import CONTROLLER_LISTENER, MANAGED_KEYS, DesiredNode, render_config
 
 __all__ = [
-    "ENGINE_HAS_BROKER",
     "LATEST_PRODUCTION",
     "SpecProblem",
     "parse_quantity_bytes",
     "target_metadata_version",
     "validate_spec",
 ]
-
-ENGINE_HAS_BROKER = False
-"""The engine's broker is issue #9; until it lands a broker pool must run Apache Kafka."""
 
 # The newest production metadata.version each implementation runs (Kafka 4.1: 4.1-IV1).
 LATEST_PRODUCTION: dict[Implementation, mv.MetadataVersion] = {
@@ -122,14 +118,6 @@ def _pools(spec: KRaftClusterSpec, status: KRaftClusterStatus | None) -> list[Sp
         seen.add(pool.name)
         if len(set(pool.roles)) != len(pool.roles):
             problems.append(SpecProblem(f"{field}.roles", "a role appears twice"))
-        if Role.BROKER in pool.roles and pool.implementation is Implementation.KRAFTWERK and not ENGINE_HAS_BROKER:
-            problems.append(
-                SpecProblem(
-                    f"{field}.implementation",
-                    "the kraftwerk engine has no broker yet (issue #9); a pool with the broker role needs "
-                    "implementation: apache-kafka",
-                )
-            )
         if status is not None:
             recorded = {frozenset(n.roles) for n in status.nodes if n.pool == pool.name}
             if recorded and recorded != {frozenset(pool.roles)}:

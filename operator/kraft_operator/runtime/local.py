@@ -13,8 +13,8 @@ What Kubernetes gives the operator as objects, this runtime gives as files under
 
 Format "Jobs" are `kraft storage format` runs, pods are `kraft server start` processes. A pool with
 `implementation: apache-kafka` runs Apache Kafka 4.1 from the jars that `scripts/fetch-kafka-jars`
-caches (`kafka.tools.StorageTool format` and `kafka.Kafka`) with the very same config. That is also
-how broker pools run for now: the engine has no broker yet (issue #9).
+caches (`kafka.tools.StorageTool format` and `kafka.Kafka`) with the very same config, so everything
+the operator does can be tried against the real Kafka too.
 
 Ports: node N's listeners sit at `base + 10*N + slot` on 127.0.0.1, slot 0 for CONTROLLER, 1 for
 the engine's /metrics, 2.. for the spec's listeners in order.
