@@ -198,10 +198,16 @@ def test_quickstart_three_engine_controllers_and_three_engine_brokers_reach_read
 
 @needs_kafka
 @pytest.mark.kafka_jars
-def test_quickstart_with_apache_kafka_brokers_from_the_jars_reaches_ready_with_a_demo_topic(tmp_path: Path) -> None:
-    """The same quickstart with the broker pool on Apache Kafka 4.1 (engine controllers)."""
+@pytest.mark.parametrize("kafka_pools", [("brokers",), ("controllers", "brokers")], ids=["brokers", "every-node"])
+def test_the_quickstart_with_apache_kafka_pools_from_the_jars_reaches_ready_with_a_demo_topic(
+    tmp_path: Path, kafka_pools: tuple[str, ...],
+) -> None:
+    """The same planner and runtime with Apache Kafka 4.1 from the jars in place of the engine: the
+    broker pool only (engine controllers), or every node."""
     quickstart = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
-    quickstart["spec"]["nodePools"][1]["implementation"] = "apache-kafka"
+    for pool in quickstart["spec"]["nodePools"]:
+        if pool["name"] in kafka_pools:
+            pool["implementation"] = "apache-kafka"
     spec = tmp_path / "quickstart.yaml"
     spec.write_text(yaml.safe_dump(quickstart))
     state = tmp_path / "state"
@@ -210,32 +216,13 @@ def test_quickstart_with_apache_kafka_brokers_from_the_jars_reaches_ready_with_a
     status = _status(state, "quickstart")
     assert _conditions(status)["Ready"]["status"] == "True"
     assert status["controllers"] == "3/3" and status["brokers"] == "3/3"
+    for node in status["nodes"]:
+        assert node["version"].startswith("kafka " if node["pool"] in kafka_pools else "kraftwerk "), node
     brokers = [n for n in status["nodes"] if n["pool"] == "brokers"]
     assert [n["id"] for n in brokers] == [3, 4, 5]
-    assert all(n["registered"] and n["fenced"] is False and n["version"].startswith("kafka ") for n in brokers)
-    assert "Created topic demo (3 partitions, RF 3)" in result.stdout
-    assert status["partitions"]["total"] >= 3 and status["partitions"]["offline"] == 0
-    assert status["metadataVersion"]["finalized"] == "4.1-IV1"
-
-
-@needs_kafka
-@pytest.mark.kafka_jars
-def test_three_apache_kafka_controllers_and_three_brokers_from_the_jars_reach_ready(tmp_path: Path) -> None:
-    """The same planner and runtime with Apache Kafka 4.1 in place of the engine for every node."""
-    quickstart = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
-    quickstart["metadata"]["name"] = "allkafka"
-    for pool in quickstart["spec"]["nodePools"]:
-        pool["implementation"] = "apache-kafka"
-    spec = tmp_path / "kafka.yaml"
-    spec.write_text(yaml.safe_dump(quickstart))
-    state = tmp_path / "state"
-    result = _up(spec, state, timeout_s=280)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    status = _status(state, "allkafka")
-    assert _conditions(status)["Ready"]["status"] == "True"
-    assert status["controllers"] == "3/3" and status["brokers"] == "3/3"
-    assert all(n["version"].startswith("kafka ") for n in status["nodes"])
+    assert all(n["registered"] and n["fenced"] is False for n in brokers)
     assert sorted(v["id"] for v in status["quorum"]["voters"]) == [0, 1, 2]
     assert sorted(o["id"] for o in status["quorum"]["observers"]) == [3, 4, 5]
     assert "Created topic demo (3 partitions, RF 3)" in result.stdout
     assert status["partitions"]["total"] >= 3 and status["partitions"]["offline"] == 0
+    assert status["metadataVersion"]["finalized"] == "4.1-IV1"
