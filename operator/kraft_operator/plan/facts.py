@@ -88,7 +88,8 @@ class NodeFacts:
     `config` is the rendered server.properties as currently stored (ConfigMap or file), None when
     there is none. `ready` is the runtime's readiness (the process answers on its listeners).
     `started_revision` is the revision (`plan.roll.node_revision`) the running pod/process was
-    started with, None when unknown; `restart_requested` is the manual-roll annotation on the pod."""
+    started with, None when unknown; `restart_requested` is the manual-roll annotation on the pod;
+    `started_at_ms` when the running process started (a voter counts as caught up only after it)."""
 
     node_id: int
     pool: str
@@ -102,6 +103,7 @@ class NodeFacts:
     restarts: int = 0
     started_revision: str | None = None
     restart_requested: bool = False
+    started_at_ms: int | None = None
 
     def volume(self, volume_id: int) -> VolumeFacts | None:
         return next((v for v in self.volumes if v.volume_id == volume_id), None)

@@ -21,6 +21,8 @@ An empty list means the gate is open.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kraft_operator.model import BlockerStatus
 from kraft_operator.plan.facts import (
     ClusterFacts,
@@ -43,12 +45,15 @@ __all__ = [
 DEFAULT_FETCH_TIMEOUT_MS = 2000  # controller.quorum.fetch.timeout.ms's default
 
 
-def voter_caught_up(replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int, fetch_timeout_ms: int) -> bool:
+def voter_caught_up(
+    replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int, fetch_timeout_ms: int, since_ms: int = -1
+) -> bool:
     """The leader is caught up by definition; a follower when it was last caught up within the
-    fetch timeout (KIP-853's rule for a voter that counts)."""
+    fetch timeout (KIP-853's rule for a voter that counts) and, given `since_ms`, after that: a voter that just went down keeps a recent timestamp for up to the fetch timeout, so a
+    restarted one counts only once it has caught up since its restart."""
     if replica.replica_id == quorum.leader_id:
         return True
-    if replica.last_caught_up_timestamp_ms < 0:
+    if replica.last_caught_up_timestamp_ms < 0 or replica.last_caught_up_timestamp_ms <= since_ms:
         return False
     return now_ms - replica.last_caught_up_timestamp_ms <= fetch_timeout_ms
 
@@ -57,10 +62,12 @@ def _leader_end(quorum: QuorumFacts) -> int:
     return next((v.log_end_offset for v in quorum.voters if v.replica_id == quorum.leader_id), 0)
 
 
-def _voter_blocker(replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int) -> BlockerStatus:
+def _voter_blocker(replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int, running: bool = True) -> BlockerStatus:
     lag = max(0, _leader_end(quorum) - replica.log_end_offset)
     ago = now_ms - replica.last_caught_up_timestamp_ms if replica.last_caught_up_timestamp_ms >= 0 else None
     since = f"last caught up {ago} ms ago" if ago is not None else "never caught up"
+    if not running:
+        since += ", its pod is not running and ready"
     return BlockerStatus(
         kind="voter",
         node_id=replica.replica_id,
@@ -71,20 +78,25 @@ def _voter_blocker(replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int) -
 
 
 def controller_gate(
-    node_id: int, *, quorum: QuorumFacts | None, now_ms: int, fetch_timeout_ms: int
+    node_id: int, *, quorum: QuorumFacts | None, running: Mapping[int, int], now_ms: int, fetch_timeout_ms: int
 ) -> list[BlockerStatus]:
     """What keeps controller `node_id` from restarting: it may while the other caught-up voters
-    are a majority of all voters."""
+    are a majority of all voters. A voter counts only while its pod runs and is ready, and only
+    once it has caught up since its process started (`running`: node id -> start time in ms, -1
+    when unknown): the leader keeps a dead voter's last caught-up time, fresh for up to the fetch
+    timeout, and a pod restarted within that window would otherwise count before it fetched."""
     if quorum is None or quorum.leader_id < 0:
         return [BlockerStatus(kind="cluster", message="no quorum leader observed: the voters' state is unknown")]
     voters = quorum.voters
     majority = len(voters) // 2 + 1
     others = [v for v in voters if v.replica_id != node_id]
-    caught_up = [v for v in others if voter_caught_up(v, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms)]
+    caught_up = [v for v in others if v.replica_id in running
+                 and voter_caught_up(v, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms,
+                                     since_ms=running[v.replica_id])]
     if len(caught_up) >= majority:
         return []
-    lagging = [v for v in others if v not in caught_up]
-    blockers = [_voter_blocker(v, quorum=quorum, now_ms=now_ms) for v in lagging]
+    blockers = [_voter_blocker(v, quorum=quorum, now_ms=now_ms, running=v.replica_id in running)
+                for v in others if v not in caught_up]
     if not blockers:  # fewer voters than a majority without this one (a single-voter quorum)
         blockers.append(BlockerStatus(
             kind="cluster",
@@ -148,8 +160,9 @@ def is_down(
         replica = next((r for r in (*quorum.voters, *quorum.observers) if r.replica_id == node_id), None)
         if replica is None:
             return True
+        started = facts.started_at_ms if facts.started_at_ms is not None else -1
         if replica in quorum.voters and not voter_caught_up(
-            replica, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms
+            replica, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms, since_ms=started
         ):
             return True
     return False
@@ -164,14 +177,16 @@ def not_recovered(
     cluster: ClusterFacts | None,
     now_ms: int,
     fetch_timeout_ms: int,
+    since_ms: int = -1,
 ) -> list[BlockerStatus]:
     """What a restarted node still lacks before the roll moves on: running and ready; a controller
-    caught up as a voter (or present as an observer); a broker registered, unfenced and back in
-    the ISR of every partition it is a replica of."""
+    caught up as a voter since its restart at `since_ms` (or present as an observer); a broker
+    registered, unfenced and back in the ISR of every partition it is a replica of."""
     if facts is None or facts.phase is not PodPhase.RUNNING or not facts.ready:
         phase = facts.phase.value if facts is not None else PodPhase.ABSENT.value
         return [BlockerStatus(kind="node", node_id=node_id, message=f"node {node_id} is not running and ready ({phase})")]
     blockers: list[BlockerStatus] = []
+    since_ms = max(since_ms, facts.started_at_ms if facts.started_at_ms is not None else -1)
     if controller:
         quorum = cluster.quorum if cluster is not None else None
         if quorum is None or quorum.leader_id < 0:
@@ -180,7 +195,8 @@ def not_recovered(
             voter = next((v for v in quorum.voters if v.replica_id == node_id), None)
             observer = next((o for o in quorum.observers if o.replica_id == node_id), None)
             if voter is not None:
-                if not voter_caught_up(voter, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms):
+                if not voter_caught_up(voter, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms,
+                                       since_ms=since_ms):
                     blockers.append(_voter_blocker(voter, quorum=quorum, now_ms=now_ms))
             elif observer is None:
                 blockers.append(BlockerStatus(

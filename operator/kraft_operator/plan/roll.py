@@ -75,8 +75,16 @@ def fetch_timeout_ms(spec: KRaftClusterSpec) -> int:
 
 
 def rfc3339_ms(text: str) -> int:
-    """Milliseconds since the epoch of a status time (`%Y-%m-%dT%H:%M:%SZ`)."""
-    return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp() * 1000)
+    """Milliseconds since the epoch of a status time (`%Y-%m-%dT%H:%M:%SZ`, or with `.fff`)."""
+    form = "%Y-%m-%dT%H:%M:%S.%fZ" if "." in text else "%Y-%m-%dT%H:%M:%SZ"
+    return round(datetime.strptime(text, form).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def _rfc3339_text(now_ms: int) -> str:
+    """A status time with milliseconds: a restart's time is compared with a voter's caught-up
+    time, and a second's resolution would count a caught-up time from just before it."""
+    moment = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now_ms % 1000:03d}Z"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +164,19 @@ class _Roll:
         blockers: list[BlockerStatus] = []
         if node.is_controller:
             quorum = self.cluster.quorum if self.cluster is not None else None
-            blockers += controller_gate(node.ref.node_id, quorum=quorum, now_ms=self.now_ms,
+            running = {i: f.started_at_ms if f.started_at_ms is not None else -1
+                       for i, f in self.observed.nodes.items() if f.phase is PodPhase.RUNNING and f.ready}
+            blockers += controller_gate(node.ref.node_id, quorum=quorum, running=running, now_ms=self.now_ms,
                                         fetch_timeout_ms=self.timeout_ms)
         if node.is_broker:
             blockers += broker_gate(node.ref.node_id, cluster=self.cluster)
         return blockers
 
-    def recovery(self, node: DesiredNode) -> list[BlockerStatus]:
+    def recovery(self, node: DesiredNode, *, restarted_at: str | None) -> list[BlockerStatus]:
+        since_ms = rfc3339_ms(restarted_at) if restarted_at else self.now_ms
         return not_recovered(node.ref.node_id, controller=node.is_controller, broker=node.is_broker,
                              facts=self.observed.nodes.get(node.ref.node_id), cluster=self.cluster,
-                             now_ms=self.now_ms, fetch_timeout_ms=self.timeout_ms)
+                             now_ms=self.now_ms, fetch_timeout_ms=self.timeout_ms, since_ms=since_ms)
 
     # -- the decision ----------------------------------------------------------------------------
     def decide(self, *, paused: bool) -> RollDecision:
@@ -178,7 +189,7 @@ class _Roll:
                                 waiting="reconciliation is paused", step="paused")
         current = self.by_id.get(prev.current) if prev is not None and prev.current is not None else None
         if current is not None and prev is not None and prev.phase == "awaiting-recovery":
-            blockers = self.recovery(current)
+            blockers = self.recovery(current, restarted_at=prev.restarted_at)
             if blockers:
                 since = prev.restarted_at or self.now_text
                 return self._waiting(current=current, phase="awaiting-recovery", blockers=blockers, since=since,
@@ -193,8 +204,10 @@ class _Roll:
             target = self.revisions[current.ref.node_id]
             if facts is not None and facts.started_revision == target and self.why(current) is None:
                 # Restarted by an operator that died before recording it: wait for it to recover.
-                return self._waiting(current=current, phase="awaiting-recovery", blockers=self.recovery(current),
-                                     since=self.now_text, restarted_at=self.now_text,
+                restarted = _rfc3339_text(self.now_ms)
+                return self._waiting(current=current, phase="awaiting-recovery",
+                                     blockers=self.recovery(current, restarted_at=restarted),
+                                     since=restarted, restarted_at=restarted,
                                      what=f"node {current.ref.node_id} to recover after its restart")
             reason = self.why(current)
             if reason is not None:
@@ -259,7 +272,7 @@ class _Roll:
         )
         self.events.append(Event(EventType.NORMAL, "RestartNode", action.reason))
         roll = self._status(pending=self._pending(candidates), current=node_id, phase="awaiting-recovery",
-                            restarted_at=self.now_text, blocked_since=None)
+                            restarted_at=_rfc3339_text(self.now_ms), blocked_since=None)
         return RollDecision(actions=(action,), events=tuple(self.events),
                             operation=self._operation(step="awaiting-recovery", roll=roll, blockers=[]),
                             waiting=f"node {node_id} to recover after its restart", step="roll")

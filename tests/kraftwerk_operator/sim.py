@@ -1,0 +1,517 @@
+"""A seeded simulation of the operator: the real planner against a simulated cluster.
+
+The cluster has nodes (processes with a started revision, volumes, a stored config), a KRaft
+quorum (voters that are caught up or lagging, a leader elected among a running majority), brokers
+(registered, fenced while they catch up) and partitions (replicas, an ISR that loses a broker when
+it stops and takes it back once it has caught up, each topic's min.insync.replicas). Time moves
+in ticks of one second; a started node needs some ticks to recover (log recovery, catch-up,
+registration), a slow one many.
+
+The checks are the operator's promises, judged on the simulated ground truth (not on what the
+operator was told) at the moment the operator acts, and recorded in `violations`:
+- never two nodes down because of the operator: it restarts a node only when every node it
+  restarted before has recovered;
+- a running, caught-up broker is restarted only while URP is 0 and no partition it is in the ISR
+  of would drop below min.insync.replicas;
+- a running, caught-up controller is restarted only while the other caught-up voters are a
+  majority;
+- order: controllers (followers, then the active one) before brokers.
+`Scenario` drives a roll with faults at exact points (the operator dying before acting or after
+acting but before its status write, a second voter failing mid-roll, a broker that re-registers
+slowly, a broker dead before the roll, a partition held at min ISR until a user fixes its topic)
+and checks, once the faults are over, that the roll finishes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kraft_operator.config_rules import EngineConfigRules
+from kraft_operator.model import MANUAL_ROLL_ANNOTATION, ConditionStatus, ConditionType, KRaftCluster
+from kraft_operator.plan import (
+    ROLL_OPERATION,
+    Action,
+    BrokerFacts,
+    ClusterFacts,
+    FormatJobFacts,
+    FormatStorage,
+    JobPhase,
+    NodeFacts,
+    Observed,
+    PartitionDetail,
+    PartitionFacts,
+    Plan,
+    PodPhase,
+    QuorumFacts,
+    ReplicaFacts,
+    RestartNode,
+    StartNode,
+    VolumeFacts,
+    WriteConfig,
+    desired_nodes,
+    node_revision,
+    plan,
+    render_config,
+)
+
+from .builders import FixedLayout, cluster_from
+
+
+class CachedRules:
+    """The engine's config rules, remembered per input: they are pure, and parsing every node's
+    server.properties on every reconcile is most of a simulated reconcile's time."""
+
+    def __init__(self) -> None:
+        self._rules = EngineConfigRules()
+        self._nodes: dict[frozenset[tuple[str, str]], str | None] = {}
+        self._overrides: dict[tuple[str, str], str | None] = {}
+
+    def override_problem(self, key: str, value: str) -> str | None:
+        if (key, value) not in self._overrides:
+            self._overrides[(key, value)] = self._rules.override_problem(key, value)
+        return self._overrides[(key, value)]
+
+    def node_problem(self, properties: Mapping[str, str]) -> str | None:
+        key = frozenset(properties.items())
+        if key not in self._nodes:
+            self._nodes[key] = self._rules.node_problem(properties)
+        return self._nodes[key]
+
+
+RULES = CachedRules()
+LAYOUT = FixedLayout()
+TICK_MS = 1000
+START_MS = 1_700_000_000_000
+
+SIM_CLUSTER = """
+apiVersion: kraftwerk.io/v1alpha1
+kind: KRaftCluster
+metadata: {name: demo, namespace: ns, generation: 1}
+spec:
+  nodePools:
+    - name: controllers
+      roles: [controller]
+      replicas: 3
+      storage: {volumes: [{id: 0, size: 1Gi}]}
+    - name: brokers
+      roles: [broker]
+      replicas: BROKERS
+      implementation: apache-kafka
+      storage: {volumes: [{id: 0, size: 10Gi}]}
+"""
+
+
+@dataclass
+class SimNode:
+    node_id: int
+    pool: str
+    roles: frozenset[str] = frozenset()
+    config: dict[str, str] | None = None
+    volumes: dict[int, VolumeFacts] = field(default_factory=dict)
+    running: bool = False
+    failed: bool = False
+    revision: str | None = None
+    recover_left: int = 0  # ticks until caught up / registered and unfenced
+    caught_up_at_ms: int = -1
+    registered: bool = False
+    disrupted: bool = False  # down because the operator restarted it, until it has recovered
+    crash_on_start: int = 0  # the next starts crash at once (a crash-looping pod)
+    slow_next: int = 0  # extra recovery ticks for the next start (a slow re-registration)
+    restart_requested: bool = False
+    started_at_ms: int = -1
+
+    @property
+    def controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def up(self) -> bool:
+        return self.running and self.recover_left == 0
+
+
+@dataclass
+class SimPartition:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: list[int]
+    min_isr: int
+
+
+@dataclass
+class SimCluster:
+    rng: random.Random
+    now_ms: int = START_MS
+    nodes: dict[int, SimNode] = field(default_factory=dict)
+    jobs: dict[int, FormatJobFacts] = field(default_factory=dict)
+    voters: tuple[int, ...] = ()
+    leader: int = -1
+    epoch: int = 0
+    partitions: list[SimPartition] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    restarts: list[tuple[int, bool]] = field(default_factory=list)  # (node, was up) per RestartNode
+    revision_target: dict[int, str] = field(default_factory=dict)
+
+    # -- the runtime ---------------------------------------------------------------------------
+    def apply(self, action: Action) -> None:
+        node_id = action.node.node_id
+        node = self.nodes.setdefault(node_id, SimNode(node_id, action.node.pool))
+        if isinstance(action, WriteConfig):
+            node.config = action.as_dict()
+            node.roles = frozenset(r.value for r in action.roles)
+        elif isinstance(action, FormatStorage):
+            wrote = {}
+            for path in action.directories:
+                volume_id = int(path.rsplit("/", 1)[1])
+                if volume_id not in node.volumes:
+                    directory = f"{self.rng.getrandbits(64):022x}"[:22]
+                    node.volumes[volume_id] = VolumeFacts(volume_id, path, action.cluster_id, node_id, directory)
+                    wrote[path] = directory
+            self.jobs[node_id] = FormatJobFacts(node_id, JobPhase.SUCCEEDED, "", wrote)
+        elif isinstance(action, StartNode):
+            if not node.running:
+                self._start(node, revision=action.revision)
+        elif isinstance(action, RestartNode):
+            self._check_restart(node)
+            self.restarts.append((node_id, node.up))
+            node.disrupted = node.up
+            self._stop(node)
+            self._start(node, revision=action.revision)
+
+    def _check_restart(self, node: SimNode) -> None:
+        """The operator's promises, judged on the ground truth as it acts."""
+        others = [n.node_id for n in self.nodes.values() if n.disrupted and n is not node]
+        if others:
+            self.violations.append(f"restarted node {node.node_id} while node(s) {others} it restarted are still down")
+        if not node.up:
+            return  # already down: restarting it cannot reduce availability
+        if node.broker:
+            urp = [p for p in self.partitions if len(p.isr) < len(p.replicas)]
+            if urp:
+                self.violations.append(f"restarted broker {node.node_id} with URP {len(urp)}")
+            for p in self.partitions:
+                if node.node_id in p.isr and len(p.isr) - 1 < p.min_isr:
+                    self.violations.append(
+                        f"restarted broker {node.node_id}: {p.topic}-{p.partition} ISR {p.isr} drops below min ISR {p.min_isr}"
+                    )
+        if node.controller:
+            others_up = [v for v in self.voters if v != node.node_id and self.nodes[v].up]
+            if len(others_up) < len(self.voters) // 2 + 1:
+                self.violations.append(
+                    f"restarted controller {node.node_id} with only {others_up} of voters {list(self.voters)} caught up"
+                )
+            if self.leader == node.node_id:
+                waiting = [v for v in self.voters if v != node.node_id and self._needs_roll(v) and self.nodes[v].up]
+                if waiting:
+                    self.violations.append(f"restarted the active controller {node.node_id} before followers {waiting}")
+        if node.broker and not node.controller:
+            pending = [n.node_id for n in self.nodes.values() if n.controller and self._needs_roll(n.node_id) and n.up]
+            if pending:
+                self.violations.append(f"restarted broker {node.node_id} before controllers {pending}")
+
+    def _needs_roll(self, node_id: int) -> bool:
+        target = self.revision_target.get(node_id)
+        return target is not None and self.nodes[node_id].revision != target
+
+    def _start(self, node: SimNode, *, revision: str) -> None:
+        node.revision = revision or node.revision
+        node.restart_requested = False
+        if node.config is None or not node.volumes:
+            node.failed = True
+            return
+        if node.crash_on_start > 0:
+            node.crash_on_start -= 1
+            node.running, node.failed = False, True
+            return
+        node.running, node.failed = True, False
+        node.started_at_ms = self.now_ms
+        node.recover_left = self.rng.randint(1, 3) + node.slow_next
+        node.slow_next = 0
+
+    def _stop(self, node: SimNode) -> None:
+        node.running = False
+        node.recover_left = 0
+        self._leave(node)
+
+    def _leave(self, node: SimNode) -> None:
+        if node.broker:
+            for p in self.partitions:
+                if node.node_id in p.isr and len(p.isr) > 1:
+                    p.isr.remove(node.node_id)
+        if node.node_id == self.leader:
+            self.leader = -1
+
+    # -- faults --------------------------------------------------------------------------------
+    def crash(self, node_id: int, *, crash_loops: int = 0) -> None:
+        node = self.nodes.get(node_id)
+        if node is None or not node.running:
+            return
+        node.running, node.failed, node.recover_left = False, True, 0
+        node.crash_on_start = crash_loops
+        node.disrupted = False  # down because of the fault now, not because of the operator
+        self._leave(node)
+
+    # -- time ----------------------------------------------------------------------------------
+    def tick(self) -> None:
+        self.now_ms += TICK_MS
+        quorum = self._has_majority()
+        for node in sorted(self.nodes.values(), key=lambda n: n.node_id):
+            if not node.running:
+                continue
+            if node.recover_left > 0 and (quorum or node.controller):
+                node.recover_left -= 1
+            if node.up:
+                node.disrupted = False
+                if node.controller:
+                    node.caught_up_at_ms = self.now_ms
+                if node.broker and self.leader >= 0:
+                    node.registered = True
+                    for p in self.partitions:
+                        if node.node_id in p.replicas and node.node_id not in p.isr:
+                            p.isr.append(node.node_id)
+        self._elect()
+
+    def _has_majority(self) -> bool:
+        running = [v for v in self.voters if self.nodes[v].running]
+        return bool(self.voters) and len(running) >= len(self.voters) // 2 + 1
+
+    def _elect(self) -> None:
+        up = [v for v in self.voters if self.nodes[v].up]
+        if self.leader >= 0 and self.nodes[self.leader].up:
+            return
+        if up and len(up) >= len(self.voters) // 2 + 1:
+            self.leader = self.rng.choice(up)
+            self.epoch += 1
+        else:
+            self.leader = -1
+
+    def create_topics(self, *, count: int, partitions: int, min_isr: int) -> None:
+        brokers = sorted(n.node_id for n in self.nodes.values() if n.broker)
+        rf = min(3, len(brokers))
+        for t in range(count):
+            for p in range(partitions):
+                start = (t + p) % len(brokers)
+                replicas = tuple(brokers[(start + i) % len(brokers)] for i in range(rf))
+                isr = [r for r in replicas if self.nodes[r].up]
+                self.partitions.append(SimPartition(f"topic-{t}", p, replicas, isr or [replicas[0]], min(min_isr, rf)))
+
+    # -- observation ---------------------------------------------------------------------------
+    def observe(self, cluster: KRaftCluster) -> Observed:
+        if not self.voters and cluster.status is not None and cluster.status.initial_controllers:
+            self.voters = tuple(int(e.split("@")[0]) for e in cluster.status.initial_controllers.split(","))
+        facts = {
+            n.node_id: NodeFacts(
+                node_id=n.node_id,
+                pool=n.pool,
+                phase=PodPhase.RUNNING if n.running else PodPhase.FAILED if n.failed else PodPhase.ABSENT,
+                volumes=tuple(v for _, v in sorted(n.volumes.items())),
+                config=dict(n.config) if n.config is not None else None,
+                ready=n.running,
+                started_revision=n.revision if n.running else None,
+                restart_requested=n.restart_requested,
+                started_at_ms=n.started_at_ms if n.running else None,
+            )
+            for n in self.nodes.values()
+        }
+        return Observed(nodes=facts, format_jobs=dict(self.jobs), cluster=self._cluster_facts())
+
+    def _cluster_facts(self) -> ClusterFacts:
+        if self.leader < 0:
+            return ClusterFacts(errors=("DescribeQuorum: no leader",))
+        leader_end = 1000
+        voters = []
+        for v in self.voters:
+            node = self.nodes[v]
+            lag = 0 if node.up else 50 * max(1, node.recover_left)
+            voters.append(ReplicaFacts(v, f"dir{v}", leader_end - lag, node.caught_up_at_ms))
+        observers = tuple(
+            ReplicaFacts(n.node_id, f"dir{n.node_id}", leader_end, self.now_ms)
+            for n in self.nodes.values() if n.running and n.node_id not in self.voters
+        )
+        running_brokers = [n for n in self.nodes.values() if n.broker and n.running]
+        brokers = None
+        details = None
+        counts = None
+        if running_brokers:
+            brokers = {
+                n.node_id: BrokerFacts(n.node_id, fenced=not n.up)
+                for n in self.nodes.values() if n.broker and n.registered
+            }
+            details = tuple(
+                PartitionDetail(p.topic, p.partition, p.isr[0] if self.nodes[p.isr[0]].up else -1, p.replicas,
+                                tuple(p.isr), p.min_isr)
+                for p in self.partitions
+            )
+            counts = PartitionFacts(
+                total=len(details),
+                under_replicated=sum(1 for p in details if len(p.isr) < len(p.replicas)),
+                under_min_isr=sum(1 for p in details if len(p.isr) < p.min_isr),
+                offline=sum(1 for p in details if p.leader_id < 0),
+                max_replication_factor=max((len(p.replicas) for p in details), default=0),
+            )
+        return ClusterFacts(
+            cluster_id="sim",
+            quorum=QuorumFacts(self.leader, self.epoch, leader_end, tuple(voters), observers),
+            brokers=brokers,
+            partitions=counts,
+            finalized_metadata_version="4.1-IV1",
+            partition_details=details,
+        )
+
+
+def reconcile(cluster: KRaftCluster, sim: SimCluster, rng: random.Random) -> Plan:
+    return plan(cluster, observed=sim.observe(cluster), layout=LAYOUT, rules=RULES, rng=rng, now_ms=sim.now_ms)
+
+
+def publish(cluster: KRaftCluster, result: Plan) -> KRaftCluster:
+    return cluster.model_copy(update={"status": result.status})
+
+
+def ready(result: Plan) -> bool:
+    condition = result.status.condition(ConditionType.READY)
+    return condition is not None and condition.status is ConditionStatus.TRUE
+
+
+def bootstrap(seed: int, *, brokers: int = 3, topics: int = 3, min_isr: int = 2) -> tuple[KRaftCluster, SimCluster]:
+    """A cluster taken from nothing to Ready by the real planner, with topics created."""
+    rng = random.Random(seed)
+    sim = SimCluster(random.Random(seed + 1))
+    cluster = cluster_from(SIM_CLUSTER.replace("BROKERS", str(brokers)))
+    for _ in range(40):
+        result = reconcile(cluster, sim, rng)
+        for action in result.actions:
+            sim.apply(action)
+        cluster = publish(cluster, result)
+        sim.tick()
+        if ready(result) and not result.actions and result.status.operation is None:
+            break
+    else:
+        raise AssertionError(f"bootstrap did not reach Ready: {result.waiting_for}")
+    sim.create_topics(count=topics, partitions=2, min_isr=min_isr)
+    return cluster, sim
+
+
+@dataclass
+class Scenario:
+    """One seeded roll with faults at exact points; `run` returns the violations and whether the
+    roll finished once the faults were over."""
+
+    seed: int
+    manual: bool = False
+    operator_deaths: int = 0
+    second_voter_fails: bool = False
+    slow_broker: bool = False
+    dead_broker: bool = False
+    held_at_min_isr: bool = False
+    random_crashes: int = 0
+    death_ticks: tuple[int, ...] | None = None  # exact reconciles at which the operator dies
+    death_before_act: bool | None = None  # how it dies there (None: a coin decides)
+    max_ticks: int = 400
+    log: list[str] = field(default_factory=list)
+    results: list[Plan] = field(default_factory=list)
+
+    @classmethod
+    def random(cls, seed: int) -> Scenario:
+        r = random.Random(seed * 7919 + 1)
+        return cls(
+            seed=seed,
+            manual=r.random() < 0.3,
+            operator_deaths=r.choice([0, 0, 1, 2, 4]),
+            second_voter_fails=r.random() < 0.3,
+            slow_broker=r.random() < 0.3,
+            dead_broker=r.random() < 0.25,
+            held_at_min_isr=r.random() < 0.2,
+            random_crashes=r.choice([0, 0, 0, 1, 2]),
+        )
+
+    def run(self) -> tuple[list[str], bool]:
+        cluster, sim = bootstrap(self.seed)
+        rng = random.Random(self.seed + 2)
+        faults = random.Random(self.seed + 3)
+        cluster = self._trigger(cluster)
+        brokers = sorted(n.node_id for n in sim.nodes.values() if n.broker)
+        controllers = sorted(n.node_id for n in sim.nodes.values() if n.controller)
+        if self.dead_broker:
+            sim.crash(faults.choice(brokers), crash_loops=faults.randint(0, 3))
+        if self.slow_broker:
+            sim.nodes[faults.choice(brokers)].slow_next = faults.randint(15, 40)
+        held_until = faults.randint(20, 60) if self.held_at_min_isr else -1
+        if self.held_at_min_isr:
+            sim.partitions[0].min_isr = len(sim.partitions[0].replicas)
+        deaths = sorted(faults.sample(range(1, 60), self.operator_deaths))
+        if self.death_ticks is not None:
+            deaths = list(self.death_ticks)
+        crash_ticks = sorted(faults.sample(range(1, 80), self.random_crashes))
+        voter_failed = False
+        quiet_from = max([held_until, *deaths, *crash_ticks, 0]) + 1
+        finished = False
+        for tick in range(self.max_ticks):
+            if tick == held_until:
+                sim.partitions[0].min_isr = 2  # the user fixes the topic
+            if tick in crash_ticks:
+                sim.crash(faults.choice(sorted(sim.nodes)), crash_loops=faults.randint(0, 2))
+            if self.second_voter_fails and not voter_failed and any(sim.nodes[c].disrupted for c in controllers):
+                others = [c for c in controllers if not sim.nodes[c].disrupted and sim.nodes[c].running]
+                if others:
+                    sim.crash(faults.choice(others), crash_loops=faults.randint(0, 2))
+                    voter_failed = True
+            result = reconcile(cluster, sim, rng)
+            sim.revision_target = self._targets(sim, cluster, result)
+            self.results.append(result)
+            death = tick in deaths
+            before = faults.random() < 0.5 if self.death_before_act is None else self.death_before_act
+            if death and before:
+                self.log.append(f"tick {tick}: operator died before acting")
+                sim.tick()
+                continue
+            for action in result.actions:
+                sim.apply(action)
+            if death:
+                self.log.append(f"tick {tick}: operator died after acting, before its status write")
+            else:
+                cluster = publish(cluster, result)
+            self.log.append(f"tick {tick}: {[type(a).__name__ + ' ' + str(a.node.node_id) for a in result.actions]} "
+                            f"{result.status.operation.step if result.status.operation else '-'} {result.waiting_for[:160]}")
+            sim.tick()
+            if tick > quiet_from and self._done(sim, result):
+                finished = True
+                break
+        return sim.violations, finished
+
+    def _trigger(self, cluster: KRaftCluster) -> KRaftCluster:
+        if self.manual:
+            meta = cluster.metadata.model_copy(update={"annotations": {MANUAL_ROLL_ANNOTATION: f"roll-{self.seed}"}})
+            return cluster.model_copy(update={"metadata": meta})
+        spec = cluster.spec.model_copy(update={"config": {"log.retention.hours": "24"}})
+        return cluster.model_copy(update={"spec": spec})
+
+    def _targets(self, sim: SimCluster, cluster: KRaftCluster, result: Plan) -> dict[int, str]:
+        """What each node's revision must become: the one the planner starts new processes with."""
+        if self.manual:
+            return {}
+        if sim.revision_target:
+            return sim.revision_target  # the spec does not change during a run
+        del result
+        nodes = desired_nodes(namespace="ns", cluster="demo", spec=cluster.spec, status=cluster.status)
+        controllers = [n for n in nodes if n.is_controller]
+        return {
+            n.ref.node_id: node_revision(render_config(n, spec=cluster.spec, controllers=controllers, layout=LAYOUT),
+                                         image=cluster.spec.image, version=cluster.spec.version)
+            for n in nodes
+        }
+
+    def _done(self, sim: SimCluster, result: Plan) -> bool:
+        if not ready(result) or result.actions:
+            return False
+        if result.status.operation is not None and result.status.operation.name == ROLL_OPERATION:
+            return False
+        if self.manual:
+            restarted = {node_id for node_id, _ in sim.restarts}
+            return result.status.last_manual_roll == f"roll-{self.seed}" and restarted >= set(sim.nodes)
+        return all(not sim._needs_roll(i) for i in sim.nodes)
