@@ -56,7 +56,7 @@ from kraft_operator.plan import (
     render_config,
 )
 
-from .builders import FixedLayout, cluster_from
+from .builders import WITH_BROKERS, FixedLayout, cluster_from
 
 
 class CachedRules:
@@ -85,22 +85,6 @@ LAYOUT = FixedLayout()
 TICK_MS = 1000
 START_MS = 1_700_000_000_000
 
-SIM_CLUSTER = """
-apiVersion: kraftwerk.io/v1alpha1
-kind: KRaftCluster
-metadata: {name: demo, namespace: ns, generation: 1}
-spec:
-  nodePools:
-    - name: controllers
-      roles: [controller]
-      replicas: 3
-      storage: {volumes: [{id: 0, size: 1Gi}]}
-    - name: brokers
-      roles: [broker]
-      replicas: BROKERS
-      implementation: apache-kafka
-      storage: {volumes: [{id: 0, size: 10Gi}]}
-"""
 
 
 @dataclass
@@ -378,17 +362,23 @@ def ready(result: Plan) -> bool:
     return condition is not None and condition.status is ConditionStatus.TRUE
 
 
-def bootstrap(seed: int, *, brokers: int = 3, topics: int = 3, min_isr: int = 2) -> tuple[KRaftCluster, SimCluster]:
-    """A cluster taken from nothing to Ready by the real planner, with topics created."""
+def step(cluster: KRaftCluster, sim: SimCluster, rng: random.Random) -> tuple[KRaftCluster, Plan]:
+    """One reconcile: plan, act, publish the status; then a tick of time."""
+    result = reconcile(cluster, sim, rng)
+    for action in result.actions:
+        sim.apply(action)
+    sim.tick()
+    return publish(cluster, result), result
+
+
+def bootstrap(seed: int, *, topics: int = 3, min_isr: int = 2) -> tuple[KRaftCluster, SimCluster]:
+    """Three controllers and three brokers (JBOD) taken from nothing to Ready by the real planner,
+    with topics created."""
     rng = random.Random(seed)
     sim = SimCluster(random.Random(seed + 1))
-    cluster = cluster_from(SIM_CLUSTER.replace("BROKERS", str(brokers)))
+    cluster = cluster_from(WITH_BROKERS)
     for _ in range(40):
-        result = reconcile(cluster, sim, rng)
-        for action in result.actions:
-            sim.apply(action)
-        cluster = publish(cluster, result)
-        sim.tick()
+        cluster, result = step(cluster, sim, rng)
         if ready(result) and not result.actions and result.status.operation is None:
             break
     else:

@@ -16,7 +16,7 @@ import kraft_operator.plan.roll as roll_module
 from kraft_operator.model import ConditionStatus, ConditionType
 from kraft_operator.plan import RestartNode
 
-from .sim import Scenario, bootstrap, publish, reconcile
+from .sim import Scenario, bootstrap, publish, reconcile, step
 
 SEEDS = int(os.environ.get("KRAFTWERK_SIM_SEEDS", "150"))
 
@@ -86,11 +86,7 @@ def test_a_roll_held_by_a_partition_at_min_isr_waits_says_why_and_proceeds_once_
     cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"config": {"log.retention.hours": "1"}})})
     blocked = None
     for _ in range(60):
-        result = reconcile(cluster, sim, rng)
-        for action in result.actions:
-            sim.apply(action)
-        cluster = publish(cluster, result)
-        sim.tick()
+        cluster, result = step(cluster, sim, rng)
         if result.status.operation is not None and result.status.operation.step == "blocked":
             blocked = result
             break
@@ -116,11 +112,7 @@ def test_a_roll_held_by_a_partition_at_min_isr_waits_says_why_and_proceeds_once_
         sim.tick()
     held.min_isr = 2  # the user fixes the topic
     for _ in range(80):
-        result = reconcile(cluster, sim, rng)
-        for action in result.actions:
-            sim.apply(action)
-        cluster = publish(cluster, result)
-        sim.tick()
+        cluster, result = step(cluster, sim, rng)
         if result.status.operation is None and any(e.reason == "RollFinished" for e in result.events):
             break
     else:

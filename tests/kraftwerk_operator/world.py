@@ -77,13 +77,14 @@ class World:
     def _format(self, node: _Node, action: FormatStorage) -> None:
         if node.config is None:
             self.violations.append(f"node {node.node_id} formatted without a config")
-        self.cluster_ids.add(action.cluster_id)
-        if action.bootstrap is QuorumBootstrap.INITIAL and action.initial_controllers is not None:
-            self.initial_values.add(action.initial_controllers)
         if node.node_id in self.fail_formats:
+            # A failed format writes nothing (this world's failure model), so its ids bind nothing.
             self.fail_formats.discard(node.node_id)
             self.jobs[node.node_id] = FormatJobFacts(node.node_id, JobPhase.FAILED, "disk full")
             return
+        self.cluster_ids.add(action.cluster_id)
+        if action.bootstrap is QuorumBootstrap.INITIAL and action.initial_controllers is not None:
+            self.initial_values.add(action.initial_controllers)
         wrote: dict[str, str] = {}
         for index, path in enumerate(action.directories):
             volume_id = int(path.rsplit("/", 1)[1])
