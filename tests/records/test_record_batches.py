@@ -259,3 +259,97 @@ def test_header_is_a_value() -> None:
     assert isinstance(header, BatchHeader)
     assert header == read_batch_header(_batch())
     assert hash(header) == hash(read_batch_header(_batch()))
+
+
+def _kio_batch(*, base_offset: int, epoch: int, values: list[bytes], keys: list[bytes | None] | None,
+               timestamp_ms: int, control: bool) -> bytes:
+    """The same batch through kio's writer: the reference the engine's own builder must match."""
+    import datetime
+    import io
+
+    from kio.records.schema import NewRecordBatch, Record
+    from kio.records.writers import write_batch
+    from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
+
+    # kio turns the datetime into milliseconds through a float; half a millisecond past the instant
+    # makes its truncation land on exactly that millisecond.
+    timestamp = TZAwareMicros.parse(
+        datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+        + datetime.timedelta(milliseconds=timestamp_ms, microseconds=500)
+    )
+    batch = NewRecordBatch(
+        producer_id=i64(-1), producer_epoch=i16(-1), partition_leader_epoch=i32(epoch), base_sequence=i32(-1),
+        records=tuple(
+            Record(attributes=i8(0), timestamp=timestamp, offset=i64(base_offset + delta),
+                   key=None if keys is None else keys[delta], value=value, headers=())
+            for delta, value in enumerate(values)
+        ),
+        attributes=i16(0x20 if control else 0),
+    )
+    with io.BytesIO() as buffer:
+        write_batch(buffer, batch)
+        return buffer.getvalue()
+
+
+@given(
+    base_offset=st.integers(min_value=0, max_value=2**62),
+    epoch=st.integers(min_value=0, max_value=2**31 - 1),
+    values=st.lists(st.binary(max_size=300), min_size=1, max_size=200),
+    timestamp_ms=st.integers(min_value=0, max_value=_MAX_TIMESTAMP_MS),
+    with_keys=st.booleans(),
+    control=st.booleans(),
+)
+def test_built_batches_are_the_bytes_kios_writer_produces_and_kios_reader_reads(
+    base_offset: int, epoch: int, values: list[bytes], timestamp_ms: int, with_keys: bool, control: bool
+) -> None:
+    from kio.records.readers import read_batch
+
+    keys = [None if i % 3 == 0 else bytes(i % 200) for i in range(len(values))] if with_keys else None
+    data = build_batch(base_offset=base_offset, partition_leader_epoch=epoch, values=values, keys=keys,
+                       timestamp_ms=timestamp_ms, control=control)
+    assert data == _kio_batch(base_offset=base_offset, epoch=epoch, values=values, keys=keys,
+                              timestamp_ms=timestamp_ms, control=control)
+    read, _ = read_batch(data, 0)
+    assert decode_records(data) == [DecodedRecord(r.offset, r.key, r.value) for r in read.records]
+
+
+def test_records_with_headers_are_read_and_their_headers_skipped() -> None:
+    import datetime
+    import io
+
+    from kio.records.schema import NewRecordBatch, Record, RecordHeader
+    from kio.records.writers import write_batch
+    from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
+
+    batch = NewRecordBatch(
+        producer_id=i64(-1), producer_epoch=i16(-1), partition_leader_epoch=i32(1), base_sequence=i32(-1),
+        records=tuple(
+            Record(attributes=i8(0), timestamp=TZAwareMicros.parse(datetime.datetime.now(datetime.UTC)),
+                   offset=i64(7 + n), key=b"k", value=b"v" * n,
+                   headers=(RecordHeader(key=b"h", value=b"x" * n), RecordHeader(key=b"g", value=None)))
+            for n in range(3)
+        ),
+        attributes=i16(0),
+    )
+    with io.BytesIO() as buffer:
+        write_batch(buffer, batch)
+        data = buffer.getvalue()
+    assert decode_records(data) == [DecodedRecord(7 + n, b"k", b"v" * n) for n in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("patch", "reason"),
+    [
+        # The first record's length says one byte more than its fields take.
+        (lambda b: b[:61] + bytes([b[61] + 2]) + b[62:], "record length"),
+        # Its value length runs past the end of the batch.
+        (lambda b: b[:66] + b"\x7e" + b[67:], "value length"),
+        # A varint that never ends.
+        (lambda b: b[:61] + b"\xff" * (len(b) - 61), "varint|ends inside"),
+    ],
+)
+def test_a_record_that_does_not_fit_its_batch_is_corrupt(patch: object, reason: str) -> None:
+    data = build_batch(base_offset=0, partition_leader_epoch=0, values=[b"ab", b"cd"], timestamp_ms=0)
+    broken = _recrc(bytearray(patch(data)))  # type: ignore[operator]
+    with pytest.raises(CorruptBatchError, match=reason):
+        decode_records(bytes(broken))
