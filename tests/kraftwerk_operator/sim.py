@@ -267,7 +267,7 @@ class SimCluster:
 
     def _elect(self) -> None:
         up = [v for v in self.voters if self.nodes[v].up]
-        if self.leader >= 0 and self.nodes[self.leader].up:
+        if self.leader >= 0 and self.nodes[self.leader].up and self._has_majority():
             return
         if up and len(up) >= len(self.voters) // 2 + 1:
             self.leader = self.rng.choice(up)
@@ -485,16 +485,7 @@ class Scenario:
         """What each node's revision must become: the one the planner starts new processes with."""
         if self.manual:
             return {}
-        if sim.revision_target:
-            return sim.revision_target  # the spec does not change during a run
-        del result
-        nodes = desired_nodes(namespace="ns", cluster="demo", spec=cluster.spec, status=cluster.status)
-        controllers = [n for n in nodes if n.is_controller]
-        return {
-            n.ref.node_id: node_revision(render_config(n, spec=cluster.spec, controllers=controllers, layout=LAYOUT),
-                                         image=cluster.spec.image, version=cluster.spec.version)
-            for n in nodes
-        }
+        return sim.revision_target or target_revisions(cluster)  # the spec does not change during a run
 
     def _done(self, sim: SimCluster, result: Plan) -> bool:
         if not ready(result) or result.actions:
@@ -505,3 +496,14 @@ class Scenario:
             restarted = {node_id for node_id, _ in sim.restarts}
             return result.status.last_manual_roll == f"roll-{self.seed}" and restarted >= set(sim.nodes)
         return all(not sim._needs_roll(i) for i in sim.nodes)
+
+
+def target_revisions(cluster: KRaftCluster) -> dict[int, str]:
+    """Each desired node's revision under the cluster's spec (what a finished roll leaves running)."""
+    nodes = desired_nodes(namespace="ns", cluster="demo", spec=cluster.spec, status=cluster.status)
+    controllers = [n for n in nodes if n.is_controller]
+    return {
+        n.ref.node_id: node_revision(render_config(n, spec=cluster.spec, controllers=controllers, layout=LAYOUT),
+                                     image=cluster.spec.image, version=cluster.spec.version)
+        for n in nodes
+    }

@@ -22,6 +22,8 @@ Rules it keeps, whatever the facts:
 - Once nothing else is to do, a rolling restart (`roll`) applies changed images, versions and
   configs one node at a time behind its gates; its state lives in `status.operation.roll`.
 - The `kraftwerk.io/pause-reconciliation` annotation pauses like `spec.paused`.
+- Situations it can detect (quorum loss, a lost disk, a stuck roll, ...) open runbooks in
+  `status.runbooks` (`runbooks`), whatever else happens, paused or not.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from kraft_operator.plan.facts import (
 )
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
 from kraft_operator.plan.roll import RollDecision, node_revision, plan_roll
+from kraft_operator.plan.runbooks import detect_runbooks
 from kraft_operator.plan.validation import SpecProblem, target_metadata_version, validate_spec
 
 if TYPE_CHECKING:
@@ -194,6 +197,13 @@ class _Planner:
         self._scale_down_notice()
         status = self.builder.observe_only(spec=self.spec, nodes=self.nodes, observed=self.observed,
                                            directories=directories)
+        runbooks, opened_or_closed = detect_runbooks(
+            spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous, layout=self.layout,
+            annotations=self.annotations, stuck_roll=roll.stuck if roll is not None else (), now_ms=self.now_ms,
+            now_text=self.builder.now_text,
+        )
+        self.events.extend(opened_or_closed)
+        status = status.model_copy(update={"runbooks": runbooks})
         if roll is None:
             return self._finish(status)
         status = status.model_copy(update={"last_manual_roll": roll.last_manual_roll})
@@ -211,6 +221,8 @@ class _Planner:
             previous = self.previous.operation if self.previous is not None else None
             if previous is None or previous.roll is None:
                 return None
+            if self.spec.paused:
+                previous = previous.model_copy(update={"step": "paused"})
             return RollDecision(operation=previous, last_manual_roll=self.previous.last_manual_roll
                                 if self.previous is not None else None)
         decision = plan_roll(spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous,
