@@ -26,6 +26,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 from quorum_processes import kraft_tool, wait_for
+from record_checks import add_read, anomalies
 
 from kraft_engine.protocol import KafkaConnection
 from kraft_engine.records.batches import build_batch
@@ -82,33 +83,10 @@ def read_back(cluster: BrokerCluster, topic: str, partitions: int, *, bootstrap:
         while any(consumer.position(tp) < ends[tp] for tp in assignment):
             for records in consumer.poll(timeout_ms=2000).values():
                 for record in records:
-                    key = (record.partition, record.offset)
-                    if key in stored and stored[key] != record.value:
-                        raise AssertionError(f"offset {key} holds two values: {stored[key]!r} and {record.value!r}")
-                    stored[key] = record.value
+                    add_read(stored, partition=record.partition, offset=record.offset, value=record.value)
         return stored
     finally:
         consumer.close()
-
-
-def anomalies(acked: list[tuple[int, int, bytes]], stored: dict[tuple[int, int], bytes]) -> dict[str, list[object]]:
-    """Lost (an acknowledged record missing or replaced), duplicated values, reordered per partition."""
-    lost = [a for a in acked if stored.get((a[0], a[1])) != a[2]]
-    seen: dict[bytes, tuple[int, int]] = {}
-    duplicated = []
-    for key, value in stored.items():
-        if value in seen:
-            duplicated.append((value, seen[value], key))
-        seen[value] = key
-    reordered = []
-    by_partition: dict[int, list[tuple[int, int]]] = {}
-    for partition, offset, value in acked:
-        by_partition.setdefault(partition, []).append((int(value.split(b"-")[1]), offset))
-    for partition, pairs in by_partition.items():
-        offsets = [offset for _, offset in sorted(pairs)]
-        if offsets != sorted(offsets):
-            reordered.append(partition)
-    return {"lost": lost, "duplicated": duplicated, "reordered": reordered}
 
 
 def test_kafka_python_creates_a_topic_produces_with_acks_all_and_reads_every_record_back(brokers: BrokerCluster) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-__all__ = ["BatchMetadata", "DuplicateBatch", "ProducerStateError", "ProducerStateTable"]
+__all__ = ["ActiveProducer", "BatchMetadata", "DuplicateBatch", "ProducerStateError", "ProducerStateTable"]
 
 _INT32_MAX = 2**31 - 1
 _CACHED_BATCHES = 5
@@ -120,3 +120,20 @@ class ProducerStateTable:
 
     def clear(self) -> None:
         self._producers.clear()
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """Every producer this partition remembers, by id (what DescribeProducers reports)."""
+        return [
+            ActiveProducer(producer_id=producer_id, epoch=entry.epoch,
+                           last_sequence=entry.batches[-1].last_seq if entry.batches else -1,
+                           last_offset=entry.batches[-1].last_offset if entry.batches else -1)
+            for producer_id, entry in sorted(self._producers.items())
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_offset: int

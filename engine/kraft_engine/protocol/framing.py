@@ -137,38 +137,35 @@ def _read_header(frame: bytes | memoryview, request_cls: type[Any]) -> tuple[Any
 
 def check_request(frame: bytes | memoryview, request_cls: type[Any]) -> int:
     """Bounds-check the header and body of a request frame (no size prefix) without decoding
-    them; return where the header ends. The body must fill the frame exactly. Raises
-    MalformedFrame with the reason."""
+    them; return where the header ends. Raises MalformedFrame with the reason.
+
+    Bytes after the body are ignored, as Kafka's request parser ignores them (it reads the body
+    from the buffer and never looks at what remains): librdkafka's Metadata v9+ request for all
+    topics leaves three zero bytes of its array-length placeholder behind, and Kafka serves it."""
     try:
         header_end = check_entity_bounds(request_cls.__header_schema__, frame, 0)
     except MalformedFrame as e:
         raise MalformedFrame(f"malformed request header: {e}", part="header") from e
     try:
-        body_end = check_entity_bounds(request_cls, frame, header_end)
+        check_entity_bounds(request_cls, frame, header_end)
     except MalformedFrame as e:
         raise MalformedFrame(f"malformed request body: {e}", part="body") from e
-    if body_end != len(frame):
-        raise MalformedFrame(f"request body leaves {len(frame) - body_end} unread bytes", part="body")
     return header_end
 
 
 def decode_request(frame: bytes | memoryview, request_cls: type[Any], *, checked: bool = False) -> tuple[Any, Any]:
-    """(header, body) of a request frame whose api key and version select `request_cls`.
-    The body must fill the frame exactly. Raises MalformedFrame with the reason. `checked`: the
+    """(header, body) of a request frame whose api key and version select `request_cls`; bytes
+    after the body are ignored (`check_request`). Raises MalformedFrame with the reason. `checked`: the
     caller already ran `check_request` on this frame."""
     if not checked:
         check_request(frame, request_cls)
     header, offset = _read_header(frame, request_cls)
     try:
-        body, size = reader_for(request_cls)(frame, offset)
+        body, _size = reader_for(request_cls)(frame, offset)
     except BaseException as e:
         if not _reader_failed(e):
             raise
         raise MalformedFrame(f"malformed request body: {e}", part="body") from e
-    if offset + size != len(frame):
-        raise MalformedFrame(
-            f"request body leaves {len(frame) - offset - size} unread bytes", part="body"
-        )
     return header, body
 
 
@@ -205,15 +202,13 @@ def decode_request_stepwise(
             rest += empty
             last = array.end
         rest += frame[last:]
-        body, size = reader_for(request_cls)(bytes(rest), 0)
+        body, _size = reader_for(request_cls)(bytes(rest), 0)
     except MalformedFrame:
         raise
     except BaseException as e:
         if not _reader_failed(e):
             raise
         raise MalformedFrame(f"malformed request body: {e}", part="body") from e
-    if size != len(rest):
-        raise MalformedFrame(f"request body leaves {len(rest) - size} unread bytes", part="body")
     return header, dataclasses.replace(body, **values)
 
 

@@ -18,15 +18,15 @@ Served (ApiVersions lists exactly these, each for every version in its range):
 - ListOffsets v1-7: earliest (-2), latest (-1: the high watermark), max timestamp (-3) and by
   timestamp (the first offset whose record timestamp is at or after it; found by scanning the
   batch headers, there is no time index yet).
+- OffsetsForLeaderEpoch v2-4, DescribeProducers v0, DescribeLogDirs v1-4: `server.replica_apis`.
 - InitProducerId v0-5 for idempotent producers: ids from blocks the controller allocates
   (AllocateProducerIds); the leader's per-partition producer state (`broker.producer_state`)
   then drops duplicates and refuses sequence gaps and fenced epochs. No transactions.
-- DescribeCluster v0-1 (broker endpoints), and, forwarded to the active controller at the one
-  version it serves: CreateTopics v7, DeleteTopics v6, CreatePartitions v3, DescribeConfigs v4,
-  IncrementalAlterConfigs v1, AlterPartitionReassignments v1, ListPartitionReassignments v0,
-  ElectLeaders v2. (Kafka wraps forwarded requests in an Envelope; we resend the request itself,
-  so the controller sees the broker as the client. A forward that cannot reach a controller within
-  the request's timeout closes the connection, which clients retry.)
+- DescribeCluster v0-1 (broker endpoints), and, forwarded to the active controller in an Envelope
+  (`server.forwarding`) at every version Kafka's controllers serve: CreateTopics v2-7, DeleteTopics
+  v1-6, CreatePartitions v0-3, IncrementalAlterConfigs v0-1, AlterPartitionReassignments v0-1,
+  ListPartitionReassignments v0, ElectLeaders v0-2; DescribeConfigs v1-4 is forwarded too (Kafka's
+  broker answers it itself).
 """
 
 from __future__ import annotations
@@ -52,11 +52,14 @@ from kraft_engine.metadata import MetadataImage
 from kraft_engine.protocol import NO_RESPONSE, Listener, RequestContext
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
 from kraft_engine.records.compression import CODEC_NONE, decompress
+from kraft_engine.server.controller_apis import KAFKA_CONTROLLER_VERSIONS
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
+from kraft_engine.server.forwarding import FORWARDED_API_VERSIONS, EnvelopeForwarder
+from kraft_engine.server.replica_apis import ReplicaApis, leader_at_epoch
 from kraft_engine.server.replica_manager import Partition, ReplicaManager
 from kraft_engine.storage.partition_log import OffsetOutOfRangeError
 
-__all__ = ["BrokerApis", "CLIENT_API_VERSIONS", "FORWARDED_API_VERSIONS"]
+__all__ = ["BrokerApis", "CLIENT_API_VERSIONS"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +74,8 @@ CLIENT_API_VERSIONS = {
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_CLUSTER: (0, 1),
 }
-FORWARDED_API_VERSIONS = {19: 7, 20: 6, 37: 3, 32: 4, 44: 1, 45: 1, 46: 0, 43: 2}
-"""api key -> the one version forwarded (the version the controller serves)."""
+_DESCRIBE_CONFIGS = 32
+_FORWARDED = {**FORWARDED_API_VERSIONS, _DESCRIBE_CONFIGS: KAFKA_CONTROLLER_VERSIONS[_DESCRIBE_CONFIGS]}
 
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 _SCAN_CHUNK_BYTES = 1024 * 1024
@@ -113,6 +116,8 @@ class BrokerApis:
         self._replicas = replicas
         self._image = image
         self._channel = channel
+        self._forwarder = EnvelopeForwarder(channel=channel)
+        self._replica_apis = ReplicaApis(replicas=replicas)
 
     def register(self, listener: Listener) -> None:
         handlers = {
@@ -126,8 +131,9 @@ class BrokerApis:
         for api_key, handler in handlers.items():
             low, high = CLIENT_API_VERSIONS[api_key]
             listener.register(api_key, min_version=low, max_version=high, handler=handler)
-        for api_key, version in FORWARDED_API_VERSIONS.items():
-            listener.register(api_key, min_version=version, max_version=version, handler=self.forward)
+        self._replica_apis.register(listener)
+        for api_key, (low, high) in _FORWARDED.items():
+            listener.register(api_key, min_version=low, max_version=high, handler=self._forwarder.forward)
 
     # -- Metadata ----------------------------------------------------------------------------------
     async def metadata(self, request: Any, ctx: RequestContext) -> Any:
@@ -369,13 +375,10 @@ class BrokerApis:
                          last_stable_offset=hwm, log_start_offset=start, aborted_transactions=None,
                          preferred_read_replica=BrokerId(-1), records=records, **extra)
 
-        partition, error = self._replicas.leader_partition(topic, index)
+        partition, error = leader_at_epoch(self._replicas, topic, index,
+                                           current_leader_epoch=int(getattr(wanted, "current_leader_epoch", -1)))
         if partition is None:
             return answer(error), 0, None
-        requested_epoch = int(getattr(wanted, "current_leader_epoch", -1))
-        if requested_epoch >= 0 and requested_epoch != partition.leader_epoch:
-            code = ErrorCode.fenced_leader_epoch if requested_epoch < partition.leader_epoch else ErrorCode.unknown_leader_epoch
-            return answer(code, partition), 0, None
         log = partition.log
         if replica_id >= 0:
             last_fetched_epoch = int(getattr(wanted, "last_fetched_epoch", -1))
@@ -414,13 +417,10 @@ class BrokerApis:
         return _make(ctx.response_class, throttle_time=_NO_THROTTLE, topics=tuple(topics))
 
     def _list_offset(self, topic: str, index: int, wanted: Any, *, replica_id: int) -> tuple[ErrorCode, int, int, int]:
-        partition, error = self._replicas.leader_partition(topic, index)
+        partition, error = leader_at_epoch(self._replicas, topic, index,
+                                           current_leader_epoch=int(getattr(wanted, "current_leader_epoch", -1)))
         if partition is None:
             return error, -1, -1, -1
-        requested_epoch = int(getattr(wanted, "current_leader_epoch", -1))
-        if requested_epoch >= 0 and requested_epoch != partition.leader_epoch:
-            code = ErrorCode.fenced_leader_epoch if requested_epoch < partition.leader_epoch else ErrorCode.unknown_leader_epoch
-            return code, -1, -1, -1
         log = partition.log
         timestamp = int(wanted.timestamp)
         upper = log.log_end_offset if replica_id >= 0 else partition.high_watermark
@@ -456,26 +456,6 @@ class BrokerApis:
                     return _record_at(header, view, lambda ts: ts >= target)
         return best
 
-    # -- forwarding ------------------------------------------------------------------------------------
-    async def forward(self, request: Any, ctx: RequestContext) -> Any:
-        timeout = getattr(request, "timeout", None) or getattr(request, "timeout_ms", None)
-        timeout_ms = 30_000 if timeout is None else max(1000, int(timeout.total_seconds() * 1000))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while True:
-            try:
-                response = await self._channel.send(request, timeout_ms=timeout_ms)
-            except ControllerUnavailable as error:
-                if loop.time() >= deadline:
-                    raise
-                logger.debug("Forwarding api %d: %s", ctx.api_key, error)
-                await asyncio.sleep(0.1)
-                continue
-            if _has_not_controller(response) and loop.time() < deadline:
-                await asyncio.sleep(0.1)
-                continue
-            return response
-
 
 class _ProducerIdBlocks:
     """Producer ids handed out from blocks the controller allocates (AllocateProducerIds)."""
@@ -503,10 +483,6 @@ class _ProducerIdBlocks:
             producer_id = self._next
             self._next += 1
             return producer_id
-
-
-def _has_not_controller(response: Any) -> bool:
-    return int(getattr(response, "error_code", 0)) == int(ErrorCode.not_controller)
 
 
 def _epoch_at(partition: Partition, offset: int) -> int:

@@ -1,0 +1,172 @@
+"""The broker APIs that describe replicas, on three of our brokers and three controllers (real
+processes): DescribeLogDirs and DescribeProducers through kafka-python's admin client (a client
+not written here), and OffsetsForLeaderEpoch across a leader change made with the forwarded admin
+APIs (AlterPartitionReassignments reorders the replicas, ListPartitionReassignments shows none
+pending, ElectLeaders moves leadership to the new preferred replica), checked against the
+offsets the producer was told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_processes import BrokerCluster, start_cluster
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i32
+from quorum_processes import HOST, wait_for
+
+from kraft_engine.protocol import KafkaConnection
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
+]
+
+_PREFERRED = 0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    processes = BrokerCluster(root=Path(tmp_path_factory.mktemp("replica-apis")))
+    try:
+        start_cluster(processes)
+        yield processes
+    finally:
+        processes.cleanup()
+
+
+@pytest.fixture
+def admin(cluster: BrokerCluster) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=cluster.broker_bootstrap(), request_timeout_ms=30000)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _create(cluster: BrokerCluster, admin: KafkaAdminClient, topic: str) -> None:
+    admin.create_topics([NewTopic(topic, 1, 3)])
+    cluster.wait_isr(topic, 0, set(cluster.brokers))
+
+
+def _produce(cluster: BrokerCluster, topic: str, values: list[bytes]) -> list[int]:
+    producer = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", enable_idempotence=True,
+                             linger_ms=2, request_timeout_ms=30000)
+    try:
+        futures = [producer.send(topic, value=v, partition=0) for v in values]
+        producer.flush()
+        return [f.get(timeout=60).offset for f in futures]
+    finally:
+        producer.close()
+
+
+def _leader(cluster: BrokerCluster, topic: str) -> int:
+    return next(n for n in cluster.brokers if cluster.partitions(n)[(topic, 0)]["leader"] == n)
+
+
+def _ask(cluster: BrokerCluster, node_id: int, request: Any) -> Any:
+    async def exchange() -> Any:
+        async with KafkaConnection(HOST, cluster.broker_ports[node_id]) as connection:
+            await connection.connect()
+            return await connection.send(request)
+    return asyncio.run(exchange())
+
+
+def _epoch_end(cluster: BrokerCluster, node_id: int, topic: str, *, epoch: int,
+               current_leader_epoch: int = -1) -> tuple[ErrorCode, int, int]:
+    response = _ask(cluster, node_id, OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=(
+        OffsetForLeaderTopic(topic=TopicName(topic), partitions=(
+            OffsetForLeaderPartition(partition=i32(0), current_leader_epoch=i32(current_leader_epoch),
+                                     leader_epoch=i32(epoch)),)),)))
+    answer = response.topics[0].partitions[0]
+    return ErrorCode(answer.error_code), int(answer.leader_epoch), int(answer.end_offset)
+
+
+def test_describe_log_dirs_and_describe_producers_through_kafka_python(cluster: BrokerCluster,
+                                                                        admin: KafkaAdminClient) -> None:
+    topic = "described"
+    _create(cluster, admin, topic)
+    offsets = _produce(cluster, topic, [f"v-{i}".encode() for i in range(50)])
+    assert offsets == list(range(50))
+    cluster.wait_isr(topic, 0, set(cluster.brokers))
+    wait_for(lambda: all(cluster.partitions(n)[(topic, 0)]["log_end_offset"] == 50 for n in cluster.brokers),
+             timeout_s=60, what="every replica at offset 50")
+
+    described = {entry["broker"]: entry["log_dirs"] for entry in admin.describe_log_dirs()}
+    assert sorted(described) == sorted(cluster.brokers)
+    for node_id, log_dirs in described.items():
+        root = cluster.nodes[node_id].config_path.parent
+        assert sorted(d["log_dir"] for d in log_dirs) == [str(root / "data-a"), str(root / "data-b")]
+        assert all(d["error_code"] == 0 and d["total_bytes"] > 0 and 0 <= d["usable_bytes"] <= d["total_bytes"]
+                   for d in log_dirs)
+        # The replica is in exactly one of the broker's two directories, with its size on disk.
+        holding = [(d["log_dir"], p) for d in log_dirs for t in d["topics"] if t["name"] == topic for p in t["partitions"]]
+        assert len(holding) == 1
+        log_dir, partition = holding[0]
+        on_disk = sum(f.stat().st_size for f in (Path(log_dir) / f"{topic}-0").glob("*.log"))
+        assert (partition["partition_index"], partition["partition_size"], partition["offset_lag"]) == (0, on_disk, 0)
+        assert on_disk > 0
+
+    states = admin.describe_producers([TopicPartition(topic, 0)])[TopicPartition(topic, 0)].active_producers
+    assert [(s.producer_epoch, s.last_sequence) for s in states] == [(0, 49)]
+    # Every replica, leader or follower, remembers the same producer.
+    for node_id in cluster.brokers:
+        response = _ask(cluster, node_id, DescribeProducersRequest(topics=(
+            TopicRequest(name=TopicName(topic), partition_indexes=(i32(0),)),)))
+        answer = response.topics[0].partitions[0]
+        assert ErrorCode(answer.error_code) == ErrorCode.none
+        assert [(int(p.producer_id), int(p.last_sequence)) for p in answer.active_producers] == [
+            (states[0].producer_id, 49)]
+    unknown = _ask(cluster, min(cluster.brokers), DescribeProducersRequest(topics=(
+        TopicRequest(name=TopicName("no-such-topic"), partition_indexes=(i32(0),)),)))
+    assert ErrorCode(unknown.topics[0].partitions[0].error_code) == ErrorCode.unknown_topic_or_partition
+
+
+def test_offsets_for_leader_epoch_across_a_leader_change_made_by_reassignment_and_election(
+        cluster: BrokerCluster, admin: KafkaAdminClient) -> None:
+    topic = "epochs"
+    _create(cluster, admin, topic)
+    assert _produce(cluster, topic, [f"v-{i}".encode() for i in range(30)]) == list(range(30))
+    old_leader = _leader(cluster, topic)
+    follower = min(cluster.brokers - {old_leader})
+    assert _epoch_end(cluster, old_leader, topic, epoch=0) == (ErrorCode.none, 0, 30)
+    assert _epoch_end(cluster, follower, topic, epoch=0)[0] == ErrorCode.not_leader_or_follower
+
+    # The follower becomes the preferred replica, then the leader.
+    tp = TopicPartition(topic, 0)
+    order = [follower, *sorted(cluster.brokers - {follower})]
+    assert admin.alter_partition_reassignments({tp: order}) == {tp: None}
+    wait_for(lambda: admin.describe_topics([topic])[0]["partitions"][0]["replica_nodes"] == order, timeout_s=60,
+             what="the reordered replicas in Metadata")
+    assert admin.list_partition_reassignments() == {}
+    admin.elect_leaders(_PREFERRED, {topic: [0]})
+    wait_for(lambda: _leader(cluster, topic) == follower, timeout_s=60, what=f"broker {follower} to lead {topic}-0")
+    new_epoch = cluster.partitions(follower)[(topic, 0)]["leader_epoch"]
+    assert new_epoch > 0
+
+    assert _produce(cluster, topic, [f"v-{i}".encode() for i in range(30, 50)]) == list(range(30, 50))
+    # Epoch 0 ended where the new leader's epoch began; the current epoch ends at the log end.
+    assert _epoch_end(cluster, follower, topic, epoch=0) == (ErrorCode.none, 0, 30)
+    assert _epoch_end(cluster, follower, topic, epoch=new_epoch) == (ErrorCode.none, new_epoch, 50)
+    assert _epoch_end(cluster, follower, topic, epoch=0, current_leader_epoch=0)[0] == ErrorCode.fenced_leader_epoch
+    assert _epoch_end(cluster, follower, topic, epoch=0,
+                      current_leader_epoch=new_epoch + 5)[0] == ErrorCode.unknown_leader_epoch
+    assert _epoch_end(cluster, old_leader, topic, epoch=0)[0] == ErrorCode.not_leader_or_follower
