@@ -39,8 +39,14 @@ INITIAL = f"1@localhost:19093:{DIR_1},2@localhost:19094:{DIR_2},3@localhost:1909
 
 
 # What `kafka-storage format` finalizes besides metadata.version for 4.2-IV1, the engine's latest
-# production release, lowered to what the engine supports: nothing (feature_versions._ENGINE_MAX_LEVELS).
-LATEST_RELEASE_FEATURES: list[FeatureLevelRecord] = []
+# production release: on a controller, Kafka's defaults; on a node that also runs the engine's
+# broker, what that broker supports, i.e. nothing (feature_versions._BROKER_MAX_LEVELS).
+LATEST_RELEASE_FEATURES: list[FeatureLevelRecord] = [
+    FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1),
+    FeatureLevelRecord(name="group.version", feature_level=1),
+    FeatureLevelRecord(name="share.version", feature_level=1),
+    FeatureLevelRecord(name="transaction.version", feature_level=2),
+]
 
 
 def write_config(tmp_path: Path, *, roles: str = "controller", node_id: int = 1, **extra: str | None) -> Path:
@@ -339,7 +345,7 @@ def test_every_role_quorum_and_flag_combination(
     features = [r for r in records if isinstance(r, FeatureLevelRecord)]
     # metadata.version first, then every feature the release starts above level 0, by name.
     assert features == [FeatureLevelRecord(name="metadata.version", feature_level=metadata_version.latest().level),
-                        *LATEST_RELEASE_FEATURES]
+                        *(LATEST_RELEASE_FEATURES if roles == "controller" else [])]
     if quorum == "static":
         assert kinds == ["SnapshotHeaderRecord"] + ["FeatureLevelRecord"] * len(features) + ["SnapshotFooterRecord"]
     else:
@@ -573,19 +579,25 @@ def test_info_with_a_missing_config_file(tmp_path: Path, capsys: pytest.CaptureF
 # --- feature levels (issue 16): what kafka-storage finalizes for a release ------------------------------
 
 
-@pytest.mark.parametrize(("release", "expected"), [
+_TV2_GV1 = {"group.version": 1, "transaction.version": 2}
+
+
+@pytest.mark.parametrize(("roles", "release", "expected"), [
     # Kafka finalizes group.version=1 from 4.0-IV0, transaction.version=2 from 4.0-IV2 and
-    # eligible.leader.replicas.version=1 from 4.1-IV0; the engine supports level 0 of each, so a
-    # release's defaults stop there (and the cluster's brokers, which are ours, can register).
-    ("3.8-IV0", {}),
-    ("3.9-IV0", {}),
-    ("4.0-IV2", {}),
-    ("4.1-IV1", {}),
+    # eligible.leader.replicas.version=1 from 4.1-IV0: a controller formats exactly that.
+    ("controller", "3.8-IV0", {}),
+    ("controller", "3.9-IV0", {}),
+    ("controller", "4.0-IV0", {"group.version": 1}),
+    ("controller", "4.0-IV2", _TV2_GV1),
+    ("controller", "4.1-IV1", {**_TV2_GV1, "eligible.leader.replicas.version": 1}),
+    # A node that also runs the engine's broker stops at what that broker supports: level 0 of
+    # each, or its own broker would be refused at registration.
+    ("broker,controller", "4.1-IV1", {}),
 ])
 def test_release_version_finalizes_kafkas_default_feature_levels(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], release: str, expected: dict[str, int]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], roles: str, release: str, expected: dict[str, int]
 ) -> None:
-    config = write_config(tmp_path, **{"controller.quorum.voters": "1@localhost:19093"})
+    config = write_config(tmp_path, roles=roles, **{"controller.quorum.voters": "1@localhost:19093"})
     rc, _, err = fmt(capsys, config, "--release-version", release)
     assert rc == 0, err
     features = [r for r in snapshot_records(tmp_path / "meta") if isinstance(r, FeatureLevelRecord)]
@@ -598,10 +610,11 @@ def test_release_version_finalizes_kafkas_default_feature_levels(
 def test_feature_flags_set_levels_the_engine_supports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path)
     rc, _, err = fmt(capsys, config, "--standalone", "--release-version", "4.1-IV1",
-                     "--feature", "group.version=0", "-f", "kraft.version=1")
+                     "--feature", "group.version=0", "-f", "kraft.version=1", "-f", "transaction.version=1")
     assert rc == 0, err
     records = snapshot_records(tmp_path / "meta")
-    assert [(f.name, f.feature_level) for f in records if isinstance(f, FeatureLevelRecord)] == [("metadata.version", 27)]
+    assert [(f.name, f.feature_level) for f in records if isinstance(f, FeatureLevelRecord)] == [
+        ("metadata.version", 27), ("eligible.leader.replicas.version", 1), ("transaction.version", 1)]
     assert KRaftVersionRecord(version=0, k_raft_version=1) in records  # type: ignore[arg-type]
 
 
@@ -609,10 +622,8 @@ def test_feature_flags_set_levels_the_engine_supports(tmp_path: Path, capsys: py
     (("--feature", "nope=1"), "Unsupported feature: nope. Supported features are: eligible.leader.replicas.version, "
                               "group.version, kraft.version, share.version, streams.version, transaction.version"),
     (("--feature", "group.version=7"), "No feature:group.version with feature level 7"),
-    # A level the engine does not implement is refused like one Kafka's software does not have.
-    (("--feature", "eligible.leader.replicas.version=1"), "No feature:eligible.leader.replicas.version with "
-                                                          "feature level 1"),
-    (("--feature", "transaction.version=2"), "No feature:transaction.version with feature level 2"),
+    (("--release-version", "4.0-IV0", "--feature", "eligible.leader.replicas.version=1"),
+     "eligible.leader.replicas.version could not be set to 1 because it depends on metadata.version level 23"),
     (("--feature", "group.version"), "Can't parse feature=level string group.version: equals sign not found."),
     (("--feature", "group.version=x"), "Can't parse feature=level string group.version=x: unable to parse x as a short."),
     (("--release-version", "3.8", "--feature", "kraft.version=1"),
@@ -632,6 +643,23 @@ def test_bad_feature_flags_are_refused_with_kafkas_message_and_nothing_is_writte
     assert rc == 1 and out == ""
     assert message in err
     assert on_disk(tmp_path) == []
+
+
+@pytest.mark.parametrize("feature", ["eligible.leader.replicas.version=1", "transaction.version=2", "group.version=1"])
+def test_a_level_the_engines_broker_lacks_is_refused_on_a_node_that_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], feature: str
+) -> None:
+    # Refused like a level Kafka's software does not have; the same level on a controller is fine.
+    name, _, level = feature.partition("=")
+    (tmp_path / "combined").mkdir()
+    (tmp_path / "controller").mkdir()
+    config = write_config(tmp_path / "combined", roles="broker,controller")
+    rc, out, err = fmt(capsys, config, "--standalone", "--feature", feature)
+    assert rc == 1 and out == ""
+    assert f"No feature:{name} with feature level {level}" in err
+    assert on_disk(tmp_path / "combined") == []
+    rc, _, err = fmt(capsys, write_config(tmp_path / "controller"), "--standalone", "--feature", feature)
+    assert rc == 0, err
 
 
 def test_feature_metadata_version_alone_picks_the_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

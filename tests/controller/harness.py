@@ -158,7 +158,10 @@ class Harness:
     # -- brokers ---------------------------------------------------------------------------
 
     def register(self, broker_id: int, *, rack: str | None = None, dirs: int = 1, cluster_id: str = CLUSTER_ID,
-                 incarnation: uuid.UUID | None = None) -> object:
+                 incarnation: uuid.UUID | None = None, supported: Mapping[str, tuple[int, int]] | None = None,
+                 previous_epoch: int = -1) -> object:
+        """`supported`: feature ranges the broker sends besides metadata.version; `previous_epoch`:
+        the epoch its last incarnation shut down cleanly with (-1: none)."""
         incarnation = incarnation or self.incarnations.setdefault(broker_id, uuid.uuid4())
         log_dirs = self.log_dirs.setdefault(broker_id, tuple(uuid.uuid4() for _ in range(dirs)))
         token = self.controller.register_broker(BrokerRegistrationRequest(
@@ -166,8 +169,10 @@ class Harness:
             listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker_id),
                                 security_protocol=i16(0)),),
             features=(Feature(name="metadata.version", min_supported_version=i16(7),
-                              max_supported_version=i16(LATEST_MV)),),
-            rack=rack, log_dirs=log_dirs,
+                              max_supported_version=i16(LATEST_MV)),
+                      *(Feature(name=name, min_supported_version=i16(low), max_supported_version=i16(high))
+                        for name, (low, high) in sorted((supported or {}).items()))),
+            rack=rack, log_dirs=log_dirs, previous_broker_epoch=i64(previous_epoch),
         ), now_ms=self.now_ms)
         result = self.run(token)
         if hasattr(result, "broker_epoch"):

@@ -2,9 +2,8 @@
 
 Both tools format the same node (same cluster id, same --initial-controllers) for a release, with
 and without `--feature` overrides, and both bootstrap checkpoints are decoded record by record.
-They hold the same records, except the feature levels Kafka's defaults switch on and the engine
-does not implement (its format lowers those to 0; each case names them). `version-mapping` and
-`feature-dependencies` print the same text. Skips without the jars or a JDK.
+They hold the same records, Kafka's default feature levels for the release included.
+`version-mapping` and `feature-dependencies` print the same text. Skips without the jars or a JDK.
 """
 
 from __future__ import annotations
@@ -60,25 +59,27 @@ def _checkpoint(path: Path) -> tuple[list[object], list[object]]:
     return control, metadata
 
 
-_ENGINE_LEVELS = ("--feature", "group.version=0", "--feature", "transaction.version=0",
+_BROKER_LEVELS = ("--feature", "group.version=0", "--feature", "transaction.version=0",
                   "--feature", "eligible.leader.replicas.version=0")
 
 
 @needs_jars
-@pytest.mark.parametrize(("flags", "lowered"), [
-    (("--release-version", "3.9-IV0"), ()),
-    (("--feature", "metadata.version=21"), ()),
-    # Asked for the levels the engine supports, both tools write the same records.
-    (("--release-version", "4.1-IV1", *_ENGINE_LEVELS), ()),
-    (("--release-version", "4.0-IV3", "--feature", "group.version=0", "--feature", "transaction.version=0"), ()),
-    # Left to their defaults, Kafka finalizes what its broker implements and the engine's does not
-    # (feature_versions._ENGINE_MAX_LEVELS): exactly those records differ.
-    (("--release-version", "4.1-IV1"),
-     (("eligible.leader.replicas.version", 1), ("group.version", 1), ("transaction.version", 2))),
-    (("--release-version", "4.0-IV0"), (("group.version", 1),)),
+@pytest.mark.parametrize("flags", [
+    ("--release-version", "3.9-IV0"),
+    ("--feature", "metadata.version=21"),
+    # Kafka's defaults: group.version=1 from 4.0-IV0, transaction.version=2 from 4.0-IV2,
+    # eligible.leader.replicas.version=1 from 4.1-IV0.
+    ("--release-version", "4.0-IV0"),
+    ("--release-version", "4.0-IV2"),
+    ("--release-version", "4.1-IV1"),
+    ("--release-version", "4.1-IV0"),
+    # --feature overrides, as an operator picks levels every node supports.
+    ("--release-version", "4.1-IV1", *_BROKER_LEVELS),
+    ("--release-version", "4.0-IV3", "--feature", "group.version=0", "--feature", "transaction.version=1"),
+    ("--release-version", "4.1-IV1", "--feature", "eligible.leader.replicas.version=0"),
 ])
 def test_both_tools_write_the_same_bootstrap_records(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], lowered: tuple[tuple[str, int], ...]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...]
 ) -> None:
     ours, theirs = tmp_path / "ours", tmp_path / "kafka"
     assert main(["storage", "format", "-c", str(_config(ours)), "-t", CLUSTER_ID, "-I", INITIAL, *flags]) == 0
@@ -92,9 +93,12 @@ def test_both_tools_write_the_same_bootstrap_records(
     _, kafka_metadata = _checkpoint(theirs / "meta" / "bootstrap.checkpoint")
     assert kafka_empty == []
     assert our_control == kafka_control
-    only_kafka = [(FeatureLevelRecord(name=name, feature_level=level), 0) for name, level in lowered]
-    assert [r for r in kafka_metadata if r in only_kafka] == only_kafka
-    assert our_metadata == [r for r in kafka_metadata if r not in only_kafka]
+    assert our_metadata == kafka_metadata
+    if flags == ("--release-version", "4.1-IV1"):
+        assert [(r.name, r.feature_level) for r, _ in our_metadata if isinstance(r, FeatureLevelRecord)] == [
+            ("metadata.version", 27), ("eligible.leader.replicas.version", 1), ("group.version", 1),
+            ("transaction.version", 2),
+        ]
 
 
 @needs_jars

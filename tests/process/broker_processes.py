@@ -14,6 +14,8 @@ from typing import Any
 
 from quorum_processes import FAST_TIMEOUTS, HOST, Node, ProcessCluster, free_ports, wait_for
 
+from kraft_engine.records import feature_versions, metadata_version
+
 # Kafka's defaults are 2000/9000 ms; shorter keeps fencing and unfencing quick in tests while a
 # loaded machine still heartbeats in time.
 BROKER_TIMEOUTS = {
@@ -102,7 +104,13 @@ def start_cluster(cluster: BrokerCluster, *, controllers: int = 3, brokers: int 
     controller_ids = list(range(1, controllers + 1))
     for node_id in controller_ids:
         cluster.add_node(node_id)
-    cluster.format_initial(controller_ids)
+    # The engine's broker lacks some of the levels Kafka's defaults finalize: format with the
+    # levels every node supports, or the brokers are refused at registration.
+    levels = feature_versions.levels_every_node_supports(metadata_version.latest(), [
+        feature_versions.supported_ranges(unstable_enabled=False),
+        feature_versions.supported_ranges(unstable_enabled=False, broker=True),
+    ])
+    cluster.format_initial(controller_ids, *(f for name, level in levels.items() for f in ("-f", f"{name}={level}")))
     broker_ids = list(range(101, 101 + brokers))
     for node_id in broker_ids:
         cluster.add_broker(node_id)

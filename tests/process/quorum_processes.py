@@ -198,13 +198,13 @@ class ProcessCluster:
         return kraft_tool("storage", "format", "-c", str(node.config_path), "-t", self.cluster_id, *flags,
                           check=True)
 
-    def format_initial(self, node_ids: list[int]) -> str:
+    def format_initial(self, node_ids: list[int], *flags: str) -> str:
         """Format every node as one dynamic quorum (`--initial-controllers`); returns that flag."""
         initial = ",".join(f"{i}@{HOST}:{self.nodes[i].port}:{self.random_uuid()}" for i in node_ids)
         if not self.cluster_id:
             self.cluster_id = self.random_uuid()
         for node_id in node_ids:
-            self.format(node_id, "--initial-controllers", initial)
+            self.format(node_id, "--initial-controllers", initial, *flags)
         return initial
 
     # -- processes -------------------------------------------------------------------------------

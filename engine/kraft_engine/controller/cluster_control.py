@@ -160,8 +160,12 @@ class ClusterControlManager:
         finalized_features: Mapping[str, int],
         record_version: int,
         now_ms: int,
-        add_unclean_shutdown_records: Callable[[int, RecordSink], None],
+        add_shutdown_records: Callable[[int, bool, RecordSink], None],
+        clean_shutdown_detection: bool = True,
     ) -> ControllerResult[BrokerRegistrationReply]:
+        """`add_shutdown_records(broker, clean, records)` cleans up after a previous incarnation;
+        `clean` when `clean_shutdown_detection` (BrokerRegistration v3 and later carry the
+        previous broker epoch) and the broker presents the epoch of the registration it replaces."""
         heartbeat_manager = self.heartbeat_manager_or_raise()
         if request.cluster_id != self.cluster_id:
             raise ControllerApiError(
@@ -209,7 +213,11 @@ class ClusterControlManager:
         new_incarnation = request.incarnation_id != previous_incarnation
         if new_incarnation:
             # A new process: clean up after the old one (it may have died uncleanly).
-            add_unclean_shutdown_records(broker_id, records)
+            clean = (
+                clean_shutdown_detection and existing is not None
+                and int(request.previous_broker_epoch) == existing.epoch
+            )
+            add_shutdown_records(broker_id, clean, records)
             epoch, fenced, in_controlled_shutdown = new_broker_epoch, True, False
         else:
             if existing is None:

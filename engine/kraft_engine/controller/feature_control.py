@@ -20,6 +20,7 @@ from kraft_engine.controller.results import ApiError, ControllerResult, RecordAn
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineValue
 from kraft_engine.metadata import VersionRange
 from kraft_engine.records import FeatureLevelRecord, MetadataVersion
+from kraft_engine.records.feature_versions import ELIGIBLE_LEADER_REPLICAS_VERSION
 from kraft_engine.records.metadata_version import is_metadata_changed
 
 __all__ = [
@@ -130,6 +131,10 @@ class FeatureControlManager:
         if level is not None:
             features[METADATA_VERSION_FEATURE] = level
         return features
+
+    def is_elr_enabled(self) -> bool:
+        """eligible.leader.replicas.version >= 1 finalized: partition changes keep KIP-966's ELR."""
+        return (self._finalized.get(ELIGIBLE_LEADER_REPLICAS_VERSION) or 0) >= 1
 
     def local_supported(self, feature: str) -> VersionRange:
         return self._local_supported.get(feature, DISABLED)

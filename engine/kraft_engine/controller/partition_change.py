@@ -7,8 +7,12 @@ reassignment completes) live in one place. The result is a `PartitionChange` hol
 fields that change (None = unchanged), or None when nothing does; the replication manager turns
 it into a PartitionChangeRecord.
 
-Eligible leader replicas (KIP-966) are not implemented: the builder runs with ELR disabled,
-which clears any ELR/last-known-ELR it finds, exactly as Kafka does when ELR is off.
+With eligible.leader.replicas.version >= 1 finalized the builder also keeps KIP-966's eligible
+leader replicas: while the ISR is below min.insync.replicas, the replicas that were in the ISR
+(and did not shut down uncleanly) stay eligible to lead in the ELR, a leader is elected from the
+ELR when the ISR is empty, and the last-known-ELR field remembers the last leader of a partition
+whose ISR and ELR both emptied (Kafka 4.1's "last known leader in balanced recovery"), which is
+elected back when it returns. With ELR off the builder clears any ELR it finds, as Kafka does.
 """
 
 from __future__ import annotations
@@ -36,6 +40,36 @@ NO_LEADER_CHANGE = -2
 
 _RECOVERED = 0
 _RECOVERING = 1
+
+_JAVA_MIN_CAPACITY = 16
+_JAVA_LOAD_FACTOR = 0.75
+
+
+def _java_hash_set_order(initial: Sequence[int], added: Sequence[int]) -> list[int]:
+    """The distinct ints of `initial` then `added` in the order a java.util.HashSet built as
+    `new HashSet<>(initial)` then given `added` iterates them: by bucket (the int's hash folded
+    and masked by the table's final capacity), then by insertion within a bucket. Kafka's builder
+    lists its ELR and last-known ELR straight out of such a set; keeping its order keeps the
+    records the same as Kafka's (ascending for broker ids below the capacity)."""
+    values: list[int] = []
+    seen: set[int] = set()
+    capacity = 1
+    wanted = max(int(len(initial) / _JAVA_LOAD_FACTOR) + 1, _JAVA_MIN_CAPACITY)
+    while capacity < wanted:
+        capacity <<= 1
+    for value in (*initial, *added):
+        if value in seen:
+            continue
+        seen.add(value)
+        values.append(value)
+        if len(values) > capacity * _JAVA_LOAD_FACTOR:
+            capacity <<= 1
+
+    def bucket(value: int) -> int:
+        h = value & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(values, key=bucket)
 
 
 
@@ -121,11 +155,18 @@ class PartitionChangeBuilder:
         *,
         is_acceptable_leader: Callable[[int], bool],
         metadata_version: MetadataVersion,
+        min_isr: int = 1,
+        eligible_leader_replicas_enabled: bool = False,
         default_directory: Callable[[int], uuid.UUID] | None = None,
     ) -> None:
         self._partition = partition
         self._is_acceptable_leader = is_acceptable_leader
         self._metadata_version = metadata_version
+        self._min_isr = min_isr
+        self._elr_enabled = eligible_leader_replicas_enabled
+        # Kafka 4.1's controller never turns this off: the last-known-ELR field holds the last
+        # leader, elected back when the ISR and ELR are both empty.
+        self.use_last_known_leader = True
         self._default_directory = default_directory
         # Tuples: a registration's own tuples are taken as they are (no copy per builder, and
         # one is made for every partition a fenced broker is in), and compare without copying.
@@ -134,6 +175,9 @@ class PartitionChangeBuilder:
         self.target_removing: tuple[int, ...] = tuple(partition.removing_replicas)
         self.target_adding: tuple[int, ...] = tuple(partition.adding_replicas)
         self.target_leader_recovery_state = int(partition.leader_recovery_state)
+        self.target_elr: tuple[int, ...] = tuple(partition.elr)
+        self.target_last_known_elr: tuple[int, ...] = tuple(partition.last_known_elr)
+        self.unclean_shutdown_replicas: tuple[int, ...] = ()
         self.election = Election.ONLINE
         # Built on first use: most changes (ISR shrinks, leader moves) never look at directories.
         self._target_directories: dict[int, uuid.UUID] | None = None
@@ -167,6 +211,17 @@ class PartitionChangeBuilder:
         self.target_leader_recovery_state = state
         return self
 
+    def set_unclean_shutdown_replicas(self, replicas: Sequence[int]) -> PartitionChangeBuilder:
+        """Replicas whose broker came back without a clean shutdown: they leave the ELR too."""
+        self.unclean_shutdown_replicas = tuple(replicas)
+        return self
+
+    def set_use_last_known_leader(self, use: bool) -> PartitionChangeBuilder:
+        """False: the last-known-ELR field lists every replica that left the ELR-tracked set
+        (KIP-966's original last known ELR) instead of the last leader."""
+        self.use_last_known_leader = use
+        return self
+
     def _directories(self) -> dict[int, uuid.UUID]:
         if self._target_directories is None:
             partition = self._partition
@@ -186,7 +241,20 @@ class PartitionChangeBuilder:
     # -- election --------------------------------------------------------------------------
 
     def _is_valid_new_leader(self, replica: int) -> bool:
-        return replica in self.target_isr and self._is_acceptable_leader(replica)
+        # An ISR member, or an ELR member when the ISR is empty, that may lead at all.
+        return (
+            replica in self.target_isr or (not self.target_isr and replica in self.target_elr)
+        ) and self._is_acceptable_leader(replica)
+
+    def _can_elect_last_known_leader(self) -> bool:
+        """ISR and ELR both empty, the last-known-ELR field holds one replica (the last leader)
+        and it may lead again."""
+        if not self._elr_enabled or not self.use_last_known_leader:
+            return False
+        if self.target_elr or self.target_isr:
+            return False
+        last_known = self._partition.last_known_elr
+        return len(last_known) == 1 and self._is_acceptable_leader(last_known[0])
 
     def elect_leader(self) -> tuple[int, bool]:
         """(new leader or NO_LEADER, whether the election was unclean)."""
@@ -200,6 +268,8 @@ class PartitionChangeBuilder:
             for replica in self.target_replicas[1:]:
                 if self._is_valid_new_leader(replica):
                     return replica, False
+            if self._can_elect_last_known_leader():
+                return self._partition.last_known_elr[0], True
             return NO_LEADER, False
         if self._is_valid_new_leader(current):
             # Keep a leader that still meets every constraint: no needless leadership moves.
@@ -207,11 +277,33 @@ class PartitionChangeBuilder:
         for replica in self.target_replicas:
             if self._is_valid_new_leader(replica):
                 return replica, False
+        if self._can_elect_last_known_leader():
+            return self._partition.last_known_elr[0], True
         if self.election is Election.UNCLEAN:
             for replica in self.target_replicas:
                 if self._is_acceptable_leader(replica):
                     return replica, True
         return NO_LEADER, False
+
+    def _populate_target_elr(self) -> None:
+        """KIP-966: below min.insync.replicas, whoever was in the ISR and is not in the target ISR
+        stays eligible (unless it shut down uncleanly); at or above it, nothing is kept."""
+        if not self._elr_enabled:
+            return
+        if len(self.target_isr) >= self._min_isr:
+            self.target_elr = ()
+            self.target_last_known_elr = ()
+            return
+        isr = set(self.target_isr)
+        unclean = set(self.unclean_shutdown_replicas)
+        # Kafka builds one java.util.HashSet: the ELR, then the old ISR; the new ELR is read off
+        # it; then the last-known ELR is added and the new last-known ELR read off it.
+        previous_elr = self.target_elr
+        candidates = _java_hash_set_order(previous_elr, self._partition.isr)
+        self.target_elr = tuple(r for r in candidates if r not in isr and r not in unclean)
+        elr = set(self.target_elr)
+        candidates = _java_hash_set_order(previous_elr, (*self._partition.isr, *self.target_last_known_elr))
+        self.target_last_known_elr = tuple(r for r in candidates if r not in isr and r not in elr)
 
     # -- build -----------------------------------------------------------------------------
 
@@ -228,12 +320,18 @@ class PartitionChangeBuilder:
                 self.target_replicas, self.target_isr = tuple(completed[0]), tuple(completed[1])
                 self.target_removing, self.target_adding = (), ()
 
+        self._populate_target_elr()
+
         leader = NO_LEADER_CHANGE
         isr: tuple[int, ...] | None = None
         recovery = -1
         new_leader, unclean = self.elect_leader()
         if new_leader != partition.leader:
             leader = new_leader
+            if new_leader in self.target_elr:
+                # Elected from the ELR (the ISR is empty): it becomes the ISR, and leaves the ELR.
+                self.target_isr = (new_leader,)
+                self.target_elr = tuple(r for r in self.target_elr if r != new_leader)
             if unclean:
                 # An unclean leader starts a new history: the ISR is just itself, and it must
                 # recover before it may let others join.
@@ -246,11 +344,15 @@ class PartitionChangeBuilder:
         if leader == NO_LEADER_CHANGE and not same_replicas and not set(partition.replicas) <= set(self.target_replicas):
             leader = partition.leader
 
-        # ELR disabled: clear whatever ELR the partition carries. (Kafka leaves the last-known
-        # ELR alone when ELR is off, since it may hold the last known leader.)
-        elr = () if partition.elr else None
+        elr, last_known_elr = self._record_elr(clean=isr is None)
 
-        if isr is None and self.target_isr and self.target_isr != tuple(partition.isr):
+        # With ELR on, the ISR may empty (the ELR remembers who may lead); without, the last
+        # member stays so that an unclean election still knows whom to prefer.
+        if (
+            isr is None
+            and (self.target_isr or self._elr_enabled)
+            and self.target_isr != tuple(partition.isr)
+        ):
             isr = self.target_isr
 
         if (
@@ -261,6 +363,8 @@ class PartitionChangeBuilder:
         ):
             # Before 3.6-IV0 brokers needed a leader epoch bump on every ISR shrink (KAFKA-15021).
             leader = partition.leader
+
+        last_known_elr = self._last_known_leader(leader, isr, last_known_elr)
 
         replicas: tuple[int, ...] | None = None
         directories: tuple[uuid.UUID, ...] | None = None
@@ -281,6 +385,7 @@ class PartitionChangeBuilder:
         if (
             isr is None and leader == NO_LEADER_CHANGE and replicas is None and removing is None
             and adding is None and recovery == -1 and directories is None and elr is None
+            and last_known_elr is None
         ):
             return None
         return PartitionChange(
@@ -292,7 +397,37 @@ class PartitionChangeBuilder:
             leader_recovery_state=recovery,
             directories=directories,
             eligible_leader_replicas=elr,
+            last_known_elr=last_known_elr,
         )
+
+    def _record_elr(self, *, clean: bool) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+        """The ELR and last-known-ELR fields of the record (None: unchanged). An unclean
+        election, or ELR off, clears both targets."""
+        partition = self._partition
+        if not clean or not self._elr_enabled:
+            self.target_elr = ()
+            self.target_last_known_elr = ()
+        elr = self.target_elr if self.target_elr != tuple(partition.elr) else None
+        if self.use_last_known_leader:
+            # The field holds the last leader; `_last_known_leader` writes it.
+            return elr, None
+        target = self.target_last_known_elr
+        return elr, (target if target != tuple(partition.last_known_elr) else None)
+
+    def _last_known_leader(
+        self, leader: int, isr: tuple[int, ...] | None, last_known_elr: tuple[int, ...] | None
+    ) -> tuple[int, ...] | None:
+        """With the last known leader in use: when the ISR first empties, remember the leader
+        it had; once the partition has (or keeps) a leader, forget it."""
+        if not self.use_last_known_leader or not self._elr_enabled:
+            return last_known_elr
+        partition = self._partition
+        remembered = partition.last_known_elr
+        if isr is not None and not isr and (len(remembered) != 1 or remembered[0] != partition.leader):
+            return (partition.leader,)
+        if (leader >= 0 or NO_LEADER not in (partition.leader, leader)) and remembered:
+            return ()
+        return last_known_elr
 
     def _directory_of(self, replica: int) -> uuid.UUID:
         directory = self._directories().get(replica)

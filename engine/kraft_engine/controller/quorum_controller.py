@@ -402,8 +402,11 @@ class QuorumController:
         controller's event loop: it touches only the tracker."""
         self.cluster_control.tracker.update_contact_time(broker_id, broker_epoch, now_ms)
 
-    def register_broker(self, request: BrokerRegistrationRequest, *, now_ms: int) -> int:
-        """Completion: BrokerRegistrationReply (the new broker epoch)."""
+    def register_broker(
+        self, request: BrokerRegistrationRequest, *, now_ms: int, clean_shutdown_detection: bool = True
+    ) -> int:
+        """Completion: BrokerRegistrationReply (the new broker epoch). `clean_shutdown_detection`:
+        the request's version (3 and later) carries the broker's previous epoch."""
         self._observe_time(now_ms)
 
         def operation() -> ControllerResult[object]:
@@ -414,7 +417,9 @@ class QuorumController:
                 finalized_features=self.feature_control.finalized_features(),
                 record_version=mv.register_broker_record_version,
                 now_ms=now_ms,
-                add_unclean_shutdown_records=self.replication_control.handle_broker_unclean_shutdown,
+                add_shutdown_records=lambda broker_id, clean, records: self.replication_control.handle_broker_shutdown(
+                    broker_id, clean=clean, records=records),
+                clean_shutdown_detection=clean_shutdown_detection,
             )
             self.cluster_control.tracker.update_contact_time(
                 int(request.broker_id), result.response.broker_epoch, now_ms

@@ -2,8 +2,9 @@
 
 Every broker lifecycle event that affects partitions (fencing, unfencing, controlled shutdown,
 unregistration, a new incarnation after an unclean shutdown) fans out through one primitive,
-`_leader_and_isr_updates`, over a broker → partitions reverse index of ISR membership, and
-runs the PartitionChangeBuilder per partition. Generation and replay are separate: only the
+`_leader_and_isr_updates`, over a broker → partitions reverse index of ISR membership (and,
+with KIP-966's eligible leader replicas, of ELR membership), and runs the PartitionChangeBuilder
+per partition. Generation and replay are separate: only the
 replay methods change the timeline state.
 """
 
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
 __all__ = ["BrokerHeartbeatReply", "ReplicationControlManager"]
 
 _TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
+_MIN_ISR = "min.insync.replicas"
 _MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 # Kafka's DirectoryId: MIGRATING (0, 0), UNASSIGNED (0, 1), LOST (0, 2).
@@ -222,6 +224,8 @@ class ReplicationControlManager:
         self._partitions: TimelineHashMap[PackedPartition, PartitionRegistration] = TimelineHashMap(registry)
         # Reverse index: broker id -> partitions whose ISR holds it (leaders are always in it).
         self._brokers_to_isrs: _PartitionsByMember[int] = _PartitionsByMember(registry)
+        # Reverse index: broker id -> partitions whose ELR holds it (Kafka's BrokersToElrs).
+        self._brokers_to_elrs: _PartitionsByMember[int] = _PartitionsByMember(registry)
         self._leaderless: TimelineHashSet[PackedPartition] = TimelineHashSet(registry)
         self._imbalanced: TimelineHashSet[PackedPartition] = TimelineHashSet(registry)
         self._reassigning: TimelineHashSet[PackedPartition] = TimelineHashSet(registry)
@@ -255,6 +259,9 @@ class ReplicationControlManager:
 
     def partitions_with_broker_in_isr(self, broker_id: int) -> list[TopicPartition]:
         return self._unpacked(self._brokers_to_isrs.members(broker_id))
+
+    def partitions_with_broker_in_elr(self, broker_id: int) -> list[TopicPartition]:
+        return self._unpacked(self._brokers_to_elrs.members(broker_id))
 
     def has_leaderships(self, broker_id: int) -> bool:
         return any(
@@ -337,6 +344,10 @@ class ReplicationControlManager:
         new_isr = _NO_BROKERS if current is None else current.isr
         if old_isr != new_isr:
             self._brokers_to_isrs.update(packed, old=old_isr, new=new_isr)
+        old_elr = _NO_BROKERS if previous is None else previous.elr
+        new_elr = _NO_BROKERS if current is None else current.elr
+        if old_elr != new_elr:
+            self._brokers_to_elrs.update(packed, old=old_elr, new=new_elr)
         old_directories = _NO_DIRECTORIES if previous is None else previous.directories
         new_directories = _NO_DIRECTORIES if current is None else current.directories
         if old_directories != new_directories:
@@ -700,15 +711,17 @@ class ReplicationControlManager:
         return RecordAndVersion(record, mv.partition_change_record_version)
 
     def _builder(
-        self, partition: PartitionRegistration, *, exclude: int | None = None, include: int | None = None,
-        mv: MetadataVersion | None = None,
+        self, partition: PartitionRegistration, *, min_isr: int, exclude: int | None = None,
+        unclean_shutdown: int | None = None, include: int | None = None, mv: MetadataVersion | None = None,
+        elr_enabled: bool | None = None,
     ) -> PartitionChangeBuilder:
         """A builder whose acceptable leaders are active brokers whose replica's directory is
-        online (Kafka's LeaderAcceptor); `exclude` is never acceptable, `include` is even while
-        the cluster state still shows it fenced."""
+        online (Kafka's LeaderAcceptor); `exclude` and `unclean_shutdown` are never acceptable,
+        `include` is even while the cluster state still shows it fenced. `min_isr` is the
+        topic's effective min.insync.replicas (`_effective_min_isr`), which ELR tracking needs."""
 
         def acceptable(broker: int) -> bool:
-            if broker == exclude:
+            if broker in (exclude, unclean_shutdown):
                 return False
             if broker != include and not self._cluster.is_active_broker(broker):
                 return False
@@ -718,12 +731,41 @@ class ReplicationControlManager:
                 return False
             return self._has_online_dir(broker, directory)
 
-        return PartitionChangeBuilder(
+        builder = PartitionChangeBuilder(
             partition,
             is_acceptable_leader=acceptable,
             metadata_version=self._features.metadata_version_or_raise() if mv is None else mv,
+            min_isr=min_isr,
+            eligible_leader_replicas_enabled=self._features.is_elr_enabled() if elr_enabled is None else elr_enabled,
             default_directory=self._default_directory,
         )
+        if unclean_shutdown is not None:
+            builder.set_unclean_shutdown_replicas((unclean_shutdown,))
+        return builder
+
+    def _effective_min_isr(self, topic_id: uuid.UUID) -> int:
+        """Kafka's getTopicEffectiveMinIsr: the topic's min.insync.replicas in force, capped at its
+        replication factor (that of partition 0)."""
+        name = self._topic_names.get(topic_id)
+        configured = 1
+        if name is not None and self._configuration is not None:
+            value = self._configuration.topic_config(name, _MIN_ISR)
+            if value is not None:
+                configured = int(value)
+        first = self._partitions.get(_pack_ids(topic_id, 0))
+        return configured if first is None else min(configured, len(first.replicas))
+
+    def _min_isr_lookup(self) -> Callable[[uuid.UUID], int]:
+        """`_effective_min_isr`, looked up once per topic for one generation."""
+        found: dict[uuid.UUID, int] = {}
+
+        def min_isr(topic_id: uuid.UUID) -> int:
+            value = found.get(topic_id)
+            if value is None:
+                value = found[topic_id] = self._effective_min_isr(topic_id)
+            return value
+
+        return min_isr
 
     def _unclean_election_lookup(self) -> Callable[[uuid.UUID], bool]:
         """`unclean_leader_election_enabled`, looked up once per topic: for one generation, which
@@ -747,22 +789,31 @@ class ReplicationControlManager:
 
     def _leader_and_isr_updates(
         self, *, broker_to_remove: int | None, broker_to_add: int | None, partitions: Iterable[TopicPartition],
-        records: list[RecordAndVersion],
+        records: list[RecordAndVersion], broker_with_unclean_shutdown: int | None = None,
     ) -> None:
+        """Kafka's generateLeaderAndIsrUpdates. `broker_to_remove` leaves the ISR and may not lead;
+        `broker_to_add` may lead though still fenced; `broker_with_unclean_shutdown` leaves the
+        ISR and the ELR and may not lead."""
         # Generation changes no state, so what every partition of the fan-out shares (the
-        # metadata.version, each topic's unclean election setting) is looked up once, not per
-        # partition: a fenced broker can be in the ISR of tens of thousands of partitions.
+        # metadata.version, whether ELR is on, each topic's unclean election setting and min ISR)
+        # is looked up once, not per partition: a fenced broker can be in the ISR of tens of
+        # thousands of partitions.
         mv = self._features.metadata_version_or_raise()
+        elr_enabled = self._features.is_elr_enabled()
         unclean_enabled = self._unclean_election_lookup()
+        min_isr = self._min_isr_lookup()
+        leaving = {broker_to_remove, broker_with_unclean_shutdown} - {None}
         for key in partitions:
             partition = self._partitions.get(_pack(key))
             if partition is None:
                 raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
-            builder = self._builder(partition, exclude=broker_to_remove, include=broker_to_add, mv=mv)
+            builder = self._builder(partition, min_isr=min_isr(key[0]), exclude=broker_to_remove,
+                                    unclean_shutdown=broker_with_unclean_shutdown, include=broker_to_add, mv=mv,
+                                    elr_enabled=elr_enabled)
             if unclean_enabled(key[0]):
                 builder.set_election(Election.UNCLEAN)
-            if broker_to_remove is not None:
-                builder.set_target_isr([r for r in partition.isr if r != broker_to_remove])
+            if leaving:
+                builder.set_target_isr([r for r in partition.isr if r not in leaving])
             change = builder.build()
             if change is not None:
                 records.append(self._change_record(key, change, mv=mv))
@@ -799,13 +850,21 @@ class ReplicationControlManager:
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                      partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
 
-    def handle_broker_unclean_shutdown(self, broker_id: int, records: list[RecordAndVersion]) -> None:
-        """A new incarnation registered: the old one's ISR memberships are not to be trusted.
-        Kafka only acts on this from the metadata.version that supports ELR (4.0-IV1)."""
-        if not self._features.metadata_version_or_raise().is_elr_supported:
-            return
-        self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
-                                     partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+    def handle_broker_shutdown(self, broker_id: int, *, clean: bool, records: list[RecordAndVersion]) -> None:
+        """A new incarnation registered (Kafka's handleBrokerShutdown). With ELR on and no clean
+        shutdown (the broker did not present the epoch its last incarnation closed with), the old
+        incarnation's replicas leave every ISR and ELR: their logs may have lost acknowledged
+        data. Otherwise they leave the ISRs as on a fence, and keep their ELR places."""
+        if self._features.is_elr_enabled() and not clean:
+            self._leader_and_isr_updates(broker_to_remove=None, broker_to_add=None,
+                                         broker_with_unclean_shutdown=broker_id,
+                                         partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+            self._leader_and_isr_updates(broker_to_remove=None, broker_to_add=None,
+                                         broker_with_unclean_shutdown=broker_id,
+                                         partitions=self.partitions_with_broker_in_elr(broker_id), records=records)
+        else:
+            self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
+                                         partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
 
     def handle_directories_offline(
         self, broker_id: int, broker_epoch: int, offline_dirs: Iterable[uuid.UUID], records: list[RecordAndVersion],
@@ -889,6 +948,9 @@ class ReplicationControlManager:
         records: list[RecordAndVersion] = []
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                      partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+        # As Kafka's handleBrokerUnregistered: the partitions whose ELR holds it are rebuilt too.
+        self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
+                                     partitions=self.partitions_with_broker_in_elr(broker_id), records=records)
         records.append(RecordAndVersion(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=registration.epoch), 0))
         return ControllerResult(records, None, is_atomic=True)
 
@@ -949,7 +1011,8 @@ class ReplicationControlManager:
             if (registration is None or registration.fenced or registration.in_controlled_shutdown
                     or (int(state.broker_epoch) != -1 and int(state.broker_epoch) != registration.epoch)):
                 return error(ErrorCode.ineligible_replica)
-        builder = self._builder(partition).set_target_isr(new_isr).set_target_leader_recovery_state(recovery)
+        builder = self._builder(partition, min_isr=self._effective_min_isr(topic_id))
+        builder.set_target_isr(new_isr).set_target_leader_recovery_state(recovery)
         change = builder.build()
         after = partition
         if change is not None:
@@ -1018,7 +1081,7 @@ class ReplicationControlManager:
         if target.replicas is None:
             change = self._cancel_reassignment(topic_name, key, partition)
         else:
-            change = self._change_reassignment(partition, [int(r) for r in target.replicas],
+            change = self._change_reassignment(topic_id, partition, [int(r) for r in target.replicas],
                                                allow_rf_change=allow_rf_change)
         if change is not None:
             records.append(self._change_record(key, change))
@@ -1046,14 +1109,14 @@ class ReplicationControlManager:
                     f"Unable to revert partition assignment for {topic_name}:{key[1]} because it would require "
                     "an unclean leader election.",
                 )
-        builder = self._builder(partition)
+        builder = self._builder(partition, min_isr=self._effective_min_isr(key[0]))
         if self.unclean_leader_election_enabled(key[0]):
             builder.set_election(Election.UNCLEAN)
         builder.set_target_isr(isr).set_target_replicas(replicas).set_target_removing([]).set_target_adding([])
         return builder.build()
 
     def _change_reassignment(
-        self, partition: PartitionRegistration, target: list[int], *, allow_rf_change: bool
+        self, topic_id: uuid.UUID, partition: PartitionRegistration, target: list[int], *, allow_rf_change: bool
     ) -> PartitionChange | None:
         """Stage 1 of a reassignment: the replica set becomes target + removing, with the new
         replicas as adding. The AlterPartition that brings every target into the ISR completes
@@ -1068,7 +1131,7 @@ class ReplicationControlManager:
         removing = sorted(set(current) - set(target))
         adding = sorted(set(target) - set(current))
         replicas = target + removing
-        builder = self._builder(partition)
+        builder = self._builder(partition, min_isr=self._effective_min_isr(topic_id))
         if replicas != current:
             builder.set_target_replicas(replicas)
         if removing:
@@ -1167,7 +1230,7 @@ class ReplicationControlManager:
         ):
             return ApiError(ErrorCode.election_not_needed)
         election = Election.PREFERRED if election_type == _ELECTION_PREFERRED else Election.UNCLEAN
-        change = self._builder(partition).set_election(election).build()
+        change = self._builder(partition, min_isr=self._effective_min_isr(topic_id)).set_election(election).build()
         if change is None:
             if election_type == _ELECTION_PREFERRED:
                 return ApiError(ErrorCode.preferred_leader_not_available)
@@ -1189,7 +1252,8 @@ class ReplicationControlManager:
             partition = self._partitions.get(_pack(key))
             if partition is None:
                 continue
-            change = self._builder(partition).set_election(Election.PREFERRED).build()
+            change = self._builder(partition, min_isr=self._effective_min_isr(key[0])).set_election(
+                Election.PREFERRED).build()
             if change is not None:
                 records.append(self._change_record(key, change))
         return ControllerResult(records, len(records) >= max_elections)
@@ -1249,7 +1313,8 @@ class ReplicationControlManager:
                     elif partition is not None and broker_id not in partition.replicas:
                         code = ErrorCode.not_leader_or_follower
                     elif partition is not None:
-                        change = self._builder(partition).set_directory(broker_id, directory).build()
+                        change = self._builder(partition, min_isr=self._effective_min_isr(topic_id)).set_directory(
+                            broker_id, directory).build()
                         if change is not None:
                             records.append(self._change_record((topic_id, partition_id), change))
                         if offline:
@@ -1281,7 +1346,7 @@ class ReplicationControlManager:
                 if changed in pending:
                     pending[changed] = pending[changed].merge(record)
         for key, partition in pending.items():
-            builder = self._builder(partition, exclude=broker_to_remove)
+            builder = self._builder(partition, min_isr=self._effective_min_isr(key[0]), exclude=broker_to_remove)
             if self.unclean_leader_election_enabled(key[0]):
                 builder.set_election(Election.UNCLEAN)
             builder.set_target_isr([r for r in partition.isr if r != broker_to_remove])

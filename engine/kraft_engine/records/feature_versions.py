@@ -9,14 +9,14 @@ advertises the same ranges as supported (Kafka's QuorumFeatures).
 
 The table is Apache Kafka 4.1's `org.apache.kafka.server.common.Feature` (read off its jars: each
 level's bootstrap metadata.version and dependencies, each feature's latest production and
-testing level), in Kafka's order. What the engine itself supports is lower: see
-`_ENGINE_MAX_LEVELS`. kraft.version is listed like the others but never becomes a
+testing level), in Kafka's order. The engine's controller supports all of it; its broker less
+(`_BROKER_MAX_LEVELS`). kraft.version is listed like the others but never becomes a
 FeatureLevelRecord: the raft layer owns it (KRaftVersionRecord).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kraft_engine.records import metadata_version
@@ -35,6 +35,7 @@ __all__ = [
     "FeatureVersion",
     "engine_max_level",
     "feature",
+    "levels_every_node_supports",
     "supported_ranges",
     "validate_dependencies",
 ]
@@ -116,42 +117,63 @@ FEATURES: tuple[FeatureDefinition, ...] = (
 
 _BY_NAME = {f.name: f for f in FEATURES}
 
-_ENGINE_MAX_LEVELS = {
+_BROKER_MAX_LEVELS = {
     TRANSACTION_VERSION: 0,
     GROUP_VERSION: 0,
     ELIGIBLE_LEADER_REPLICAS_VERSION: 0,
     SHARE_VERSION: 0,
     STREAMS_VERSION: 0,
 }
-"""Levels above these switch on behaviour the engine does not have yet, so its nodes support
-level 0 only: transaction.version 1-2 (KIP-890 server-side transaction checks), group.version 1
-(KIP-848 consumer groups), share.version 1 (KIP-932 share groups), streams.version 1 (KIP-1071)
-all live in the broker's group and transaction coordinators, which the engine's broker does not
-have; eligible.leader.replicas.version 1 is KIP-966's eligible leader replicas, which the
-controller does not maintain yet. `kraft storage format` lowers Kafka's default for a release to
-these levels (every engine node can run the cluster it formats), and refuses an explicit level
-above them as Kafka refuses a level its software does not have. Raising an entry here, once the
-behaviour exists, makes format write Kafka's level for it."""
+"""What the engine's broker supports of each feature it does not implement above level 0:
+transaction.version 1-2 (KIP-890 server-side transaction checks), group.version 1 (KIP-848
+consumer groups), share.version 1 (KIP-932 share groups) and streams.version 1 (KIP-1071) live in
+the broker's group and transaction coordinators, which the engine's broker does not have;
+eligible.leader.replicas.version 1 needs the leader to hold its high watermark while the ISR is
+below min.insync.replicas (KIP-966), which the engine's broker does not do. The engine's
+controller supports every level of Kafka's table: of these features only
+eligible.leader.replicas.version changes what a controller does, and it keeps KIP-966's eligible
+leader replicas (`controller/partition_change.py`). So a cluster formatted with Kafka's defaults
+runs engine controllers with Apache Kafka brokers, and refuses the engine's brokers at
+registration (UNSUPPORTED_VERSION) until they are formatted with levels they support, as Kafka
+refuses a broker that lacks a finalized level."""
 
 
-def engine_max_level(definition: FeatureDefinition, *, unstable_enabled: bool) -> int:
-    """The highest level of `definition` this engine supports."""
+def engine_max_level(definition: FeatureDefinition, *, unstable_enabled: bool, broker: bool = False) -> int:
+    """The highest level of `definition` the engine's controller (or, with `broker`, its broker)
+    supports."""
     latest = definition.latest(unstable_enabled=unstable_enabled)
-    return min(latest, _ENGINE_MAX_LEVELS.get(definition.name, latest))
+    return min(latest, _BROKER_MAX_LEVELS.get(definition.name, latest)) if broker else latest
 
 
 def feature(name: str) -> FeatureDefinition | None:
     return _BY_NAME.get(name)
 
 
-def supported_ranges(*, unstable_enabled: bool) -> dict[str, tuple[int, int]]:
-    """What this software supports of each feature, metadata.version included (Kafka's
-    QuorumFeatures.defaultSupportedFeatureMap, less what the engine does not implement)."""
+def supported_ranges(*, unstable_enabled: bool, broker: bool = False) -> dict[str, tuple[int, int]]:
+    """What the engine's controller (Kafka's QuorumFeatures.defaultSupportedFeatureMap) or, with
+    `broker`, its broker supports of each feature, metadata.version included."""
     latest_mv = metadata_version.latest(unstable_enabled=unstable_enabled)
     ranges = {_MV: (metadata_version.MINIMUM.feature_level, latest_mv.feature_level)}
     for definition in FEATURES:
-        ranges[definition.name] = (0, engine_max_level(definition, unstable_enabled=unstable_enabled))
+        ranges[definition.name] = (0, engine_max_level(definition, unstable_enabled=unstable_enabled, broker=broker))
     return ranges
+
+
+def levels_every_node_supports(
+    release: MetadataVersion, supported: Iterable[Mapping[str, tuple[int, int]]]
+) -> dict[str, int]:
+    """The features whose default level for `release` some node does not support, each at the
+    highest level every node supports: the `--feature name=level` overrides to format a cluster
+    of these nodes with (each a supported-ranges map; a feature a node does not list counts as
+    0-0, as a controller counts it at registration)."""
+    nodes = list(supported)
+    levels: dict[str, int] = {}
+    for definition in FEATURES:
+        default = definition.default_level(release)
+        common = min((node.get(definition.name, (0, 0))[1] for node in nodes), default=default)
+        if common < default:
+            levels[definition.name] = common
+    return levels
 
 
 def validate_dependencies(name: str, version: FeatureVersion, levels: Mapping[str, int]) -> None:

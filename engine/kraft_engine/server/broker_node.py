@@ -64,9 +64,8 @@ from kraft_engine.metadata import (
     MetadataLoader,
 )
 from kraft_engine.protocol import ConnectionConfig, ExponentialBackoff, Features, Listener
+from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.raft import (
-    KRAFT_VERSION_0,
-    KRAFT_VERSION_1,
     ElectionState,
     Endpoint,
     LeaderChange,
@@ -76,8 +75,7 @@ from kraft_engine.raft import (
     VoterNode,
     VoterSet,
 )
-from kraft_engine.raft import CommittedBatch as RaftBatch
-from kraft_engine.records import decode_metadata_record, metadata_version
+from kraft_engine.records import decode_metadata_record, feature_versions
 from kraft_engine.server.broker_apis import BrokerApis
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
@@ -151,13 +149,11 @@ class BrokerNode:
         self._apis: BrokerApis | None = None
         if shared is not None:
             shared.on_driver.append(self._attach)
-        self.supported_features: dict[str, tuple[int, int]] = {
-            metadata_version.FEATURE_NAME: (
-                metadata_version.MINIMUM.feature_level,
-                metadata_version.latest(unstable_enabled=config.unstable_feature_versions_enable).feature_level,
-            ),
-            "kraft.version": (KRAFT_VERSION_0, KRAFT_VERSION_1),
-        }
+        # Every feature the broker knows, with the levels it implements (Kafka's broker sends its
+        # whole supported map; a controller refuses it if a finalized level is outside a range).
+        self.supported_features: dict[str, tuple[int, int]] = feature_versions.supported_ranges(
+            unstable_enabled=config.unstable_feature_versions_enable, broker=True
+        )
 
     @classmethod
     def open(cls, config: KafkaConfig, *, shared: ControllerNode | None = None) -> BrokerNode:

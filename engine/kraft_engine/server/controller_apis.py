@@ -322,7 +322,8 @@ class ControllerApis:
         service = self._service
         try:
             reply = await service.write(
-                "registerBroker", lambda c: c.register_broker(request, now_ms=service.now_ms())
+                "registerBroker", lambda c: c.register_broker(
+                    request, now_ms=service.now_ms(), clean_shutdown_detection=ctx.api_version >= 3)
             )
         except (ControllerApiError, ControllerStopped) as e:
             response = ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code)

@@ -246,7 +246,7 @@ class FormatRequest:
         )
         kraft_version, feature_levels = _effective_feature_levels(
             requested, metadata_version_level=level, dynamic_quorum_flag=chosen[0] if chosen else None,
-            unstable_enabled=config.unstable_feature_versions_enable,
+            unstable_enabled=config.unstable_feature_versions_enable, broker=config.is_broker,
         )
         # Like Kafka, kraft.version 1 is only chosen when a quorum flag is given; a broker with
         # controller.quorum.bootstrap.servers and no flag keeps kraft.version 0.
@@ -319,23 +319,26 @@ def parse_feature_levels(values: Sequence[str]) -> dict[str, int]:
 
 
 def _effective_feature_levels(
-    requested: dict[str, int], *, metadata_version_level: int, dynamic_quorum_flag: str | None, unstable_enabled: bool
+    requested: dict[str, int], *, metadata_version_level: int, dynamic_quorum_flag: str | None, unstable_enabled: bool,
+    broker: bool = False,
 ) -> tuple[int, dict[str, int]]:
     """Kafka's Formatter.calculateEffectiveFeatureLevels: the levels asked for, every other
     production feature at its default for the release, each checked against what the software
-    supports and against its dependencies. (kraft.version, other features)."""
+    supports and against its dependencies. (kraft.version, other features). The software is the
+    engine's controller, and with `broker` also its broker (a node with both roles must be able
+    to register its own broker); see feature_versions._BROKER_MAX_LEVELS."""
     known = {f.name: f for f in feature_versions.FEATURES}
     for name in requested:
         if name not in known:
             raise FormatterError(f"Unsupported feature: {name}. Supported features are: {', '.join(sorted(known))}")
     release = metadata_version.from_feature_level(metadata_version_level)
     kraft_version = _effective_kraft_version(requested.get(feature_versions.KRAFT_VERSION), dynamic_quorum_flag)
-    # A default never exceeds what the engine supports (eligible.leader.replicas.version: see
-    # feature_versions); an explicit level above it is refused below, as Kafka refuses levels
-    # its software does not have.
+    # A default never exceeds what the node's software supports (for a controller: Kafka's own
+    # defaults); an explicit level above it is refused below, as Kafka refuses levels its
+    # software does not have.
     levels = {
-        name: requested.get(name, min(definition.default_level(release),
-                                      feature_versions.engine_max_level(definition, unstable_enabled=unstable_enabled)))
+        name: requested.get(name, min(definition.default_level(release), feature_versions.engine_max_level(
+            definition, unstable_enabled=unstable_enabled, broker=broker)))
         for name, definition in known.items()
     }
     levels[feature_versions.KRAFT_VERSION] = kraft_version
@@ -344,7 +347,8 @@ def _effective_feature_levels(
         if name == feature_versions.KRAFT_VERSION and dynamic_quorum_flag is not None:
             continue  # checked with the engine's own message below, naming the flag
         try:
-            if level > feature_versions.engine_max_level(known[name], unstable_enabled=unstable_enabled):
+            if level > feature_versions.engine_max_level(known[name], unstable_enabled=unstable_enabled,
+                                                         broker=broker):
                 raise feature_versions.FeatureLevelError(f"No feature:{name} with feature level {level}")
             version = known[name].version(level, unstable_enabled=unstable_enabled)
             feature_versions.validate_dependencies(name, version, everything)
