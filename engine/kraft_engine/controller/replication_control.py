@@ -97,6 +97,7 @@ MAX_ELECTIONS_PER_IMBALANCE = 1000
 TopicPartition = tuple[uuid.UUID, int]
 
 M = TypeVar("M")
+T = TypeVar("T")
 
 _NO_BROKERS: tuple[int, ...] = ()
 _NO_DIRECTORIES: tuple[uuid.UUID, ...] = ()
@@ -756,29 +757,10 @@ class ReplicationControlManager:
         return configured if first is None else min(configured, len(first.replicas))
 
     def _min_isr_lookup(self) -> Callable[[uuid.UUID], int]:
-        """`_effective_min_isr`, looked up once per topic for one generation."""
-        found: dict[uuid.UUID, int] = {}
-
-        def min_isr(topic_id: uuid.UUID) -> int:
-            value = found.get(topic_id)
-            if value is None:
-                value = found[topic_id] = self._effective_min_isr(topic_id)
-            return value
-
-        return min_isr
+        return _once_per_topic(self._effective_min_isr)
 
     def _unclean_election_lookup(self) -> Callable[[uuid.UUID], bool]:
-        """`unclean_leader_election_enabled`, looked up once per topic: for one generation, which
-        changes no state, while a fan-out asks for each of a topic's partitions in turn."""
-        found: dict[uuid.UUID, bool] = {}
-
-        def enabled(topic_id: uuid.UUID) -> bool:
-            value = found.get(topic_id)
-            if value is None:
-                value = found[topic_id] = self.unclean_leader_election_enabled(topic_id)
-            return value
-
-        return enabled
+        return _once_per_topic(self.unclean_leader_election_enabled)
 
     def unclean_leader_election_enabled(self, topic_id: uuid.UUID) -> bool:
         """The topic's unclean.leader.election.enable, falling back to the broker-level setting."""
@@ -1354,6 +1336,20 @@ class ReplicationControlManager:
             if change is not None:
                 merged = self._change_record(key, change)
                 records.append(merged)
+
+
+def _once_per_topic(lookup: Callable[[uuid.UUID], T]) -> Callable[[uuid.UUID], T]:
+    """`lookup`, asked once per topic: for one generation, which changes no state, while a fan-out
+    asks for each of a topic's partitions in turn (a topic's min ISR, its unclean election)."""
+    found: dict[uuid.UUID, T] = {}
+
+    def once(topic_id: uuid.UUID) -> T:
+        if topic_id in found:
+            return found[topic_id]
+        value = found[topic_id] = lookup(topic_id)
+        return value
+
+    return once
 
 
 class _ClusterFacts:
