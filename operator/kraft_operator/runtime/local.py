@@ -10,6 +10,9 @@ What Kubernetes gives the operator as objects, this runtime gives as files under
     node-<id>/format.log        its output
     node-<id>/server.log        the node's output (the pod's log)
     node-<id>/pid               the node's process id (so a restarted `kraftwerk up` adopts it)
+    node-<id>/started.json      the revision the process was started with, and when (the pod's
+                                annotations and start time)
+    node-<id>/manual-rolling-update  present: restart this node in a roll (the pod annotation)
 
 Format "Jobs" are `kraft storage format` runs, pods are `kraft server start` processes. A pool with
 `implementation: apache-kafka` runs Apache Kafka 4.1 from the jars that `scripts/fetch-kafka-jars`
@@ -22,6 +25,7 @@ the engine's /metrics, 2.. for the spec's listeners in order.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -30,9 +34,11 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
+from typing import Any
 
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
@@ -48,6 +54,7 @@ from kraft_operator.plan import (
     NodeRef,
     Observed,
     PodPhase,
+    RestartNode,
     StartNode,
     VolumeFacts,
     WriteConfig,
@@ -61,6 +68,7 @@ _PORTS_PER_NODE = 10
 _PORT_SPAN = 64 * _PORTS_PER_NODE
 _STOP_TIMEOUT_S = 30.0
 _REPO = Path(__file__).resolve().parents[3]
+MANUAL_ROLL_FILE = "manual-rolling-update"
 
 
 def kafka_classpath() -> tuple[str, str] | None:
@@ -184,6 +192,7 @@ class LocalRuntime:
                 jobs[node_id] = job
             config = _read_config(node_dir / "server.properties")
             phase, exit_code = self._phase(key, node_dir)
+            started = _read_started(node_dir / "started.json")
             pool = recorded.get(node_id, "")
             implementation = pools[pool].implementation if pool in pools else Implementation.KRAFTWERK
             nodes[node_id] = NodeFacts(
@@ -196,6 +205,9 @@ class LocalRuntime:
                 exit_code=exit_code,
                 message=_log_tail(node_dir / "server.log") if phase is PodPhase.FAILED else "",
                 version=_version(implementation),
+                started_revision=started.get("revision") if phase is PodPhase.RUNNING else None,
+                started_at_ms=started.get("startedAtMs") if phase is PodPhase.RUNNING else None,
+                restart_requested=(node_dir / MANUAL_ROLL_FILE).exists(),
             )
         return Observed(nodes=nodes, format_jobs=jobs)
 
@@ -262,6 +274,35 @@ class LocalRuntime:
             self._format(key, node_dir, action)
         elif isinstance(action, StartNode):
             self._start(key, node_dir, action)
+        elif isinstance(action, RestartNode):
+            await self._stop(key, node_dir, grace_s=action.grace_period_ms / 1000)
+            (node_dir / MANUAL_ROLL_FILE).unlink(missing_ok=True)
+            self._start(key, node_dir, action)
+
+    async def _stop(self, key: tuple[str, int], node_dir: Path, *, grace_s: float) -> None:
+        """The node's controlled shutdown: SIGTERM, then SIGKILL after `grace_s` (a pod's
+        termination grace period). Works on a process this runtime started or one it adopted."""
+        process = self._processes.get(key)
+        pid = process.pid if process is not None and process.poll() is None else _read_pid(node_dir / "pid")
+        marker = str(node_dir / "server.properties")
+        if pid is None or not _alive(pid, marker=marker):
+            return
+        os.kill(pid, signal.SIGTERM)
+        started = time.monotonic()
+        while time.monotonic() < started + grace_s:
+            if process is not None and process.pid == pid:
+                if process.poll() is not None:
+                    _note(node_dir, f"stopped by SIGTERM: exit code {process.returncode} after "
+                          f"{time.monotonic() - started:.1f} s")
+                    return
+            elif not _alive(pid, marker=marker):
+                _note(node_dir, f"stopped by SIGTERM after {time.monotonic() - started:.1f} s")
+                return
+            await asyncio.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        if process is not None and process.pid == pid:
+            process.wait()
+        _note(node_dir, f"killed (SIGKILL): still running {grace_s:.0f} s after SIGTERM")
 
     def _format(self, key: tuple[str, int], node_dir: Path, action: FormatStorage) -> None:
         if key in self._jobs and self._jobs[key].process.poll() is None:
@@ -277,7 +318,7 @@ class LocalRuntime:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._jobs[key] = _Job(action.node.node_id, process, action.directories)
 
-    def _start(self, key: tuple[str, int], node_dir: Path, action: StartNode) -> None:
+    def _start(self, key: tuple[str, int], node_dir: Path, action: StartNode | RestartNode) -> None:
         running = self._processes.get(key)
         if running is not None and running.poll() is None:
             return
@@ -295,6 +336,8 @@ class LocalRuntime:
         if Role.CONTROLLER in action.roles:
             self._controllers.add(key)
         (node_dir / "pid").write_text(str(process.pid), encoding="utf-8")
+        started = {"revision": action.revision, "startedAtMs": int(time.time() * 1000), "pid": process.pid}
+        (node_dir / "started.json").write_text(json.dumps(started), encoding="utf-8")
 
     def _command(self, implementation: Implementation, *, tool: str) -> list[str]:
         if implementation is Implementation.KRAFTWERK:
@@ -387,6 +430,25 @@ def _volumes(node_dir: Path) -> tuple[VolumeFacts, ...]:
             )
         )
     return tuple(found)
+
+
+def _note(node_dir: Path, message: str) -> None:
+    """A line of the runtime's own in the node's log, as a kubelet event would say it."""
+    with (node_dir / "server.log").open("a", encoding="utf-8") as log:
+        log.write(f"[kraftwerk local runtime] {message}\n")
+
+
+def _read_started(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    revision = data.get("revision")
+    started_at = data.get("startedAtMs")
+    return {"revision": revision if isinstance(revision, str) and revision else None,
+            "startedAtMs": started_at if isinstance(started_at, int) else None}
 
 
 def _read_pid(path: Path) -> int | None:

@@ -1,0 +1,53 @@
+"""The operator simulation at scale: how many seeded rolls with faults (tests/kraftwerk_operator/sim.py,
+the real planner against a simulated cluster) run per second, and whether any broke a promise or
+failed to finish. Prints figures; never passes or fails.
+
+    .venv/bin/python bench/operator_sim.py --seeds 2000
+    .venv/bin/python bench/operator_sim.py --seeds 500 --first 10000
+
+Timing on a shared machine is noisy: the load average is printed beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.kraftwerk_operator.sim import Scenario
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=1000)
+    parser.add_argument("--first", type=int, default=0, help="the first seed")
+    args = parser.parse_args()
+    started = time.monotonic()
+    reconciles = 0
+    broken: list[tuple[int, list[str]]] = []
+    unfinished: list[int] = []
+    for seed in range(args.first, args.first + args.seeds):
+        scenario = Scenario.random(seed)
+        violations, finished = scenario.run()
+        reconciles += len(scenario.results)
+        if violations:
+            broken.append((seed, violations))
+        if not finished:
+            unfinished.append(seed)
+    elapsed = time.monotonic() - started
+    load = os.getloadavg()
+    print(f"{args.seeds} seeds ({args.first}..{args.first + args.seeds - 1}) in {elapsed:.1f} s: "
+          f"{args.seeds / elapsed:.1f} seeds/s, {reconciles} reconciles ({reconciles / elapsed:.0f}/s)")
+    print(f"violations: {len(broken)} seed(s) {[s for s, _ in broken[:10]]}; unfinished: {len(unfinished)} {unfinished[:10]}")
+    for seed, violations in broken[:3]:
+        print(f"  seed {seed}: {violations[:3]}")
+    print(f"load average: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
