@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from typing import Any
+from unittest.mock import patch
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kio.schema.alter_partition.v3 import request as ap
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
@@ -18,13 +22,14 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from kraft_engine.controller.replication_control import BrokerHeartbeatReply
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
 )
 
-from .harness import Harness
+from .harness import LATEST_MV, Harness
 
 
 def _unfenced_cluster(*brokers: int) -> Harness:
@@ -239,3 +244,51 @@ def test_a_partition_record_with_a_negative_partition_id_is_refused() -> None:
     with pytest.raises(RuntimeError, match="invalid partition id -1"):
         cluster.controller.replication_control.replay_partition(record, 99)
     assert cluster.controller.replication_control.partition(cluster.topic_id("orders"), -1) is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), mv=st.sampled_from([7, LATEST_MV]), elr=st.booleans())
+def test_the_isr_shrink_fast_path_writes_what_the_partition_change_builder_writes(
+    data: st.DataObject, mv: int, elr: bool
+) -> None:
+    """A fence or controlled shutdown skips the builder for a partition that only loses the broker
+    from its ISR (`ReplicationControlManager._isr_shrink`); on any cluster state, its records for
+    every broker are the builder's, record for record."""
+    elr = elr and mv == LATEST_MV
+    cluster = Harness(mv=mv, features={"eligible.leader.replicas.version": 1} if elr else None)
+    brokers = (1, 2, 3, 4, 5)
+    for broker in brokers:
+        cluster.register(broker, dirs=data.draw(st.integers(1, 2), label=f"dirs of {broker}"),
+                         supported={"eligible.leader.replicas.version": (0, 1)} if elr else None)
+    for broker in brokers:
+        cluster.heartbeat(broker)
+    for topic in range(data.draw(st.integers(1, 3), label="topics")):
+        rf = data.draw(st.integers(1, 4), label=f"replication factor of {topic}")
+        replicas = st.permutations(brokers).map(lambda order, rf=rf: order[:rf])  # type: ignore[misc]
+        assignments = data.draw(st.lists(replicas, min_size=1, max_size=5), label=f"topic {topic}")
+        cluster.create_topic(f"t{topic}", assignments=assignments)
+        for partition_id, placed in enumerate(assignments):
+            partition = cluster.partition(f"t{topic}", partition_id)
+            isr = [b for b in placed if b == partition.leader or data.draw(st.booleans(), label="keep in isr")]
+            if tuple(isr) != partition.isr:
+                cluster.alter_isr(f"t{topic}", partition_id, isr)
+    # Some leaders become unacceptable: a broker in controlled shutdown, a fenced one.
+    for broker in data.draw(st.lists(st.sampled_from(brokers), max_size=2, unique=True), label="shut down"):
+        cluster.heartbeat(broker, want_shut_down=True)
+    # And registrations fenced with their partitions not yet changed (as while a fence of several
+    # brokers is generated): leaders that are in the ISR but no longer acceptable.
+    for broker in data.draw(st.lists(st.sampled_from(brokers), max_size=2, unique=True), label="fenced"):
+        cluster.controller.cluster_control.replay_fence_broker(
+            FenceBrokerRecord(id=BrokerId(broker), epoch=i64(cluster.epochs[broker])), cluster.raft.next_append_offset()
+        )
+    replication = cluster.controller.replication_control
+    for removed in brokers:
+        partitions = list(replication.partitions_with_broker_in_isr(removed))
+        fast: list[Any] = []
+        replication._leader_and_isr_updates(broker_to_remove=removed, broker_to_add=None, partitions=partitions,
+                                            records=fast)
+        built: list[Any] = []
+        with patch.object(type(replication), "_isr_shrink", lambda *args, **kwargs: None):
+            replication._leader_and_isr_updates(broker_to_remove=removed, broker_to_add=None,
+                                                partitions=partitions, records=built)
+        assert fast == built

@@ -353,3 +353,17 @@ def test_a_record_that_does_not_fit_its_batch_is_corrupt(patch: object, reason: 
     broken = _recrc(bytearray(patch(data)))  # type: ignore[operator]
     with pytest.raises(CorruptBatchError, match=reason):
         decode_records(bytes(broken))
+
+
+def test_a_large_batch_decoded_again_gives_the_same_records_and_callers_cannot_change_them() -> None:
+    values = [bytes([n % 256]) * 40 for n in range(3000)]  # above the size whose records are remembered
+    data = build_batch(base_offset=5, partition_leader_epoch=1, values=values, timestamp_ms=0)
+    first = decode_records(data)
+    first.clear()
+    again = decode_records(bytes(bytearray(data)))  # equal bytes, another object
+    assert again == [DecodedRecord(5 + n, None, value) for n, value in enumerate(values)]
+    # A corrupt copy is still refused, whatever was remembered for the good one.
+    broken = bytearray(data)
+    broken[-1] ^= 1
+    with pytest.raises(CorruptBatchError, match="CRC"):
+        decode_records(bytes(broken))

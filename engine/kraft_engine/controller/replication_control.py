@@ -785,10 +785,22 @@ class ReplicationControlManager:
         unclean_enabled = self._unclean_election_lookup()
         min_isr = self._min_isr_lookup()
         leaving = {broker_to_remove, broker_with_unclean_shutdown} - {None}
+        # Removing a broker from the ISR of a partition it does not lead is, in almost every
+        # partition of a fence, only that: no election, so no builder (see `_isr_shrink`).
+        shrink_only = (
+            broker_to_remove is not None and broker_to_add is None and broker_with_unclean_shutdown is None
+            and not elr_enabled and not mv.is_leader_epoch_bump_required_on_isr_shrink
+        )
+        leader_acceptable: dict[tuple[int, int], bool] = {}
         for key in partitions:
             partition = self._partitions.get(_pack(key))
             if partition is None:
                 raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
+            if shrink_only:
+                shrunk = self._isr_shrink(partition, removed=broker_to_remove, acceptable=leader_acceptable)
+                if shrunk is not None:
+                    records.append(self._change_record(key, shrunk, mv=mv))
+                    continue
             builder = self._builder(partition, min_isr=min_isr(key[0]), exclude=broker_to_remove,
                                     unclean_shutdown=broker_with_unclean_shutdown, include=broker_to_add, mv=mv,
                                     elr_enabled=elr_enabled)
@@ -799,6 +811,35 @@ class ReplicationControlManager:
             change = builder.build()
             if change is not None:
                 records.append(self._change_record(key, change, mv=mv))
+
+    def _isr_shrink(
+        self, partition: PartitionRegistration, *, removed: int | None, acceptable: dict[tuple[int, int], bool]
+    ) -> PartitionChange | None:
+        """The change `PartitionChangeBuilder` builds when `removed` leaves the ISR of a partition
+        whose leader stays (in the new ISR, acceptable), with no reassignment and no ELR: the new
+        ISR and nothing else. None for any other partition, which then goes through the builder.
+
+        Whether a leader is acceptable is asked once per (leader, directory): generation changes no
+        state. `tests/controller/test_broker_lifecycle.py` checks the records against the builder's."""
+        leader = partition.leader
+        isr = partition.isr
+        if (
+            leader == removed or removed not in isr or partition.removing_replicas or partition.adding_replicas
+            or partition.elr
+        ):
+            return None
+        target = tuple(r for r in isr if r != removed)
+        if leader not in target:
+            return None
+        try:
+            directory = partition.directory(leader)
+        except ValueError:
+            return None
+        cached = (leader, directory.int)
+        ok = acceptable.get(cached)
+        if ok is None:
+            ok = acceptable[cached] = self._cluster.is_active_broker(leader) and self._has_online_dir(leader, directory)
+        return PartitionChange(isr=target) if ok else None
 
     # -- broker lifecycle ------------------------------------------------------------------
 
