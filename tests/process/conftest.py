@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from broker_processes import BrokerCluster, start_cluster
 from played_brokers import CONTROLLER_MODE
 from quorum_processes import HOST, ProcessCluster
 
@@ -48,3 +49,15 @@ async def controllers(cluster: ProcessCluster) -> AsyncIterator[ProcessCluster]:
 async def admin(controllers: ProcessCluster) -> AsyncIterator[ControllerAdmin]:
     async with ControllerAdmin([(HOST, n.port) for n in controllers.nodes.values()], timeout_ms=30000) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def module_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    """Three controllers and brokers 101-103 shared by one module's tests (each test uses topics of
+    its own): a cluster start is most of a test's time on a loaded machine."""
+    processes = BrokerCluster(root=Path(tmp_path_factory.mktemp("brokers")))
+    try:
+        start_cluster(processes)
+        yield processes
+    finally:
+        processes.cleanup()

@@ -16,11 +16,9 @@ each test has its own topic.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from broker_processes import BrokerCluster, start_cluster
+from broker_processes import BrokerCluster
 from quorum_processes import wait_for
 from record_checks import CLEAN, add_read, anomalies
 
@@ -32,14 +30,9 @@ _TIMESTAMP_BASE_MS = 1_700_000_000_000
 _TIMESTAMP_STEP_MS = 10
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    processes = BrokerCluster(root=Path(tmp_path_factory.mktemp("clients")))
-    try:
-        start_cluster(processes)
-        yield processes
-    finally:
-        processes.cleanup()
+@pytest.fixture
+def cluster(module_brokers: BrokerCluster) -> BrokerCluster:
+    return module_brokers
 
 
 def _wait_replicated(cluster: BrokerCluster, topic: str) -> None:

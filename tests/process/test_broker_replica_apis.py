@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_processes import BrokerCluster, start_cluster
+from broker_processes import BrokerCluster
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_for_leader_epoch.v4.request import (
@@ -43,14 +43,9 @@ pytestmark = [
 _PREFERRED = 0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    processes = BrokerCluster(root=Path(tmp_path_factory.mktemp("replica-apis")))
-    try:
-        start_cluster(processes)
-        yield processes
-    finally:
-        processes.cleanup()
+@pytest.fixture
+def cluster(module_brokers: BrokerCluster) -> BrokerCluster:
+    return module_brokers
 
 
 @pytest.fixture

@@ -19,3 +19,8 @@ class BrokerAdmin(ControllerAdmin):
     async def send_to_active(self, request: Any) -> Any:
         """Brokers forward the controller's requests: any broker takes them."""
         return await self.send_to_any(request)
+
+    async def send_to(self, address: tuple[str, int], request: Any) -> Any | None:
+        """One exchange with one broker (DescribeLogDirs describes the broker it is sent to);
+        None when it cannot be reached."""
+        return await self._send(address, request)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 from kio.schema.errors import ErrorCode
 
@@ -54,7 +54,7 @@ class ControllerAdmin(QuorumAdmin):
         )
         self._active: tuple[str, int] | None = None
 
-    async def __aenter__(self) -> ControllerAdmin:
+    async def __aenter__(self) -> Self:
         return self
 
     @property

@@ -21,6 +21,9 @@ _TOOLS: tuple[tuple[str, str], ...] = (
     ("metadata-quorum", "metadata_quorum"),
     ("features", "features"),
     ("topics", "topics"),
+    ("console-producer", "console_producer"),
+    ("console-consumer", "console_consumer"),
+    ("log-dirs", "log_dirs"),
     ("sim", "sim"),
 )
 

@@ -1,0 +1,164 @@
+"""`kraft console-consumer`: Kafka's kafka-console-consumer, reading partitions from an offset.
+
+Kafka's flags: `--bootstrap-server`, `--topic`, `--partition`, `--offset` (earliest, latest or an
+offset; needs `--partition`), `--from-beginning`, `--max-messages`, `--timeout-ms`, and the
+formatter's properties with `--formatter-property` (or the older `--property`): print.timestamp,
+print.partition, print.offset, print.headers, print.key, print.value, key.separator,
+line.separator, headers.separator, null.literal. Output is DefaultMessageFormatter's, and
+"Processed a total of N messages" goes to stderr at the end, as Kafka's tool prints it.
+
+Consumer groups come with the next issue: `--group` is refused, and without `--partition` every
+partition of the topic is read (assigned, not subscribed), from the start with `--from-beginning`
+and from the end otherwise. `--timeout-ms` ends the run when no record arrived for that long.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any, TextIO
+
+from kraft_engine.admin.controller_admin import ControllerAdminError
+from kraft_engine.admin.record_clients import EARLIEST, LATEST, RecordClient, RecordClientError
+from kraft_engine.cli.main import CliError
+from kraft_engine.cli.tool_properties import parse_properties
+from kraft_engine.protocol import parse_bootstrap_servers
+from kraft_engine.records.client_records import ClientRecord
+
+__all__ = ["register"]
+
+_FETCH_WAIT_MS = 500
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("console-consumer", help="Print records of a topic (kafka-console-consumer)",
+                                   description="Consumes records from a topic and prints them.")
+    parser.add_argument("--bootstrap-server", required=True, help="REQUIRED: The server(s) to connect to.")
+    parser.add_argument("--topic", help="The topic to consume on.")
+    parser.add_argument("--partition", type=int, help="The partition to consume from. Consumption starts from the "
+                                                      "end of the partition unless '--offset' is specified.")
+    parser.add_argument("--offset", help="The offset to consume from (a non-negative number), or 'earliest' which "
+                                         "means from beginning, or 'latest' which means from end (default: latest)")
+    parser.add_argument("--from-beginning", action="store_true",
+                        help="Start with the earliest message present in the log rather than the latest message.")
+    parser.add_argument("--max-messages", type=int, help="The maximum number of messages to consume before exiting.")
+    parser.add_argument("--timeout-ms", type=int, help="If specified, exit if no message is available for "
+                                                       "consumption for the specified interval.")
+    parser.add_argument("--formatter-property", "--property", dest="properties", action="append", default=[],
+                        help="The properties to initialize the message formatter (print.key=true, ...).")
+    parser.add_argument("--group", help="The consumer group id (not served yet: consumer groups come later).")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.topic:
+        raise CliError("Exactly one of include/topic is required.")
+    if args.group is not None:
+        raise CliError("--group: consumer groups are not served by this engine yet; read partitions with --partition")
+    if args.offset is not None and args.partition is None:
+        raise CliError("The partition is required when offset is specified.")
+    if args.offset is not None and args.from_beginning:
+        raise CliError("Options from-beginning and offset cannot be specified together.")
+    start = EARLIEST if args.from_beginning else LATEST
+    if args.offset is not None:
+        if args.offset == "earliest":
+            start = EARLIEST
+        elif args.offset == "latest":
+            start = LATEST
+        else:
+            try:
+                start = int(args.offset)
+            except ValueError:
+                start = -3
+            if start < 0:
+                raise CliError(f"The provided offset value '{args.offset}' is incorrect. Valid values are "
+                               "'earliest', 'latest', or a non-negative long.")
+    try:
+        bootstrap = parse_bootstrap_servers(args.bootstrap_server)
+    except ValueError as e:
+        raise CliError(f"--bootstrap-server: {e}") from None
+    formatter = _Formatter(parse_properties(args.properties, flag="--formatter-property"), out=sys.stdout)
+    consumed = _Count()
+    try:
+        asyncio.run(_consume(args, bootstrap, start=start, formatter=formatter, consumed=consumed))
+    except KeyboardInterrupt:
+        pass
+    except (RecordClientError, ControllerAdminError) as e:
+        print(f"Processed a total of {consumed.value} messages", file=sys.stderr)
+        raise CliError(str(e)) from None
+    print(f"Processed a total of {consumed.value} messages", file=sys.stderr)
+    return 0
+
+
+class _Count:
+    value = 0
+
+
+async def _consume(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, start: int, formatter: _Formatter,
+                   consumed: _Count) -> None:
+    loop = asyncio.get_running_loop()
+    async with RecordClient(bootstrap, client_id="console-consumer") as client:
+        count = await client.refresh(args.topic)
+        partitions = [args.partition] if args.partition is not None else list(range(count))
+        if args.partition is not None and not 0 <= args.partition < count:
+            raise RecordClientError("UNKNOWN_TOPIC_OR_PARTITION", f"{args.topic}-{args.partition}")
+        positions = {}
+        for p in partitions:
+            positions[p] = start if start >= 0 else await client.list_offset(args.topic, p, timestamp=start)
+        last_record = loop.time()
+        while True:
+            got = False
+            for p in partitions:
+                records, _hwm = await client.fetch(args.topic, p, offset=positions[p], max_wait_ms=_FETCH_WAIT_MS)
+                for record in records:
+                    formatter.write(record, partition=p)
+                    consumed.value += 1
+                    positions[p] = record.offset + 1
+                    got = True
+                    if args.max_messages is not None and consumed.value >= args.max_messages:
+                        return
+            if got:
+                last_record = loop.time()
+            elif args.timeout_ms is not None and (loop.time() - last_record) * 1000 >= args.timeout_ms:
+                print("ERROR Error processing message, terminating consumer process: "
+                      "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
+                return
+
+
+class _Formatter:
+    """Kafka's DefaultMessageFormatter: the chosen columns separated by key.separator, then the
+    line separator after the value (or after the last column printed)."""
+
+    def __init__(self, properties: dict[str, str], *, out: TextIO) -> None:
+        def flag(name: str, default: bool = False) -> bool:
+            return properties.get(name, str(default)).strip().lower() == "true"
+
+        self._columns = [name for name in ("timestamp", "partition", "offset", "headers", "key", "value")
+                         if flag(f"print.{name}", default=name == "value")]
+        self._key_separator = properties.get("key.separator", "\t")
+        self._line_separator = properties.get("line.separator", "\n")
+        self._headers_separator = properties.get("headers.separator", ",")
+        self._null = properties.get("null.literal", "null")
+        self._out = out
+
+    def _text(self, data: bytes | None) -> str:
+        return self._null if data is None else data.decode(errors="replace")
+
+    def _column(self, name: str, record: ClientRecord, partition: int) -> str:
+        if name == "timestamp":
+            return f"CreateTime:{record.timestamp_ms}"
+        if name == "partition":
+            return f"Partition:{partition}"
+        if name == "offset":
+            return f"Offset:{record.offset}"
+        if name == "headers":
+            if not record.headers:
+                return "NO_HEADERS"
+            return self._headers_separator.join(f"{k}:{self._text(v)}" for k, v in record.headers)
+        return self._text(record.key if name == "key" else record.value)
+
+    def write(self, record: ClientRecord, *, partition: int) -> None:
+        parts: list[Any] = [self._column(name, record, partition) for name in self._columns]
+        self._out.write(self._key_separator.join(parts) + self._line_separator)
+        self._out.flush()

@@ -1,0 +1,156 @@
+"""`kraft console-producer`, `kraft console-consumer` and `kraft log-dirs` against three of our
+brokers and three controllers (real processes), run as the commands a user types, with Kafka's
+flags; kafka-python (a client not written here) cross-checks where the records went and what
+they hold."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from broker_processes import BrokerCluster
+from quorum_processes import kraft_tool
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.partitioner.default import murmur2
+
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
+]
+
+KRAFT = str(Path(sys.executable).parent / "kraft")
+PARTITIONS = 3
+
+
+@pytest.fixture
+def cluster(module_brokers: BrokerCluster) -> BrokerCluster:
+    return module_brokers
+
+
+def _create(cluster: BrokerCluster, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.broker_bootstrap(), request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 3)])
+    finally:
+        admin.close()
+    for partition in range(PARTITIONS):
+        cluster.wait_isr(topic, partition, set(cluster.brokers))
+
+
+def _producer(cluster: BrokerCluster, topic: str, lines: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KRAFT, "console-producer", "--bootstrap-server", cluster.broker_bootstrap(), "--topic", topic,
+                           *flags], input=lines, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _consumer(cluster: BrokerCluster, topic: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KRAFT, "console-consumer", "--bootstrap-server", cluster.broker_bootstrap(), "--topic", topic,
+                           *flags], capture_output=True, text=True, timeout=300, check=False)
+
+
+def _kafka_python_read(cluster: BrokerCluster, topic: str) -> dict[int, list[tuple[int, bytes | None, bytes | None]]]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.broker_bootstrap(), enable_auto_commit=False, group_id=None,
+                             consumer_timeout_ms=5000)
+    try:
+        assignment = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(assignment)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(assignment)
+        read: dict[int, list[tuple[int, bytes | None, bytes | None]]] = {p: [] for p in range(PARTITIONS)}
+        while any(consumer.position(tp) < ends[tp] for tp in assignment):
+            for records in consumer.poll(timeout_ms=2000).values():
+                for record in records:
+                    read[record.partition].append((record.offset, record.key, record.value))
+        return read
+    finally:
+        consumer.close()
+
+
+def test_console_producer_keys_pick_kafkas_partition_and_console_consumer_reads_a_partition_from_an_offset(
+        cluster: BrokerCluster) -> None:
+    topic = "console"
+    _create(cluster, topic)
+    keys = [f"key-{i % 7}" for i in range(60)]
+    lines = "".join(f"{key}:value-{i}\n" for i, key in enumerate(keys))
+    produced = _producer(cluster, topic, lines, "--property", "parse.key=true", "--property", "key.separator=:",
+                         "--compression-codec", "zstd", "--batch-size", "16")
+    assert (produced.returncode, produced.stderr) == (0, "")
+
+    # Every key went where Kafka's partitioner (kafka-python's murmur2 here) puts it, in order.
+    expected: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    for i, key in enumerate(keys):
+        expected[(murmur2(key.encode()) & 0x7FFFFFFF) % PARTITIONS].append((key.encode(), f"value-{i}".encode()))
+    read = _kafka_python_read(cluster, topic)
+    assert {p: [(k, v) for _, k, v in records] for p, records in read.items()} == expected
+    assert all([o for o, _, _ in records] == list(range(len(records))) for records in read.values())
+
+    partition = max(expected, key=lambda p: len(expected[p]))
+    start = 3
+    consumed = _consumer(cluster, topic, "--partition", str(partition), "--offset", str(start), "--max-messages",
+                         str(len(expected[partition]) - start), "--property", "print.key=true",
+                         "--property", "print.offset=true", "--property", "print.partition=true")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines() == [
+        f"Partition:{partition}\tOffset:{offset}\t{key.decode()}\t{value.decode()}"
+        for offset, (key, value) in enumerate(expected[partition]) if offset >= start
+    ]
+    assert consumed.stderr.strip() == f"Processed a total of {len(expected[partition]) - start} messages"
+
+    # --from-beginning over every partition, ended by --timeout-ms once nothing more arrives.
+    everything = _consumer(cluster, topic, "--from-beginning", "--timeout-ms", "3000")
+    assert everything.returncode == 0
+    assert sorted(everything.stdout.splitlines()) == sorted(f"value-{i}" for i in range(60))
+    assert f"Processed a total of {len(keys)} messages" in everything.stderr
+
+
+def test_console_tools_refuse_what_kafkas_refuse(cluster: BrokerCluster) -> None:
+    topic = "refusals"
+    _create(cluster, topic)
+    no_separator = _producer(cluster, topic, "no-separator-here\n", "--property", "parse.key=true")
+    assert no_separator.returncode == 1
+    assert "No key separator found on line number 1: 'no-separator-here'" in no_separator.stderr
+    assert _consumer(cluster, topic, "--offset", "3").stderr.strip() == \
+        "Error: The partition is required when offset is specified."
+    assert "cannot be specified together" in _consumer(cluster, topic, "--partition", "0", "--offset", "3",
+                                                       "--from-beginning").stderr
+    unknown = _consumer(cluster, "no-such-topic", "--partition", "0", "--offset", "0", "--timeout-ms", "1000")
+    assert unknown.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
+    # Nothing was written by the refused line.
+    assert all(records == [] for records in _kafka_python_read(cluster, topic).values())
+
+
+def test_log_dirs_describe_prints_kafkas_json_for_every_broker(cluster: BrokerCluster) -> None:
+    topic = "sized"
+    _create(cluster, topic)
+    assert _producer(cluster, topic, "".join(f"line-{i}\n" for i in range(30))).returncode == 0
+    result = kraft_tool("log-dirs", "--bootstrap-server", cluster.broker_bootstrap(), "--describe",
+                        "--topic-list", topic)
+    assert result.returncode == 0, result.stderr
+    first, second, document = result.stdout.splitlines()
+    assert first == "Querying brokers for log directories information"
+    assert second == "Received log directory information from brokers " + ",".join(map(str, sorted(cluster.brokers)))
+    described = json.loads(document)
+    assert described["version"] == 1
+    assert [b["broker"] for b in described["brokers"]] == sorted(cluster.brokers)
+    for broker in described["brokers"]:
+        root = cluster.nodes[broker["broker"]].config_path.parent
+        assert [d["logDir"] for d in broker["logDirs"]] == [str(root / "data-a"), str(root / "data-b")]
+        assert all(d["error"] is None for d in broker["logDirs"])
+        shown = {p["partition"]: (d["logDir"], p) for d in broker["logDirs"] for p in d["partitions"]}
+        assert sorted(shown) == [f"{topic}-{p}" for p in range(PARTITIONS)]
+        for name, (log_dir, entry) in shown.items():
+            on_disk = sum(f.stat().st_size for f in (Path(log_dir) / name).glob("*.log"))
+            assert (entry["size"], entry["offsetLag"], entry["isFuture"]) == (on_disk, 0, False)
+    missing = kraft_tool("log-dirs", "--bootstrap-server", cluster.broker_bootstrap(), "--describe",
+                         "--broker-list", "101,999")
+    assert missing.returncode == 1
+    assert missing.stdout.strip() == ("ERROR: The given brokers do not exist from --broker-list: 999. "
+                                      "Current existent brokers: " + ",".join(map(str, sorted(cluster.brokers))))
