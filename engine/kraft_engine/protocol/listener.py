@@ -48,6 +48,7 @@ import logging
 import re
 import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -732,6 +733,14 @@ class _Connection:
         return await self._handle(route, body, self._context(header, api_key, api_version), large=True)
 
     async def _handle(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool = False) -> bytes:
+        started = time.monotonic()
+        try:
+            return await self._respond(route, body, ctx, large=large)
+        finally:
+            self.listener.metrics.total_time_ms.labels(self.listener.name, api_name(ctx.api_key)).observe(
+                (time.monotonic() - started) * 1000)
+
+    async def _respond(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool) -> bytes:
         response = await route.handler(body, ctx)
         if response is NO_RESPONSE:
             return b""  # the writer keeps the order and frees the slot, and writes nothing

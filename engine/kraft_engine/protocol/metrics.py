@@ -1,4 +1,5 @@
-"""The wire layer's Prometheus counters, named after Kafka's `kafka.network` request metrics.
+"""The wire layer's Prometheus counters and the request-time histogram, named after Kafka's
+`kafka.network` request metrics.
 
 A node usually runs several listeners (controller, broker, internal) against one registry.
 prometheus-client refuses to register the same metric name twice in a registry, so the counters
@@ -9,9 +10,12 @@ from __future__ import annotations
 
 import weakref
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 __all__ = ["ListenerMetrics", "metrics_for"]
+
+
+_TOTAL_TIME_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
 
 class ListenerMetrics:
@@ -35,6 +39,14 @@ class ListenerMetrics:
             "kafka_network_malformed_requests",
             "Requests that could not be decoded (their connection is closed), by listener and api.",
             ["listener", "request"],
+            registry=registry,
+        )
+        self.total_time_ms = Histogram(
+            "kafka_network_requestmetrics_totaltimems",
+            "Time from a decoded request to its encoded response, in ms (Kafka's RequestMetrics TotalTimeMs, "
+            "less the socket), by listener and api.",
+            ["listener", "request"],
+            buckets=_TOTAL_TIME_BUCKETS_MS,
             registry=registry,
         )
         self.connections_accepted = Counter(

@@ -45,6 +45,7 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, ProducerId, TopicName
 from kio.static.primitive import i16, i32, i32Timedelta, i64
+from prometheus_client import CollectorRegistry
 
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import parse_records
@@ -52,6 +53,7 @@ from kraft_engine.metadata import MetadataImage
 from kraft_engine.protocol import NO_RESPONSE, Listener, RequestContext
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
 from kraft_engine.records.compression import CODEC_NONE, decompress
+from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
 from kraft_engine.server.controller_apis import KAFKA_CONTROLLER_VERSIONS
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.forwarding import FORWARDED_API_VERSIONS, EnvelopeForwarder
@@ -108,7 +110,9 @@ class BrokerApis:
         image: Callable[[], MetadataImage],
         channel: ControllerChannel,
         broker_epoch: Callable[[], int],
+        registry: CollectorRegistry | None = None,
     ) -> None:
+        self._topic_metrics = BrokerTopicMetrics(registry if registry is not None else CollectorRegistry())
         self._producer_ids = _ProducerIdBlocks(channel=channel, node_id=node_id, broker_epoch=broker_epoch)
         self._node_id = node_id
         self._cluster_id = cluster_id
@@ -266,6 +270,9 @@ class BrokerApis:
             for data in topic.partition_data:
                 jobs.append((str(topic.name), int(data.index), data.records))
         outcomes = await asyncio.gather(*(self._produce_one(t, p, r, acks=acks, timeout_ms=timeout_ms) for t, p, r in jobs))
+        for (topic_name, _, _), (error, *_rest) in zip(jobs, outcomes, strict=True):
+            if error != ErrorCode.none:
+                self._topic_metrics.failed_produce_requests.labels(topic_name).inc()
         if acks == 0:
             return NO_RESPONSE
         by_topic: dict[str, list[Any]] = {}
@@ -304,6 +311,8 @@ class BrokerApis:
         outcome = await self._replicas.append_as_leader(
             partition, validated.data, acks=acks, timeout_ms=timeout_ms, header=validated.header,
         )
+        if outcome.error == ErrorCode.none:
+            self._topic_metrics.produced(topic, size_bytes=len(validated.data), records=validated.header.record_count)
         return outcome.error, outcome.base_offset, outcome.log_start_offset, outcome.message
 
     # -- Fetch ---------------------------------------------------------------------------------------
@@ -334,6 +343,11 @@ class BrokerApis:
             finally:
                 for w in waits:
                     w.cancel()
+        for topic_name, parts in answers:
+            for answer in parts:
+                if int(answer.error_code) != 0:
+                    self._topic_metrics.failed_fetch_requests.labels(topic_name).inc()
+                self._topic_metrics.fetched(topic_name, size_bytes=len(answer.records or b""), by_follower=replica_id >= 0)
         return _make(
             ctx.response_class,
             throttle_time=_NO_THROTTLE,

@@ -234,7 +234,7 @@ class BrokerNode:
         )
         self._apis = BrokerApis(node_id=config.node_id, cluster_id=self.cluster_id, config=config, replicas=self.replicas,
                                 image=lambda: self.loader.image, channel=channel,
-                                broker_epoch=lambda: self.lifecycle.broker_epoch)
+                                broker_epoch=lambda: self.lifecycle.broker_epoch, registry=self.registry)
         for endpoint in config.listeners:
             if endpoint.listener_name in config.controller_listener_names:
                 continue
