@@ -278,3 +278,32 @@ def test_a_lost_jbod_volume_blocks_its_node_and_keeps_both_directories_in_status
     assert [d.directory_id for d in node.directories] == before
     assert "node 3: volume 0 (/data/3/0) was formatted" in condition(result, ConditionType.DEGRADED).message
     assert world.violations == []
+
+
+def _format_features(text: str, rules, **spec_changes: object) -> set[tuple[tuple[str, int], ...]]:
+    world = World(random.Random(0))
+    cluster, _ = step(cluster_from(text, **spec_changes), world, rules=rules)
+    _, result = step(cluster, world, rules=rules, apply=False)
+    return {a.feature_levels for a in result.actions if isinstance(a, FormatStorage)}
+
+
+def test_format_finalizes_only_levels_every_pool_supports(rules) -> None:
+    # The engine's brokers lack the coordinators behind group.version 1, transaction.version 1-2
+    # and the high-watermark rule of eligible.leader.replicas.version 1: a cluster that runs them
+    # is formatted at level 0 of each (Kafka's defaults would refuse them at registration).
+    engine_brokers = WITH_BROKERS.replace("      implementation: apache-kafka\n", "")
+    assert "apache-kafka" not in engine_brokers
+    assert _format_features(engine_brokers, rules) == {(
+        ("eligible.leader.replicas.version", 0), ("group.version", 0), ("share.version", 0),
+        ("transaction.version", 0),
+    )}
+    world = World(random.Random(0))
+    cluster, _ = step(cluster_from(engine_brokers), world, rules=rules)
+    _, result = step(cluster, world, rules=rules, apply=False)
+    args = next(a for a in result.actions if isinstance(a, FormatStorage)).format_arguments(config_path="/c")
+    at = args.index("--feature")
+    assert args[at:at + 2] == ["--feature", "eligible.leader.replicas.version=0"]
+    # Engine controllers alone, or with Apache Kafka brokers, support every level Kafka's
+    # defaults for the release finalize: no overrides, the same records as kafka-storage writes.
+    assert _format_features(THREE_CONTROLLERS, rules) == {()}
+    assert _format_features(WITH_BROKERS, rules) == {()}

@@ -169,7 +169,8 @@ def levels_every_node_supports(
     nodes = list(supported)
     levels: dict[str, int] = {}
     for definition in FEATURES:
-        default = definition.default_level(release)
+        # No software formats above a feature's production level (without unstable versions).
+        default = min(definition.default_level(release), definition.latest_production)
         common = min((node.get(definition.name, (0, 0))[1] for node in nodes), default=default)
         if common < default:
             levels[definition.name] = common

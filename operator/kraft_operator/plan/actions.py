@@ -63,11 +63,15 @@ class FormatStorage:
     release_version: str
     ignore_formatted: bool
     reason: str
+    feature_levels: tuple[tuple[str, int], ...] = ()
+    """`--feature name=level` overrides: levels every node of the cluster supports."""
 
     def format_arguments(self, *, config_path: str) -> list[str]:
         """The `kraft storage format` arguments (Kafka's StorageTool takes the same)."""
         args = ["format", "--config", config_path, "--cluster-id", self.cluster_id,
                 "--release-version", self.release_version]
+        for name, level in self.feature_levels:
+            args += ["--feature", f"{name}={level}"]
         if self.bootstrap is QuorumBootstrap.INITIAL and self.initial_controllers is not None:
             args += ["--initial-controllers", self.initial_controllers]
         elif self.bootstrap is QuorumBootstrap.JOIN:

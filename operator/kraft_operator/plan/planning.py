@@ -74,7 +74,12 @@ from kraft_operator.plan.facts import (
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
 from kraft_operator.plan.roll import RollDecision, node_revision, plan_roll
 from kraft_operator.plan.runbooks import detect_runbooks
-from kraft_operator.plan.validation import SpecProblem, target_metadata_version, validate_spec
+from kraft_operator.plan.validation import (
+    SpecProblem,
+    target_feature_levels,
+    target_metadata_version,
+    validate_spec,
+)
 
 if TYPE_CHECKING:
     import random
@@ -396,6 +401,7 @@ class _Planner:
                 bootstrap=bootstrap,
                 initial_controllers=self.previous.initial_controllers if self.previous is not None else None,
                 release_version=str(target_metadata_version(self.spec)),
+                feature_levels=tuple(sorted(target_feature_levels(self.spec).items())),
                 ignore_formatted=len(unformatted) < len(all_paths),
                 reason=f"node {node_id}: format {', '.join(unformatted)} {how}",
             ),

@@ -11,9 +11,10 @@ A spec with any problem is never acted on.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kraft_engine.records import feature_versions
 from kraft_engine.records import metadata_version as mv
 from kraft_operator.model import Implementation, KRaftClusterSpec, KRaftClusterStatus, Role
 from kraft_operator.plan.facts import ConfigRules, Layout, Observed
@@ -23,6 +24,8 @@ __all__ = [
     "LATEST_PRODUCTION",
     "SpecProblem",
     "parse_quantity_bytes",
+    "supported_features",
+    "target_feature_levels",
     "target_metadata_version",
     "validate_spec",
 ]
@@ -58,6 +61,24 @@ def parse_quantity_bytes(text: str) -> int | None:
     whole, _, fraction = number.partition(".")
     scale = _SUFFIXES[suffix]
     return int(whole) * scale + (int(fraction) * scale) // (10 ** len(fraction)) if fraction else int(whole) * scale
+
+
+def supported_features(implementation: Implementation, roles: Iterable[Role]) -> dict[str, tuple[int, int]]:
+    """What a node of this implementation and these roles supports of each finalizable feature.
+    Apache Kafka 4.1 supports its whole table (feature_versions is that table); the engine's
+    controller does too, and its broker only the levels it implements."""
+    broker = implementation is Implementation.KRAFTWERK and Role.BROKER in set(roles)
+    return feature_versions.supported_ranges(unstable_enabled=False, broker=broker)
+
+
+def target_feature_levels(spec: KRaftClusterSpec) -> dict[str, int]:
+    """The features whose default level for the target metadata.version some pool does not
+    support, each at the highest level every pool supports: format passes them as `--feature`,
+    or the cluster would finalize a level some node's software lacks and refuse that node's
+    registration (UNSUPPORTED_VERSION)."""
+    return feature_versions.levels_every_node_supports(
+        target_metadata_version(spec), [supported_features(p.implementation, p.roles) for p in spec.node_pools]
+    )
 
 
 def target_metadata_version(spec: KRaftClusterSpec) -> mv.MetadataVersion:
