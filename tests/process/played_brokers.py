@@ -164,7 +164,7 @@ async def kraft_async(*args: str) -> Any:
     return await asyncio.to_thread(kraft, *args)
 
 
-async def until(condition: Any, *, timeout_s: float, what: str) -> Any:
+async def until(condition: Any, *, timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         value = await condition()
@@ -172,7 +172,7 @@ async def until(condition: Any, *, timeout_s: float, what: str) -> Any:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(interval_s)
 
 
 async def register_brokers(controllers: ProcessCluster, admin: ControllerAdmin, *, max_levels: dict[int, int] | None = None
