@@ -266,7 +266,9 @@ def test_the_isr_shrink_fast_path_writes_what_the_partition_change_builder_write
         rf = data.draw(st.integers(1, 4), label=f"replication factor of {topic}")
         replicas = st.permutations(brokers).map(lambda order, rf=rf: order[:rf])  # type: ignore[misc]
         assignments = data.draw(st.lists(replicas, min_size=1, max_size=5), label=f"topic {topic}")
-        cluster.create_topic(f"t{topic}", assignments=assignments)
+        min_isr = data.draw(st.integers(1, 3), label=f"min.insync.replicas of {topic}")
+        cluster.create_topic(f"t{topic}", assignments=assignments,
+                             configs={"min.insync.replicas": str(min(min_isr, rf))})
         for partition_id, placed in enumerate(assignments):
             partition = cluster.partition(f"t{topic}", partition_id)
             isr = [b for b in placed if b == partition.leader or data.draw(st.booleans(), label="keep in isr")]

@@ -789,7 +789,7 @@ class ReplicationControlManager:
         # partition of a fence, only that: no election, so no builder (see `_isr_shrink`).
         shrink_only = (
             broker_to_remove is not None and broker_to_add is None and broker_with_unclean_shutdown is None
-            and not elr_enabled and not mv.is_leader_epoch_bump_required_on_isr_shrink
+            and not mv.is_leader_epoch_bump_required_on_isr_shrink
         )
         leader_acceptable: dict[tuple[int, int], bool] = {}
         for key in partitions:
@@ -797,7 +797,8 @@ class ReplicationControlManager:
             if partition is None:
                 raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
             if shrink_only:
-                shrunk = self._isr_shrink(partition, removed=broker_to_remove, acceptable=leader_acceptable)
+                shrunk = self._isr_shrink(partition, removed=broker_to_remove, acceptable=leader_acceptable,
+                                          min_isr=min_isr(key[0]) if elr_enabled else None)
                 if shrunk is not None:
                     records.append(self._change_record(key, shrunk, mv=mv))
                     continue
@@ -813,10 +814,12 @@ class ReplicationControlManager:
                 records.append(self._change_record(key, change, mv=mv))
 
     def _isr_shrink(
-        self, partition: PartitionRegistration, *, removed: int | None, acceptable: dict[tuple[int, int], bool]
+        self, partition: PartitionRegistration, *, removed: int | None, acceptable: dict[tuple[int, int], bool],
+        min_isr: int | None = None,
     ) -> PartitionChange | None:
         """The change `PartitionChangeBuilder` builds when `removed` leaves the ISR of a partition
-        whose leader stays (in the new ISR, acceptable), with no reassignment and no ELR: the new
+        whose leader stays (in the new ISR, acceptable), with no reassignment and no ELR (with ELR
+        on, `min_isr` given: an ISR that stays at or above it, and no last known leader): the new
         ISR and nothing else. None for any other partition, which then goes through the builder.
 
         Whether a leader is acceptable is asked once per (leader, directory): generation changes no
@@ -830,6 +833,10 @@ class ReplicationControlManager:
             return None
         target = tuple(r for r in isr if r != removed)
         if leader not in target:
+            return None
+        if min_isr is not None and (len(target) < min_isr or partition.last_known_elr):
+            # ELR on (`min_isr` given): below min ISR the builder fills the ELR, and a leader that
+            # stays clears a last known leader; above it, with neither, it writes the ISR alone.
             return None
         try:
             directory = partition.directory(leader)
