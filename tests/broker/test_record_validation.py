@@ -158,3 +158,10 @@ def test_a_record_whose_length_lies_is_invalid() -> None:
     data = bytearray(batch([b"abc"]))
     data[61] = data[61] + 2  # the first record's length varint (zig-zag: +1)
     assert refusal(recrc(data)) == 87
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key() -> None:
+    keyless = batch([b"a"])
+    assert refusal(keyless, compacted=True) == 87
+    with_key = build_batch(base_offset=0, partition_leader_epoch=-1, values=[b"a"], keys=[b"k"], timestamp_ms=NOW_MS)
+    assert validate_produce_payload(with_key, max_message_bytes=1 << 20, now_ms=NOW_MS, compacted=True).data == with_key

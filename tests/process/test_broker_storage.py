@@ -5,6 +5,9 @@ every replica, kept across a kill -9."""
 
 from __future__ import annotations
 
+import json
+import random
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -15,10 +18,13 @@ from broker_processes import BrokerCluster, start_cluster
 from quorum_processes import kraft_tool, wait_for
 from test_broker_cluster import anomalies, create_topic, read_back
 
+from kraft_engine.storage.producer_snapshots import decode_snapshot
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import InvalidRecordError
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -181,3 +187,106 @@ def test_size_and_time_retention_move_the_log_start_on_every_replica_and_survive
         assert _log_starts(cluster, "aged")[victim] == 20
     finally:
         cluster.cleanup()
+
+
+def _replica_bytes(cluster: BrokerCluster, node_id: int, topic: str) -> int:
+    return sum(p.stat().st_size for p in (cluster.root / f"broker-{node_id}").glob(f"data-*/{topic}-0/*.log"))
+
+
+def _latest_by_key(cluster: BrokerCluster, topic: str) -> tuple[dict[bytes, bytes], list[int]]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.broker_bootstrap(), enable_auto_commit=False, group_id=None)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])[tp]
+        consumer.seek_to_beginning()
+        latest: dict[bytes, bytes] = {}
+        offsets: list[int] = []
+        while consumer.position(tp) < end:
+            for records in consumer.poll(timeout_ms=2000).values():
+                for record in records:
+                    latest[record.key] = record.value
+                    offsets.append(record.offset)
+        return latest, offsets
+    finally:
+        consumer.close()
+
+
+def test_a_compacted_topic_keeps_each_keys_latest_value_on_every_replica_through_a_leader_kill(tmp_path: Path) -> None:
+    cluster = BrokerCluster(root=tmp_path, broker_config={"log.cleaner.backoff.ms": "300"})
+    try:
+        start_cluster(cluster)
+        topic = "table"
+        _create_with_configs(cluster, topic, {"cleanup.policy": "compact", "segment.bytes": "1048576"})
+        send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", linger_ms=5,
+                             compression_type="lz4", request_timeout_ms=30000)
+        written: dict[bytes, bytes] = {}
+        for i in range(400):
+            key, value = f"key-{i % 25}".encode(), f"value-{i}-".encode() + random.randbytes(8_000)  # incompressible
+            send.send(topic, key=key, value=value, partition=0).get(timeout=60)
+            written[key] = value
+        # A record without a key has no place in a table: Kafka's INVALID_RECORD, nothing written.
+        with pytest.raises(InvalidRecordError):
+            send.send(topic, value=b"no key", partition=0).get(timeout=60)
+        send.close()
+        produced = 400 * 8_000  # at least (random values: lz4 cannot shrink them)
+        wait_for(lambda: all(_replica_bytes(cluster, n, topic) < produced / 2 for n in cluster.brokers), timeout_s=90,
+                 what="every replica of table-0 to be compacted to less than half what was written")
+        latest, offsets = _latest_by_key(cluster, topic)
+        assert latest == written
+        assert offsets == sorted(offsets) and len(offsets) < 400  # gaps where superseded records were
+
+        leader = next(n for n in cluster.brokers if cluster.partitions(n)[(topic, 0)]["leader"] == n)
+        cluster.kill(leader)
+        wait_for(lambda: any(cluster.partitions(n)[(topic, 0)]["leader"] not in (leader, -1)
+                             for n in cluster.brokers if n != leader), timeout_s=60, what="a new leader of table-0")
+        assert _latest_by_key(cluster, topic)[0] == written  # a follower's compacted log serves the same table
+        cluster.start(leader)
+        cluster.wait_ready([leader])
+        cluster.wait_isr(topic, 0, set(cluster.brokers))
+    finally:
+        cluster.cleanup()
+
+
+def test_a_clean_restart_reads_no_log_and_restores_producer_state_from_the_snapshot(brokers: BrokerCluster) -> None:
+    topic = "restarts"
+    create_topic(brokers, topic, partitions=1, replication_factor=3)
+    send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", enable_idempotence=True,
+                         linger_ms=2, request_timeout_ms=30000)
+    acked = [(m.partition, m.offset, v) for v, m in
+             ((v, send.send(topic, value=v, partition=0).get(timeout=60)) for v in (f"a-{i}".encode() for i in range(200)))]
+    leader = brokers.partitions(min(brokers.brokers))[(topic, 0)]["leader"]
+    victim = next(n for n in sorted(brokers.brokers) if n != leader)
+    wait_for(lambda: brokers.partitions(victim)[(topic, 0)]["log_end_offset"] == 200, timeout_s=60,
+             what="the follower to hold all 200 records")
+    node = brokers.nodes[victim]
+    brokers.signal(victim, signal.SIGTERM)
+    assert node.process is not None and node.process.wait(timeout=60) == 0
+    root = brokers.root / f"broker-{victim}"
+    markers = list(root.glob("data-*/.kafka_cleanshutdown"))
+    assert len(markers) == 2 and all(json.loads(m.read_text())["brokerEpoch"] > 0 for m in markers)
+    (snapshot,) = root.glob(f"data-*/{topic}-0/*.snapshot")
+    assert snapshot.name == f"{200:020d}.snapshot"
+    (entry,) = decode_snapshot(snapshot.read_bytes())
+    assert (entry.last_sequence, entry.last_offset) == (199, 199)  # one producer, sequences 0..199
+
+    brokers.start(victim)
+    brokers.wait_ready([victim])
+    log = node.log_path.read_text()
+    restart = log[log.rindex("Opened " + topic) - 200 :]
+    assert f"Opened {topic}-0 as the clean shutdown left it (log end 200, no recovery)" in restart
+    assert f"Producer state of {topic}-0: 1 producers, from the snapshot at 200 and 0 batches replayed" in restart
+    assert not list(root.glob("data-*/.kafka_cleanshutdown"))  # gone before anything is written
+
+    acked += [(m.partition, m.offset, v) for v, m in
+              ((v, send.send(topic, value=v, partition=0).get(timeout=60)) for v in (f"a-{i}".encode() for i in range(200, 300)))]
+    send.close()
+    brokers.wait_isr(topic, 0, set(brokers.brokers))
+    # kill -9: no marker, so the log is recovered and producer state replays after the newest snapshot.
+    brokers.kill(victim)
+    brokers.start(victim)
+    brokers.wait_ready([victim])
+    log = node.log_path.read_text()
+    assert "Producer state of restarts-0: 1 producers, from the snapshot at 200 and" in log[log.rindex("Producer state of restarts-0"):]
+    brokers.wait_isr(topic, 0, set(brokers.brokers))
+    assert anomalies(acked, read_back(brokers, topic, 1)) == {"lost": [], "duplicated": [], "reordered": []}

@@ -1,4 +1,4 @@
-"""Per-partition state of idempotent producers (Kafka's ProducerStateManager, without snapshots).
+"""Per-partition state of idempotent producers (Kafka's ProducerStateManager).
 
 Current Java and librdkafka clients turn idempotence on by default: each batch carries the
 producer id and epoch the broker handed out (InitProducerId) and a per-partition sequence number.
@@ -12,9 +12,12 @@ gap or a zombie:
 - otherwise its first sequence must follow the last one (wrapping at 2^31-1), else
   OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-The state is rebuilt from the batch headers whenever the log is opened or truncated, and every
-appended batch (as leader or as follower) updates it, so a new leader knows what its predecessor
-accepted. Kafka also writes `.snapshot` files to avoid rescanning the log; we do not yet.
+The state is rebuilt whenever the log is opened or truncated, and every appended batch (as
+leader or as follower) updates it, so a new leader knows what its predecessor accepted. The
+rebuild starts from the newest producer snapshot (`storage.producer_snapshots`, Kafka's
+`.snapshot` files: each producer's epoch and last batch) and replays the batch headers after it.
+A producer restored from a snapshot knows only its last batch, as in Kafka, so a retry of an
+older one of its last five is refused as out of order rather than answered as a duplicate.
 """
 
 from __future__ import annotations
@@ -129,6 +132,15 @@ class ProducerStateTable:
                            last_offset=entry.batches[-1].last_offset if entry.batches else -1)
             for producer_id, entry in sorted(self._producers.items())
         ]
+
+    def last_batches(self) -> list[tuple[int, int, BatchMetadata]]:
+        """(producer id, epoch, last batch) of every producer with a batch, for a snapshot."""
+        return [(pid, e.epoch, e.batches[-1]) for pid, e in sorted(self._producers.items()) if e.batches]
+
+    def restore(self, *, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
+        """A producer as a snapshot recorded it: its epoch and its last batch only."""
+        entry = self._producers[producer_id] = _ProducerEntry(epoch)
+        entry.batches.append(batch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from kraft_engine.records.batches import (
     validate_batch,
 )
 from kraft_engine.records.compression import CODEC_NONE, CompressionError, UnsupportedCodecError, decompress
+from kraft_engine.records.record_fields import read_record_fields
 
 __all__ = [
     "ProduceRefused",
@@ -89,7 +90,10 @@ def validate_produce_payload(
     now_ms: int,
     timestamp_after_max_ms: int = 3_600_000,
     timestamp_before_max_ms: int = 2**63 - 1,
+    compacted: bool = False,
 ) -> ValidatedBatch:
+    """The batch checked as Kafka's LogValidator checks it; `compacted` (a topic whose
+    cleanup.policy includes compact) also refuses records without a key, as Kafka does."""
     if not data:
         raise ProduceRefused(CORRUPT_MESSAGE, "the produce request carries no records")
     if len(data) < LOG_OVERHEAD + 5:
@@ -134,12 +138,15 @@ def validate_produce_payload(
         except CompressionError as error:
             raise ProduceRefused(CORRUPT_MESSAGE, str(error)) from None
     try:
-        records = parse_records(body, count=header.record_count, base_timestamp_ms=header.base_timestamp)
+        fields = read_record_fields(body, count=header.record_count)
     except ValueError as error:
         raise ProduceRefused(INVALID_RECORD, f"records do not parse: {error}") from None
     max_timestamp = -1
     max_delta = 0
-    for expected, record in enumerate(records):
+    if compacted and any(f.key is None for f in fields):
+        raise ProduceRefused(INVALID_RECORD, "a compacted topic cannot accept a record without a key")
+    for expected, fieldset in enumerate(fields):
+        record = _Record(fieldset.offset_delta, header.base_timestamp + fieldset.timestamp_delta_ms)
         if record.offset_delta != expected:
             raise ProduceRefused(
                 INVALID_RECORD, f"record {expected} has offset delta {record.offset_delta}; deltas must be 0..n-1"
@@ -172,54 +179,9 @@ def _with_max_timestamp(data: bytes, max_timestamp: int) -> bytes:
     return bytes(buffer)
 
 
-def _varint(view: memoryview, position: int) -> tuple[int, int]:
-    """A zig-zag varint (up to 64 bits) at `position`; (value, next position)."""
-    result = 0
-    shift = 0
-    while True:
-        if position >= len(view):
-            raise ValueError("a varint runs past the end of the records")
-        byte = view[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("a varint is longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), position
-
-
 def parse_records(body: memoryview, *, count: int, base_timestamp_ms: int) -> list[_Record]:
     """Walk `count` v2 records; offsets deltas and exact timestamps (ms). ValueError when malformed."""
-    records = []
-    position = 0
-    for _ in range(count):
-        length, position = _varint(body, position)
-        end = position + length
-        if length < 0 or end > len(body):
-            raise ValueError(f"a record of {length} bytes runs past the end of the batch")
-        position += 1  # attributes
-        timestamp_delta, position = _varint(body, position)
-        offset_delta, position = _varint(body, position)
-        for _field in ("key", "value"):
-            size, position = _varint(body, position)
-            if size > 0:
-                position += size
-        headers, position = _varint(body, position)
-        if headers < 0:
-            raise ValueError("a negative header count")
-        for _header in range(headers):
-            size, position = _varint(body, position)
-            if size < 0:
-                raise ValueError("a header key cannot be null")
-            position += size
-            size, position = _varint(body, position)
-            if size > 0:
-                position += size
-        if position != end:
-            raise ValueError(f"a record declared {length} bytes but its fields take {length + position - end}")
-        records.append(_Record(offset_delta, base_timestamp_ms + timestamp_delta))
-    if position != len(body):
-        raise ValueError(f"{len(body) - position} bytes follow the last record")
-    return records
+    return [
+        _Record(fields.offset_delta, base_timestamp_ms + fields.timestamp_delta_ms)
+        for fields in read_record_fields(body, count=count)
+    ]

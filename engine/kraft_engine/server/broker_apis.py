@@ -304,8 +304,9 @@ class BrokerApis:
             return error, -1, -1, None
         max_bytes = self._replicas.topic_config_int(topic, "max.message.bytes", self._config.message_max_bytes)
         try:
+            policy = self._replicas.topic_config(topic, "cleanup.policy") or "delete"
             validated = validate_produce_payload(None if records is None else bytes(records), max_message_bytes=max_bytes,
-                                                now_ms=_now_ms())
+                                                now_ms=_now_ms(), compacted="compact" in policy.split(","))
         except ProduceRefused as refusal:
             return ErrorCode(refusal.error_code), -1, -1, str(refusal)
         outcome = await self._replicas.append_as_leader(

@@ -163,6 +163,9 @@ class KafkaConfig(BaseModel):
     log_retention_ms: int = _DEFAULT_RETENTION_MS
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 5 * 60 * 1000
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_delete_retention_ms: int = 86_400_000
     log_flush_interval_messages: int = _LONG_MAX
     initial_broker_registration_timeout_ms: int = 60_000
     broker_rack: str | None = None
@@ -264,12 +267,15 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "log.segment.bytes": ("log_segment_bytes", 1024 * 1024, _INT_MAX),
     "log.retention.bytes": ("log_retention_bytes", -1, _LONG_MAX),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1, _LONG_MAX),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", 0, _LONG_MAX),
+    "log.cleaner.delete.retention.ms": ("log_cleaner_delete_retention_ms", 0, _LONG_MAX),
     "log.flush.interval.messages": ("log_flush_interval_messages", 1, _LONG_MAX),
     "initial.broker.registration.timeout.ms": ("initial_broker_registration_timeout_ms", 0, _INT_MAX),
 }
 # log.retention.ms wins over .minutes, which wins over .hours (Kafka's logRetentionTimeMillis).
 _RETENTION_KEYS = (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000))
 _BOOL_KEYS: dict[str, str] = {
+    "log.cleaner.enable": "log_cleaner_enable",
     "controller.quorum.auto.join.enable": "controller_quorum_auto_join_enable",
     "unstable.feature.versions.enable": "unstable_feature_versions_enable",
     "kraftwerk.test.state.machine.enable": "kraftwerk_test_state_machine_enable",

@@ -27,6 +27,18 @@ loop. What it keeps true:
   `retention.ms` / `retention.bytes` (broker defaults `log.retention.*`) expire, below its high
   watermark. Followers also move their log start offset up to the leader's (from each Fetch
   answer), so a leader's retention reaches every replica.
+- Restarts: a clean shutdown (close) flushes every log, writes each partition's producer-state
+  snapshot at its log end and the checkpoints, and leaves Kafka's `.kafka_cleanshutdown` marker
+  (`{"version":0,"brokerEpoch":N}`) in every log directory. The next start removes the markers
+  before anything is written and opens the logs of a marked directory without reading them
+  (`PartitionLog.open(clean_shutdown=True)`), and producer state from the snapshot, so a restart
+  reads almost nothing. Without the marker (kill -9) recovery CRC-checks from the recovery point
+  and producer state replays from the newest snapshot (written at each segment roll).
+- Compaction (Kafka's LogCleaner, `storage.log_cleaner`): every `log.cleaner.backoff.ms`, each
+  replica of a topic whose `cleanup.policy` includes `compact` is cleaned below its high watermark
+  when its dirty ratio reaches `min.cleanable.dirty.ratio`; the first dirty offset is kept in
+  `cleaner-offset-checkpoint`. Every replica cleans its own log, as in Kafka. Partition logs are
+  opened with offset gaps allowed, since compaction makes them.
 
 Sessionless Fetch only: every Fetch names its partitions (session id 0); fetch sessions (KIP-227)
 are not implemented, so a request with a session id or epoch asking for one gets
@@ -37,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import time
@@ -57,7 +70,12 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from kraft_engine.broker import LeaderReplicaState
-from kraft_engine.broker.producer_state import DuplicateBatch, ProducerStateError, ProducerStateTable
+from kraft_engine.broker.producer_state import (
+    BatchMetadata,
+    DuplicateBatch,
+    ProducerStateError,
+    ProducerStateTable,
+)
 from kraft_engine.metadata import (
     ConfigResource,
     ConfigResourceType,
@@ -68,6 +86,7 @@ from kraft_engine.metadata import (
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
 from kraft_engine.records.batches import BatchHeader, iter_batches
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
+from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
 from kraft_engine.storage.checkpoint_file import (
     LOG_START_OFFSET_CHECKPOINT_FILE_NAME,
     RECOVERY_POINT_CHECKPOINT_FILE_NAME,
@@ -75,17 +94,33 @@ from kraft_engine.storage.checkpoint_file import (
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
+from kraft_engine.storage.log_cleaner import CLEANER_OFFSET_CHECKPOINT_FILE_NAME, clean_log, dirty_ratio
 from kraft_engine.storage.partition_log import LogError, PartitionLog, partition_directory_name
+from kraft_engine.storage.producer_snapshots import (
+    ProducerSnapshotEntry,
+    delete_producer_snapshots,
+    latest_producer_snapshot,
+    write_producer_snapshot,
+)
 
-__all__ = ["HIGH_WATERMARK_CHECKPOINT_FILE_NAME", "Partition", "ProduceOutcome", "ReplicaManager"]
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE_NAME",
+    "HIGH_WATERMARK_CHECKPOINT_FILE_NAME",
+    "Partition",
+    "ProduceOutcome",
+    "ReplicaManager",
+]
 
 logger = logging.getLogger(__name__)
 
 HIGH_WATERMARK_CHECKPOINT_FILE_NAME = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE_NAME = ".kafka_cleanshutdown"
+_PRODUCER_SNAPSHOTS_KEPT = 2
 _CHECKPOINT_INTERVAL_S = 5.0
 _ISR_CHECK_MIN_S = 0.25
 _ALTER_PARTITION_TIMEOUT_MS = 10_000
 _REBUILD_CHUNK_BYTES = 1024 * 1024
+_MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's log.cleaner.min.cleanable.ratio default
 
 
 def _now_ms() -> int:
@@ -109,6 +144,8 @@ class Partition:
     follower_high_watermark: int = 0
     leader_state: LeaderReplicaState | None = None
     alter_in_flight: bool = False
+    first_dirty_offset: int = 0
+    snapshot_segment_base: int = -1  # the active segment's base at the last producer snapshot
     producers: ProducerStateTable = field(default_factory=ProducerStateTable)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -165,7 +202,22 @@ class ReplicaManager:
         self._hwm_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
         self._recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
         self._log_starts: dict[Path, dict[tuple[str, int], int]] = {}
+        self._cleaner_points: dict[Path, dict[tuple[str, int], int]] = {}
+        self._uncleanable: set[Partition] = set()  # cleaning failed: Kafka's uncleanable partitions
+        # Directories a clean shutdown left marked: their logs open without recovery. The marker
+        # goes before anything is written, so a crash from here on means full recovery again.
+        self._clean_dirs: set[Path] = set()
+        self.previous_broker_epoch = -1
         for directory in self.log_dirs.values():
+            marker = directory / CLEAN_SHUTDOWN_FILE_NAME
+            if marker.exists():
+                self._clean_dirs.add(directory)
+                with contextlib.suppress(ValueError, OSError):
+                    self.previous_broker_epoch = max(self.previous_broker_epoch,
+                                                     int(json.loads(marker.read_text())["brokerEpoch"]))
+                marker.unlink()
+                fsync_dir(directory)
+            self._cleaner_points[directory] = _read_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME)
             self._hwm_checkpoints[directory] = _read_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME)
             self._recovery_points[directory] = _read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME)
             self._log_starts[directory] = _read_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME)
@@ -189,13 +241,22 @@ class ReplicaManager:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        clean = True
         for partition in self.partitions.values():
-            with contextlib.suppress(OSError):
+            try:
                 partition.log.flush()
+                _write_producer_snapshot(partition)
+            except OSError as error:
+                clean = False
+                logger.error("Flushing %s-%d at shutdown failed: %s", partition.topic, partition.index, error)
         self.write_checkpoints()
         for partition in self.partitions.values():
             partition.log.close()
         self.partitions.clear()
+        if clean:
+            marker = json.dumps({"version": 0, "brokerEpoch": self._broker_epoch()}).encode()
+            for directory in self.log_dirs.values():
+                atomic_replace(directory / CLEAN_SHUTDOWN_FILE_NAME, marker)
 
     # -- metadata --------------------------------------------------------------------------------
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
@@ -228,14 +289,23 @@ class ReplicaManager:
             segment_bytes=self.topic_config_int(topic, "segment.bytes", self.config.log_segment_bytes),
             recovery_point=self._recovery_points.get(log_dir, {}).get(key),
             log_start_offset=self._log_starts.get(log_dir, {}).get(key),
+            allow_offset_gaps=True,
+            clean_shutdown=log_dir in self._clean_dirs,
         )
         for line in report.describe():
             logger.warning("Recovering %s-%d: %s", topic, index, line)
+        if report.after_clean_shutdown:
+            logger.info("Opened %s-%d as the clean shutdown left it (log end %d, no recovery)", topic, index,
+                        log.log_end_offset)
         hwm = self._hwm_checkpoints.get(log_dir, {}).get(key, 0)
         partition = Partition(topic=topic, index=index, topic_id=topic_id, log=log, log_dir=log_dir,
-                              follower_high_watermark=min(hwm, log.log_end_offset))
+                              follower_high_watermark=min(hwm, log.log_end_offset),
+                              first_dirty_offset=self._cleaner_points.get(log_dir, {}).get(key, 0))
         self.partitions[key] = partition
+        # A snapshot past the recovered log end describes batches recovery dropped.
+        delete_producer_snapshots(log.directory, above=log.log_end_offset)
         _rebuild_producer_state(partition)
+        partition.snapshot_segment_base = log.segment_base_offsets[-1]
         return partition
 
     def _become_leader(self, topic: str, index: int, topic_id: uuid.UUID, registration: PartitionRegistration) -> None:
@@ -302,7 +372,7 @@ class ReplicaManager:
             shutil.rmtree(doomed, ignore_errors=True)
         except OSError as error:
             logger.warning("Could not delete %s: %s", directory, error)
-        for table in (self._hwm_checkpoints, self._recovery_points, self._log_starts):
+        for table in (self._hwm_checkpoints, self._recovery_points, self._log_starts, self._cleaner_points):
             table.get(partition.log_dir, {}).pop(key, None)
         logger.info("Deleted replica %s-%d", *key)
 
@@ -536,10 +606,12 @@ class ReplicaManager:
                 target = min(int(diverging.end_offset), local_end if local_epoch == int(diverging.epoch) else int(diverging.end_offset))
                 target = max(target, log.log_start_offset)
                 new_end = log.truncate_to(target)
+                delete_producer_snapshots(log.directory, above=new_end)
                 _rebuild_producer_state(partition)
                 logger.info("Truncated %s-%d to %d (leader's epoch %d ends at %d)", partition.topic, partition.index,
                             new_end, int(diverging.epoch), int(diverging.end_offset))
                 partition.follower_high_watermark = min(partition.follower_high_watermark, new_end)
+                partition.first_dirty_offset = min(partition.first_dirty_offset, new_end)
                 return True
             records = answer.records
             if records:
@@ -568,7 +640,9 @@ class ReplicaManager:
             leader_start = int(answer.log_start_offset)
             if log.log_end_offset < leader_start:
                 log.truncate_fully_and_start_at(leader_start)
+                delete_producer_snapshots(log.directory, above=-1)
                 partition.producers.clear()
+                partition.first_dirty_offset = leader_start
                 logger.info("%s-%d restarts at the leader's log start %d", partition.topic, partition.index, leader_start)
                 return True
         logger.debug("Fetch of %s-%d from %d: %s", partition.topic, partition.index, partition.leader_id, code.name)
@@ -577,9 +651,10 @@ class ReplicaManager:
     # -- background ----------------------------------------------------------------------------
     async def _run_background(self) -> None:
         loop = asyncio.get_running_loop()
-        last_checkpoint = last_retention = loop.time()
+        last_checkpoint = last_retention = last_cleaning = loop.time()
+        cleaner_s = self.config.log_cleaner_backoff_ms / 1000
         retention_s = self.config.log_retention_check_interval_ms / 1000
-        interval = min(max(_ISR_CHECK_MIN_S, self.config.replica_lag_time_max_ms / 2000), retention_s)
+        interval = min(max(_ISR_CHECK_MIN_S, self.config.replica_lag_time_max_ms / 2000), retention_s, cleaner_s)
         while True:
             await asyncio.sleep(min(interval, _CHECKPOINT_INTERVAL_S))
             try:
@@ -587,6 +662,9 @@ class ReplicaManager:
                 if loop.time() - last_retention >= retention_s:
                     last_retention = loop.time()
                     self.enforce_retention(now_ms=_now_ms())
+                if self.config.log_cleaner_enable and loop.time() - last_cleaning >= cleaner_s:
+                    await self.clean_compacted_logs()
+                    last_cleaning = loop.time()
                 if loop.time() - last_checkpoint >= _CHECKPOINT_INTERVAL_S:
                     last_checkpoint = loop.time()
                     self.write_checkpoints()
@@ -612,17 +690,65 @@ class ReplicaManager:
                 logger.info("Retention deleted %d segments of %s-%d; log start offset is now %d", len(deleted),
                             partition.topic, partition.index, partition.log.log_start_offset)
 
+    async def clean_compacted_logs(self) -> None:
+        """One cleaning pass over every dirty enough replica of a compacted topic."""
+        for partition in list(self.partitions.values()):
+            policy = self.topic_config(partition.topic, "cleanup.policy") or "delete"
+            if "compact" not in policy.split(",") or partition in self._uncleanable:
+                continue
+            log = partition.log
+            first_dirty = max(partition.first_dirty_offset, log.log_start_offset)
+            upper = partition.high_watermark
+            ratio = dirty_ratio(log, first_dirty_offset=first_dirty, upper_bound=upper)
+            wanted = self._topic_config_float(partition.topic, "min.cleanable.dirty.ratio", _MIN_CLEANABLE_DIRTY_RATIO)
+            if ratio <= 0 or ratio < wanted:
+                continue
+            try:
+                result = clean_log(log, first_dirty_offset=first_dirty, upper_bound=upper, now_ms=_now_ms(),
+                                   delete_retention_ms=self.topic_config_int(partition.topic, "delete.retention.ms",
+                                                                             self.config.log_cleaner_delete_retention_ms))
+            except Exception:
+                # Kafka marks such a partition uncleanable and goes on; replication housekeeping
+                # on this loop must not stop for it either.
+                logger.exception("Cleaning %s-%d failed; it stays uncompacted", partition.topic, partition.index)
+                self._uncleanable.add(partition)
+                continue
+            if result is None or self.partitions.get((partition.topic, partition.index)) is not partition:
+                continue
+            partition.first_dirty_offset = result.first_dirty_offset
+            logger.info("Cleaned %s-%d up to %d: %d records removed, %d segments rewritten, %d -> %d bytes",
+                        partition.topic, partition.index, result.first_dirty_offset, result.records_removed,
+                        result.segments_rewritten, result.bytes_before, result.bytes_after)
+            await asyncio.sleep(0)  # let requests in between partitions
+
+    def _topic_config_float(self, topic: str, key: str, default: float) -> float:
+        value = self.topic_config(topic, key)
+        try:
+            return default if value is None else float(value)
+        except ValueError:
+            return default
+
     def write_checkpoints(self) -> None:
+        # Kafka snapshots producer state when a segment rolls: replay after a crash then starts
+        # from the newest segment.
+        for partition in self.partitions.values():
+            active_base = partition.log.segment_base_offsets[-1]
+            if active_base != partition.snapshot_segment_base:
+                _write_producer_snapshot(partition)
+                partition.snapshot_segment_base = active_base
         for directory in self.log_dirs.values():
             hwms = {k: p.high_watermark for k, p in self.partitions.items() if p.log_dir == directory}
             points = {k: p.log.flushed_offset for k, p in self.partitions.items() if p.log_dir == directory}
             starts = {k: p.log.log_start_offset for k, p in self.partitions.items() if p.log_dir == directory}
+            dirty = {k: p.first_dirty_offset for k, p in self.partitions.items() if p.log_dir == directory}
+            self._cleaner_points[directory] = dirty
             self._hwm_checkpoints[directory] = hwms
             self._recovery_points[directory] = points
             self._log_starts[directory] = starts
             write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
             write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
             write_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME, starts)
+            write_offset_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME, dirty)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -720,11 +846,22 @@ class _Fetcher:
 
 
 def _rebuild_producer_state(partition: Partition) -> None:
-    """Producer state from every batch header in the log (no producer-state snapshots yet)."""
+    """Producer state from the newest snapshot at or below the log end, then the batch headers after it."""
     table = partition.producers
     table.clear()
     log = partition.log
     offset = log.log_start_offset
+    replayed = 0
+    snapshot = latest_producer_snapshot(log.directory, at_most=log.log_end_offset)
+    if snapshot is not None:
+        snapshot_offset, entries = snapshot
+        for e in entries:
+            first_sequence = (e.last_sequence - e.offset_delta) % (2**31)
+            table.restore(producer_id=e.producer_id, epoch=e.epoch, batch=BatchMetadata(
+                first_seq=first_sequence, last_seq=e.last_sequence,
+                first_offset=e.last_offset - e.offset_delta, last_offset=e.last_offset,
+            ))
+        offset = max(offset, snapshot_offset)
     while offset < log.log_end_offset:
         data = log.read(offset, max_bytes=_REBUILD_CHUNK_BYTES)
         if not data:
@@ -734,6 +871,21 @@ def _rebuild_producer_state(partition: Partition) -> None:
                          base_sequence=header.base_sequence, first_offset=header.base_offset,
                          last_offset=header.last_offset)
             offset = header.next_offset
+            replayed += 1
+    logger.info("Producer state of %s-%d: %d producers, from the snapshot at %s and %d batches replayed",
+                partition.topic, partition.index, len(table), "none" if snapshot is None else snapshot[0], replayed)
+
+
+def _write_producer_snapshot(partition: Partition) -> None:
+    """Kafka's `<log end>.snapshot` of the partition's producers; the two newest are kept."""
+    log = partition.log
+    entries = [
+        ProducerSnapshotEntry(producer_id=pid, epoch=epoch, last_sequence=batch.last_seq, last_offset=batch.last_offset,
+                              offset_delta=batch.last_offset - batch.first_offset)
+        for pid, epoch, batch in partition.producers.last_batches()
+    ]
+    write_producer_snapshot(log.directory, log.log_end_offset, entries)
+    delete_producer_snapshots(log.directory, keep_newest=_PRODUCER_SNAPSHOTS_KEPT)
 
 
 def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:

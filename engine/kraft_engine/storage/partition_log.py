@@ -19,6 +19,9 @@ API (all offsets are Kafka offsets; batches are raw bytes, never re-encoded):
     log.truncate_to(offset)                -> int          # the real new log end (batch boundary)
     log.truncate_fully_and_start_at(offset)                # e.g. after downloading a snapshot
     log.delete_below(offset)               -> [segment names deleted]
+    log.cleanable_segments(upper_bound=o)  -> [(base offset, end offset)]  # the log cleaner's view
+    log.segment_batches(base_offset)       -> iterator of the segment's batches (bytes)
+    log.replace_segment(base_offset, batches)      # the cleaner's output swapped in atomically
     log.delete_retained_segments(now_ms=..., retention_ms=..., retention_bytes=..., high_watermark=...)
                                            -> [segment names deleted]  # Kafka's deleteOldSegments
     log.flush()                                            # fsync the data; flushed_offset = log end
@@ -43,6 +46,14 @@ Decisions worth knowing:
   segment — are CRC-checked. Without a log start offset it is the first segment's base offset;
   with one, segments wholly below it (a crash interrupted retention) are deleted on open.
 - `flushed_offset` is the recovery point to checkpoint: every offset below it was fsynced.
+- After a clean shutdown (`clean_shutdown=True`: the log-directory owner found Kafka's
+  `.kafka_cleanshutdown` marker) nothing below the active segment is read: each sealed segment's
+  offset index is taken as written (it was fsynced at roll and close) and its offsets end where
+  the next segment begins, the leader-epoch cache comes from its checkpoint, and only the active
+  segment's batches after its last index entry are walked to find the log end. Any of these that
+  does not hold (an index missing or pointing past its segment, a missing or malformed epoch
+  checkpoint, a torn batch at the tail) falls back to full recovery, so a wrong marker costs
+  time, never data. This is what lets a broker with gigabytes of logs restart in seconds.
 - `flush()` fsyncs the active segment's `.log` only (and nothing when nothing was written). The
   offset index is derived data, as Kafka treats it: every open walks each segment's batch
   headers (it must anyway, to rebuild the leader-epoch cache) and rewrites an index that does
@@ -52,9 +63,11 @@ Decisions worth knowing:
 - Input errors (`LogError`) leave the log untouched. An `OSError` from the disk during an
   append or truncation leaves the in-memory view unreliable, as it makes Kafka take the log
   directory offline: close the log and reopen it, and recovery reconciles memory with disk.
-- Recovery truncates at the first batch that is torn, fails its CRC, breaks offset contiguity
-  (base offsets are outside the CRC; the engine never compacts, so a gap is damage) or lowers
-  the leader epoch. Everything after that point is dropped, later segments included, even if
+- Recovery truncates at the first batch that is torn, fails its CRC, breaks offset order or
+  lowers the leader epoch. Offsets must be contiguous unless the log is opened with
+  `allow_offset_gaps` (a broker's partition logs, which compaction thins out: a later batch may
+  then start past the previous one's end, never before it; the metadata log keeps the strict
+  rule, where a gap is damage since base offsets are outside the CRC). Everything after that point is dropped, later segments included, even if
   intact — Kafka does the same, since a log with a hole is worse than a shorter one. The
   RecoveryReport lists every drop with segment, byte position, byte count, reason and the
   intact batches (offset ranges) that were lost behind the bad one, so nothing goes silently.
@@ -72,6 +85,7 @@ import bisect
 import os
 import re
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +133,8 @@ _LOG_SUFFIX = ".log"
 _INDEX_SUFFIX = ".index"
 _TIME_INDEX_SUFFIX = ".timeindex"
 _DELETED_SUFFIX = ".deleted"
+_CLEANED_SUFFIX = ".cleaned"
+_SEGMENT_READ_CHUNK_BYTES = 1024 * 1024
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _INT32_MAX = 2**31 - 1
 # How far recovery searches a dropped tail for intact batches to report (it is a report, not a fix).
@@ -188,6 +204,8 @@ class RecoveryReport:
     removed_files: tuple[str, ...] = ()
     rebuilt_indexes: tuple[str, ...] = ()
     leader_epoch_checkpoint: str = "up to date"
+    # Opened as a clean shutdown left it: nothing below the active segment's tail was read.
+    after_clean_shutdown: bool = False
 
     @property
     def is_clean(self) -> bool:
@@ -417,6 +435,7 @@ def _scan_segment(
     last_epoch: int,
     verify_crc: bool,
     index_interval_bytes: int,
+    allow_offset_gaps: bool = False,
 ) -> _Scan:
     scan = _Scan(0, next_offset, last_epoch, [], 0, [])
     position = 0
@@ -441,7 +460,7 @@ def _scan_segment(
             kind = "torn batch" if isinstance(e, IncompleteBatchError) else "corrupt batch"
             scan.error = f"{kind}: {e.reason}"
             return scan
-        if header.base_offset != scan.next_offset:
+        if header.base_offset != scan.next_offset and not (allow_offset_gaps and header.base_offset > scan.next_offset):
             scan.error = f"batch base offset {header.base_offset} where {scan.next_offset} was expected"
             return scan
         if header.last_offset_delta < 0 or header.last_offset - segment.base_offset > _INT32_MAX:
@@ -536,8 +555,10 @@ class PartitionLog:
         epochs: LeaderEpochCache,
         segment_bytes: int,
         index_interval_bytes: int,
+        allow_offset_gaps: bool = False,
     ) -> None:
         self.directory = directory
+        self._allow_offset_gaps = allow_offset_gaps
         self._segments = segments
         self._log_start_offset = log_start_offset
         self._epochs = epochs
@@ -556,6 +577,8 @@ class PartitionLog:
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         recovery_point: int | None = None,
         log_start_offset: int | None = None,
+        allow_offset_gaps: bool = False,
+        clean_shutdown: bool = False,
     ) -> tuple[PartitionLog, RecoveryReport]:
         """Open (creating if needed) and recover the log in `directory`; see the module doc."""
         if segment_bytes < RECORD_BATCH_OVERHEAD:
@@ -566,6 +589,10 @@ class PartitionLog:
         removed: list[str] = []
         bases: set[int] = set()
         for path in sorted(directory.iterdir()):
+            if path.name.endswith(_CLEANED_SUFFIX) and _SEGMENT_NAME.match(path.name[: -len(_CLEANED_SUFFIX)]):
+                path.unlink()  # a cleaner's output that was never swapped in: the original stands
+                removed.append(path.name)
+                continue
             if path.name.endswith(_DELETED_SUFFIX) and _SEGMENT_NAME.match(path.name[: -len(_DELETED_SUFFIX)]):
                 path.unlink()
                 removed.append(path.name)
@@ -580,6 +607,26 @@ class PartitionLog:
                 removed.append(path.name)
         removed.extend(clean_snapshot_leftovers(directory))
 
+        if clean_shutdown and bases:
+            fast = [_Segment(directory, base) for base in sorted(bases)]
+            try:
+                opened = cls._open_after_clean_shutdown(
+                    directory,
+                    segments=fast,
+                    removed=removed,
+                    segment_bytes=segment_bytes,
+                    index_interval_bytes=index_interval_bytes,
+                    log_start_offset=log_start_offset,
+                    allow_offset_gaps=allow_offset_gaps,
+                )
+            except BaseException:
+                for segment in fast:
+                    segment.close()
+                raise
+            if opened is not None:
+                return opened
+            for segment in fast:
+                segment.close()
         segments = [_Segment(directory, base) for base in sorted(bases)]
         try:
             return cls._recover(
@@ -590,11 +637,72 @@ class PartitionLog:
                 index_interval_bytes=index_interval_bytes,
                 recovery_point=recovery_point,
                 log_start_offset=log_start_offset,
+                allow_offset_gaps=allow_offset_gaps,
             )
         except BaseException:
             for segment in segments:
                 segment.close()
             raise
+
+    @classmethod
+    def _open_after_clean_shutdown(
+        cls,
+        directory: Path,
+        *,
+        segments: list[_Segment],
+        removed: list[str],
+        segment_bytes: int,
+        index_interval_bytes: int,
+        log_start_offset: int | None,
+        allow_offset_gaps: bool,
+    ) -> tuple[PartitionLog, RecoveryReport] | None:
+        """The log as a clean shutdown left it, reading only indexes and the active tail; None
+        when anything does not add up (the caller then recovers in full)."""
+        cache_path = directory / LEADER_EPOCH_CHECKPOINT_FILE_NAME
+        try:
+            epochs = read_leader_epoch_checkpoint(cache_path)
+        except (FileNotFoundError, CheckpointError):
+            return None
+        for i, segment in enumerate(segments):
+            entries = OffsetIndex.read_entries(segment.log_path.with_suffix(_INDEX_SUFFIX), base_offset=segment.base_offset)
+            if entries is None or any(position >= segment.size_bytes for _, position in entries):
+                return None
+            if i + 1 < len(segments):
+                segment.next_offset = segments[i + 1].base_offset
+                if entries and entries[-1][0] >= segment.next_offset:
+                    return None
+            else:
+                position = entries[-1][1] if entries else 0
+                next_offset = segment.base_offset
+                while position < segment.size_bytes:
+                    head = os.pread(segment.fd, RECORD_BATCH_OVERHEAD, position)
+                    if len(head) < RECORD_BATCH_OVERHEAD:
+                        return None
+                    header = read_batch_header(head)
+                    if header.size_bytes < RECORD_BATCH_OVERHEAD or position + header.size_bytes > segment.size_bytes:
+                        return None
+                    next_offset = header.next_offset
+                    position += header.size_bytes
+                segment.next_offset = next_offset
+                segment.bytes_since_index_entry = segment.size_bytes - entries[-1][1] if entries else segment.size_bytes
+            segment.open_index(entries)
+            segment.unflushed = False
+        log_end = segments[-1].next_offset
+        if any(start > log_end for _, start in epochs):
+            return None
+        start = max(log_start_offset or 0, segments[0].base_offset)
+        if start > log_end:
+            return None
+        log = cls(
+            directory,
+            segments=segments,
+            log_start_offset=start,
+            epochs=LeaderEpochCache(cache_path, epochs),
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            allow_offset_gaps=allow_offset_gaps,
+        )
+        return log, RecoveryReport(log_end_offset=log_end, removed_files=tuple(removed), after_clean_shutdown=True)
 
     @classmethod
     def _recover(
@@ -607,6 +715,7 @@ class PartitionLog:
         index_interval_bytes: int,
         recovery_point: int | None,
         log_start_offset: int | None,
+        allow_offset_gaps: bool,
     ) -> tuple[PartitionLog, RecoveryReport]:
         validated: list[str] = []
         rebuilt: list[str] = []
@@ -622,11 +731,14 @@ class PartitionLog:
             if cut_in is not None:
                 dropped.append(_dropped(segment, 0, f"follows the point where {cut_in} was cut"))
                 continue
-            if segment.size_bytes == 0 and not is_last:
+            if segment.size_bytes == 0 and not is_last and not allow_offset_gaps:
+                # (In a compacted log a cleaned segment may hold nothing yet still mark its offsets.)
                 # Holds nothing; if it leaves an offset gap, the gap check on the next segment cuts there.
                 removed.append(f"{segment.name} (zero-length segment before the last one)")
                 continue
-            if next_offset is not None and segment.base_offset != next_offset:
+            if next_offset is not None and segment.base_offset != next_offset and not (
+                allow_offset_gaps and segment.base_offset > next_offset
+            ):
                 dropped.append(
                     _dropped(segment, 0, f"segment base offset {segment.base_offset} where {next_offset} was expected")
                 )
@@ -640,6 +752,7 @@ class PartitionLog:
                 last_epoch=last_epoch,
                 verify_crc=verify_crc,
                 index_interval_bytes=index_interval_bytes,
+                allow_offset_gaps=allow_offset_gaps,
             )
             if verify_crc:
                 validated.append(segment.name)
@@ -713,6 +826,7 @@ class PartitionLog:
             epochs=cache,
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
+            allow_offset_gaps=allow_offset_gaps,
         )
         report = RecoveryReport(
             log_end_offset=log.log_end_offset,
@@ -749,6 +863,10 @@ class PartitionLog:
         return self._epochs.entries
 
     @property
+    def segment_base_offsets(self) -> list[int]:
+        return [s.base_offset for s in self._segments]
+
+    @property
     def segment_names(self) -> list[str]:
         return [s.name for s in self._segments]
 
@@ -775,7 +893,7 @@ class PartitionLog:
         expected = self.log_end_offset
         epoch = self._epochs.latest_epoch if self._epochs.latest_epoch is not None else -1
         for header in headers:
-            if header.base_offset != expected:
+            if header.base_offset != expected and not (self._allow_offset_gaps and header.base_offset > expected):
                 raise LogError(f"batch at offset {header.base_offset} does not follow the log end {expected}")
             if header.partition_leader_epoch < epoch:
                 raise LogError(
@@ -954,6 +1072,96 @@ class PartitionLog:
         if keep_from == len(segments):
             self._roll(self.log_end_offset)
         return self.delete_below(self._segments[keep_from].base_offset)
+
+    # ---- compaction ----------------------------------------------------------------------------
+
+    def cleanable_segments(self, *, upper_bound: int) -> list[tuple[int, int]]:
+        """(base offset, end offset) of each non-active segment wholly below `upper_bound`."""
+        found = []
+        for segment, following in zip(self._segments, self._segments[1:], strict=False):
+            if following.base_offset > upper_bound:
+                break
+            found.append((segment.base_offset, following.base_offset))
+        return found
+
+    def segment_size_bytes(self, base_offset: int) -> int:
+        return self._segment_at(base_offset).size_bytes
+
+    def segment_batches(self, base_offset: int) -> Iterator[bytes]:
+        """Every batch of one segment, in order, read a chunk at a time."""
+        segment = self._segment_at(base_offset)
+        position = 0
+        while position < segment.size_bytes:
+            chunk = os.pread(segment.fd, min(_SEGMENT_READ_CHUNK_BYTES, segment.size_bytes - position), position)
+            view = memoryview(chunk)
+            used = 0
+            while used + LOG_OVERHEAD <= len(view):
+                (batch_length,) = struct.unpack_from(">i", view, used + 8)
+                size = LOG_OVERHEAD + batch_length
+                if used + size > len(view):
+                    break
+                yield bytes(view[used : used + size])
+                used += size
+            if used == 0:  # one batch larger than the chunk
+                (batch_length,) = struct.unpack_from(">i", chunk, 8)
+                yield os.pread(segment.fd, LOG_OVERHEAD + batch_length, position)
+                used = LOG_OVERHEAD + batch_length
+            position += used
+
+    def replace_segment(self, base_offset: int, batches: Iterable[bytes]) -> None:
+        """Swap a non-active segment's batches for `batches` (the cleaner's output of it).
+
+        The new file is written beside the old one as `<base>.log.cleaned`, fsynced, and renamed
+        over the original, so a crash leaves one or the other whole (a leftover `.cleaned` is
+        removed on open). The offsets it covers do not change: the batches must lie within them,
+        in order, and the segment keeps its place before the next one (offset gaps need a log
+        opened with `allow_offset_gaps`).
+        """
+        position = next((i for i, s in enumerate(self._segments) if s.base_offset == base_offset), None)
+        if position is None or position == len(self._segments) - 1:
+            raise LogError(f"no non-active segment starts at offset {base_offset}")
+        if not self._allow_offset_gaps:
+            raise LogError("only a log opened with allow_offset_gaps can have segments cleaned")
+        old = self._segments[position]
+        end = self._segments[position + 1].base_offset
+        cleaned = old.log_path.with_name(old.log_path.name + _CLEANED_SUFFIX)
+        with storage_io("writing the cleaned segment", cleaned):
+            fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                expected = base_offset
+                for batch in batches:
+                    header = validate_batch(batch)
+                    if header.base_offset < expected or header.next_offset > end:
+                        raise LogError(
+                            f"a cleaned batch at {header.base_offset}..{header.last_offset} is out of order or"
+                            f" outside the segment's offsets [{base_offset}, {end})"
+                        )
+                    expected = header.next_offset
+                    write_fully(fd, batch, path=cleaned)
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                cleaned.unlink(missing_ok=True)
+                raise
+            os.close(fd)
+            os.replace(cleaned, old.log_path)
+        fsync_dir(self.directory)
+        old.close()
+        segment = _Segment(self.directory, base_offset)
+        scan = _scan_segment(segment, next_offset=base_offset, last_epoch=-1, verify_crc=False,
+                             index_interval_bytes=self._index_interval_bytes, allow_offset_gaps=True)
+        segment.next_offset = end
+        segment.bytes_since_index_entry = scan.bytes_since_index_entry
+        segment.max_timestamp_ms = scan.max_timestamp_ms
+        segment.open_index(scan.index_entries)
+        segment.seal()
+        self._segments[position] = segment
+
+    def _segment_at(self, base_offset: int) -> _Segment:
+        for segment in self._segments:
+            if segment.base_offset == base_offset:
+                return segment
+        raise LogError(f"no segment starts at offset {base_offset}")
 
     # ---- durability and lifetime --------------------------------------------------------------
 

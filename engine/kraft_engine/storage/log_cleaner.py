@@ -1,0 +1,155 @@
+"""Log compaction (`cleanup.policy=compact`): keep the last record of every key, Kafka's LogCleaner.
+
+A compacted topic is a table: `__consumer_offsets` keeps each group's latest committed offsets,
+a changelog keeps each key's latest value. The cleaner rewrites the segments below the active one
+and the high watermark so that only the latest record of each key survives, and tombstones (null
+values) vanish once `delete.retention.ms` has passed since they were written.
+
+One pass, as Kafka's cleaner does it:
+
+1. The dirty section starts at the partition's first dirty offset (`cleaner-offset-checkpoint`)
+   and ends at the last cleanable segment's end. Its key -> latest offset map is built from every
+   record there (Kafka hashes keys into a bounded buffer; we keep the keys themselves).
+2. Every cleanable segment, the clean ones included, is rewritten: a record stays when it has a
+   key and no later record of that key is in the map, and, when a tombstone, when it is younger
+   than `delete.retention.ms` by its timestamp. A batch whose records all stay is copied byte for
+   byte; a batch with some gone is rebuilt around the survivors (same base offset, last offset
+   delta, producer fields and codec, the kept records' bytes unchanged, a new CRC), so offsets
+   keep their meaning and a consumer sees gaps; a batch with none left is dropped, unless it is
+   the last batch of its producer (kept whole, so idempotent producer state survives a rebuild
+   from the log). Control batches stay.
+3. Each segment is swapped in atomically (`PartitionLog.replace_segment`) and the first dirty
+   offset moves to the end of what was cleaned.
+
+Deviations from Kafka: segments are not merged into larger groups, the offset map is not bounded,
+`min.compaction.lag.ms` and `max.compaction.lag.ms` are not read, and the tombstone horizon is the
+record's own timestamp rather than the batch's delete horizon (KIP-534).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, BatchHeader, read_batch_header
+from kraft_engine.records.compression import CODEC_NONE, compress, decompress
+from kraft_engine.records.record_fields import RecordFields, read_record_fields
+from kraft_engine.storage.partition_log import PartitionLog
+
+__all__ = ["CLEANER_OFFSET_CHECKPOINT_FILE_NAME", "CleaningResult", "clean_log", "dirty_ratio"]
+
+CLEANER_OFFSET_CHECKPOINT_FILE_NAME = "cleaner-offset-checkpoint"
+_LOG_APPEND_TIME_MASK = 0x08
+_LENGTH_POSITION = 8
+_CRC_POSITION = 17
+_ATTRIBUTES_POSITION = 21
+_MAX_TIMESTAMP_POSITION = 35
+_RECORD_COUNT_POSITION = 57
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningResult:
+    first_dirty_offset: int  # where the next pass starts
+    segments_rewritten: int
+    records_removed: int
+    bytes_before: int
+    bytes_after: int
+
+
+def dirty_ratio(log: PartitionLog, *, first_dirty_offset: int, upper_bound: int) -> float:
+    """Dirty bytes / cleanable bytes, Kafka's `min.cleanable.dirty.ratio` measure (0 when nothing)."""
+    segments = log.cleanable_segments(upper_bound=upper_bound)
+    total = sum(log.segment_size_bytes(base) for base, _ in segments)
+    dirty = sum(log.segment_size_bytes(base) for base, end in segments if end > first_dirty_offset)
+    return dirty / total if total else 0.0
+
+
+def clean_log(
+    log: PartitionLog, *, first_dirty_offset: int, upper_bound: int, now_ms: int, delete_retention_ms: int
+) -> CleaningResult | None:
+    """One cleaning pass over the segments wholly below `upper_bound`; None when none are."""
+    segments = log.cleanable_segments(upper_bound=upper_bound)
+    if not segments:
+        return None
+    latest: dict[bytes, int] = {}
+    last_batch_of_producer: dict[int, int] = {}
+    for base, end in segments:
+        for batch in log.segment_batches(base):
+            header = read_batch_header(batch)
+            if header.producer_id >= 0:
+                last_batch_of_producer[header.producer_id] = header.base_offset
+            if end <= first_dirty_offset or header.is_control:
+                continue
+            for record in _fields(batch, header):
+                offset = header.base_offset + record.offset_delta
+                if record.key is not None and offset >= first_dirty_offset:
+                    latest[record.key] = offset
+    keep_batches = set(last_batch_of_producer.values())
+    rewritten = removed = before = after = 0
+    for base, _ in segments:
+        kept: list[bytes] = []
+        changed = False
+        for batch in log.segment_batches(base):
+            before += len(batch)
+            header = read_batch_header(batch)
+            if header.is_control:
+                kept.append(batch)
+                continue
+            body, fields = _body_and_fields(batch, header)
+            survivors = [
+                f for f in fields
+                if _survives(f, header=header, latest=latest, now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+            ]
+            if len(survivors) == len(fields):
+                kept.append(batch)
+                continue
+            changed = True
+            removed += len(fields) - len(survivors)
+            if survivors:
+                kept.append(_rebuilt(batch, header, body, survivors))
+            elif header.base_offset in keep_batches:
+                kept.append(batch)
+                removed -= len(fields)
+        after += sum(len(b) for b in kept)
+        if changed:
+            log.replace_segment(base, kept)
+            rewritten += 1
+    return CleaningResult(segments[-1][1], rewritten, removed, before, after)
+
+
+def _survives(
+    fields: RecordFields, *, header: BatchHeader, latest: dict[bytes, int], now_ms: int, delete_retention_ms: int
+) -> bool:
+    if fields.key is None:
+        return False  # a compacted topic has no use for a record without a key (Kafka drops it too)
+    offset = header.base_offset + fields.offset_delta
+    if offset < latest.get(fields.key, -1):
+        return False
+    return not (fields.value_is_null and now_ms - (header.base_timestamp + fields.timestamp_delta_ms) > delete_retention_ms)
+
+
+def _body_and_fields(batch: bytes, header: BatchHeader) -> tuple[bytes, list[RecordFields]]:
+    body = batch[RECORD_BATCH_OVERHEAD:]
+    if header.compression_codec != CODEC_NONE:
+        body = decompress(header.compression_codec, body)
+    return body, read_record_fields(body, count=header.record_count)
+
+
+def _fields(batch: bytes, header: BatchHeader) -> list[RecordFields]:
+    return _body_and_fields(batch, header)[1]
+
+
+def _rebuilt(batch: bytes, header: BatchHeader, body: bytes, survivors: list[RecordFields]) -> bytes:
+    """The batch with only `survivors`: header kept (last offset delta included, so the producer's
+    sequence range is unchanged), record count, max timestamp, length and CRC redone."""
+    records = compress(header.compression_codec, b"".join(body[f.start : f.end] for f in survivors))
+    buffer = bytearray(batch[:RECORD_BATCH_OVERHEAD]) + records
+    struct.pack_into(">i", buffer, _LENGTH_POSITION, len(buffer) - 12)
+    struct.pack_into(">i", buffer, _RECORD_COUNT_POSITION, len(survivors))
+    if not header.attributes & _LOG_APPEND_TIME_MASK:
+        newest = max(header.base_timestamp + f.timestamp_delta_ms for f in survivors)
+        struct.pack_into(">q", buffer, _MAX_TIMESTAMP_POSITION, newest)
+    struct.pack_into(">I", buffer, _CRC_POSITION, crc32c(memoryview(buffer)[_ATTRIBUTES_POSITION:]))
+    return bytes(buffer)

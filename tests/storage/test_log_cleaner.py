@@ -1,0 +1,170 @@
+"""Log compaction: the latest record of each key survives with its offset, tombstones expire,
+compressed batches are rebuilt in their codec, and the compacted log reopens and replicates with
+its offset gaps."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from crc32c import crc32c
+
+from kraft_engine.records.batches import build_batch, decode_records, read_batch_header
+from kraft_engine.records.compression import CODEC_ZSTD, compress, decompress
+from kraft_engine.storage.log_cleaner import clean_log, dirty_ratio
+from kraft_engine.storage.partition_log import LogError, PartitionLog
+
+T0 = 1_700_000_000_000
+DAY_MS = 86_400_000
+
+
+def keyed(pairs: list[tuple[bytes, bytes | None]], *, timestamp_ms: int = T0, codec: int = 0,
+          producer_id: int = -1, base_sequence: int = -1) -> bytes:
+    data = bytearray(build_batch(base_offset=0, partition_leader_epoch=0, values=[v for _, v in pairs],  # type: ignore[misc]
+                                 keys=[k for k, _ in pairs], timestamp_ms=timestamp_ms))
+    struct.pack_into(">qhi", data, 43, producer_id, 0 if producer_id >= 0 else -1, base_sequence)
+    if codec:
+        data = data[:61] + compress(codec, bytes(data[61:]))
+        struct.pack_into(">i", data, 8, len(data) - 12)
+        struct.pack_into(">h", data, 21, codec)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def contents(log: PartitionLog) -> dict[int, tuple[bytes | None, bytes | None]]:
+    """offset -> (key, value) of every record, decompressing as a consumer does."""
+    found = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, max_bytes=1 << 20)
+        position = 0
+        while position < len(data):
+            header = read_batch_header(data, position)
+            raw = bytearray(data[position : position + header.size_bytes])
+            if header.compression_codec:
+                raw = raw[:61] + decompress(header.compression_codec, bytes(raw[61:]))
+                struct.pack_into(">i", raw, 8, len(raw) - 12)
+                struct.pack_into(">h", raw, 21, 0)
+                struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+            for record in decode_records(bytes(raw)):
+                found[record.offset] = (record.key, record.value)
+            position += header.size_bytes
+            offset = header.next_offset
+    return found
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> PartitionLog:
+    opened, _ = PartitionLog.open(tmp_path / "table-0", segment_bytes=100, allow_offset_gaps=True)
+    return opened
+
+
+def fill(log: PartitionLog) -> None:
+    # offsets:   0      1      2      3      4      5      6      7
+    for pairs in ([(b"a", b"1"), (b"b", b"1")], [(b"a", b"2"), (b"c", b"1")], [(b"b", b"2"), (b"a", b"3")],
+                  [(b"d", b"1"), (b"c", b"2")]):
+        log.append_as_leader(keyed(pairs), epoch=0)
+
+
+def test_the_latest_record_of_each_key_survives_at_its_offset(log: PartitionLog) -> None:
+    fill(log)
+    log.append_as_leader(keyed([(b"a", b"4")]), epoch=0)  # offset 8, the active segment
+    assert len(log.segment_names) >= 3
+    end = log.log_end_offset
+    result = clean_log(log, first_dirty_offset=0, upper_bound=end, now_ms=T0, delete_retention_ms=DAY_MS)
+    assert result is not None and result.records_removed > 0
+    left = contents(log)
+    # Below the active segment only each key's latest there remains; the active segment is untouched.
+    cleaned_end = result.first_dirty_offset
+    below = {o: kv for o, kv in left.items() if o < cleaned_end}
+    keys = [k for k, _ in below.values()]
+    assert len(keys) == len(set(keys))
+    assert left[8] == (b"a", b"4")
+    assert {o: kv for o, kv in below.items() if kv[0] in (b"b", b"d")} == {4: (b"b", b"2"), 6: (b"d", b"1")}
+    assert log.log_end_offset == end
+
+
+def test_a_second_pass_removes_clean_records_that_newer_dirty_ones_replace(log: PartitionLog) -> None:
+    fill(log)
+    first = clean_log(log, first_dirty_offset=0, upper_bound=log.log_end_offset, now_ms=T0, delete_retention_ms=DAY_MS)
+    assert first is not None
+    for _ in range(3):
+        log.append_as_leader(keyed([(b"b", b"3"), (b"x", b"1")]), epoch=0)
+    assert dirty_ratio(log, first_dirty_offset=first.first_dirty_offset, upper_bound=log.log_end_offset) > 0
+    clean_log(log, first_dirty_offset=first.first_dirty_offset, upper_bound=log.log_end_offset, now_ms=T0,
+              delete_retention_ms=DAY_MS)
+    values_of_b = [v for k, v in contents(log).values() if k == b"b"]
+    assert values_of_b[-1] == b"3"
+    assert b"2" not in values_of_b
+
+
+def test_tombstones_stay_for_delete_retention_ms_then_go(log: PartitionLog) -> None:
+    log.append_as_leader(keyed([(b"k", b"v"), (b"gone", b"v")], timestamp_ms=T0), epoch=0)
+    log.append_as_leader(keyed([(b"gone", None)], timestamp_ms=T0), epoch=0)
+    log.append_as_leader(keyed([(b"k", b"w")] * 8, timestamp_ms=T0), epoch=0)  # rolls: the tombstone is cleanable
+    upper = log.log_end_offset
+    clean_log(log, first_dirty_offset=0, upper_bound=upper, now_ms=T0 + 1000, delete_retention_ms=DAY_MS)
+    assert (b"gone", None) in contents(log).values()
+    assert (b"gone", b"v") not in contents(log).values()
+    clean_log(log, first_dirty_offset=0, upper_bound=upper, now_ms=T0 + 2 * DAY_MS, delete_retention_ms=DAY_MS)
+    assert all(k != b"gone" for k, _ in contents(log).values())
+
+
+def test_a_compressed_batch_is_rebuilt_in_its_codec_around_the_survivors(log: PartitionLog) -> None:
+    log.append_as_leader(keyed([(b"a", b"1"), (b"b", b"1"), (b"a", b"2")], codec=CODEC_ZSTD), epoch=0)
+    log.append_as_leader(keyed([(b"z", b"x" * 300)]), epoch=0)  # rolls
+    clean_log(log, first_dirty_offset=0, upper_bound=log.log_end_offset, now_ms=T0, delete_retention_ms=DAY_MS)
+    first = log.read(0, max_bytes=1)
+    header = read_batch_header(first)
+    assert header.compression_codec == CODEC_ZSTD
+    assert (header.base_offset, header.last_offset, header.record_count) == (0, 2, 2)  # last offset delta kept
+    assert {o: kv for o, kv in contents(log).items() if o < 3} == {1: (b"b", b"1"), 2: (b"a", b"2")}
+
+
+def test_an_emptied_batch_of_a_producer_is_kept_when_it_is_the_producers_last(log: PartitionLog) -> None:
+    log.append_as_leader(keyed([(b"a", b"1")], producer_id=7, base_sequence=0), epoch=0)
+    log.append_as_leader(keyed([(b"a", b"2")] * 10), epoch=0)
+    log.append_as_leader(keyed([(b"a", b"3")]), epoch=0)
+    clean_log(log, first_dirty_offset=0, upper_bound=log.log_end_offset, now_ms=T0, delete_retention_ms=DAY_MS)
+    first = read_batch_header(log.read(0, max_bytes=1))
+    assert (first.base_offset, first.producer_id) == (0, 7)
+
+
+def test_a_compacted_log_reopens_clean_and_a_follower_takes_its_gaps(log: PartitionLog, tmp_path: Path) -> None:
+    fill(log)
+    log.append_as_leader(keyed([(b"a", b"4")]), epoch=0)
+    clean_log(log, first_dirty_offset=0, upper_bound=log.log_end_offset, now_ms=T0, delete_retention_ms=DAY_MS)
+    before = contents(log)
+    log.close()
+    reopened, report = PartitionLog.open(tmp_path / "table-0", segment_bytes=100, allow_offset_gaps=True)
+    assert report.is_clean, report.describe()
+    assert contents(reopened) == before
+    follower, _ = PartitionLog.open(tmp_path / "follower" / "table-0", segment_bytes=100, allow_offset_gaps=True)
+    offset = 0
+    while offset < reopened.log_end_offset:
+        data = reopened.read(offset, max_bytes=1 << 20)
+        follower.append_as_follower(data)
+        offset = follower.log_end_offset
+    assert contents(follower) == before
+    # Backwards is still refused, gaps or not.
+    with pytest.raises(LogError):
+        follower.append_as_follower(reopened.read(0, max_bytes=1))
+
+
+def test_a_strict_log_refuses_gaps_and_cleaning(tmp_path: Path) -> None:
+    strict, _ = PartitionLog.open(tmp_path / "strict-0")
+    gap = build_batch(base_offset=5, partition_leader_epoch=0, values=[b"x"], timestamp_ms=T0)
+    with pytest.raises(LogError):
+        strict.append_as_follower(gap)
+
+
+def test_a_cleaned_segment_left_half_written_by_a_crash_is_discarded(log: PartitionLog, tmp_path: Path) -> None:
+    fill(log)
+    before = contents(log)
+    first = log.directory / log.segment_names[0]
+    (first.parent / (first.name + ".cleaned")).write_bytes(b"half a segment")
+    log.close()
+    reopened, report = PartitionLog.open(tmp_path / "table-0", segment_bytes=100, allow_offset_gaps=True)
+    assert any(".cleaned" in name for name in report.removed_files)
+    assert contents(reopened) == before
