@@ -21,8 +21,16 @@ DAY_MS = 86_400_000
 
 def keyed(pairs: list[tuple[bytes, bytes | None]], *, timestamp_ms: int = T0, codec: int = 0,
           producer_id: int = -1, base_sequence: int = -1) -> bytes:
-    data = bytearray(build_batch(base_offset=0, partition_leader_epoch=0, values=[v for _, v in pairs],  # type: ignore[misc]
+    data = bytearray(build_batch(base_offset=0, partition_leader_epoch=0, values=[v or b"" for _, v in pairs],
                                  keys=[k for k, _ in pairs], timestamp_ms=timestamp_ms))
+    if any(v is None for _, v in pairs):
+        # A tombstone: the single record's empty value (length varint 0) becomes null (varint -1,
+        # zig-zag 0x01), the same size. Its position: record length, attributes, timestamp and
+        # offset deltas, key length, key.
+        ((key, _),) = pairs
+        position = 61 + 4 + 1 + len(key)
+        assert data[position] == 0
+        data[position] = 1
     struct.pack_into(">qhi", data, 43, producer_id, 0 if producer_id >= 0 else -1, base_sequence)
     if codec:
         data = data[:61] + compress(codec, bytes(data[61:]))
