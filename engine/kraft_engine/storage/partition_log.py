@@ -85,7 +85,7 @@ import bisect
 import os
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -543,6 +543,10 @@ def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
         target.unlink(missing_ok=True)
 
 
+# PartitionLog._open_after_clean_shutdown or PartitionLog._recover, called with the same arguments.
+_Opening = Callable[..., "tuple[PartitionLog, RecoveryReport] | None"]
+
+
 class PartitionLog:
     """A partition's segmented log. Single-threaded: the caller serialises all calls."""
 
@@ -607,42 +611,31 @@ class PartitionLog:
                 removed.append(path.name)
         removed.extend(clean_snapshot_leftovers(directory))
 
+        attempts: list[_Opening] = [cls._recover]
         if clean_shutdown and bases:
-            fast = [_Segment(directory, base) for base in sorted(bases)]
+            attempts.insert(0, cls._open_after_clean_shutdown)
+        for attempt in attempts:
+            segments = [_Segment(directory, base) for base in sorted(bases)]
             try:
-                opened = cls._open_after_clean_shutdown(
+                opened = attempt(
                     directory,
-                    segments=fast,
+                    segments=segments,
                     removed=removed,
                     segment_bytes=segment_bytes,
                     index_interval_bytes=index_interval_bytes,
+                    recovery_point=recovery_point,
                     log_start_offset=log_start_offset,
                     allow_offset_gaps=allow_offset_gaps,
                 )
             except BaseException:
-                for segment in fast:
+                for segment in segments:
                     segment.close()
                 raise
             if opened is not None:
                 return opened
-            for segment in fast:
+            for segment in segments:  # the clean-shutdown open gave up: recover in full
                 segment.close()
-        segments = [_Segment(directory, base) for base in sorted(bases)]
-        try:
-            return cls._recover(
-                directory,
-                segments=segments,
-                removed=removed,
-                segment_bytes=segment_bytes,
-                index_interval_bytes=index_interval_bytes,
-                recovery_point=recovery_point,
-                log_start_offset=log_start_offset,
-                allow_offset_gaps=allow_offset_gaps,
-            )
-        except BaseException:
-            for segment in segments:
-                segment.close()
-            raise
+        raise InvariantViolation(f"no way to open {directory} succeeded")
 
     @classmethod
     def _open_after_clean_shutdown(
@@ -653,11 +646,14 @@ class PartitionLog:
         removed: list[str],
         segment_bytes: int,
         index_interval_bytes: int,
+        recovery_point: int | None,
         log_start_offset: int | None,
         allow_offset_gaps: bool,
     ) -> tuple[PartitionLog, RecoveryReport] | None:
         """The log as a clean shutdown left it, reading only indexes and the active tail; None
-        when anything does not add up (the caller then recovers in full)."""
+        when anything does not add up (the caller then recovers in full). The recovery point is
+        not needed: a clean shutdown flushed everything."""
+        del recovery_point
         cache_path = directory / LEADER_EPOCH_CHECKPOINT_FILE_NAME
         try:
             epochs = read_leader_epoch_checkpoint(cache_path)
