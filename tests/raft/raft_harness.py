@@ -23,6 +23,7 @@ from kraft_engine.raft import (
     ElectionState,
     Endpoint,
     LeaderChange,
+    LogFlush,
     MemoryLog,
     OutboundRequest,
     Output,
@@ -166,6 +167,9 @@ class Cluster:
         self.client_responses: dict[int, Any] = {}
         self.supported_kraft: dict[int, tuple[int, int]] = defaultdict(lambda: (0, 1))
         self._next_client = 1
+        # Nodes whose fsyncs do not complete until `complete_held_flushes` (the rest: at once).
+        self.hold_flushes: set[int] = set()
+        self.held_flushes: dict[int, list[LogFlush]] = defaultdict(list)
         for node_id in voters:
             self.start(node_id, MemoryLog() if static else bootstrap_log(voter_set(voters)), static_voters=static)
         for node_id in observers:
@@ -273,7 +277,24 @@ class Cluster:
             self.sent.append(envelope)
             self.queue.append(envelope)
         record.events.extend(out.events)
+        if out.flush is not None:
+            if node_id in self.hold_flushes:
+                self.held_flushes[node_id].append(out.flush)
+            else:
+                # An fsync that completes at once, after this Output's sends.
+                self.complete_flush(node_id, out.flush)
         return out
+
+    def complete_flush(self, node_id: int, flush: LogFlush) -> None:
+        record = self.records[node_id]
+        record.log.flush_to(flush.end_offset)
+        self.apply(node_id, record.node.handle_log_flushed(flush, now_ms=self.now_ms))
+
+    def complete_held_flushes(self, node_id: int) -> None:
+        """The fsyncs `node_id` asked for while its flushes were held complete now, in order."""
+        held, self.held_flushes[node_id] = self.held_flushes[node_id], []
+        for flush in held:
+            self.complete_flush(node_id, flush)
 
     def deliver_one(self) -> Envelope | None:
         if not self.queue:
@@ -347,6 +368,25 @@ class Cluster:
         raise AssertionError(f"no leader after {max_ms} ms")
 
 
+class FlushAtOnceNode(RaftNode):
+    """A node whose driver's fsync completes within the call that asked for it: each Output
+    already holds what the completed flush added (for request-level tests of one node)."""
+
+    def _finish(self, now_ms: int) -> Output:
+        out = super()._finish(now_ms)
+        if out.flush is not None:
+            log = self.log
+            assert isinstance(log, MemoryLog)
+            log.flush_to(out.flush.end_offset)
+            more = self.handle_log_flushed(out.flush, now_ms=now_ms)
+            out.persist = more.persist or out.persist
+            out.messages.extend(more.messages)
+            out.events.extend(more.events)
+            out.next_deadline_ms = more.next_deadline_ms
+            out.shutdown_complete = more.shutdown_complete
+        return out
+
+
 def make_node(
     node_id: int,
     voters: list[int],
@@ -357,8 +397,8 @@ def make_node(
     now_ms: int = 1_000_000,
     seed: int = 0,
 ) -> RaftNode:
-    """One node on its own, for request/response-level tests."""
-    return RaftNode(
+    """One node on its own, for request/response-level tests (its flushes complete at once)."""
+    return FlushAtOnceNode(
         config=config or RaftConfig(),
         node_id=node_id,
         directory_id=directory(node_id),

@@ -168,6 +168,7 @@ def test_fetch_with_a_stale_epoch_is_fenced_and_a_future_one_is_unknown() -> Non
 
 def test_an_idle_fetch_is_parked_until_new_data_arrives() -> None:
     node = make_node(1, [1], config=RaftConfig(append_linger_ms=0))
+    node.poll(NOW)  # the flush of its LeaderChange batch completes: the high watermark moves
     end = node.log_end_offset
     out = node.handle_request(fetch(replica=5, epoch=1, offset=end, last_epoch=1, max_wait_ms=500), token=7, now_ms=NOW)
     assert out.responses == []
@@ -180,6 +181,7 @@ def test_an_idle_fetch_is_parked_until_new_data_arrives() -> None:
 
 def test_an_idle_fetch_is_answered_empty_at_its_max_wait() -> None:
     node = make_node(1, [1])
+    node.poll(NOW)  # the flush of its LeaderChange batch completes: the high watermark moves
     end = node.log_end_offset
     node.handle_request(fetch(replica=5, epoch=1, offset=end, last_epoch=1, max_wait_ms=500), token=7, now_ms=NOW)
     assert node.next_deadline_ms(NOW) <= NOW + 500

@@ -76,7 +76,11 @@ def test_a_follower_uses_an_uncommitted_voters_record_as_soon_as_it_reads_it() -
     # Read, not committed (HWM 0), and already in force.
     assert follower.high_watermark == 0
     assert follower.voters == grown
-    (fetch,) = out.requests
+    # The next Fetch reports the new end offset, so it waits for the flush the driver runs.
+    assert out.requests == []
+    assert out.flush is not None and out.flush.end_offset == 1
+    follower.log.flush()
+    (fetch,) = follower.handle_log_flushed(out.flush, now_ms=NOW).requests
     follower.handle_response(fetch.token, answer(b"", OffsetAndEpoch(epoch=0, offset=0)), now_ms=NOW)
     assert follower.log_end_offset == 0
     assert follower.voters == voter_set([1, 2, 3])

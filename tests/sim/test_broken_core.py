@@ -78,3 +78,29 @@ def test_a_core_without_fast_failover_is_caught(monkeypatch: pytest.MonkeyPatch)
             SCENARIOS["fast-failover"].run(seed)
         assert excinfo.value.invariant == "FastFailover"
         assert "stood only at its fetch timeout" in str(excinfo.value)
+
+
+def test_a_leader_that_counts_itself_before_its_flush_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The overlap of the leader's fsync with replication is safe only because the leader counts
+    # its own end offset once the fsync completed. A leader that counts what it merely appended
+    # commits data a crash then loses: crash-before-flush must catch it (on its single-voter
+    # seeds at least, where no follower's durable copy can save the day).
+    from kraft_engine.raft import LeaderState
+
+    drain = RaftNode._drain_accumulator
+
+    def counts_itself_before_flush(self: RaftNode, state: LeaderState, now_ms: int) -> None:
+        drain(self, state, now_ms)
+        leader = self.state
+        if isinstance(leader, LeaderState) and leader.update_local_state(self.log_end_offset):
+            self._on_leader_hwm_advanced(leader, now_ms)
+
+    monkeypatch.setattr(RaftNode, "_drain_accumulator", counts_itself_before_flush)
+    caught = []
+    for seed in range(13):
+        try:
+            SCENARIOS["crash-before-flush"].run(seed)
+        except SimulationFailure as failure:
+            caught.append((seed, failure.invariant))
+    assert caught, "no seed caught a leader counting unflushed offsets"
+    assert all(invariant == "MonotonicHighWatermark" for _, invariant in caught), caught

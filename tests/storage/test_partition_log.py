@@ -259,6 +259,45 @@ def test_flush_advances_flushed_offset(log_dir: Path) -> None:
         assert log.flushed_offset == 1
 
 
+def test_a_flush_synced_on_another_thread_covers_only_what_was_appended_before_it_began(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import threading
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    with open_log(log_dir) as log:
+        log.append_as_leader(batch(b"a"), epoch=1)
+        pending = log.begin_flush()
+        log.append_as_leader(batch(b"b"), epoch=1)  # the caller keeps appending meanwhile
+        synced.clear()  # (appends fsync the leader-epoch checkpoint when an epoch starts)
+        worker = threading.Thread(target=pending.sync)
+        worker.start()
+        worker.join()
+        log.complete_flush(pending)
+        assert (pending.end_offset, log.flushed_offset, log.log_end_offset) == (1, 1, 2)
+        assert len(synced) == 1
+        log.flush()  # "b" was written after the sync began: still unsynced, so this fsyncs again
+        assert (len(synced), log.flushed_offset) == (2, 2)
+        log.flush()  # nothing new: no fsync
+        assert len(synced) == 2
+
+
+def test_a_flush_begun_before_a_truncation_does_not_count(log_dir: Path) -> None:
+    with open_log(log_dir) as log:
+        log.append_as_leader(batch(b"a"), epoch=1)
+        log.flush()
+        log.append_as_leader(batch(b"b"), epoch=1)
+        pending = log.begin_flush()
+        log.truncate_to(1)
+        log.append_as_leader(batch(b"c"), epoch=2)
+        pending.sync()
+        log.complete_flush(pending)
+        assert log.flushed_offset == 1
+
+
 def test_leader_epoch_checkpoint_is_kept_on_append(log_dir: Path) -> None:
     with open_log(log_dir) as log:
         log.append_as_leader(batch(b"a"), epoch=1)

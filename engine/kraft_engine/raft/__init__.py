@@ -21,6 +21,7 @@ only through methods that take `now_ms` and return an `Output`:
   working connection is `TIMED_OUT`: a voter whose leader connection breaks and whose immediate
   reconnect is refused starts pre-vote without waiting out the fetch timeout (`_maybe_fail_over`).
 - `poll(now_ms)`: timers. Call it by `Output.next_deadline_ms`.
+- `handle_log_flushed(flush, *, now_ms)`: the `LogFlush` of an earlier Output is done.
 - `append(records, *, epoch, now_ms) -> last offset`: the state machine's write, bound to the
   leader epoch it believes in; raises `NotLeaderError` for any other epoch. The batch reaches the
   log after `append_linger_ms` on a later `poll` (`next_deadline_ms(now_ms)` says when).
@@ -45,9 +46,12 @@ The ordering contract (what the driver does with an Output, in this order)
 1. `persist`: if set, write the quorum-state file durably (tmp, fsync, rename) BEFORE sending
    anything from this Output. It is set for every transition that changes the persisted
    (epoch, leader, vote) and never for Prospective or Resigned.
-2. The log: nothing to do. The node mutates its `RaftLog` in place and calls `log.flush()` itself
-   before the leader counts its own end offset toward the high watermark and before a follower
-   reports a fetch offset. A log that loses unflushed data on a crash is therefore safe.
+2. `flush`: the node mutates its `RaftLog` in place but never syncs it; `LogFlush` asks the
+   driver to make the log durable below its `end_offset` and report that with
+   `handle_log_flushed(flush, now_ms=)`. The driver may run it off its loop and in parallel
+   with the messages (the leader's fsync overlaps replication). The leader counts its own end
+   offset toward the high watermark, and a follower reports a fetch offset, only up to a
+   completed flush, so a log that loses unflushed data on a crash is safe.
 3. `messages`: send requests and responses, in list order.
 4. `events`: hand to the state machine in order: `SnapshotLoad` (handleLoadSnapshot),
    `CommittedBatch` (handleCommit, only offsets below the high watermark), `LeaderChange`
@@ -80,6 +84,7 @@ from kraft_engine.raft.output import (
     LeaderAndEpoch,
     LeaderChange,
     ListenerEvent,
+    LogFlush,
     OutboundRequest,
     OutboundResponse,
     Output,
@@ -123,6 +128,7 @@ __all__ = [
     "LeaderState",
     "ListenerEvent",
     "LogBatch",
+    "LogFlush",
     "MemoryLog",
     "NotLeaderError",
     "OffsetAndEpoch",

@@ -2,9 +2,10 @@
 
 `RaftLog` is deliberately close to what a segment-file log offers (append whole batches, read
 whole batches, truncate at a batch boundary, flush, snapshots as immutable files), so the
-storage engineer's file log adapts to it directly. The core mutates the log in place and calls
-`flush()` itself before it counts an offset toward the high watermark (leader) or reports it
-in a Fetch (follower); only flushed data may be acknowledged.
+storage engineer's file log adapts to it directly. The core mutates the log in place but never
+flushes it: it asks its driver to (`Output.flush`), and counts an offset toward the high
+watermark (leader) or reports it in a Fetch (follower) only once the driver said it is flushed;
+only flushed data may be acknowledged. Truncation is durable when it returns.
 
 `MemoryLog` is pure and complete; tests use it directly and the simulation wraps it to lose
 unflushed data on a crash.
@@ -89,7 +90,7 @@ class RaftLog(Protocol):
         ...
 
     def flush(self) -> None:
-        """Make everything appended so far durable."""
+        """Make everything appended so far durable (the driver calls it, never the core)."""
         ...
 
     @property
@@ -146,6 +147,7 @@ class MemoryLog:
         self._start_offset = 0
         self._flushed_offset = 0
         self._snapshots: dict[OffsetAndEpoch, bytes] = {}
+        self._truncations = 0
 
     # -- offsets -------------------------------------------------------------------------------
     @property
@@ -218,9 +220,20 @@ class MemoryLog:
         del self._batches[index:]
         del self._base_offsets[index:]
         self._flushed_offset = min(self._flushed_offset, self._end())
+        self._truncations += 1
 
     def flush(self) -> None:
         self._flushed_offset = self._end()
+
+    def flush_to(self, end_offset: int) -> None:
+        """Make the log durable below `end_offset` only (an fsync that began when the log ended
+        there; what was appended after it is not covered)."""
+        self._flushed_offset = max(self._flushed_offset, min(end_offset, self._end()))
+
+    @property
+    def truncations(self) -> int:
+        """How many times the tail was cut: an fsync begun before a cut says nothing after it."""
+        return self._truncations
 
     @property
     def flushed_offset(self) -> int:
@@ -264,3 +277,4 @@ class MemoryLog:
         self._base_offsets = []
         self._start_offset = latest.offset
         self._flushed_offset = latest.offset
+        self._truncations += 1

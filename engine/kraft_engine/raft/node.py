@@ -3,7 +3,8 @@
 Every entry point takes `now_ms` and returns an `Output` (see `output.py` for the order in which
 the driver must perform it). Requests and responses are kio entities at the wire versions a
 Kafka 4.x controller uses (see `messages.py`), so the driver only frames bytes. The node mutates
-the `RaftLog` it was given in place and flushes it itself before acknowledging anything.
+the `RaftLog` it was given in place and asks the driver to flush it (`Output.flush`); it counts
+(leader) or reports (follower) only offsets a completed flush covered (`handle_log_flushed`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from kraft_engine.raft.output import (
     CommittedBatch,
     LeaderAndEpoch,
     LeaderChange,
+    LogFlush,
     OutboundRequest,
     OutboundResponse,
     Output,
@@ -177,6 +179,11 @@ class RaftNode:
         self._voter_change: _VoterChange | None = None
         self._next_clean_ms = now_ms + _CLEAN_INTERVAL_MS
         self._learned_voters: dict[int, VoterNode] = {}
+        # What the driver reported durable, what the node asked to flush, and how often the log
+        # was truncated (a flush asked for before a truncation proves nothing about what follows).
+        self._durable_offset = max(log.flushed_offset, log.log_start_offset)
+        self._flush_requested_offset = self._durable_offset
+        self._truncations = 0
         # A single-voter quorum elects itself at once (KafkaRaftClient.initialize), including
         # after a restart as Resigned: it is the only one who could lead the next epoch.
         if self.voters.is_only_voter(self._local_key):
@@ -326,6 +333,37 @@ class RaftNode:
         self._poll_state(now_ms)
         return self._finish(now_ms)
 
+    def handle_log_flushed(self, flush: LogFlush, *, now_ms: int) -> Output:
+        """The driver made the log durable below `flush.end_offset` (the `Output.flush` it was given).
+
+        The leader counts its own end offset toward the high watermark, and a follower sends its
+        next Fetch (whose fetch offset the leader counts), only up to here. A flush asked for
+        before a later truncation is ignored: the bytes it covered may have been replaced.
+        """
+        if flush.truncations == self._truncations and flush.end_offset > self._durable_offset:
+            self._durable_offset = min(flush.end_offset, self._log.end_offset().offset)
+            state = self._quorum.state
+            if isinstance(state, LeaderState) and state.update_local_state(self.durable_offset):
+                self._on_leader_hwm_advanced(state, now_ms)
+        self._poll_state(now_ms)
+        return self._finish(now_ms)
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this is known to be flushed (a snapshot covers what is below the log start)."""
+        return max(self._durable_offset, self._log.log_start_offset)
+
+    def _awaiting_flush(self) -> bool:
+        return self.durable_offset < self._log.end_offset().offset
+
+    def _on_truncated(self) -> None:
+        """The log lost its tail (or all of it, for a snapshot): what was durable stays durable
+        only up to the new end, and any flush in flight is void."""
+        end = self._log.end_offset().offset
+        self._truncations += 1
+        self._durable_offset = min(self._durable_offset, end)
+        self._flush_requested_offset = min(self._flush_requested_offset, end)
+
     def handle_response(self, token: int, response: Any | RequestFailure, *, now_ms: int) -> Output:
         """The response to (or failure of) the request this node sent with `token`."""
         inflight = self._inflight.pop(token, None)
@@ -435,6 +473,10 @@ class RaftNode:
             raise SnapshotError(f"snapshot offset {end_offset} is not committed (high watermark {hwm})")
         if end_offset <= 0:
             raise SnapshotError("a snapshot must contain at least one offset")
+        if end_offset > self.durable_offset:
+            # A follower's high watermark may run ahead of its own flush; a snapshot (durable at
+            # once) past the flushed log would outlive the log it summarises in a crash.
+            raise SnapshotError(f"snapshot offset {end_offset} is not flushed yet (flushed below {self.durable_offset})")
         if end_offset < self._log.log_start_offset:
             raise SnapshotError(f"snapshot offset {end_offset} is below the log start {self._log.log_start_offset}")
         epoch = self._epoch_of_offset(end_offset - 1)
@@ -471,6 +513,10 @@ class RaftNode:
         self._maybe_complete_shutdown(now_ms)
         out = self._out
         self._out = Output()
+        end = self._log.end_offset().offset
+        if end > self._flush_requested_offset:
+            self._flush_requested_offset = end
+            out.flush = LogFlush(end_offset=end, truncations=self._truncations)
         out.persist = self._quorum.pending_persist
         self._quorum.pending_persist = None
         out.next_deadline_ms = self._next_deadline(now_ms)
@@ -547,7 +593,8 @@ class RaftNode:
                 deadlines.append(now_ms)
         elif isinstance(state, FollowerState):
             deadlines.append(state.fetch_deadline_ms)
-            deadlines.append(self._ready_at(now_ms, state.leader_id))
+            if state.snapshot_download is not None or not self._awaiting_flush():
+                deadlines.append(self._ready_at(now_ms, state.leader_id))  # else the flush wakes us
         elif isinstance(state, CandidateState):
             deadlines.append(state.backoff_until_ms if state.backoff_until_ms is not None else state.election_deadline_ms)
             if state.backoff_until_ms is None:
@@ -644,7 +691,6 @@ class RaftNode:
         state = self._quorum.state
         require(isinstance(state, CandidateState), "only a candidate becomes leader")
         granted = state.election.granted if isinstance(state, CandidateState) else frozenset()
-        self._log.flush()
         leader = self._quorum.transition_to_leader(epoch_start_offset=self._log.end_offset().offset, now_ms=now_ms)
         self._reset_connections()
         self._election_retries = 0
@@ -689,13 +735,15 @@ class RaftNode:
                         pending.values, base_offset=pending.base_offset, epoch=state.epoch, timestamp_ms=pending.append_time_ms
                     )
                 )
+        # Not flushed here: the flush is an effect (`Output.flush`), performed while the parked
+        # Fetches below carry the batches to the followers. The leader counts itself toward the
+        # high watermark only up to a completed flush (`handle_log_flushed`).
         appended = self._log.append(b"".join(chunks))
-        self._log.flush()
         if self._history.replay(appended):
             self._on_voter_set_changed(now_ms)
         if isinstance(self._quorum.state, LeaderState):
             leader = self._quorum.state
-            if leader.update_local_state(self._log.flushed_offset):
+            if leader.update_local_state(self.durable_offset):
                 self._on_leader_hwm_advanced(leader, now_ms)
         self._complete_parked_fetches(now_ms)
 
@@ -735,6 +783,8 @@ class RaftNode:
             if request is not None and self._send(state.leader_id, state.leader_endpoints, request, now_ms) is not None:
                 state.update_voter_deadline_ms = now_ms + self._config.fetch_timeout_ms
                 return
+        if state.snapshot_download is None and self._awaiting_flush():
+            return  # the next fetch offset is counted by the leader: it must be durable first
         self._send_fetch_or_fetch_snapshot(state, now_ms)
 
     def _send_fetch_or_fetch_snapshot(self, state: FollowerState, now_ms: int) -> None:
@@ -1475,9 +1525,9 @@ class RaftNode:
         fresh = [b for b in batches if b.base_offset >= end]
         if not fresh or fresh[0].base_offset != end:
             return bool(batches) and not fresh
+        # Flushed by the driver (`Output.flush`); the next Fetch, whose fetch offset the leader
+        # counts toward the high watermark, waits for that flush (`_poll_follower`).
         appended = self._log.append(b"".join(b.raw for b in fresh))
-        # Flush before the next Fetch reports this offset: the leader counts it toward the HWM.
-        self._log.flush()
         if self._history.replay(appended):
             self._on_voter_set_changed(now_ms)
         return True
@@ -1502,6 +1552,7 @@ class RaftNode:
             truncation = min(local.offset, diverging.offset) if local.epoch == diverging.epoch else local.offset
         require(hwm is None or truncation >= hwm, f"truncation to {truncation} would drop committed data below {hwm}")
         self._log.truncate_to(truncation)
+        self._on_truncated()
         if self._history.truncate_new_entries(truncation):
             self._on_voter_set_changed(0)
 
@@ -1596,6 +1647,7 @@ class RaftNode:
             return
         self._log.store_snapshot(snapshot_id, data)
         self._log.truncate_to_latest_snapshot()
+        self._on_truncated()
         # Older snapshots now lie before the log start; nothing can ever read them again.
         for old in self._log.snapshot_ids():
             if old.offset < snapshot_id.offset:

@@ -5,9 +5,13 @@ parts in this order (the ordering contract):
 
 1. `persist`: write the quorum-state file durably (tmp + fsync + rename) before anything else.
    The in-memory role has already changed; nothing that reveals it has left the node yet.
-2. The log has already been mutated in place and flushed where the node needed it (the node
-   calls `RaftLog.flush()` itself before counting its own offset toward the high watermark as
-   leader, and before reporting a fetch offset as follower), so there is no separate log step.
+2. `flush`: the log has already been mutated in place (appends, truncations); `flush` asks for
+   everything below `LogFlush.end_offset` to be made durable. The driver may do that off its
+   event loop and in parallel with the rest of this Output (sends included: the leader's fsync
+   overlaps replication to the followers), and reports completion with
+   `handle_log_flushed(flush)`. The node counts only flushed offsets: the leader counts itself
+   toward the high watermark, and a follower reports a fetch offset, only up to what a
+   completed flush covered. A driver that never reports a flush stalls the node, never breaks it.
 3. `messages`: send the requests (each with a `token`; report its outcome with
    `handle_response(token, ...)`) and the responses to earlier inbound requests (matched by the
    token the driver passed to `handle_request`).
@@ -32,6 +36,7 @@ __all__ = [
     "LeaderAndEpoch",
     "LeaderChange",
     "ListenerEvent",
+    "LogFlush",
     "OutboundRequest",
     "OutboundResponse",
     "Output",
@@ -141,11 +146,24 @@ class LeaderChange:
 ListenerEvent = SnapshotLoad | CommittedBatch | LeaderChange
 
 
+@dataclass(frozen=True, slots=True)
+class LogFlush:
+    """Make the log durable below `end_offset`, then hand this back to `handle_log_flushed`.
+
+    `truncations` is the node's count of log truncations when it asked: a flush asked for before
+    a truncation covers bytes that may since have been cut and rewritten, so the node ignores it.
+    """
+
+    end_offset: int
+    truncations: int
+
+
 @dataclass(slots=True)
 class Output:
     """What the driver must do after one call; see the module docstring for the order."""
 
     persist: ElectionState | None = None
+    flush: LogFlush | None = None
     messages: list[OutboundRequest | OutboundResponse] = field(default_factory=list)
     events: list[ListenerEvent] = field(default_factory=list)
     next_deadline_ms: int = 0

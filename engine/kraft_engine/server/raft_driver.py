@@ -7,8 +7,11 @@ mirrors the simulation's reference driver (`kraft_engine.sim.cluster.SimCluster.
 1. `persist` -> `quorum-state` is rewritten durably (tmp + fsync + rename + dir fsync) before
    any message of the same Output leaves the process. This runs synchronously on the event loop:
    nothing else can interleave between the write and the sends.
-2. The log was mutated and fsynced by the core itself (`FileRaftLog.flush` is an fsync), before
-   the leader counted its own offset or a follower reported its fetch offset.
+2. `flush` -> the log's fsync runs on a thread of its own (`_flush_loop`), off the event loop,
+   while this Output's messages go out: the leader's fsync overlaps replication to its
+   followers. The core counts its own offset toward the high watermark (leader), or sends the
+   Fetch that reports it (follower), only once `handle_log_flushed` says the fsync is done.
+   Requests arriving meanwhile coalesce into one more fsync (the newest covers the older ones).
 3. Outbound requests go to a per-address `protocol.KafkaConnection` as tasks; their outcome comes
    back through `handle_response` (refused/reset -> DISCONNECTED, timeout -> TIMED_OUT, an api
    or version the peer lacks -> UNSUPPORTED_VERSION). Responses complete the future the inbound
@@ -32,6 +35,7 @@ retrieved".
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -59,6 +63,7 @@ from kraft_engine.raft import (
     ElectionState,
     LeaderChange,
     ListenerEvent,
+    LogFlush,
     NotLeaderError,
     OffsetAndEpoch,
     OutboundRequest,
@@ -156,6 +161,11 @@ class RaftDriver:
         self._election_started_ms: int | None = None
         self._last_role: Role | None = None
         self._listeners: list[Callable[[ListenerEvent], None]] = []
+        # One fsync at a time, on its own thread (never queued behind other work on the loop's
+        # default executor); the newest requested flush waits in `_flush_wanted`.
+        self._fsync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-fsync")
+        self._flush_wanted: LogFlush | None = None
+        self._flushing = False
         #: Wall-clock ms of the last Fetch answered without error by the leader (followers).
         self.last_fetch_success_ms: int | None = None
         #: Set once, by the first fatal fault (see the module docstring); the node then exits.
@@ -198,6 +208,7 @@ class RaftDriver:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._fsync_executor.shutdown(wait=False)
         for connection in list(self._connections.values()):
             await connection.close()
         self._connections.clear()
@@ -420,18 +431,23 @@ class RaftDriver:
         """Stop touching storage and answering at once (the state machine hit a fatal fault)."""
         self._stopped = True
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: asyncio.Task[None], *, where: str) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
         error = task.exception()
         if error is not None:
-            self._fail(error, where="an outbound request")
+            self._fail(error, where=where)
 
     # -- performing an Output --------------------------------------------------------------------
     def _perform(self, out: Output) -> None:
         if out.persist is not None:
             self._persist(out.persist)
+        if out.flush is not None:
+            self._flush_wanted = out.flush
+            if not self._flushing:
+                self._flushing = True
+                self._spawn(self._flush_loop(), where="flushing the log")
         for message in out.messages:
             if isinstance(message, OutboundResponse):
                 future = self._inbound.pop(message.token, None)
@@ -450,6 +466,22 @@ class RaftDriver:
         self._wake.set()
         if out.shutdown_complete:
             self._shutdown_complete.set()
+
+    async def _flush_loop(self) -> None:
+        """fsync on the fsync thread until no flush is wanted; each completion goes to the core."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._flush_wanted is not None and not self._stopped:
+                flush, self._flush_wanted = self._flush_wanted, None
+                pending = self.log.begin_flush()
+                await loop.run_in_executor(self._fsync_executor, pending.sync)
+                if self._stopped:
+                    return
+                self.log.complete_flush(pending)
+                self._metrics.log_flushes.inc()
+                self._perform(self.raft.handle_log_flushed(flush, now_ms=self._clock_ms()))
+        finally:
+            self._flushing = False
 
     def _persist(self, state: ElectionState) -> None:
         voted = state.voted_key
@@ -545,10 +577,10 @@ class RaftDriver:
         self._last_role = role
 
     # -- outbound requests ---------------------------------------------------------------------
-    def _spawn(self, coroutine: Any) -> None:
+    def _spawn(self, coroutine: Any, *, where: str = "an outbound request") -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        task.add_done_callback(lambda done: self._task_done(done, where=where))
 
     def _connection(self, host: str, port: int) -> KafkaConnection:
         connection = self._connections.get((host, port))

@@ -99,6 +99,11 @@ class RaftMetrics:
             "kraftwerk_raft_fatal_errors", "Faults that stopped the raft node (storage: a failed write, fsync or rename).",
             labelnames=["kind"], registry=registry,
         )
+        self.log_flushes = Counter(
+            "kraftwerk_raft_log_flushes",
+            "fsyncs of the metadata log the raft driver ran off its event loop (concurrent requests coalesce).",
+            registry=registry,
+        )
         self.recovery_truncated_bytes = Gauge(
             "kraftwerk_log_recovery_truncated_bytes",
             "Bytes the metadata log's recovery removed when this process opened it.", registry=registry,

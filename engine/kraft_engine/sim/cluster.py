@@ -4,8 +4,10 @@
 the core's contract demands, and the asyncio node process mirrors it:
 
 1. `persist` - write the quorum-state durably before anything from this Output leaves the node;
-2. the log - nothing to do: the core flushed it before acknowledging (a crash here loses only
-   what the core never acknowledged);
+2. `flush` - the fsync the core asked for runs in the background for `fsync_ms()` of virtual
+   time, overlapping everything below (the leader's sends to its followers included), and
+   completes in order; only then is the disk durable below its offset and the core told so
+   (`handle_log_flushed`). A crash before that loses the tail; a truncation before that voids it;
 3. `messages` - send requests and responses in list order;
 4. `events` - hand them to the state machine in order (snapshot loads, commits, leader change);
    then let the state machine snapshot if it wants to;
@@ -43,6 +45,7 @@ from kraft_engine.raft import (
     KRAFT_VERSION_1,
     Endpoint,
     LeaderState,
+    LogFlush,
     NotLeaderError,
     OutboundRequest,
     Output,
@@ -170,6 +173,8 @@ class SimNode:
     shutting_down: bool = False
     last_poll_ms: int = -1
     polls_at_same_ms: int = 0
+    # When this incarnation's last requested fsync completes (fsyncs complete in order).
+    flush_done_at_ms: int = 0
 
 
 class SimCluster:
@@ -227,6 +232,8 @@ class SimCluster:
         if self.invariants:
             scheduler.add_check(self.check_invariants)
         self.lost_offsets = 0  # unflushed offsets lost to crashes, for reports
+        # Virtual ms one fsync takes; scenarios draw it per run (0: completes right after the call).
+        self.fsync_ms: Callable[[], int] = lambda: 0
         self.wire_format = wire_format
         self._snapshot_checks: dict[int, tuple[object, bool]] = {}
         # Views are rebuilt only for nodes something happened to since the last check: a node's
@@ -382,7 +389,9 @@ class SimCluster:
         # 1. Durable quorum-state before anything of this Output is revealed.
         if out.persist is not None:
             self.disks[node.node_id].write_quorum_state(out.persist)
-        # 2. The log was flushed by the core where it had to be.
+        # 2. The fsync the core asked for, in the background (it overlaps the sends below).
+        if out.flush is not None:
+            self._flush_later(node, out.flush)
         # 3. Messages, in order.
         for message in out.messages:
             if isinstance(message, OutboundRequest):
@@ -402,10 +411,28 @@ class SimCluster:
         if out.events:
             self._maybe_snapshot(node)
         if out.shutdown_complete and node.shutting_down:
+            self.disks[node.node_id].log.flush()  # a graceful stop closes its log (fsync), as the process does
             self.kill(node.node_id)
             return
         # 5. Timers.
         self._arm_poll(node, out.next_deadline_ms)
+
+    def _flush_later(self, node: SimNode, flush: LogFlush) -> None:
+        """The disk becomes durable below `flush.end_offset` when the fsync completes, unless the
+        node crashed (the tail is lost) or its log was cut meanwhile (the fsync proves nothing
+        about what was written after the cut); only a completed fsync is reported to the core."""
+        log = self.disks[node.node_id].log
+        truncations = log.truncations
+        done_at_ms = max(node.flush_done_at_ms, self.scheduler.now_ms + self.fsync_ms())
+        node.flush_done_at_ms = done_at_ms
+
+        def done() -> None:
+            if self.running.get(node.node_id) is not node or log.truncations != truncations:
+                return
+            log.flush_to(flush.end_offset)
+            self._perform(node, node.raft.handle_log_flushed(flush, now_ms=self.scheduler.now_ms))
+
+        self.scheduler.call_at(done_at_ms, done, label=f"fsync {node.node_id}")
 
     def _maybe_snapshot(self, node: SimNode) -> None:
         request = node.counter.snapshot_due()

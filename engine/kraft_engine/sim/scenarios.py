@@ -148,6 +148,12 @@ class SimRun:
                 else lambda node_id: state_machine_factory(self.cluster, node_id)
             ),
         )
+        # How long one fsync takes, from its own stream (drawing it never reshuffles the rest):
+        # from "at once" to slower than a network round trip, so crashes land between append
+        # and flush and the leader's fsync overlaps its followers' fetches.
+        fsyncs = random.Random(seed * 104_729 + 3)
+        fsync_max_ms = fsyncs.choice((0, 2, 10, 40))
+        self.cluster.fsync_ms = lambda: fsyncs.randint(0, fsync_max_ms)
         self._counter_logs = state_machine_factory is None
         self.slowest_wait_ms = 0
         self.cluster.start_all()
@@ -351,6 +357,40 @@ def all_killed(seed: int) -> SimRun:
     for node_id in majority:
         run.cluster.start(node_id)
     run.progress(above=hwm + 10, what="restarted majority commits")
+    return run
+
+
+def crash_before_flush(seed: int) -> SimRun:
+    # The leader's fsync overlaps replication, so its log runs ahead of its disk: crash it (or
+    # every node) exactly while it holds an unflushed tail, three times over. Slow fsyncs make the
+    # window wide; what the crash loses must be only what nobody counted as committed.
+    voters, observers = _sizes(seed, 1, 5)
+    run = SimRun(seed, voters=voters, observers=observers)
+    cluster = run.cluster
+    slow = random.Random(seed * 15_485_863 + 5)
+    cluster.fsync_ms = lambda: slow.randint(5, 40)
+    run.warm_up()
+    for _ in range(3):
+        def leader_has_unflushed_tail() -> bool:
+            leader = cluster.leader()
+            return leader is not None and leader.raft.durable_offset < leader.raft.log_end_offset
+
+        run.until(leader_has_unflushed_tail, "a leader with an unflushed tail")
+        leader = cluster.leader()
+        if leader is None:
+            raise run.scheduler.failure("Liveness", "the leader vanished between two checks")
+        hwm = cluster.max_high_watermark()
+        victims = list(cluster.running) if run.random.random() < 0.5 else [leader.node_id]
+        for node_id in victims:
+            cluster.kill(node_id)
+        def restart(node_id: int) -> None:
+            if node_id not in cluster.running:
+                cluster.start(node_id)
+
+        for node_id in victims:  # each back at its own time: the one holding the tail may come last
+            cluster.scheduler.call_later(run.random.randint(100, 1500), functools.partial(restart, node_id),
+                                         label=f"restart {node_id}")
+        run.progress(above=hwm + 5, what="commits after a crash before flush")
     return run
 
 
@@ -776,6 +816,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("leader-shutdown", "leader shuts down gracefully, restarts and catches up", leader_shutdown),
         Scenario("leader-kill", "leader crashes (unflushed data lost), restarts and catches up", leader_kill),
         Scenario("fast-failover", "leader process dies (connections reset); every voter stands before its fetch timeout", fast_failover),
+        Scenario("crash-before-flush", "the leader (or every node) crashes while its fsync is pending, three times",
+                 crash_before_flush),
         Scenario("all-killed", "every node crashes, a majority of voters restarts and commits", all_killed),
         Scenario("leader-partitioned", "leader cut off; the rest elect and commit; heal", leader_partitioned),
         Scenario("split-2-3", "5 voters split 2|3; only the 3 commit; heal and converge", majority_partition),

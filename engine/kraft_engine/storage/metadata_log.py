@@ -31,7 +31,12 @@ from typing import TYPE_CHECKING
 
 from kraft_engine.raft.log import OffsetAndEpoch, RaftLog
 from kraft_engine.raft.log_batch import LogBatch, parse_batches
-from kraft_engine.storage.partition_log import DEFAULT_SEGMENT_BYTES, PartitionLog, RecoveryReport
+from kraft_engine.storage.partition_log import (
+    DEFAULT_SEGMENT_BYTES,
+    PartitionLog,
+    PendingFlush,
+    RecoveryReport,
+)
 from kraft_engine.storage.snapshots import (
     DownloadedSnapshotWriter,
     SnapshotError,
@@ -165,6 +170,13 @@ class FileMetadataLog:
 
     def flush(self) -> None:
         self._log.flush()
+
+    def begin_flush(self) -> PendingFlush:
+        """A flush whose fsync (`PendingFlush.sync`) may run on another thread; see PartitionLog."""
+        return self._log.begin_flush()
+
+    def complete_flush(self, pending: PendingFlush) -> None:
+        self._log.complete_flush(pending)
 
     def delete_before(self, offset: int) -> None:
         self._log.delete_below(offset)

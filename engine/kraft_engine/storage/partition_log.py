@@ -25,6 +25,7 @@ API (all offsets are Kafka offsets; batches are raw bytes, never re-encoded):
     log.delete_retained_segments(now_ms=..., retention_ms=..., retention_bytes=..., high_watermark=...)
                                            -> [segment names deleted]  # Kafka's deleteOldSegments
     log.flush()                                            # fsync the data; flushed_offset = log end
+    pending = log.begin_flush(); pending.sync(); log.complete_flush(pending)  # the same, fsync on any thread
     log.end_offset_for_epoch(epoch)        -> (epoch, end offset)
     log.log_start_offset / log_end_offset / flushed_offset / latest_epoch
     log.close()
@@ -54,6 +55,12 @@ Decisions worth knowing:
   does not hold (an index missing or pointing past its segment, a missing or malformed epoch
   checkpoint, a torn batch at the tail) falls back to full recovery, so a wrong marker costs
   time, never data. This is what lets a broker with gigabytes of logs restart in seconds.
+- A flush can run off the caller's thread: `begin_flush` (caller's thread) notes the log end and
+  duplicates the active segment's descriptor, `PendingFlush.sync` fsyncs that duplicate on any
+  thread while the caller keeps appending (older segments were synced when they rolled), and
+  `complete_flush` (caller's thread) records what it covered: the offsets below the noted end,
+  unless the log was truncated meanwhile. A closed or deleted segment does not disturb the sync,
+  which holds its own descriptor.
 - `flush()` fsyncs the active segment's `.log` only (and nothing when nothing was written). The
   offset index is derived data, as Kafka treats it: every open walks each segment's batch
   headers (it must anyway, to rebuild the leader-epoch cache) and rewrites an index that does
@@ -120,6 +127,7 @@ __all__ = [
     "LogError",
     "OffsetOutOfRangeError",
     "PartitionLog",
+    "PendingFlush",
     "RecoveryReport",
     "index_file_name",
     "partition_directory_name",
@@ -270,6 +278,8 @@ class _Segment:
         # The largest batch max timestamp, for time retention (Kafka reads it from the time index,
         # which we do not keep). None when unknown: worked out from the headers when first needed.
         self.max_timestamp_ms: int | None = -1 if self.size_bytes == 0 else None
+        # Appends so far: a flush begun before an append does not cover it (`complete_flush`).
+        self.appends = 0
 
     @property
     def name(self) -> str:
@@ -302,6 +312,7 @@ class _Segment:
         self.bytes_since_index_entry += len(batch)
         self.next_offset = header.next_offset
         self.unflushed = True
+        self.appends += 1
         if self.max_timestamp_ms is not None:
             self.max_timestamp_ms = max(self.max_timestamp_ms, header.max_timestamp)
 
@@ -547,8 +558,31 @@ def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
 _Opening = Callable[..., "tuple[PartitionLog, RecoveryReport] | None"]
 
 
+@dataclass(eq=False)
+class PendingFlush:
+    """A flush begun by `PartitionLog.begin_flush`; `sync` may run on any thread, once."""
+
+    end_offset: int
+    _segment: _Segment
+    _fd: int  # a duplicate of the segment's descriptor, or -1 when it had nothing unsynced
+    _appends: int
+    _truncations: int
+
+    def sync(self) -> None:
+        """fsync the duplicated descriptor and close it (the only state it touches)."""
+        if self._fd < 0:
+            return
+        fd, self._fd = self._fd, -1
+        try:
+            with storage_io("fsyncing", self._segment.log_path):
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 class PartitionLog:
-    """A partition's segmented log. Single-threaded: the caller serialises all calls."""
+    """A partition's segmented log. Single-threaded: the caller serialises all calls (only a
+    `PendingFlush.sync` may run elsewhere)."""
 
     def __init__(
         self,
@@ -569,6 +603,7 @@ class PartitionLog:
         self._segment_bytes = segment_bytes
         self._index_interval_bytes = index_interval_bytes
         self._flushed_offset = self.log_end_offset
+        self._truncations = 0
 
     # ---- opening and recovery ---------------------------------------------------------------
 
@@ -990,6 +1025,7 @@ class PartitionLog:
         segment.truncate_to_position(position, next_offset=new_end)
         self._epochs.truncate_from_end(new_end)
         self._flushed_offset = min(self._flushed_offset, new_end)
+        self._truncations += 1
         return new_end
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -1007,6 +1043,7 @@ class PartitionLog:
         self._epochs.clear()
         self._log_start_offset = offset
         self._flushed_offset = offset
+        self._truncations += 1
 
     def delete_below(self, offset: int) -> list[str]:
         """Advance the log start offset to `offset` and delete segments wholly below it.
@@ -1170,6 +1207,26 @@ class PartitionLog:
         """
         self._segments[-1].flush()
         self._flushed_offset = self.log_end_offset
+
+    def begin_flush(self) -> PendingFlush:
+        """The first step of a flush whose fsync runs elsewhere (see the module docstring)."""
+        active = self._segments[-1]
+        fd = -1
+        if active.unflushed:
+            with storage_io("fsyncing", active.log_path):
+                fd = os.dup(active.fd)
+        return PendingFlush(self.log_end_offset, active, fd, active.appends, self._truncations)
+
+    def complete_flush(self, pending: PendingFlush) -> None:
+        """Record a synced `PendingFlush`: durable below its end, unless truncated since."""
+        if pending._fd >= 0:
+            raise InvariantViolation("complete_flush before the pending flush was synced")
+        if pending._truncations != self._truncations:
+            return
+        self._flushed_offset = max(self._flushed_offset, min(pending.end_offset, self.log_end_offset))
+        segment = pending._segment
+        if segment is self._segments[-1] and segment.appends == pending._appends:
+            segment.unflushed = False
 
     def close(self) -> None:
         for segment in self._segments:
