@@ -1,0 +1,194 @@
+"""A mixed cluster: our broker under Apache Kafka 4.1's controller.
+
+Our broker registers with an Apache Kafka controller (formatted with the features our broker
+supports: no transaction or group coordinator versions yet), becomes RUNNING, and serves
+kafka-python: a topic created through it (forwarded to Kafka's controller in an Envelope),
+written with acks=all and read back by offset.
+
+Needs the cached Kafka jars and a JDK; skips cleanly without them.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+from .kafka_jars import CLASSPATH, needs_jars
+
+pytestmark = [pytest.mark.kafka_jars, pytest.mark.process, pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+KRAFT = str(Path(sys.executable).parent / "kraft")
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qw"
+_DEADLINE_S = 180  # JVM starts on a loaded 2-core machine; bounds the waits, never asserted on
+OURS, THEIRS = 101, 102
+# Our broker has no transaction or group coordinator and no ELR (KIP-966) yet, so it supports only
+# level 0 of those features; a controller (ours or Kafka's) refuses a broker that cannot support a
+# finalized level ("Unable to register because the broker does not support finalized version").
+_LEVELS_OUR_BROKER_SUPPORTS = ("--feature", "group.version=0", "--feature", "transaction.version=0",
+                               "--feature", "eligible.leader.replicas.version=0")
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + _DEADLINE_S
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except Exception:  # a node still starting refuses connections; the deadline decides
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _ready(http_port: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=5) as response:
+        return bool(response.status == 200)
+
+
+def _properties(path: Path, values: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
+    return path
+
+
+@contextmanager
+def _running(commands: list[tuple[list[str], Path]]) -> Iterator[None]:
+    """Start each command with its log file; terminate them all (then kill) at the end."""
+    with ExitStack() as stack:
+        processes = []
+        for command, log in commands:
+            out = stack.enter_context(log.open("w"))
+            processes.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
+        try:
+            yield
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _java(*args: str) -> list[str]:
+    assert CLASSPATH is not None
+    return ["java", "-Xmx384m", "-cp", CLASSPATH, *args]
+
+
+def _our_broker(tmp_path: Path, *, port: int, http_port: int, controller_port: int) -> Path:
+    config = _properties(tmp_path / "ours.properties", {
+        "process.roles": "broker", "node.id": str(OURS), "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}", "log.dirs": str(tmp_path / "ours"),
+        "metadata.log.dir": str(tmp_path / "ours-meta"), "kraftwerk.metrics.port": str(http_port),
+        "offsets.topic.replication.factor": "1", "broker.heartbeat.interval.ms": "500",
+        "replica.lag.time.max.ms": "10000",
+    })
+    subprocess.run([KRAFT, "storage", "format", "-c", str(config), "-t", CLUSTER_ID], check=True, capture_output=True)
+    return config
+
+
+def _kafka_broker(tmp_path: Path, *, port: int, controller_port: int) -> Path:
+    config = _properties(tmp_path / "theirs.properties", {
+        "process.roles": "broker", "node.id": str(THEIRS), "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}", "log.dirs": str(tmp_path / "theirs"),
+        "offsets.topic.replication.factor": "1", "replica.lag.time.max.ms": "10000",
+    })
+    subprocess.run(_java("kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(config)),
+                   check=True, capture_output=True, timeout=_DEADLINE_S)
+    return config
+
+
+def _produce(bootstrap: str, topic: str, sends: list[tuple[int, bytes]]) -> list[tuple[int, int, bytes]]:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
+                             request_timeout_ms=30000, retries=20)
+    try:
+        futures = [(value, producer.send(topic, value=value, partition=partition)) for partition, value in sends]
+        producer.flush()
+        return [(f.get(timeout=120).partition, f.get(timeout=120).offset, value) for value, f in futures]
+    finally:
+        producer.close()
+
+
+def _read(bootstrap: str, topic: str, partitions: int) -> dict[tuple[int, int], bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             consumer_timeout_ms=5000, request_timeout_ms=30000)
+    try:
+        assignment = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(assignment)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(assignment)
+        stored: dict[tuple[int, int], bytes] = {}
+        deadline = time.monotonic() + _DEADLINE_S
+        while any(consumer.position(tp) < ends[tp] for tp in assignment) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=2000).values():
+                for record in records:
+                    stored[(record.partition, record.offset)] = record.value
+        return stored
+    finally:
+        consumer.close()
+
+
+def _layout(admin: object, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    described = admin.describe_topics([topic])[0]["partitions"]  # type: ignore[attr-defined]
+    return {p["partition_index"]: (p["leader_id"], p["replica_nodes"], sorted(p["isr_nodes"])) for p in described}
+
+
+@needs_jars
+def test_our_broker_registers_with_a_kafka_controller_and_serves_kafka_python(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+    controller_port, ours_port, ours_http = _free_ports(3)
+    controller = _properties(tmp_path / "kafka-controller.properties", {
+        "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}", "log.dirs": str(tmp_path / "kafka-controller"),
+    })
+    subprocess.run(_java("kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(controller), "--standalone",
+                         *_LEVELS_OUR_BROKER_SUPPORTS),
+                   check=True, capture_output=True, timeout=_DEADLINE_S)
+    ours = _our_broker(tmp_path, port=ours_port, http_port=ours_http, controller_port=controller_port)
+    bootstrap = f"127.0.0.1:{ours_port}"
+    with _running([(_java("kafka.Kafka", str(controller)), tmp_path / "kafka-controller.log"),
+                   ([KRAFT, "server", "start", "--config", str(ours)], tmp_path / "ours.log")]):
+        _until(lambda: _ready(ours_http), "our broker to be RUNNING under Kafka's controller")
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            created = admin.create_topics([NewTopic("under-kafka", 2, 1)])
+            assert [(t["name"], t["error_code"]) for t in created["topics"]] == [("under-kafka", 0)]
+            _until(lambda: all(leader == OURS for leader, _, _ in _layout(admin, "under-kafka").values()),
+                   "our broker leading both partitions")
+        finally:
+            admin.close()
+        acked = _produce(bootstrap, "under-kafka", [(i % 2, f"v-{i}".encode()) for i in range(100)])
+        assert _read(bootstrap, "under-kafka", 2) == {(p, o): v for p, o, v in acked}
+        assert len(acked) == 100
