@@ -17,7 +17,8 @@ RUN python3 -m venv /opt/kraftwerk && /opt/kraftwerk/bin/pip install --no-cache-
 COPY pyproject.toml README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
-RUN /opt/kraftwerk/bin/pip install --no-cache-dir /src \
+# with the `clients` extra: kafka-python, for client pods and `kubectl exec` checks against the brokers
+RUN /opt/kraftwerk/bin/pip install --no-cache-dir "/src[clients]" \
  && /opt/kraftwerk/bin/python -m compileall -q /opt/kraftwerk > /dev/null
 
 FROM ${BASE_IMAGE}

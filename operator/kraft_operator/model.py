@@ -365,6 +365,10 @@ class DirectoryStatus(_Model):
     volume_id: int
     path: str
     directory_id: str | None = None
+    requested_bytes: int | None = Field(
+        default=None, description="What the volume's claim asks for; above capacityBytes while it grows."
+    )
+    capacity_bytes: int | None = Field(default=None, description="What the volume holds.")
 
 
 class NodeStatus(_Model):

@@ -26,7 +26,8 @@ def _kinds(manifest: str) -> list[str]:
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ([], ["Deployment", "KopfPeering", "Role", "RoleBinding", "Service", "ServiceAccount"]),
+        ([], ["ClusterRole", "ClusterRoleBinding", "Deployment", "KopfPeering", "Role", "RoleBinding", "Service",
+              "ServiceAccount"]),
         (["--set", "rbac.clusterWide=true"],
          ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]),
     ],

@@ -2,9 +2,9 @@
 ServiceAccount, reconciling KRaftClusters through the real API server, kubelet and containerd.
 
 One operator release per module (two replicas, peering), in a namespace of its own that it watches.
-The end-to-end test applies `examples/kraftcluster.yaml` without its broker pool: the engine has no
-broker yet (issue #9), and the Kubernetes runtime runs the engine only, so broker pods and the
-produce/consume client step are not exercised here.
+The end-to-end test applies `examples/kraftcluster.yaml` as it is: three engine controllers and
+three engine brokers (JBOD, rack-aware), then a client pod produces and consumes through the
+bootstrap Service with kafka-python.
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ pytestmark = pytest.mark.timeout(900)
 
 CHART = REPO / "charts" / "kraftwerk"
 EXAMPLE = REPO / "examples" / "kraftcluster.yaml"
+CLIENT = Path(__file__).with_name("client_check.py")
 RELEASE = "kraftwerk"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+ZONE = "e2e-zone-a"
+EXPANDABLE_CLASS = "kraftwerk-e2e-expandable"
 
 
 def _wait(what: str, probe: Any, *, timeout_s: float = 300, every_s: float = 1.0) -> Any:
@@ -53,6 +57,9 @@ def operator_ns(kube: Kube) -> Iterator[str]:
     """A namespace with the operator installed by the chart (two replicas), torn down afterwards."""
     ns = f"kw-op-{uuid.uuid4().hex[:6]}"
     kube.kubectl("create", "namespace", ns)
+    # `helm install` leaves a CRD that exists alone: bring the cluster's to this checkout's, as an
+    # upgrade of the chart does (kubectl apply of its crds/ first)
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", f"{CHART}/crds/")
     repository, tag = _image_ref()
     kube.helm("install", RELEASE, str(CHART), "--namespace", ns, "--wait", "--timeout", "5m",
               "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
@@ -188,57 +195,113 @@ def test_immutable_fields_are_refused_by_the_api_server(kube: Kube, operator_ns:
         kube.kubectl("-n", operator_ns, "delete", "kc", "immutable", "--wait=true", "--timeout=60s", check=False)
 
 
-def test_apply_to_ready_then_delete_keeps_claims_per_policy(kube: Kube, operator_ns: str) -> None:
+@pytest.fixture
+def zoned_node(kube: Kube) -> Iterator[str]:
+    """The e2e node labelled with a zone, as a cloud provider labels its nodes; unlabelled afterwards."""
+    node = kube.json("get", "nodes")["items"][0]["metadata"]["name"]
+    kube.kubectl("label", "node", node, f"{ZONE_LABEL}={ZONE}", "--overwrite")
+    yield node
+    kube.kubectl("label", "node", node, f"{ZONE_LABEL}-", check=False)
+
+
+def _run_client(kube: Kube, ns: str, *, bootstrap: str, topic: str, count: int) -> dict[str, Any]:
+    """A client pod (the project's image, kafka-python) that produces and consumes through `bootstrap`;
+    its JSON report."""
+    kube.kubectl("-n", ns, "create", "configmap", "client-check", f"--from-file=client_check.py={CLIENT}")
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "client-check", "namespace": ns},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "client", "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["python3", "/client/client_check.py", bootstrap, topic, str(count)],
+                "volumeMounts": [{"name": "client", "mountPath": "/client"}],
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+            "volumes": [{"name": "client", "configMap": {"name": "client-check"}}],
+        },
+    }
+    kube.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+    try:
+        def ended() -> str | None:
+            phase = kube.json("-n", ns, "get", "pod", "client-check")["status"].get("phase")
+            return phase if phase in ("Succeeded", "Failed") else None
+
+        phase = _wait("the client pod to finish", ended, timeout_s=300, every_s=2)
+        logs = kube.kubectl("-n", ns, "logs", "client-check").stdout
+        assert phase == "Succeeded", logs
+        return dict(json.loads(logs.strip().splitlines()[-1]))
+    finally:
+        kube.kubectl("-n", ns, "delete", "pod", "client-check", "--wait=false", check=False)
+        kube.kubectl("-n", ns, "delete", "configmap", "client-check", check=False)
+
+
+def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_policy(
+    kube: Kube, operator_ns: str, zoned_node: str,
+) -> None:
     ns = operator_ns
-    doc = _controllers_only_example()
+    doc = yaml.safe_load(EXAMPLE.read_text())
     name = doc["metadata"]["name"]
     doc["spec"]["nodePools"][0]["storage"]["volumes"][0]["deleteClaim"] = False
     applied_at = time.monotonic()
     _apply(kube, ns, doc)
 
-    # format Jobs, one per controller, complete and report each directory id
+    # format Jobs, one per node, complete and report each directory id
     def formatted() -> list[dict[str, Any]] | None:
         jobs = kube.json("-n", ns, "get", "jobs", "-l", f"kraftwerk.io/cluster={name}")["items"]
         done = [j for j in jobs if j.get("status", {}).get("succeeded")]
-        return jobs if len(done) == 3 else None
+        return jobs if len(done) == 6 else None
 
-    jobs = _wait("three format Jobs to complete", formatted, timeout_s=420, every_s=2)
+    jobs = _wait("six format Jobs to complete", formatted, timeout_s=600, every_s=2)
 
     def ready() -> dict[str, Any] | None:
         resource = kube.json("-n", ns, "get", "kc", name)
         condition = _condition(resource, "Ready")
         return resource if condition is not None and condition["status"] == "True" else None
 
-    resource = _wait("the KRaftCluster to be Ready", ready, timeout_s=420, every_s=2)
-    print(f"apply -> Ready: {time.monotonic() - applied_at:.1f}s")
+    resource = _wait("the KRaftCluster to be Ready", ready, timeout_s=600, every_s=2)
+    print(f"apply -> Ready (3 controllers, 3 brokers): {time.monotonic() - applied_at:.1f}s")
     status = resource["status"]
     uid = resource["metadata"]["uid"]
 
-    # status: the quorum the engine reports, every node with its directory id
+    # status: the quorum the engine reports, every node with its directory ids, brokers registered
     assert status["observedGeneration"] == resource["metadata"]["generation"]
     assert status["clusterId"]
+    assert status["controllers"] == "3/3" and status["brokers"] == "3/3"
     quorum = status["quorum"]
     assert quorum["leaderId"] in {0, 1, 2} and quorum["leaderEpoch"] >= 1
     assert sorted(v["id"] for v in quorum["voters"]) == [0, 1, 2]
+    assert sorted(o["id"] for o in quorum.get("observers", [])) == [3, 4, 5]
     nodes = {n["id"]: n for n in status["nodes"]}
-    assert sorted(nodes) == [0, 1, 2]
+    assert sorted(nodes) == [0, 1, 2, 3, 4, 5]
     for node in nodes.values():
         assert node["phase"] == "Running"
         assert node["directories"] and all(d.get("directoryId") for d in node["directories"])
+    for broker_id in (3, 4, 5):
+        broker = nodes[broker_id]
+        assert broker["pool"] == "brokers" and broker["registered"] is True and broker["fenced"] is False
+        assert len(broker["directories"]) == 2  # JBOD: each log dir formatted with its own id
+        assert len({d["directoryId"] for d in broker["directories"]}) == 2
     voter_dirs = {v["id"]: v["directoryId"] for v in quorum["voters"]}
-    for node_id, node in nodes.items():
-        assert voter_dirs[node_id] in {d["directoryId"] for d in node["directories"]}
+    for node_id in (0, 1, 2):
+        assert voter_dirs[node_id] in {d["directoryId"] for d in nodes[node_id]["directories"]}
     for kind in ("Progressing", "Degraded"):
         condition = _condition(resource, kind)
         assert condition is not None and condition["status"] == "False", condition
         assert condition["lastTransitionTime"] and condition["reason"]
 
     # the objects: one pod per node running the engine, owned by the KRaftCluster, labelled
-    pods = kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name},app.kubernetes.io/component=controller")
-    assert sorted(p["metadata"]["labels"]["kraftwerk.io/node-id"] for p in pods["items"]) == ["0", "1", "2"]
-    for pod in pods["items"]:
+    pods = kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name},app.kubernetes.io/name=kraft")
+    by_id = {p["metadata"]["labels"]["kraftwerk.io/node-id"]: p for p in pods["items"]
+             if p["metadata"]["labels"]["app.kubernetes.io/component"] != "format"}
+    assert sorted(by_id) == ["0", "1", "2", "3", "4", "5"]
+    for node_id, pod in by_id.items():
         labels = pod["metadata"]["labels"]
-        assert labels["kraftwerk.io/pool"] == "controllers"
+        broker = int(node_id) >= 3
+        assert labels["kraftwerk.io/pool"] == ("brokers" if broker else "controllers")
+        assert labels["app.kubernetes.io/component"] == ("broker" if broker else "controller")
         assert labels["app.kubernetes.io/instance"] == name
         assert labels["app.kubernetes.io/part-of"] == "kraftwerk"
         assert labels["app.kubernetes.io/managed-by"] == "kraftwerk-operator"
@@ -246,20 +309,33 @@ def test_apply_to_ready_then_delete_keeps_claims_per_policy(kube: Kube, operator
         assert (owner["kind"], owner["uid"], owner["controller"]) == ("KRaftCluster", uid, True)
         assert pod["spec"]["containers"][0]["command"][:3] == ["kraft", "server", "start"]
         assert pod["status"]["phase"] == "Running"
+        assert any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"]["conditions"])
+        if broker:
+            # rack-aware: the init container wrote broker.rack from the node's zone label
+            assert pod["metadata"]["annotations"]["kraftwerk.io/broker-rack"] == ZONE
+            assert [c["name"] for c in pod["spec"]["initContainers"]] == ["rack"]
+            assert pod["spec"]["nodeName"] == zoned_node
     for job in jobs:
         assert job["metadata"]["ownerReferences"][0]["uid"] == uid
         command = job["spec"]["template"]["spec"]["containers"][0]["command"]
-        assert "--initial-controllers" in command and "--cluster-id" in command
+        assert "--cluster-id" in command
+        is_broker = job["metadata"]["labels"]["kraftwerk.io/pool"] == "brokers"
+        assert ("--initial-controllers" in command) is not is_broker, command
     for kind in ("configmaps", "services", "poddisruptionbudgets"):
         items = kube.json("-n", ns, "get", kind, "-l", f"kraftwerk.io/cluster={name}")["items"]
         assert items, kind
         assert all(i["metadata"]["ownerReferences"][0]["uid"] == uid for i in items), kind
-    budget = kube.json("-n", ns, "get", "pdb", f"{name}-controllers")
-    assert budget["spec"]["minAvailable"] == 2
+    assert kube.json("-n", ns, "get", "pdb", f"{name}-controllers")["spec"]["minAvailable"] == 2
+    assert kube.json("-n", ns, "get", "pdb", f"{name}-brokers")["spec"]["maxUnavailable"] == 1
     headless = kube.json("-n", ns, "get", "service", f"{name}-nodes")
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    broker_ips = {p["status"]["podIP"] for i, p in by_id.items() if int(i) >= 3}
+    slices = kube.json("-n", ns, "get", "endpointslices", "-l", f"kubernetes.io/service-name={name}-bootstrap")
+    ready_ips = {address for s in slices["items"] for e in s.get("endpoints") or []
+                 if e.get("conditions", {}).get("ready") for address in e["addresses"]}
+    assert ready_ips == broker_ips, (ready_ips, broker_ips)
     claims = kube.json("-n", ns, "get", "pvc", "-l", f"kraftwerk.io/cluster={name}")["items"]
-    assert len(claims) == 3 and all("ownerReferences" not in c["metadata"] for c in claims)
+    assert len(claims) == 9 and all("ownerReferences" not in c["metadata"] for c in claims)
     assert all(c["status"]["phase"] == "Bound" for c in claims)
 
     # the engine answers its own tool inside a pod: the quorum it describes is the status's
@@ -268,16 +344,23 @@ def test_apply_to_ready_then_delete_keeps_claims_per_policy(kube: Kube, operator
                              "describe", "--status").stdout
     assert f"ClusterId:              {status['clusterId']}" in described, described
 
+    # a client pod produces and consumes through the bootstrap Service
+    report = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="e2e", count=200)
+    assert report["acknowledged"] == 200 and report["read"] == 200 and report["same"] is True, report
+    assert [b["id"] for b in report["brokers"]] == [3, 4, 5]
+    assert all(b["rack"] == ZONE for b in report["brokers"]), report
+    assert all(b["host"] == f"{name}-brokers-{b['id']}.{name}-nodes.{ns}.svc.cluster.local" for b in report["brokers"])
+
     # Events for the actions taken
     events = kube.json("-n", ns, "get", "events", "--field-selector", f"involvedObject.uid={uid}")["items"]
     reasons = {e["reason"] for e in events}
     assert {"FormatStorage", "StartNode", "WriteConfig"} <= reasons, reasons
 
     # delete: everything owned goes, the claims stay (deleteClaim: false)
-    kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=180s")
+    kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=300s")
     _wait("the owned pods to be garbage-collected",
           lambda: not kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name}")["items"],
-          timeout_s=180, every_s=2)
+          timeout_s=300, every_s=2)
     kept = kube.json("-n", ns, "get", "pvc", "-l", f"kraftwerk.io/cluster={name}")["items"]
     assert sorted(c["metadata"]["name"] for c in kept) == sorted(c["metadata"]["name"] for c in claims)
     kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false")
@@ -303,12 +386,13 @@ def test_delete_claim_true_removes_the_claims(kube: Kube, operator_ns: str) -> N
 
 
 def test_a_broker_pool_the_runtime_cannot_run_is_refused_by_name(kube: Kube, operator_ns: str) -> None:
-    """The whole example: its broker pool names Apache Kafka, which the image does not carry. The
+    """The example with its broker pool on Apache Kafka, which the image does not carry. The
     controllers still come up; the refusal is a Degraded condition and a Warning Event naming the
     pool, and no broker pod is created."""
     ns = operator_ns
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = "with-brokers"
+    doc["spec"]["nodePools"][1]["implementation"] = "apache-kafka"
     _apply(kube, ns, doc)
     try:
         def refused() -> dict[str, Any] | None:
@@ -336,3 +420,97 @@ def test_operator_metrics_are_served(kube: Kube, operator_ns: str) -> None:
                        f"/api/v1/namespaces/{operator_ns}/pods/{pod['metadata']['name']}:8080/proxy/metrics").stdout
     assert "kraftwerk_operator_reconcile_duration_seconds" in raw
 
+
+
+@pytest.fixture(scope="module")
+def expandable_class(kube: Kube) -> str:
+    """A StorageClass like the default one, but allowing volume expansion (the API server refuses to
+    grow a claim of a class that does not). The in-tree hostPath provisioner has no expander: a grown
+    claim stays pending with its old capacity, which is what a driver that expands offline shows
+    until the pod restarts."""
+    kube.kubectl("apply", "-f", "-", stdin=yaml.safe_dump({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": EXPANDABLE_CLASS},
+        "provisioner": "kubernetes.io/host-path", "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate", "allowVolumeExpansion": True,
+    }))
+    return EXPANDABLE_CLASS
+
+
+def _scale_operator(kube: Kube, ns: str, replicas: int) -> None:
+    kube.kubectl("-n", ns, "scale", "deployment", RELEASE, f"--replicas={replicas}")
+
+    def settled() -> bool:
+        pods = kube.json("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+                   and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+        return len(pods) == replicas and len(running) == replicas
+
+    _wait(f"{replicas} operator pod(s)", settled, timeout_s=240, every_s=2)
+
+
+def test_a_grown_volume_is_expanded_by_the_update_handler_and_a_restarted_operator_resumes(
+    kube: Kube, operator_ns: str, expandable_class: str,
+) -> None:
+    """Update: a larger volume in the spec patches the PVC, and the status shows the request above
+    the capacity. Resume: with the operator stopped, the spec grows again; the operator started
+    afresh picks it up from the resource and its status, formats nothing again and keeps the
+    cluster id."""
+    ns = operator_ns
+    doc = _controllers_only_example()
+    doc["metadata"]["name"] = "growing"
+    pool = doc["spec"]["nodePools"][0]
+    pool["replicas"] = 1
+    pool["storage"]["volumes"][0].update({"size": "1Gi", "class": expandable_class, "deleteClaim": True})
+    _apply(kube, ns, doc)
+    claim = "data-0-growing-controllers-0"
+    try:
+        def ready() -> dict[str, Any] | None:
+            resource = kube.json("-n", ns, "get", "kc", "growing")
+            condition = _condition(resource, "Ready")
+            return resource if condition is not None and condition["status"] == "True" else None
+
+        before = _wait("the one-controller cluster to be Ready", ready, timeout_s=420, every_s=2)
+        jobs_before = sorted(j["metadata"]["name"] for j in kube.json(
+            "-n", ns, "get", "jobs", "-l", "kraftwerk.io/cluster=growing")["items"])
+
+        def requested(size: str) -> Any:
+            pvc = kube.json("-n", ns, "get", "pvc", claim)
+            return pvc if pvc["spec"]["resources"]["requests"]["storage"] == size else None
+
+        def directory_reports(requested_bytes: int) -> dict[str, Any] | None:
+            resource = kube.json("-n", ns, "get", "kc", "growing")
+            nodes = resource.get("status", {}).get("nodes", [])
+            directory = nodes[0]["directories"][0] if nodes and nodes[0].get("directories") else {}
+            return directory if directory.get("requestedBytes") == requested_bytes else None
+
+        # update handler: the spec grows, the claim follows, the status tells request and capacity
+        kube.kubectl("-n", ns, "patch", "kc", "growing", "--type=json", "-p",
+                     json.dumps([{"op": "replace", "path": "/spec/nodePools/0/storage/volumes/0/size", "value": "2Gi"}]))
+        _wait("the claim to ask for 2Gi", lambda: requested("2Gi"), timeout_s=120, every_s=2)
+        directory = _wait("status to show the 2Gi request", lambda: directory_reports(2 * 2**30), timeout_s=120,
+                          every_s=2)
+        assert directory["capacityBytes"] == 2**30  # the hostPath class cannot grow it: pending, and said so
+        uid = before["metadata"]["uid"]
+        events = kube.json("-n", ns, "get", "events", "--field-selector",
+                           f"involvedObject.uid={uid},reason=ResizeVolume")["items"]
+        assert events and "grow volume 0" in events[0]["message"], events
+
+        # resume: the spec changes while no operator runs; a fresh operator picks it up
+        _scale_operator(kube, ns, 0)
+        kube.kubectl("-n", ns, "patch", "kc", "growing", "--type=json", "-p",
+                     json.dumps([{"op": "replace", "path": "/spec/nodePools/0/storage/volumes/0/size", "value": "3Gi"}]))
+        time.sleep(3)
+        assert requested("2Gi") is not None  # nobody acted while the operator was gone
+        _scale_operator(kube, ns, 2)
+        _wait("the resumed operator to grow the claim to 3Gi", lambda: requested("3Gi"), timeout_s=240, every_s=2)
+        _wait("status to show the 3Gi request", lambda: directory_reports(3 * 2**30), timeout_s=120, every_s=2)
+        after = _wait("the cluster to be Ready after the resume", ready, timeout_s=240, every_s=2)
+        assert after["status"]["clusterId"] == before["status"]["clusterId"]
+        assert after["status"]["observedGeneration"] == after["metadata"]["generation"]
+        jobs_after = sorted(j["metadata"]["name"] for j in kube.json(
+            "-n", ns, "get", "jobs", "-l", "kraftwerk.io/cluster=growing")["items"])
+        assert jobs_after == jobs_before  # nothing formatted again
+    finally:
+        _scale_operator(kube, ns, 2)
+        kube.kubectl("-n", ns, "delete", "kc", "growing", "--wait=true", "--timeout=180s", check=False)

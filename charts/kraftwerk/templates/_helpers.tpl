@@ -49,9 +49,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [kraftwerk.io]
   resources: [kraftclusters/finalizers]
   verbs: [update]
+# patch: the broker-rack annotation a rack-aware broker pod's init container waits for
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

@@ -7,7 +7,7 @@ the two things that differ per runtime arrive as ports: `Layout` (hosts, ports, 
 `ConfigRules` (the engine's server.properties rules, which live in the node's `server` package).
 
     result = plan(cluster, observed=Observed(...), layout=layout, rules=rules, rng=rng, now_ms=now)
-    result.actions     # WriteConfig / FormatStorage / StartNode, in order
+    result.actions     # WriteConfig / FormatStorage / StartNode / RestartNode / ResizeVolume, in order
     result.status      # the KRaftClusterStatus to publish
     result.events      # Kubernetes Events (Normal for actions, Warning for refusals and problems)
 """
@@ -18,6 +18,7 @@ from kraft_operator.plan.actions import (
     EventType,
     FormatStorage,
     QuorumBootstrap,
+    ResizeVolume,
     RestartNode,
     StartNode,
     WriteConfig,
@@ -48,6 +49,7 @@ from kraft_operator.plan.rendering import (
     desired_nodes,
     render_config,
 )
+from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import ROLL_OPERATION, RollDecision, node_revision, plan_roll
 from kraft_operator.plan.validation import (
     LATEST_PRODUCTION,
@@ -83,6 +85,7 @@ __all__ = [
     "QuorumFacts",
     "ROLL_OPERATION",
     "ReplicaFacts",
+    "ResizeVolume",
     "RestartNode",
     "RollDecision",
     "SpecProblem",
@@ -92,6 +95,7 @@ __all__ = [
     "broker_gate",
     "controller_gate",
     "desired_nodes",
+    "grow_volumes",
     "is_down",
     "node_revision",
     "not_recovered",

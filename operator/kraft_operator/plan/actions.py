@@ -19,6 +19,7 @@ __all__ = [
     "EventType",
     "FormatStorage",
     "QuorumBootstrap",
+    "ResizeVolume",
     "RestartNode",
     "StartNode",
     "WriteConfig",
@@ -106,7 +107,19 @@ class RestartNode:
     reason: str
 
 
-Action = WriteConfig | FormatStorage | StartNode | RestartNode
+@dataclass(frozen=True, slots=True)
+class ResizeVolume:
+    """Grow one volume of a node to `size` (patch its PVC's request; the storage driver expands it,
+    online or at the pod's next start). Never sent to shrink: the CRD and validation refuse that."""
+
+    node: NodeRef
+    implementation: Implementation
+    volume_id: int
+    size: str
+    reason: str
+
+
+Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume
 
 
 class EventType(StrEnum):

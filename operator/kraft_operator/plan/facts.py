@@ -73,7 +73,8 @@ class VolumeFacts:
     cluster_id: str | None = None
     node_id: int | None = None
     directory_id: str | None = None
-    size_bytes: int | None = None
+    size_bytes: int | None = None  # what the volume holds (a PVC's status.capacity)
+    requested_bytes: int | None = None  # what its claim asks for (a PVC's spec); None where volumes have no size
 
     @property
     def formatted(self) -> bool:

@@ -72,6 +72,7 @@ from kraft_operator.plan.facts import (
     ReplicaFacts,
 )
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
+from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import RollDecision, node_revision, plan_roll
 from kraft_operator.plan.runbooks import detect_runbooks
 from kraft_operator.plan.validation import (
@@ -196,6 +197,8 @@ class _Planner:
         for node in self.nodes:
             directories[node.ref.node_id] = self._node(node, cluster_id=cluster_id, initial_ids=initial_ids,
                                                        quorum=quorum)
+        for resize in grow_volumes(self.nodes, self.observed):
+            self._act(resize, step="resize-volume")
         if self.spec.paused:
             self.actions.clear()
         roll = self._roll()
@@ -333,7 +336,11 @@ class _Planner:
                 )
             elif not formatted:
                 unformatted.append(path)
-            directories.append(DirectoryStatus(volume_id=volume.id, path=path, directory_id=directory_id))
+            directories.append(
+                DirectoryStatus(volume_id=volume.id, path=path, directory_id=directory_id,
+                                requested_bytes=seen.requested_bytes if seen is not None else None,
+                                capacity_bytes=seen.size_bytes if seen is not None else None)
+            )
         if problems:
             # The node is blocked as a whole: nothing is written, formatted or started for it.
             self.blocked.extend(problems)

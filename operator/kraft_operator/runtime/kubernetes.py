@@ -11,6 +11,10 @@ the pods:
   Service for clients in front of the brokers;
 - a ConfigMap per node with its rendered `server.properties`;
 - a PodDisruptionBudget per pool: a controller pool keeps a majority, a broker pool loses at most one;
+- for a broker pool with `rack`, an init container (`kraft_operator.runtime.rack_init`) that adds
+  `broker.rack` to the config: once the pod is scheduled, the operator reads the topology label of
+  its node and writes it on the pod as an annotation, which reaches the init container through a
+  downward-API volume (the node pods get no API credentials);
 - a format Job per node (and per set of directories to format) running `kraft storage format`
   through `kraft_operator.runtime.format_job`, which reports each directory's id in the container's
   termination message. Once the node starts, those ids are also written on its PVCs, so the facts
@@ -47,11 +51,13 @@ from kraft_operator.plan import (
     NodeRef,
     Observed,
     PodPhase,
+    ResizeVolume,
     StartNode,
     VolumeFacts,
     WriteConfig,
 )
 from kraft_operator.runtime.port import RuntimeActionError
+from kraft_operator.runtime.rack_init import RACK_ANNOTATION
 
 __all__ = [
     "CONFIG_PATH",
@@ -80,6 +86,10 @@ ANNOTATION_DIRECTORIES = "kraftwerk.io/directories"
 
 CONFIG_DIR = "/etc/kraftwerk"
 CONFIG_PATH = f"{CONFIG_DIR}/server.properties"
+# a rack-aware broker starts from the config its init container wrote here (an emptyDir)
+RACK_CONFIG_DIR = "/var/run/kraftwerk"
+RACK_CONFIG_PATH = f"{RACK_CONFIG_DIR}/server.properties"
+POD_INFO_DIR = "/etc/kraftwerk-pod"
 DATA_ROOT = "/var/lib/kraftwerk"
 METRICS_PORT = 9404
 # the image's non-root user (Dockerfile); fsGroup makes volumes writable for it where the driver allows
@@ -235,6 +245,7 @@ class KubernetesRuntime:
             self._call(self._batch.list_namespaced_job, namespace, label_selector=selector),
         )
         job_facts, formatted_ids = _job_facts(jobs.items, pods.items)
+        await self._label_racks(cluster, pods.items)
         nodes: dict[int, dict[str, Any]] = {}
 
         def entry(labels: Mapping[str, str]) -> dict[str, Any] | None:
@@ -271,6 +282,22 @@ class KubernetesRuntime:
         }
         return Observed(nodes=observed_nodes, format_jobs=job_facts)
 
+    async def _label_racks(self, cluster: KRaftCluster, pods: list[Any]) -> None:
+        """Give every scheduled broker pod of a rack-aware pool its node's topology label, as the
+        annotation its init container waits for (once; empty when the node has no such label)."""
+        keys = {pool.name: pool.rack.topology_key for pool in cluster.spec.node_pools
+                if pool.rack is not None and Role.BROKER in pool.roles}
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            key = keys.get(labels.get(LABEL_POOL, ""))
+            if (key is None or labels.get("app.kubernetes.io/component") == "format" or not pod.spec.node_name
+                    or RACK_ANNOTATION in (pod.metadata.annotations or {}) or pod.metadata.deletion_timestamp):
+                continue
+            node = await self._call(self._core.read_node, pod.spec.node_name)
+            rack = (node.metadata.labels or {}).get(key, "")
+            await self._call(self._core.patch_namespaced_pod, pod.metadata.name, pod.metadata.namespace,
+                             {"metadata": {"annotations": {RACK_ANNOTATION: rack}}})
+
     # --- apply ---------------------------------------------------------------------------------
 
     async def apply(self, cluster: KRaftCluster, action: Action) -> None:
@@ -286,6 +313,8 @@ class KubernetesRuntime:
             await self._format(cluster, action)
         elif isinstance(action, StartNode):
             await self._start(cluster, action)
+        elif isinstance(action, ResizeVolume):
+            await self._resize(action)
         else:  # pragma: no cover - the Action union is closed
             raise RuntimeActionError(f"unknown action {action!r}")
 
@@ -358,6 +387,15 @@ class KubernetesRuntime:
                 claim["spec"]["storageClassName"] = volume.class_
             await self._create_if_absent(claim)
 
+    async def _resize(self, action: ResizeVolume) -> None:
+        """Raise the claim's request; the API server refuses it when the StorageClass cannot expand."""
+        name = claim_name(action.node, action.volume_id)
+        try:
+            await self._call(self._core.patch_namespaced_persistent_volume_claim, name, action.node.namespace,
+                             {"spec": {"resources": {"requests": {"storage": action.size}}}})
+        except ApiException as e:
+            raise RuntimeActionError(_api_error({"kind": "PersistentVolumeClaim", "metadata": {"name": name}}, e)) from None
+
     async def _format(self, cluster: KRaftCluster, action: FormatStorage) -> None:
         node = action.node
         pool = _pool(cluster, node.pool)
@@ -397,9 +435,12 @@ class KubernetesRuntime:
         if template is not None and template.metadata is not None:
             labels = {**template.metadata.labels, **labels}
             annotations.update(template.metadata.annotations)
-        command = ["kraft", "server", "start", "--config", CONFIG_PATH]
+        rack_aware = pool.rack is not None and Role.BROKER in pool.roles
+        command = ["kraft", "server", "start", "--config", RACK_CONFIG_PATH if rack_aware else CONFIG_PATH]
         spec = self._pod_spec(cluster, node=node, pool=pool, command=command, restart_policy="Always",
                               with_probes=True)
+        if rack_aware:
+            _add_rack_init(spec)
         spec["hostname"] = name
         spec["subdomain"] = headless_service_name(node.cluster)
         if template is not None and template.spec:
@@ -541,6 +582,30 @@ class KubernetesRuntime:
         }[body["kind"]]
 
 
+def _add_rack_init(spec: dict[str, Any]) -> None:
+    """The init container that writes server.properties with broker.rack (see `rack_init`), its
+    downward-API view of the pod's annotations, and the emptyDir the broker then starts from."""
+    main = spec["containers"][0]
+    rack_mount = {"name": "rack-config", "mountPath": RACK_CONFIG_DIR}
+    pod_info = {"name": "pod-info", "mountPath": POD_INFO_DIR, "readOnly": True}
+    config_mount = next(m for m in main["volumeMounts"] if m["name"] == "config")
+    spec["initContainers"] = [{
+        "name": "rack",
+        "image": main["image"],
+        "imagePullPolicy": main["imagePullPolicy"],
+        "command": ["python3", "-m", "kraft_operator.runtime.rack_init", "--annotations",
+                    f"{POD_INFO_DIR}/annotations", "--config", CONFIG_PATH, "--output", RACK_CONFIG_PATH],
+        "volumeMounts": [config_mount, pod_info, rack_mount],
+        "securityContext": main["securityContext"],
+    }]
+    main["volumeMounts"].append({**rack_mount, "readOnly": True})
+    spec["volumes"] += [
+        {"name": "rack-config", "emptyDir": {}},
+        {"name": "pod-info", "downwardAPI": {"items": [{"path": "annotations",
+                                                        "fieldRef": {"fieldPath": "metadata.annotations"}}]}},
+    ]
+
+
 def _namespace(cluster: KRaftCluster) -> str:
     return cluster.metadata.namespace or "default"
 
@@ -636,9 +701,12 @@ def _volume_facts(claim: Any, *, volume_id: int, path: str, node_id: int, job: F
         directory_id = job.directory_ids.get(path)
         cluster_id = job_cluster_id
     capacity = (claim.status.capacity or {}).get("storage") if claim.status is not None else None
+    requested = ((claim.spec.resources.requests or {}).get("storage")
+                 if claim.spec is not None and claim.spec.resources is not None else None)
     return VolumeFacts(volume_id=volume_id, path=path, cluster_id=cluster_id if directory_id else None,
                        node_id=node_id if directory_id else None, directory_id=directory_id,
-                       size_bytes=_quantity_bytes(capacity) if capacity else None)
+                       size_bytes=_quantity_bytes(capacity) if capacity else None,
+                       requested_bytes=_quantity_bytes(requested) if requested else None)
 
 
 _SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,

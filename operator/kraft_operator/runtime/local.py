@@ -54,6 +54,7 @@ from kraft_operator.plan import (
     NodeRef,
     Observed,
     PodPhase,
+    ResizeVolume,
     RestartNode,
     StartNode,
     VolumeFacts,
@@ -278,6 +279,9 @@ class LocalRuntime:
             await self._stop(key, node_dir, grace_s=action.grace_period_ms / 1000)
             (node_dir / MANUAL_ROLL_FILE).unlink(missing_ok=True)
             self._start(key, node_dir, action)
+        elif isinstance(action, ResizeVolume):
+            # never planned here: local volumes report no requested size
+            raise RuntimeActionError("the local runtime's directories have no size to grow")
 
     async def _stop(self, key: tuple[str, int], node_dir: Path, *, grace_s: float) -> None:
         """The node's controlled shutdown: SIGTERM, then SIGKILL after `grace_s` (a pod's
