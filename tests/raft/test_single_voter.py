@@ -17,7 +17,7 @@ from kraft_engine.raft import (
     RaftNode,
     Role,
 )
-from kraft_engine.raft.log_batch import parse_batches
+from kraft_engine.records.log_batch import parse_batches
 
 
 def test_single_voter_becomes_leader_without_any_message() -> None:

@@ -39,7 +39,6 @@ from kraft_engine.raft import (
     VoterNode,
     VoterSet,
 )
-from kraft_engine.raft.log_batch import parse_batches
 from kraft_engine.raft.messages import describe_quorum_request
 from kraft_engine.records import (
     FeatureLevelRecord,
@@ -48,6 +47,7 @@ from kraft_engine.records import (
     decode_metadata_record,
     encode_metadata_record,
 )
+from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
 from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics

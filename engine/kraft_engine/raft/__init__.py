@@ -76,8 +76,7 @@ from kraft_engine.raft.errors import (
     SnapshotError,
 )
 from kraft_engine.raft.leader_state import LeaderState, ReplicaState
-from kraft_engine.raft.log import BOOTSTRAP_SNAPSHOT_ID, MemoryLog, OffsetAndEpoch, RaftLog
-from kraft_engine.raft.log_batch import LogBatch, build_control_batch, build_data_batch, parse_batches
+from kraft_engine.raft.log import BOOTSTRAP_SNAPSHOT_ID, MemoryLog, RaftLog
 from kraft_engine.raft.node import RaftNode
 from kraft_engine.raft.output import (
     CommittedBatch,
@@ -111,6 +110,8 @@ from kraft_engine.raft.voter_set import (
     VoterSet,
     parse_static_voters,
 )
+from kraft_engine.records.control import build_control_batch
+from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, build_data_batch, parse_batches
 
 __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",

@@ -20,32 +20,16 @@ from enum import Enum
 from typing import Protocol
 
 from kraft_engine.invariant import require
-from kraft_engine.raft.log_batch import LogBatch, parse_batches
+from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, parse_batches
 
 __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",
     "MemoryLog",
-    "OffsetAndEpoch",
     "RaftLog",
     "ValidOffsetAndEpoch",
     "ValidationKind",
     "validate_offset_and_epoch",
 ]
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class OffsetAndEpoch:
-    """An (offset, epoch) pair; ordered by epoch first, then offset, like Kafka's OffsetAndEpoch.
-
-    Used both for log end positions and for snapshot ids (a snapshot id's offset is exclusive:
-    the snapshot holds offsets [0, offset)).
-    """
-
-    epoch: int
-    offset: int
-
-    def __str__(self) -> str:
-        return f"(offset={self.offset}, epoch={self.epoch})"
 
 
 BOOTSTRAP_SNAPSHOT_ID = OffsetAndEpoch(epoch=0, offset=0)

@@ -37,8 +37,8 @@ from kio.schema.vote.v2 import response as vote_resp
 from kio.static.primitive import Records, i16, i32, i32Timedelta, i64, u16
 
 from kraft_engine.kafka_uuid import ONE_UUID, ZERO_UUID
-from kraft_engine.raft.log import OffsetAndEpoch
 from kraft_engine.raft.voter_set import Endpoint, ReplicaKey
+from kraft_engine.records.log_batch import OffsetAndEpoch
 
 __all__ = [
     "METADATA_PARTITION",

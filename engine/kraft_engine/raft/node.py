@@ -31,12 +31,10 @@ from kraft_engine.raft.errors import KRaftVersionUpgradeError, NotLeaderError, S
 from kraft_engine.raft.leader_state import LeaderState
 from kraft_engine.raft.log import (
     BOOTSTRAP_SNAPSHOT_ID,
-    OffsetAndEpoch,
     RaftLog,
     ValidationKind,
     validate_offset_and_epoch,
 )
-from kraft_engine.raft.log_batch import build_control_batch, build_data_batch, parse_batches
 from kraft_engine.raft.output import (
     CommittedBatch,
     LeaderAndEpoch,
@@ -69,6 +67,8 @@ from kraft_engine.raft.voter_set import (
     VoterSet,
 )
 from kraft_engine.raft.voter_set_history import VoterSetHistory
+from kraft_engine.records.control import build_control_batch
+from kraft_engine.records.log_batch import OffsetAndEpoch, build_data_batch, parse_batches
 
 if TYPE_CHECKING:
     import random

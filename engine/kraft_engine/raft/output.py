@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from kraft_engine.raft.log import OffsetAndEpoch
-from kraft_engine.raft.log_batch import LogBatch
 from kraft_engine.raft.quorum_state import ElectionState
 from kraft_engine.raft.voter_set import Endpoint
+from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch
 
 __all__ = [
     "CommittedBatch",

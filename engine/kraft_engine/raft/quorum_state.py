@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from kraft_engine.invariant import require
 from kraft_engine.raft.config import RaftConfig
 from kraft_engine.raft.leader_state import LeaderState
-from kraft_engine.raft.log import OffsetAndEpoch
 from kraft_engine.raft.role import Role
 from kraft_engine.raft.voter_set import Endpoint, ReplicaKey, VoterSet
+from kraft_engine.records.log_batch import OffsetAndEpoch
 
 if TYPE_CHECKING:
     import random

@@ -16,8 +16,8 @@ from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from kio.static.primitive import i16, i64
 
-from kraft_engine.raft.log import OffsetAndEpoch
-from kraft_engine.raft.log_batch import build_control_batch, build_data_batch
+from kraft_engine.records.control import build_control_batch
+from kraft_engine.records.log_batch import OffsetAndEpoch, build_data_batch
 
 __all__ = ["SnapshotBuilder"]
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.voters_record.v0.data import VotersRecord
 
-from kraft_engine.raft.log_batch import LogBatch
 from kraft_engine.raft.voter_set import KRAFT_VERSION_0, VoterSet
+from kraft_engine.records.log_batch import LogBatch
 
 __all__ = ["VoterSetHistory"]
 

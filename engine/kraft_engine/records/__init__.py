@@ -27,6 +27,7 @@ from kraft_engine.records.control import (
     encode_control_record,
 )
 from kraft_engine.records.framing import decode_metadata_record, encode_metadata_record
+from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, build_data_batch, parse_batches
 from kraft_engine.records.metadata_records import (
     AbortTransactionRecord,
     AccessControlEntryRecord,
@@ -100,12 +101,14 @@ __all__ = [
     "FeatureLevelRecord",
     "FenceBrokerRecord",
     "IncompleteBatchError",
+    "LogBatch",
     "METADATA_RECORD_TYPES",
     "MetadataRecord",
     "MetadataRecordError",
     "MetadataRecordType",
     "MetadataVersion",
     "NoOpRecord",
+    "OffsetAndEpoch",
     "PartitionChangeRecord",
     "PartitionRecord",
     "ProducerIdsRecord",
@@ -125,6 +128,7 @@ __all__ = [
     "ZkMigrationStateRecord",
     "build_batch",
     "build_control_batch",
+    "build_data_batch",
     "control_record_type_of",
     "decode_control_batch",
     "decode_control_key",
@@ -136,6 +140,7 @@ __all__ = [
     "encode_metadata_record",
     "iter_batches",
     "lowest_version_holding",
+    "parse_batches",
     "read_batch_header",
     "record_to_json",
     "record_type_for_api_key",

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from kio.schema.k_raft_version_record.v0 import KRaftVersionRecord
 from kio.schema.types import BrokerId
@@ -42,7 +42,6 @@ from kraft_engine.records import (
     feature_versions,
     metadata_version,
 )
-from kraft_engine.server.config import KafkaConfig
 from kraft_engine.storage.atomic_file import fsync_dir
 from kraft_engine.storage.meta_properties import (
     MetaProperties,
@@ -62,11 +61,52 @@ __all__ = [
     "FormatRequest",
     "FormatResult",
     "FormatterError",
+    "ListenerAddress",
+    "NodeStorageConfig",
     "bootstrap_records",
     "format_storage",
     "parse_dynamic_voters",
     "parse_feature_levels",
 ]
+
+class ListenerAddress(Protocol):
+    """An advertised listener as the formatter reads it (`server.config.Endpoint` is one)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+class NodeStorageConfig(Protocol):
+    """What `kafka-storage format`'s rules read of a node's config. `server.config.KafkaConfig`
+    satisfies it; a protocol keeps storage below the server layer that parses the config."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def is_controller(self) -> bool: ...
+
+    @property
+    def controller_quorum_voters(self) -> Sequence[object]: ...
+
+    @property
+    def controller_listener_names(self) -> Sequence[str]: ...
+
+    @property
+    def effective_advertised_controller_listeners(self) -> Sequence[ListenerAddress]: ...
+
+    @property
+    def unstable_feature_versions_enable(self) -> bool: ...
+
+    @property
+    def all_log_dirs(self) -> Sequence[str]: ...
+
+    @property
+    def metadata_log_dir(self) -> str: ...
+
 
 CLUSTER_METADATA_DIR_NAME = "__cluster_metadata-0"
 BOOTSTRAP_SNAPSHOT_ID = SnapshotId(end_offset=0, epoch=0)
@@ -190,7 +230,7 @@ class FormatRequest:
     @classmethod
     def from_config(
         cls,
-        config: KafkaConfig,
+        config: NodeStorageConfig,
         *,
         cluster_id: str | None,
         release_version: str | None = None,
@@ -287,7 +327,7 @@ class FormatRequest:
         return DirectoryType.DYNAMIC_METADATA_NON_VOTER_DIRECTORY
 
 
-def _standalone_voter(config: KafkaConfig) -> DynamicVoter:
+def _standalone_voter(config: NodeStorageConfig) -> DynamicVoter:
     if not config.is_controller:
         raise FormatterError("You can only use --standalone on a controller.")
     listeners = config.effective_advertised_controller_listeners

@@ -3,7 +3,8 @@
 The consensus core (`kraft_engine.raft`) is written against the `RaftLog` protocol and tested on
 an in-memory log. This is the same protocol over Kafka's real on-disk layout — a PartitionLog for
 the batches plus `<offset>-<epoch>.checkpoint` snapshot files in the same directory — playing the
-role of Kafka's `KafkaMetadataLog`.
+role of Kafka's `KafkaMetadataLog`. It satisfies the protocol structurally and imports nothing of
+raft (storage sits below it); mypy checks the fit where the server hands it to the `RaftNode`.
 
 Opening follows KafkaMetadataLog: leftovers are cleaned, the log is recovered (the report is
 returned), and when the latest snapshot lies beyond the recovered log end (a follower crashed
@@ -27,10 +28,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from kraft_engine.raft.log import OffsetAndEpoch, RaftLog
-from kraft_engine.raft.log_batch import LogBatch, parse_batches
+from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, parse_batches
 from kraft_engine.storage.partition_log import (
     DEFAULT_SEGMENT_BYTES,
     PartitionLog,
@@ -240,10 +239,3 @@ class FileMetadataLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-if TYPE_CHECKING:
-
-    def _satisfies_the_protocol(log: FileMetadataLog) -> RaftLog:
-        # mypy checks structurally that the file log is a drop-in RaftLog for the core.
-        return log

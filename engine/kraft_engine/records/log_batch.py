@@ -1,8 +1,10 @@
-"""Record batches as the raft core sees them: the exact bytes plus a parsed view.
+"""Record batches as the raft core and the log store see them: the exact bytes plus a parsed view.
 
-Building and decoding are `kraft_engine.records` (kio underneath). The core keeps and forwards
-the original batch bytes (a decoded batch must never be re-encoded: kio's reader truncates record
-timestamps); `LogBatch` only adds the fields consensus needs (offsets, epoch, control records).
+Building and decoding are the batch and control-record modules here (kio underneath). The core keeps
+and forwards the original batch bytes (a decoded batch must never be re-encoded: kio's reader
+truncates record timestamps); `LogBatch` only adds the fields consensus needs (offsets, epoch,
+control records). It lives below both raft and storage, with `OffsetAndEpoch`, because the file
+log (storage) builds these views for the raft core without importing it.
 """
 
 from __future__ import annotations
@@ -10,9 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kraft_engine.records.batches import build_batch, decode_records, validate_batch
-from kraft_engine.records.control import ControlRecord, build_control_batch, decode_control_batch
+from kraft_engine.records.control import ControlRecord, decode_control_batch
 
-__all__ = ["ControlRecord", "LogBatch", "build_control_batch", "build_data_batch", "parse_batches"]
+__all__ = ["LogBatch", "OffsetAndEpoch", "build_data_batch", "parse_batches"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OffsetAndEpoch:
+    """An (offset, epoch) pair; ordered by epoch first, then offset, like Kafka's OffsetAndEpoch.
+
+    Used both for log end positions and for snapshot ids (a snapshot id's offset is exclusive:
+    the snapshot holds offsets [0, offset)).
+    """
+
+    epoch: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"(offset={self.offset}, epoch={self.epoch})"
 
 
 @dataclass(frozen=True, slots=True)
