@@ -253,6 +253,37 @@ def test_refusals_name_the_field_and_never_act(rules) -> None:
         assert result.status.cluster_id is None  # not even a cluster id is assigned
 
 
+def test_every_key_the_engine_reads_as_node_wiring_is_refused_as_a_spec_override(rules) -> None:
+    # The operator and the engine share one set (kraft_engine.node_config_keys): an override of any
+    # key the engine parses as a node's identity, listeners, quorum or directories is refused.
+    from kraft_engine.node_config_keys import NODE_WIRING_KEYS
+    from kraft_engine.server.config import parse_config
+
+    for key in sorted(NODE_WIRING_KEYS):
+        result = plan(cluster_from(THREE_CONTROLLERS, config={key: "x"}), observed=Observed(), layout=FixedLayout(),
+                      rules=rules, rng=random.Random(1), now_ms=NOW_MS)
+        assert result.actions == (), key
+        assert f"spec.config[{key}]: is managed by the operator" in condition(result, ConditionType.DEGRADED).message
+    # ...and the engine reads every one of them (none is reported as an unknown key).
+    wiring = {
+        "process.roles": "broker,controller", "node.id": "1",
+        "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+        "advertised.listeners": "PLAINTEXT://h:9092,CONTROLLER://h:9093",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+        "controller.quorum.voters": "1@h:9093", "log.dirs": "/d/0,/d/1", "metadata.log.dir": "/d/0",
+        "broker.rack": "r1",
+    }
+    alternatives = {"security.inter.broker.protocol": ("inter.broker.listener.name", "PLAINTEXT"),
+                    "controller.quorum.bootstrap.servers": ("controller.quorum.voters", "h:9093"),
+                    "log.dir": ("log.dirs", "/d/0")}
+    assert set(wiring) | set(alternatives) == NODE_WIRING_KEYS
+    assert parse_config(wiring).unknown_keys == ()
+    for key, (instead_of, value) in alternatives.items():
+        variant = {k: v for k, v in wiring.items() if k != instead_of} | {key: value}
+        assert parse_config(variant).unknown_keys == (), key
+
+
 def test_immutable_roles_and_cluster_id_are_refused_against_status(rules) -> None:
     world = World(random.Random(0))
     cluster, _ = until_ready(cluster_from(THREE_CONTROLLERS), world, rules=rules)

@@ -63,17 +63,11 @@ from kraft_engine.metadata import (
     MetadataImage,
     MetadataLoader,
 )
-from kraft_engine.protocol import ConnectionConfig, ExponentialBackoff, Features, Listener
+from kraft_engine.protocol import ExponentialBackoff, Features, Listener
 from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.raft import (
-    ElectionState,
-    Endpoint,
     LeaderChange,
-    RaftNode,
-    ReplicaKey,
     SnapshotLoad,
-    VoterNode,
-    VoterSet,
 )
 from kraft_engine.records import decode_metadata_record, feature_versions
 from kraft_engine.server.broker_apis import BrokerApis
@@ -82,7 +76,13 @@ from kraft_engine.server.controller_channel import ControllerChannel, Controller
 from kraft_engine.server.controller_node import METADATA_PARTITION_DIR, ControllerNode, StartupError
 from kraft_engine.server.controller_runtime import ControllerFatalError
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
-from kraft_engine.server.raft_driver import RaftDriver, RaftFatalError, wall_clock_ms
+from kraft_engine.server.raft_driver import (
+    RaftDriver,
+    RaftFatalError,
+    open_raft_node,
+    raft_connection_config,
+    wall_clock_ms,
+)
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.server.replica_manager import ReplicaManager
 from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble, MetaPropertiesError
@@ -103,13 +103,6 @@ _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_S
 _CONTROLLED_SHUTDOWN_TIMEOUT_S = 300.0  # Kafka's BrokerServer waits 5 minutes for the controller
 _RAFT_SHUTDOWN_TIMEOUT_MS = 5000
 _REQUEST_TIMEOUT_MS = 5000
-
-
-def _election_state(data: Any) -> ElectionState | None:
-    if data is None:
-        return None
-    voted = None if data.voted_id is None else ReplicaKey.of(data.voted_id, data.voted_directory_id)
-    return ElectionState(epoch=data.leader_epoch, leader_id=data.leader_id, voted_key=voted)
 
 
 class BrokerNode:
@@ -260,27 +253,13 @@ class BrokerNode:
         config = self.config
         if self.log is None or self.quorum_state is None:
             raise StartupError("a dedicated broker needs its own metadata log")
-        raft_config = config.raft_config()
-        controller_listener_name = config.controller_listener_names[0]
-        static_voters = None
-        if config.controller_quorum_voters:
-            static_voters = VoterSet(
-                VoterNode(key=ReplicaKey(v.voter_id, None), endpoints=(Endpoint(controller_listener_name, v.host, v.port),))
-                for v in config.controller_quorum_voters
-            )
-        bootstrap = tuple(Endpoint(controller_listener_name, s.host, s.port) for s in config.controller_quorum_bootstrap_servers)
-        raft = RaftNode(
-            config=raft_config,
-            node_id=config.node_id,
+        raft = open_raft_node(
+            config,
             directory_id=self.metadata_directory_id,
             cluster_id=self.cluster_id,
             log=self.log,
-            persisted=_election_state(self.quorum_state.read()),
-            static_voters=static_voters,
-            rng=random.Random(),
-            now_ms=wall_clock_ms(),
+            quorum_state=self.quorum_state,
             local_endpoints=(),
-            bootstrap_servers=bootstrap,
         )
         driver = RaftDriver(
             raft=raft,
@@ -288,13 +267,7 @@ class BrokerNode:
             quorum_state=self.quorum_state,
             store=None,
             metrics=RaftMetrics(self.registry, node=lambda: None if self.driver is None else self.driver.raft),
-            connection_config=ConnectionConfig(
-                client_id=f"raft-client-{config.node_id}",
-                request_timeout_ms=raft_config.request_timeout_ms,
-                socket_connection_setup_timeout_ms=raft_config.request_timeout_ms,
-                reconnect_backoff_ms=raft_config.retry_backoff_ms or 1,
-                reconnect_backoff_max_ms=max(raft_config.retry_backoff_ms, raft_config.election_timeout_ms // 2),
-            ),
+            connection_config=raft_connection_config(config),
         )
         self.driver = driver
         driver.add_listener(self._on_raft_event)

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kraft_engine.node_config_keys import NODE_WIRING_KEYS
 from kraft_engine.raft.config import RaftConfig
 from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
 
@@ -282,25 +283,8 @@ _BOOL_KEYS: dict[str, str] = {
     "unclean.leader.election.enable": "unclean_leader_election_enable",
     "auto.create.topics.enable": "auto_create_topics_enable",
 }
-_STRUCTURED_KEYS = frozenset(
-    {
-        "process.roles",
-        "node.id",
-        "listeners",
-        "advertised.listeners",
-        "listener.security.protocol.map",
-        "controller.listener.names",
-        "inter.broker.listener.name",
-        "security.inter.broker.protocol",
-        "controller.quorum.voters",
-        "controller.quorum.bootstrap.servers",
-        "log.dirs",
-        "log.dir",
-        "metadata.log.dir",
-        "broker.rack",
-        *(key for key, _ in _RETENTION_KEYS),
-    }
-)
+# Read as structured values below; the node-wiring keys are shared with the operator, which owns them.
+_STRUCTURED_KEYS = frozenset({*NODE_WIRING_KEYS, *(key for key, _ in _RETENTION_KEYS)})
 _KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS})
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import sys
 import uuid
 from collections.abc import Callable
@@ -36,17 +35,12 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 from prometheus_client import CollectorRegistry
 
-from kraft_engine.protocol import ConnectionConfig, Features, Listener, RequestContext
+from kraft_engine.protocol import Features, Listener, RequestContext
 from kraft_engine.raft import (
     KRAFT_VERSION_0,
     KRAFT_VERSION_1,
-    ElectionState,
     Endpoint,
-    RaftNode,
-    ReplicaKey,
     Role,
-    VoterNode,
-    VoterSet,
 )
 from kraft_engine.raft import (
     SnapshotError as RaftSnapshotError,
@@ -56,7 +50,14 @@ from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.loop_stall import LoopStallMonitor
-from kraft_engine.server.raft_driver import NotLeader, RaftDriver, RaftFatalError, wall_clock_ms
+from kraft_engine.server.raft_driver import (
+    NotLeader,
+    RaftDriver,
+    RaftFatalError,
+    open_raft_node,
+    raft_connection_config,
+    wall_clock_ms,
+)
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.server.startup_checks import (
     LostLogRecovery,
@@ -123,13 +124,6 @@ def _verify_storage(config: KafkaConfig) -> _Identity:
     if meta.cluster_id is None:
         raise StartupError(f"meta.properties in {metadata_dir} has no cluster.id")
     return _Identity(cluster_id=meta.cluster_id, directory_id=meta.directory_id)
-
-
-def _election_state(data: Any) -> ElectionState | None:
-    if data is None:
-        return None
-    voted = None if data.voted_id is None else ReplicaKey.of(data.voted_id, data.voted_directory_id)
-    return ElectionState(epoch=data.leader_epoch, leader_id=data.leader_id, voted_key=voted)
 
 
 class ControllerNode:
@@ -221,7 +215,6 @@ class ControllerNode:
             registry=self.registry,
         )
         self.listener = listener
-        raft_config = config.raft_config()
         store = (
             AppendOnlyStore(snapshot_interval_bytes=config.metadata_log_max_record_bytes_between_snapshots)
             if self.test_api_enabled
@@ -238,27 +231,14 @@ class ControllerNode:
                 Endpoint(e.listener_name, e.host or "localhost", e.port)
                 for e in config.effective_advertised_controller_listeners
             ]
-            static_voters = None
-            if config.controller_quorum_voters:
-                static_voters = VoterSet(
-                    VoterNode(key=ReplicaKey(v.voter_id, None), endpoints=(Endpoint(listener_name, v.host, v.port),))
-                    for v in config.controller_quorum_voters
-                )
-            bootstrap = tuple(Endpoint(listener_name, s.host, s.port) for s in config.controller_quorum_bootstrap_servers)
             try:
-                # Loads the latest snapshot and replays the log after it (checked whole at open).
-                raft = RaftNode(
-                    config=raft_config,
-                    node_id=config.node_id,
+                raft = open_raft_node(
+                    config,
                     directory_id=self.identity.directory_id,
                     cluster_id=self.identity.cluster_id,
                     log=self.log,
-                    persisted=_election_state(self.quorum_state.read()),
-                    static_voters=static_voters,
-                    rng=random.Random(),
-                    now_ms=wall_clock_ms(),
+                    quorum_state=self.quorum_state,
                     local_endpoints=tuple(advertised),
-                    bootstrap_servers=bootstrap,
                 )
             except (SnapshotError, RaftSnapshotError, StorageIOError) as e:
                 raise StartupError(f"cannot load the metadata log in {self.log.directory}: {e}") from None
@@ -268,13 +248,7 @@ class ControllerNode:
                 quorum_state=self.quorum_state,
                 store=store,
                 metrics=metrics,
-                connection_config=ConnectionConfig(
-                    client_id=f"raft-client-{config.node_id}",
-                    request_timeout_ms=raft_config.request_timeout_ms,
-                    socket_connection_setup_timeout_ms=raft_config.request_timeout_ms,
-                    reconnect_backoff_ms=raft_config.retry_backoff_ms or 1,
-                    reconnect_backoff_max_ms=max(raft_config.retry_backoff_ms, raft_config.election_timeout_ms // 2),
-                ),
+                connection_config=raft_connection_config(config),
             )
             self.driver = driver
             for attach in self.on_driver:

@@ -39,7 +39,9 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
+import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +63,7 @@ from kraft_engine.raft import (
     KRAFT_VERSION_1,
     CommittedBatch,
     ElectionState,
+    Endpoint,
     LeaderChange,
     ListenerEvent,
     LogFlush,
@@ -70,22 +73,34 @@ from kraft_engine.raft import (
     OutboundResponse,
     Output,
     RaftNode,
+    ReplicaKey,
     RequestFailure,
     Role,
     SnapshotBuilder,
     SnapshotError,
     SnapshotLoad,
+    VoterNode,
+    VoterSet,
 )
 from kraft_engine.records.batches import iter_batches
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals, is_inconsistent_cluster_id
+from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.storage.metadata_log import FileMetadataLog
 from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData
 from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
 from kraft_engine.storage.storage_error import StorageIOError
 
-__all__ = ["AppendResult", "NotLeader", "RaftDriver", "RaftFatalError", "wall_clock_ms"]
+__all__ = [
+    "AppendResult",
+    "NotLeader",
+    "RaftDriver",
+    "RaftFatalError",
+    "open_raft_node",
+    "raft_connection_config",
+    "wall_clock_ms",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +110,62 @@ _FETCH_API_KEY = 1
 def wall_clock_ms() -> int:
     # Kafka's raft client runs on wall-clock time too (DescribeQuorum timestamps are epoch ms).
     return int(time.time() * 1000)
+
+
+def open_raft_node(
+    config: KafkaConfig,
+    *,
+    directory_id: uuid.UUID | None,
+    cluster_id: str,
+    log: FileMetadataLog,
+    quorum_state: FileQuorumStateStore,
+    local_endpoints: tuple[Endpoint, ...],
+) -> RaftNode:
+    """A node's raft replica from its config, the same for a controller (a voter or would-be voter,
+    with its advertised controller endpoints) and a dedicated broker (an observer, none). Loads the
+    latest snapshot and replays the log after it."""
+    listener_name = config.controller_listener_names[0]
+    static_voters = None
+    if config.controller_quorum_voters:
+        static_voters = VoterSet(
+            VoterNode(key=ReplicaKey(v.voter_id, None), endpoints=(Endpoint(listener_name, v.host, v.port),))
+            for v in config.controller_quorum_voters
+        )
+    persisted = quorum_state.read()
+    return RaftNode(
+        config=config.raft_config(),
+        node_id=config.node_id,
+        directory_id=directory_id,
+        cluster_id=cluster_id,
+        log=log,
+        persisted=None if persisted is None else _election_state(persisted),
+        static_voters=static_voters,
+        rng=random.Random(),
+        now_ms=wall_clock_ms(),
+        local_endpoints=local_endpoints,
+        bootstrap_servers=tuple(
+            Endpoint(listener_name, s.host, s.port) for s in config.controller_quorum_bootstrap_servers
+        ),
+    )
+
+
+def _election_state(data: QuorumStateData) -> ElectionState:
+    voted = None if data.voted_id is None else ReplicaKey.of(data.voted_id, data.voted_directory_id)
+    return ElectionState(epoch=data.leader_epoch, leader_id=data.leader_id, voted_key=voted)
+
+
+def raft_connection_config(config: KafkaConfig) -> ConnectionConfig:
+    """How a node's raft driver reaches the other controllers: raft's request timeout for connecting
+    too, and reconnects backed off from `controller.quorum.retry.backoff.ms` up to half an election
+    timeout, so a restarted peer is found again well inside one election."""
+    raft_config = config.raft_config()
+    return ConnectionConfig(
+        client_id=f"raft-client-{config.node_id}",
+        request_timeout_ms=raft_config.request_timeout_ms,
+        socket_connection_setup_timeout_ms=raft_config.request_timeout_ms,
+        reconnect_backoff_ms=raft_config.retry_backoff_ms or 1,
+        reconnect_backoff_max_ms=max(raft_config.retry_backoff_ms, raft_config.election_timeout_ms // 2),
+    )
 
 
 class RaftFatalError(Exception):

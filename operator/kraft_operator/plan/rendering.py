@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kraft_engine.node_config_keys import NODE_WIRING_KEYS
 from kraft_operator.model import (
     Implementation,
     KRaftClusterSpec,
@@ -33,27 +34,11 @@ __all__ = [
 
 CONTROLLER_LISTENER = "CONTROLLER"
 
-# Keys the operator writes from the spec; an override of one would break the cluster's wiring.
-MANAGED_KEYS = frozenset(
-    {
-        "process.roles",
-        "node.id",
-        "broker.id",
-        "listeners",
-        "advertised.listeners",
-        "listener.security.protocol.map",
-        "controller.listener.names",
-        "inter.broker.listener.name",
-        "security.inter.broker.protocol",
-        "controller.quorum.voters",
-        "controller.quorum.bootstrap.servers",
-        "log.dirs",
-        "log.dir",
-        "metadata.log.dir",
-        "broker.rack",
-        "kraftwerk.metrics.port",
-    }
-)
+# Keys the operator writes from the spec; an override of one would break the cluster's wiring. The
+# node-wiring keys are the engine's own set; `broker.id` is the older name Apache Kafka's nodes
+# still read for `node.id`, and `kraftwerk.metrics.port` is the engine's metrics port, which the
+# operator places.
+MANAGED_KEYS = NODE_WIRING_KEYS | {"broker.id", "kraftwerk.metrics.port"}
 
 
 @dataclass(frozen=True, slots=True)
