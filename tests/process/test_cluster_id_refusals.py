@@ -8,7 +8,6 @@ cluster would be); it starts, is refused by controllers 1 and 2, and never joins
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from quorum_processes import HOST, ProcessCluster, wait_for
@@ -50,16 +49,18 @@ def test_a_node_of_another_cluster_is_named_on_both_sides_and_counted(three_vote
         r'kraftwerk_raft_inconsistent_cluster_id_total\{direction="inbound",peer="3"\} (\S+)', metrics
     )
     assert float(count) >= 1
-    # Rate-limited: node 3 keeps retrying for a few more seconds, the logs stay at one line per
-    # peer and direction (per 30 s), while the counter keeps counting.
-    time.sleep(3)
+    # Rate-limited: node 3 keeps retrying; once the counter shows three more refusals (all within
+    # one 30 s window of the first line), the logs still hold one line per peer and direction.
+    def refusals() -> float:
+        [value] = re.findall(
+            r'kraftwerk_raft_inconsistent_cluster_id_total\{direction="inbound",peer="3"\} (\S+)',
+            cluster.http_text(leader, "/metrics"),
+        )
+        return float(value)
+
+    wait_for(lambda: refusals() >= float(count) + 3, timeout_s=25, what="three more refusals of node 3")
     assert len(_lines(cluster.log(leader), inbound)) == 1
     for peer in (1, 2):
         assert len(_lines(cluster.log(3), rf"Node {peer} at .* refused our")) <= 1
-    [later] = re.findall(
-        r'kraftwerk_raft_inconsistent_cluster_id_total\{direction="inbound",peer="3"\} (\S+)',
-        cluster.http_text(leader, "/metrics"),
-    )
-    assert float(later) > float(count)
     # And it never joined: the quorum's voters still see it as not caught up.
     assert cluster.status_of(3)["cluster_id"] == theirs

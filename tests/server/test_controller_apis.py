@@ -476,3 +476,46 @@ async def test_a_heartbeat_that_times_out_in_a_busy_controllers_queue_refreshes_
         release.set()
         await busy
         await connection.close()
+
+
+async def test_a_heartbeat_queued_behind_a_busy_controller_counts_as_contact_on_arrival(tmp_path: Path) -> None:
+    """The BrokerHeartbeat handler records the broker's contact time when the request arrives,
+    before its event waits in the controller's queue: heartbeats stuck behind a long controller
+    event (a fence at 100k partitions) do not get the broker fenced for the controller's backlog.
+    The heartbeat's own deadline is a minute here, so while the controller thread is held the only
+    thing that can move the contact time is that record on arrival."""
+    node = InProcessController(tmp_path)
+    await node.start()
+    listener = KafkaListener("CONTROLLER", features_provider=node.service.features, registry=node.registry)
+    ControllerApis(node.service, heartbeat_timeout_ms=60_000).register(listener)
+    await listener.start("127.0.0.1", 0)
+    served = _Served(node, listener)
+    try:
+        [epoch] = (await _register_brokers(served, 1)).values()
+        service = node.service
+        tracker = service.controller.cluster_control.tracker
+        before = tracker.contact_time_ms(1, epoch)
+        assert before is not None
+        while service.now_ms() <= before:  # a later millisecond than the last contact
+            await asyncio.sleep(0.001)
+        release = threading.Event()
+        busy = asyncio.ensure_future(service.read("busy", lambda c: release.wait(30)))  # holds the controller thread
+        connection = await served.connection()
+        try:
+            heartbeat = asyncio.ensure_future(connection.send(BrokerHeartbeatRequest(
+                broker_id=BrokerId(1), broker_epoch=i64(epoch), current_metadata_offset=i64(0),
+                want_fence=False, want_shut_down=False,
+            )))
+            async with asyncio.timeout(5):
+                while tracker.contact_time_ms(1, epoch) == before:
+                    await asyncio.sleep(0.005)
+            assert not heartbeat.done()  # its event is still queued behind the held controller
+        finally:
+            release.set()
+            await busy
+        response = await heartbeat
+        assert response.error_code == ErrorCode.none
+        await connection.close()
+    finally:
+        await listener.close()
+        await node.close()

@@ -97,7 +97,7 @@ def _driver(directory: Path, registry: CollectorRegistry) -> _Driver:
                    connection_config=ConnectionConfig(client_id="test"))
 
 
-def _controller(raft: RaftDriver, node_id: int = NODE_ID) -> QuorumController:
+def _controller(raft: RaftDriver, node_id: int = NODE_ID, *, no_op_interval_ms: int | None = None) -> QuorumController:
     return QuorumController(
         node_id=node_id,
         raft=RaftAppends(raft),
@@ -107,17 +107,30 @@ def _controller(raft: RaftDriver, node_id: int = NODE_ID) -> QuorumController:
         cluster_id=CLUSTER_ID,
         rng=random.Random(7),
         session_timeout_ms=9000,
+        **({} if no_op_interval_ms is None else {"metadata_max_idle_interval_ms": no_op_interval_ms}),
     )
 
 
+class ManualClock:
+    """The controller's clock, moved only by the test (raft keeps the wall clock)."""
+
+    def __init__(self) -> None:
+        self.now_ms = wall_clock_ms()
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
 class InProcessController:
-    def __init__(self, directory: Path, *, policy: SnapshotPolicy | None = None) -> None:
+    def __init__(self, directory: Path, *, policy: SnapshotPolicy | None = None, clock: ManualClock | None = None,
+                 no_op_interval_ms: int | None = None) -> None:
         self.directory = directory
         self.registry = CollectorRegistry()
         self.raft = _driver(directory, self.registry)
         self.service = ControllerService(
-            controller=_controller(self.raft), raft=self.raft, registry=self.registry,
-            supported_features={"metadata.version": (7, MV)}, snapshot_policy=policy,
+            controller=_controller(self.raft, no_op_interval_ms=no_op_interval_ms), raft=self.raft,
+            registry=self.registry, supported_features={"metadata.version": (7, MV)}, snapshot_policy=policy,
+            **({} if clock is None else {"clock_ms": clock}),
         )
         self.raft.add_listener(self.service.handle_raft_event)
 
@@ -299,34 +312,53 @@ async def test_an_active_controller_asked_to_load_a_snapshot_stops_and_fails_wai
         await node.service.write("createTopics", lambda c: c.create_topics(_topics(("x", 1, 1))))
 
 
-async def test_a_snapshot_is_also_written_after_the_interval_when_something_new_committed(tmp_path: Path) -> None:
-    node = InProcessController(tmp_path, policy=SnapshotPolicy(max_bytes_between_snapshots=1 << 40, max_interval_ms=50))
+async def _controller_pass(node: InProcessController) -> None:
+    """Until the controller thread has woken, ticked and checked for a due snapshot at least once:
+    the second read runs only after the first read's pass has ended."""
+    for _ in range(2):
+        await node.service.read("pass", lambda c: None)
+
+
+async def _snapshots_settled(node: InProcessController, count: int) -> None:
+    async with asyncio.timeout(10):
+        while len(node.service.snapshots_written) < count:
+            await asyncio.sleep(0.005)
+    thread = node.service._snapshot_thread
+    if thread is not None:
+        await asyncio.to_thread(thread.join, 10)
+
+
+async def test_the_snapshot_interval_writes_a_snapshot_only_when_something_new_committed(tmp_path: Path) -> None:
+    # The controller's clock is the test's: every interval below has truly passed when the
+    # controller checks, so "no snapshot" is a decision, not a check made too early. NoOps are
+    # off (metadata.max.idle.interval.ms=0): the idle writer's records are new commits too.
+    clock = ManualClock()
+    interval_ms = 60_000
+    node = InProcessController(tmp_path, policy=SnapshotPolicy(max_bytes_between_snapshots=1 << 40,
+                                                               max_interval_ms=interval_ms),
+                               clock=clock, no_op_interval_ms=0)
     await node.start()
     try:
-        for broker in (1, 2, 3):
-            await _unfenced_broker(node, broker)
-        async with asyncio.timeout(10):
-            while not node.service.snapshots_written:
-                await node.service.write("createTopics", lambda c: c.create_topics(_topics()))
-                await asyncio.sleep(0.02)
-        written = len(node.service.snapshots_written)
-        # Nothing new commits: the interval alone writes no further snapshot.
-        await asyncio.sleep(0.3)
-        assert len(node.service.snapshots_written) == written
+        await _controller_pass(node)
+        assert node.service.snapshots_written == []  # the bootstrap records are new, the interval has not passed
+        clock.now_ms += interval_ms
+        await _controller_pass(node)
+        await _snapshots_settled(node, 1)
+        # Ten intervals with nothing committed: checked after each, and no snapshot.
+        for _ in range(10):
+            clock.now_ms += interval_ms
+            await _controller_pass(node)
+        assert len(node.service.snapshots_written) == 1
+        # A new record, and the next interval writes a snapshot that holds it.
+        await node.service.write("registerBroker", lambda c: c.register_broker(_registration(1), now_ms=clock()))
+        await _controller_pass(node)
+        assert len(node.service.snapshots_written) == 1
+        clock.now_ms += interval_ms
+        await _controller_pass(node)
+        await _snapshots_settled(node, 2)
+        assert node.service.snapshots_written[1].offset > node.service.snapshots_written[0].offset
     finally:
         await node.close()
-
-
-async def test_heartbeat_contact_is_recorded_before_the_event_waits_in_the_queue(node: InProcessController) -> None:
-    epoch = await _unfenced_broker(node, 1)
-    tracker = node.service.controller.cluster_control.tracker
-    before = tracker.contact_time_ms(1, epoch)
-    assert before is not None
-    # The loop is busy (this coroutine holds it): the contact time still moves at arrival.
-    node.service.track_broker_heartbeat(1, epoch)
-    after = tracker.contact_time_ms(1, epoch)
-    assert after is not None and after >= before
-    assert node.service._queue.empty()
 
 
 async def test_consecutive_commits_reach_the_loader_as_one_delta(node: InProcessController) -> None:
