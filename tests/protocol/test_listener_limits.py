@@ -119,6 +119,56 @@ async def test_connections_over_max_connections_per_ip_are_closed_after_accept(m
         await peer.close()
 
 
+async def _peer_from(source_ip: str, address: tuple[str, int]) -> RawPeer:
+    reader, writer = await asyncio.open_connection(*address, local_addr=(source_ip, 0))
+    return RawPeer(reader, writer)
+
+
+async def _served(peer: RawPeer, correlation_id: int) -> bool:
+    await peer.send_request(metadata_request(12, ["o"]), correlation_id=correlation_id)
+    return bool(struct.unpack_from(">i", await peer.read_frame())[0] == correlation_id)
+
+
+async def test_max_connections_per_ip_overrides_give_chosen_addresses_their_own_limit(make_listener, caplog):
+    # Kafka's "host:count,..." overrides; 127.0.0.2 is another loopback address of this machine.
+    listener = await make_listener(max_connections_per_ip=1, max_connections_per_ip_overrides={"127.0.0.2": 3})
+    with caplog.at_level(logging.INFO, logger="kraft_engine.protocol.listener"):
+        default = [await _peer_from("127.0.0.1", listener.address) for _ in range(2)]
+        chosen = [await _peer_from("127.0.0.2", listener.address) for _ in range(4)]
+        assert await default[1].closed_by_server()
+        assert await chosen[3].closed_by_server()
+        await wait_for_close_count(listener, CloseReason.TOO_MANY_CONNECTIONS, 2)
+    assert "Rejected connection from 127.0.0.1, address already has the configured maximum of 1 connections." in (
+        caplog.text
+    )
+    assert "Rejected connection from 127.0.0.2, address already has the configured maximum of 3 connections." in (
+        caplog.text
+    )
+    for correlation_id, peer in enumerate([default[0], *chosen[:3]]):
+        assert await _served(peer, correlation_id)
+    for peer in default + chosen:
+        await peer.close()
+
+
+async def test_max_connections_per_ip_zero_admits_only_the_overridden_addresses(make_listener):
+    listener = await make_listener(max_connections_per_ip=0, max_connections_per_ip_overrides={"127.0.0.2": 1})
+    refused = await _peer_from("127.0.0.1", listener.address)
+    admitted = await _peer_from("127.0.0.2", listener.address)
+    assert await refused.closed_by_server()
+    assert await _served(admitted, 7)
+    for peer in (refused, admitted):
+        await peer.close()
+
+
+def test_max_connections_per_ip_zero_without_overrides_is_refused() -> None:
+    import pytest
+
+    from kraft_engine.protocol import Listener
+
+    with pytest.raises(ValueError, match=r"can be set to zero only if max\.connections\.per\.ip\.overrides"):
+        Listener(max_connections_per_ip=0)
+
+
 async def test_at_max_connections_a_new_connection_waits_for_a_slot(make_listener):
     listener = await make_listener(max_connections=1)
     first = await RawPeer.connect(*listener.address)

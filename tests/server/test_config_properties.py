@@ -473,3 +473,37 @@ def test_replica_fetch_wait_must_fit_the_socket_timeout_and_the_lag_time() -> No
     assert "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms" in refused(
         with_(BROKER, **{"replica.fetch.wait.max.ms": "2000", "replica.lag.time.max.ms": "1000"})
     )
+
+
+def test_max_connections_per_ip_overrides_are_read_as_kafka_writes_them() -> None:
+    config = parse_config({**CONTROLLER, "max.connections.per.ip.overrides": "hostName:100, 127.0.0.1:200,::1:3"})
+    assert config.max_connections_per_ip_overrides == {"hostName": 100, "127.0.0.1": 200, "::1": 3}
+    assert config.unknown_keys == ()
+    assert parse_config(CONTROLLER).max_connections_per_ip_overrides == {}
+    # 0 is allowed per ip only when some addresses have their own limit (Kafka's rule and message).
+    assert parse_config({**CONTROLLER, "max.connections.per.ip": "0",
+                         "max.connections.per.ip.overrides": "10.0.0.1:5"}).max_connections_per_ip == 0
+    assert refused({**CONTROLLER, "max.connections.per.ip": "0"}) == (
+        "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides property is set."
+    )
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("localhost", "'localhost' is not host:count"),
+    (":5", "':5' is not host:count"),
+    ("localhost:many", "Invalid value many for configuration max.connections.per.ip.overrides"),
+    ("localhost:-1", "at least 0"),
+])
+def test_malformed_max_connections_per_ip_overrides_are_refused(value: str, reason: str) -> None:
+    assert reason in refused({**CONTROLLER, "max.connections.per.ip.overrides": value})
+
+
+def test_override_host_names_are_resolved_when_the_node_starts() -> None:
+    from kraft_engine.server.listener_limits import listener_limits
+    from kraft_engine.server.startup_checks import StartupError
+
+    limits = listener_limits(parse_config({**CONTROLLER, "max.connections.per.ip.overrides": "localhost:7,10.1.2.3:2"}))
+    assert limits["max_connections_per_ip_overrides"]["10.1.2.3"] == 2
+    assert {ip for ip, count in limits["max_connections_per_ip_overrides"].items() if count == 7} & {"127.0.0.1", "::1"}
+    with pytest.raises(StartupError, match=r"cannot resolve no-such-host\.invalid"):
+        listener_limits(parse_config({**CONTROLLER, "max.connections.per.ip.overrides": "no-such-host.invalid:1"}))

@@ -18,8 +18,9 @@ native reader sees it (see `bounds_checking`). Frames above `large_frame_bytes` 
 worker thread and read item by item between yields, and a large response is encoded in a worker
 thread, so one big request cannot hold the event loop for the whole decode or encode.
 
-Connections. `max.connections` and `max.connections.per.ip` are Kafka's: over the per-ip limit a
-new connection is closed right after accept with one INFO line; at `max.connections` the listener
+Connections. `max.connections`, `max.connections.per.ip` and `max.connections.per.ip.overrides`
+are Kafka's: over its address's limit (its override, else the per-ip default, which may be 0 when
+overrides admit chosen addresses) a new connection is closed right after accept with one INFO line; at `max.connections` the listener
 stops accepting (the connection waits in the kernel's backlog) until one closes, as Kafka's
 acceptor waits for a slot. A connection the peer reset is dropped after one INFO line.
 
@@ -44,12 +45,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import logging
 import re
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -193,6 +195,18 @@ async def close_server(server: asyncio.Server, connections: set[asyncio.Task[Non
         await asyncio.gather(*connections, return_exceptions=True)
     await server.wait_closed()
 
+def _canonical_ip(address: str) -> str:
+    """One spelling per address, as Java's InetAddress compares them: an IPv4-mapped IPv6 peer
+    (a dual-stack socket) is its IPv4 address, and IPv6 is written compressed."""
+    try:
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return str(parsed)
+
+
 class Listener:
     """One listener (Kafka's `listeners` entry): a name, a socket, and the apis it serves."""
 
@@ -205,6 +219,7 @@ class Listener:
         max_in_flight_requests: int = DEFAULT_MAX_IN_FLIGHT_REQUESTS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
+        max_connections_per_ip_overrides: Mapping[str, int] | None = None,
         large_frame_bytes: int = DEFAULT_LARGE_FRAME_BYTES,
         features_provider: FeaturesProvider | None = None,
         registry: CollectorRegistry | None = None,
@@ -213,11 +228,16 @@ class Listener:
             ("socket.request.max.bytes", request_max_bytes),
             ("max_in_flight_requests", max_in_flight_requests),
             ("max.connections", max_connections),
-            ("max.connections.per.ip", max_connections_per_ip),
             ("large_frame_bytes", large_frame_bytes),
         ):
             if value <= 0:
                 raise ValueError(f"{key} must be positive, got {value}")
+        overrides = {_canonical_ip(ip): count for ip, count in (max_connections_per_ip_overrides or {}).items()}
+        if max_connections_per_ip < 0 or any(count < 0 for count in overrides.values()):
+            raise ValueError("max.connections.per.ip and its overrides must not be negative")
+        if max_connections_per_ip == 0 and not overrides:
+            raise ValueError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                             "property is set.")
         # Kafka's Selector keeps idle connections forever when connections.max.idle.ms is
         # negative; 0 would close every connection before its first request.
         if connections_max_idle_ms == 0:
@@ -228,6 +248,8 @@ class Listener:
         self.max_in_flight_requests = max_in_flight_requests
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
+        #: Per-address limits by canonical IP (`_canonical_ip`), over `max_connections_per_ip`.
+        self.max_connections_per_ip_overrides = overrides
         self.large_frame_bytes = large_frame_bytes
         self._socket: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
@@ -397,10 +419,11 @@ class Listener:
                 slot_freed.clear()
                 await slot_freed.wait()
             conn, address = await loop.sock_accept(sock)
-            ip = str(address[0])
-            if self._per_ip.get(ip, 0) >= self.max_connections_per_ip:
+            ip = _canonical_ip(str(address[0]))
+            limit = self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
+            if self._per_ip.get(ip, 0) >= limit:
                 logger.info("Rejected connection from %s, address already has the configured maximum of %d "
-                            "connections.", ip, self.max_connections_per_ip)
+                            "connections.", ip, limit)
                 self._count_close(CloseReason.TOO_MANY_CONNECTIONS)
                 conn.close()
                 continue

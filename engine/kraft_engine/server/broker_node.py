@@ -76,6 +76,7 @@ from kraft_engine.server.controller_channel import ControllerChannel, Controller
 from kraft_engine.server.controller_node import METADATA_PARTITION_DIR, ControllerNode, StartupError
 from kraft_engine.server.controller_runtime import ControllerFatalError
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
+from kraft_engine.server.listener_limits import listener_limits
 from kraft_engine.server.raft_driver import (
     RaftDriver,
     RaftFatalError,
@@ -228,15 +229,12 @@ class BrokerNode:
         self._apis = BrokerApis(node_id=config.node_id, cluster_id=self.cluster_id, config=config, replicas=self.replicas,
                                 image=lambda: self.loader.image, channel=channel,
                                 broker_epoch=lambda: self.lifecycle.broker_epoch, registry=self.registry)
+        limits = listener_limits(config)
         for endpoint in config.listeners:
             if endpoint.listener_name in config.controller_listener_names:
                 continue
             listener = Listener(
-                endpoint.listener_name,
-                request_max_bytes=config.socket_request_max_bytes,
-                connections_max_idle_ms=config.connections_max_idle_ms or 1,
-                features_provider=self._features,
-                registry=self.registry,
+                endpoint.listener_name, features_provider=self._features, registry=self.registry, **limits
             )
             self._apis.register(listener)
             self.listeners.append(listener)

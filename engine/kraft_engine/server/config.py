@@ -141,6 +141,8 @@ class KafkaConfig(BaseModel):
     connections_max_idle_ms: int = 600_000
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
+    # max.connections.per.ip.overrides: host name or IP -> its own limit, in the order given.
+    max_connections_per_ip_overrides: dict[str, int] = Field(default_factory=dict)
     unstable_feature_versions_enable: bool = False
     kraftwerk_metrics_port: int = 0
     kraftwerk_test_state_machine_enable: bool = False
@@ -250,7 +252,7 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "socket.request.max.bytes": ("socket_request_max_bytes", 1, _INT_MAX),
     "connections.max.idle.ms": ("connections_max_idle_ms", -1, _LONG_MAX),
     "max.connections": ("max_connections", 1, _INT_MAX),
-    "max.connections.per.ip": ("max_connections_per_ip", 1, _INT_MAX),
+    "max.connections.per.ip": ("max_connections_per_ip", 0, _INT_MAX),
     "kraftwerk.metrics.port": ("kraftwerk_metrics_port", 0, 65535),
     "num.partitions": ("num_partitions", 1, _INT_MAX),
     "default.replication.factor": ("default_replication_factor", 1, _INT_MAX),
@@ -284,7 +286,9 @@ _BOOL_KEYS: dict[str, str] = {
     "auto.create.topics.enable": "auto_create_topics_enable",
 }
 # Read as structured values below; the node-wiring keys are shared with the operator, which owns them.
-_STRUCTURED_KEYS = frozenset({*NODE_WIRING_KEYS, *(key for key, _ in _RETENTION_KEYS)})
+_STRUCTURED_KEYS = frozenset(
+    {*NODE_WIRING_KEYS, *(key for key, _ in _RETENTION_KEYS), "max.connections.per.ip.overrides"}
+)
 _KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS})
 
 
@@ -318,6 +322,9 @@ def parse_config(properties: Mapping[str, str]) -> KafkaConfig:
             values[field] = _parse_bool(key, props[key])
 
     values["log_retention_ms"] = _retention_ms(props)
+    values["max_connections_per_ip_overrides"] = _parse_connection_overrides(
+        props.get("max.connections.per.ip.overrides", "")
+    )
     if props.get("broker.rack"):
         values["broker_rack"] = props["broker.rack"]
     roles = _parse_process_roles(props.get("process.roles", ""))
@@ -391,8 +398,24 @@ def parse_quorum_voters(text: str) -> tuple[QuorumVoter, ...]:
     return tuple(voters)
 
 
+def _parse_connection_overrides(text: str) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: "host:count,..." as Kafka's Csv.parseCsvMap reads it
+    (the count follows the last colon, so an IPv6 address needs no brackets)."""
+    overrides: dict[str, int] = {}
+    key = "max.connections.per.ip.overrides"
+    for entry in re.split(r"\s*,\s*", text.strip()) if text.strip() else ():
+        host, colon, count = entry.rpartition(":")
+        if not colon or not host.strip():
+            raise ConfigError(f"Error parsing configuration property '{key}': {entry!r} is not host:count")
+        overrides[host.strip()] = _parse_int(key, count.strip(), low=0, high=_INT_MAX)
+    return overrides
+
+
 def _validate(config: KafkaConfig) -> None:
     """The cross-key rules of Kafka's `KafkaConfig.validateValues` for KRaft nodes."""
+    if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
+        raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                          "property is set.")
     voter_ids = {v.voter_id for v in config.controller_quorum_voters}
     if not voter_ids and not config.controller_quorum_bootstrap_servers:
         raise ConfigError(

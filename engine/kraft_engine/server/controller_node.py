@@ -49,6 +49,7 @@ from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
+from kraft_engine.server.listener_limits import listener_limits
 from kraft_engine.server.loop_stall import LoopStallMonitor
 from kraft_engine.server.raft_driver import (
     NotLeader,
@@ -204,15 +205,7 @@ class ControllerNode:
         controller_listener = config.controller_listeners[0]
         listener_name = controller_listener.listener_name
         listener = Listener(
-            listener_name,
-            request_max_bytes=config.socket_request_max_bytes,
-            # Negative is Kafka's "never close idle connections" and passes through; 0 (close at
-            # once) is the one value the Listener refuses, and 1 ms is the nearest it accepts.
-            connections_max_idle_ms=config.connections_max_idle_ms or 1,
-            max_connections=config.max_connections,
-            max_connections_per_ip=config.max_connections_per_ip,
-            features_provider=self._features,
-            registry=self.registry,
+            listener_name, features_provider=self._features, registry=self.registry, **listener_limits(config)
         )
         self.listener = listener
         store = (
