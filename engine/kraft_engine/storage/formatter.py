@@ -90,6 +90,9 @@ class NodeStorageConfig(Protocol):
     def is_controller(self) -> bool: ...
 
     @property
+    def is_broker(self) -> bool: ...
+
+    @property
     def controller_quorum_voters(self) -> Sequence[object]: ...
 
     @property
