@@ -349,12 +349,9 @@ async def test_the_snapshot_interval_writes_a_snapshot_only_when_something_new_c
             clock.now_ms += interval_ms
             await _controller_pass(node)
         assert len(node.service.snapshots_written) == 1
-        # A new record, and the next interval writes a snapshot that holds it.
+        # A new record: the interval has long passed, so the commit that applies it is followed by
+        # a snapshot that holds it (Kafka's SnapshotGenerator decides on each published delta too).
         await node.service.write("registerBroker", lambda c: c.register_broker(_registration(1), now_ms=clock()))
-        await _controller_pass(node)
-        assert len(node.service.snapshots_written) == 1
-        clock.now_ms += interval_ms
-        await _controller_pass(node)
         await _snapshots_settled(node, 2)
         assert node.service.snapshots_written[1].offset > node.service.snapshots_written[0].offset
     finally:
