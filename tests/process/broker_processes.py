@@ -9,6 +9,7 @@ the controllers as `controller.quorum.bootstrap.servers`. Everything `ProcessClu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,8 +99,11 @@ class BrokerCluster(ProcessCluster):
         wait_for(holds, timeout_s=timeout_s, what=f"the ISR of {topic}-{partition} to be {sorted(isr)}")
 
 
-def start_cluster(cluster: BrokerCluster, *, controllers: int = 3, brokers: int = 3) -> None:
-    """Controllers 1..n (a dynamic quorum, real quorum controller) and brokers 101.. running."""
+def start_cluster(cluster: BrokerCluster, *, controllers: int = 3, brokers: int = 3,
+                  before_format: Callable[[int], None] | None = None) -> None:
+    """Controllers 1..n (a dynamic quorum, real quorum controller) and brokers 101.. running.
+    `before_format(node_id)` runs for each broker between its configuration and its format (to
+    put a log directory on a disk of its own, say)."""
     cluster.extra_config["kraftwerk.test.state.machine.enable"] = "false"
     controller_ids = list(range(1, controllers + 1))
     for node_id in controller_ids:
@@ -114,6 +118,8 @@ def start_cluster(cluster: BrokerCluster, *, controllers: int = 3, brokers: int 
     broker_ids = list(range(101, 101 + brokers))
     for node_id in broker_ids:
         cluster.add_broker(node_id)
+        if before_format is not None:
+            before_format(node_id)
         cluster.format(node_id)
     cluster.start_all(controller_ids + broker_ids)
     cluster.wait_ready(broker_ids)

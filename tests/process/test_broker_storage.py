@@ -9,13 +9,15 @@ import json
 import random
 import signal
 import time
+import urllib.request
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import test_broker_cluster
 from broker_processes import BrokerCluster, start_cluster
-from quorum_processes import kraft_tool, wait_for
+from quorum_processes import HOST, kraft_tool, wait_for
 from test_broker_cluster import anomalies, create_topic, read_back
 
 from kraft_engine.storage.producer_snapshots import decode_snapshot
@@ -291,3 +293,64 @@ def test_a_clean_restart_reads_no_log_and_restores_producer_state_from_the_snaps
     assert "Producer state of restarts-0: 1 producers, from the snapshot at 200 and" in log[log.rindex("Producer state of restarts-0"):]
     brokers.wait_isr(topic, 0, set(brokers.brokers))
     assert anomalies(acked, read_back(brokers, topic, 1)) == {"lost": [], "duplicated": [], "reordered": []}
+
+
+def _metric(cluster: BrokerCluster, node_id: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://{HOST}:{cluster.nodes[node_id].http_port}/metrics", timeout=10).read().decode()
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_a_full_log_directory_goes_offline_alone_and_its_leaderships_move_with_no_lost_write(
+    tmp_path: Path, small_tmpfs: Callable[[int], Path], fill_disk: Callable[..., Path]
+) -> None:
+    """JBOD: broker 101's second log dir is a real 4 MiB tmpfs. Filling it makes appends there fail
+    (ENOSPC); that directory alone goes offline, the heartbeat reports it, the controller moves
+    leadership off its replicas (it learned their placement from AssignReplicasToDirs) and takes
+    101 out of their ISRs, while 101 keeps replicating the partitions of its other directory. An
+    acks=all idempotent workload across the failure loses, duplicates and reorders nothing."""
+    cluster = BrokerCluster(root=tmp_path)
+    try:
+        disk = small_tmpfs(4 * 1024 * 1024)
+
+        def data_b_on_the_tmpfs(node_id: int) -> None:
+            if node_id == 101:
+                (tmp_path / "broker-101" / "data-b").symlink_to(disk)
+
+        start_cluster(cluster, before_format=data_b_on_the_tmpfs)
+        topic = "jbod"
+        create_topic(cluster, topic, partitions=6, replication_factor=3)
+        on_disk = sorted(int(p.name.rsplit("-", 1)[1]) for p in disk.glob(f"{topic}-*"))
+        elsewhere = sorted(set(range(6)) - set(on_disk))
+        assert on_disk and elsewhere  # new replicas are spread across both directories
+
+        send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", enable_idempotence=True,
+                             linger_ms=2, request_timeout_ms=30000, retries=100)
+        acked: list[tuple[int, int, bytes]] = []
+
+        def produce(first: int, count: int) -> None:
+            futures = [(v, send.send(topic, value=v, partition=i % 6))
+                       for i, v in ((i, f"j-{i}-".encode() + b"x" * 2000) for i in range(first, first + count))]
+            send.flush()
+            acked.extend((m.partition, m.offset, v) for v, m in ((v, f.get(timeout=120)) for v, f in futures))
+
+        produce(0, 300)
+        fill_disk(disk)
+        produce(300, 600)
+        wait_for(lambda: cluster.status_of(101)["offline_log_dirs"] == [str(tmp_path / "broker-101" / "data-b")],
+                 timeout_s=60, what="broker 101 to report data-b offline")
+        for partition in on_disk:
+            def moved(partition: int = partition) -> bool:
+                found = [cluster.partitions(n).get((topic, partition)) for n in (102, 103)]
+                return any(p is not None and p["leader"] == n and 101 not in p["isr"] for n, p in zip((102, 103), found, strict=True))
+            wait_for(moved, timeout_s=90, what=f"{topic}-{partition} led by 102 or 103 without 101 in its ISR")
+        for partition in elsewhere:
+            cluster.wait_isr(topic, partition, {101, 102, 103})  # the healthy directory still replicates
+        assert sorted(cluster.status_of(101)["offline_replicas"]) == sorted(f"{topic}-{p}" for p in on_disk)
+        assert _metric(cluster, 101, "kafka_log_logmanager_offlinelogdirectorycount") == 1
+        assert _metric(cluster, 101, "kafka_server_replicamanager_offlinereplicacount") == len(on_disk)
+        produce(900, 300)
+        send.close()
+        assert len(acked) == 1200
+        assert anomalies(acked, read_back(cluster, topic, 6)) == {"lost": [], "duplicated": [], "reordered": []}
+    finally:
+        cluster.cleanup()

@@ -462,7 +462,8 @@ class BrokerNode:
             current_metadata_offset=i64(request.current_metadata_offset),
             want_fence=request.want_fence,
             want_shut_down=request.want_shut_down,
-            offline_log_dirs=(),
+            # Directories a storage error took offline: the controller moves their leaderships away.
+            offline_log_dirs=() if self.replicas is None else tuple(self.replicas.offline_dir_ids),
         )
         before = self.lifecycle.state
         try:
@@ -518,6 +519,8 @@ class BrokerNode:
                 "node_id": self.config.node_id, "cluster_id": self.cluster_id, "broker_state": self.lifecycle.state.name,
                 "broker_epoch": self.lifecycle.broker_epoch, "metadata_offset": self.loader.last_applied_offset,
                 "partitions": partitions,
+                "offline_log_dirs": [] if replicas is None else sorted(str(d) for d in replicas.offline_dirs),
+                "offline_replicas": [] if replicas is None else sorted(f"{t}-{i}" for t, i in replicas.offline_partitions),
             })
 
         http.route("GET", "/healthz", healthz)
@@ -569,12 +572,14 @@ class _BrokerMetrics(Collector):
             "underreplicatedpartitions": under,
             "underminisrpartitioncount": under_min,
             "atminisrpartitioncount": at_min,
-            "offlinereplicacount": 0,
+            "offlinereplicacount": 0 if replicas is None else len(replicas.offline_partitions),
             "partitioncount": 0 if replicas is None else len(replicas.partitions),
             "leadercount": len(led),
         }
         for name, value in values.items():
             yield GaugeMetricFamily(prefix + name, f"ReplicaManager {name}", value=value)
+        yield GaugeMetricFamily("kafka_log_logmanager_offlinelogdirectorycount", "Log directories offline after a storage error",
+                                value=0 if replicas is None else len(replicas.offline_dirs))
         for name, count in (("isrshrinks", 0 if replicas is None else replicas.isr_shrinks),
                             ("isrexpands", 0 if replicas is None else replicas.isr_expands)):
             yield CounterMetricFamily(prefix + name, f"ReplicaManager {name}", value=count)

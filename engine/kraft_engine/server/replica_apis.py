@@ -136,7 +136,7 @@ class ReplicaApis:
             total_bytes, usable_bytes = _space(directory)
             results.append(_make_result(
                 module,
-                error_code=ErrorCode.none,
+                error_code=ErrorCode.kafka_storage_error if directory in self._replicas.offline_dirs else ErrorCode.none,
                 log_dir=str(directory.resolve()),
                 topics=tuple(
                     module.DescribeLogDirsTopic(name=TopicName(name), partitions=tuple(

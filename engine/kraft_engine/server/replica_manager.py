@@ -34,6 +34,14 @@ loop. What it keeps true:
   (`PartitionLog.open(clean_shutdown=True)`), and producer state from the snapshot, so a restart
   reads almost nothing. Without the marker (kill -9) recovery CRC-checks from the recovery point
   and producer state replays from the newest snapshot (written at each segment roll).
+- JBOD (KIP-858): a new replica goes to the directory the controller assigned when it is ours and
+  online, else to the online directory with the fewest replicas, and a placement the controller
+  does not know yet is reported with AssignReplicasToDirs (batched, retried until accepted). A
+  storage error on one directory (a failed write, fsync, rename or checkpoint) takes that
+  directory offline, only it: its replicas are closed and answer KAFKA_STORAGE_ERROR, the
+  broker's heartbeats report the directory in `offline_log_dirs` so the controller moves
+  leadership away and shrinks the ISRs, and the other directories keep serving. With every
+  directory offline the broker halts, as Kafka does.
 - Compaction (Kafka's LogCleaner, `storage.log_cleaner`): every `log.cleaner.backoff.ms`, each
   replica of a topic whose `cleanup.policy` includes `compact` is cleaned below its high watermark
   when its dirty ratio reaches `min.cleanable.dirty.ratio`; the first dirty offset is kept in
@@ -49,8 +57,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -64,6 +74,10 @@ from kio.schema.alter_partition.v3.request import AlterPartitionRequest
 from kio.schema.alter_partition.v3.request import BrokerState as AlterBrokerState
 from kio.schema.alter_partition.v3.request import PartitionData as AlterPartitionData
 from kio.schema.alter_partition.v3.request import TopicData as AlterTopicData
+from kio.schema.assign_replicas_to_dirs.v0.request import AssignReplicasToDirsRequest
+from kio.schema.assign_replicas_to_dirs.v0.request import DirectoryData as AssignDirectoryData
+from kio.schema.assign_replicas_to_dirs.v0.request import PartitionData as AssignPartitionData
+from kio.schema.assign_replicas_to_dirs.v0.request import TopicData as AssignTopicData
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.types import BrokerId, TopicName
@@ -102,6 +116,7 @@ from kraft_engine.storage.producer_snapshots import (
     latest_producer_snapshot,
     write_producer_snapshot,
 )
+from kraft_engine.storage.storage_error import StorageIOError
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE_NAME",
@@ -121,6 +136,10 @@ _ISR_CHECK_MIN_S = 0.25
 _ALTER_PARTITION_TIMEOUT_MS = 10_000
 _REBUILD_CHUNK_BYTES = 1024 * 1024
 _MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's log.cleaner.min.cleanable.ratio default
+_ASSIGNMENT_RETRY_S = 1.0
+# What a directory failure looks like from here: the storage shell's error, or a raw OSError from
+# a checkpoint write or a read.
+_DIRECTORY_FAILURES = (StorageIOError, OSError)
 
 
 def _now_ms() -> int:
@@ -195,6 +214,15 @@ class ReplicaManager:
         self._broker_epoch = broker_epoch
         self._image = image
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # Replicas whose log directory failed: closed, answering KAFKA_STORAGE_ERROR.
+        self.offline_partitions: dict[tuple[str, int], Partition] = {}
+        self.offline_dirs: set[Path] = set()
+        self._dir_ids = {path: dir_id for dir_id, path in self.log_dirs.items()}
+        # (topic id, partition) -> directory id, placements still to report with AssignReplicasToDirs.
+        self._pending_assignments: dict[tuple[uuid.UUID, int], uuid.UUID] = {}
+        self._assignments_wake: asyncio.Event | None = None
+        # Called when a directory goes offline (the broker heartbeats at once to report it).
+        self.on_directory_offline: Callable[[], None] = lambda: None
         self._fetchers: dict[int, _Fetcher] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._background: asyncio.Task[None] | None = None
@@ -226,6 +254,87 @@ class ReplicaManager:
 
     def start(self) -> None:
         self._background = asyncio.get_running_loop().create_task(self._run_background())
+        self._assignments_wake = asyncio.Event()
+        self._spawn(self._send_assignments())
+
+    @property
+    def offline_dir_ids(self) -> list[uuid.UUID]:
+        return sorted(self._dir_ids[d] for d in self.offline_dirs)
+
+    def fail_directory(self, log_dir: Path, error: BaseException) -> None:
+        """Take one log directory offline after a storage error on it (Kafka's LogDirFailureChannel)."""
+        if log_dir in self.offline_dirs:
+            return
+        self.offline_dirs.add(log_dir)
+        logger.error("Log directory %s (%s) is offline after a storage error: %s", log_dir,
+                     self._dir_ids.get(log_dir), error)
+        for key, partition in list(self.partitions.items()):
+            if partition.log_dir != log_dir:
+                continue
+            del self.partitions[key]
+            self._stop_fetching(partition)
+            partition.leader_state = None
+            self.offline_partitions[key] = partition
+            with contextlib.suppress(Exception):
+                partition.log.close()
+            partition.notify()
+            logger.error("Replica %s-%d is offline with its log directory", *key)
+        if len(self.offline_dirs) == len(self.log_dirs):
+            logger.critical("Every log directory of this broker has failed (%s); halting",
+                            ", ".join(str(d) for d in sorted(self.offline_dirs)))
+            os._exit(1)
+        self.on_directory_offline()
+
+    def _online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs.values() if d not in self.offline_dirs]
+
+    async def _send_assignments(self) -> None:
+        """Report new placements with AssignReplicasToDirs, batched, until the controller takes them."""
+        wake = self._assignments_wake
+        if wake is None:
+            return
+        while True:
+            if not self._pending_assignments:
+                wake.clear()
+                await wake.wait()
+            pending = dict(self._pending_assignments)
+            by_dir: dict[uuid.UUID, dict[uuid.UUID, list[int]]] = {}
+            for (topic_id, index), dir_id in sorted(pending.items()):
+                by_dir.setdefault(dir_id, {}).setdefault(topic_id, []).append(index)
+            request = AssignReplicasToDirsRequest(
+                broker_id=BrokerId(self.node_id),
+                broker_epoch=i64(self._broker_epoch()),
+                directories=tuple(
+                    AssignDirectoryData(id_=dir_id, topics=tuple(
+                        AssignTopicData(topic_id=topic_id, partitions=tuple(
+                            AssignPartitionData(partition_index=i32(i)) for i in indexes))
+                        for topic_id, indexes in topics.items()))
+                    for dir_id, topics in by_dir.items()
+                ),
+            )
+            try:
+                response = await self._channel.send(request, timeout_ms=_ALTER_PARTITION_TIMEOUT_MS)
+            except ControllerUnavailable as error:
+                logger.debug("AssignReplicasToDirs failed: %s", error)
+                await asyncio.sleep(_ASSIGNMENT_RETRY_S)
+                continue
+            done = 0
+            if ErrorCode(response.error_code) == ErrorCode.none:
+                for directory in response.directories:
+                    for topic in directory.topics:
+                        for answer in topic.partitions:
+                            key = (topic.topic_id, int(answer.partition_index))
+                            code = ErrorCode(answer.error_code)
+                            # Accepted, or about a replica the controller no longer has: either way done.
+                            if code in (ErrorCode.none, ErrorCode.unknown_topic_id, ErrorCode.unknown_topic_or_partition,
+                                        ErrorCode.not_leader_or_follower) and self._pending_assignments.get(key) == pending.get(key):
+                                self._pending_assignments.pop(key, None)
+                                done += 1
+            logger.info("AssignReplicasToDirs: %d of %d placements reported (%s)", done, len(pending),
+                        ErrorCode(response.error_code).name)
+            if done < len(pending):
+                await asyncio.sleep(_ASSIGNMENT_RETRY_S)
+
 
     async def close(self) -> None:
         """Stop fetching, flush every log, write the checkpoints, close the logs."""
@@ -246,7 +355,7 @@ class ReplicaManager:
             try:
                 partition.log.flush()
                 _write_producer_snapshot(partition)
-            except OSError as error:
+            except _DIRECTORY_FAILURES as error:
                 clean = False
                 logger.error("Flushing %s-%d at shutdown failed: %s", partition.topic, partition.index, error)
         self.write_checkpoints()
@@ -255,8 +364,9 @@ class ReplicaManager:
         self.partitions.clear()
         if clean:
             marker = json.dumps({"version": 0, "brokerEpoch": self._broker_epoch()}).encode()
-            for directory in self.log_dirs.values():
-                atomic_replace(directory / CLEAN_SHUTDOWN_FILE_NAME, marker)
+            for directory in self._online_dirs():
+                with contextlib.suppress(*_DIRECTORY_FAILURES):
+                    atomic_replace(directory / CLEAN_SHUTDOWN_FILE_NAME, marker)
 
     # -- metadata --------------------------------------------------------------------------------
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
@@ -266,11 +376,25 @@ class ReplicaManager:
             return
         changes = topics_delta.local_changes(self.node_id)
         for tp in changes.deletes:
+            self.offline_partitions.pop((tp.topic, tp.partition), None)
             self._delete_partition((tp.topic, tp.partition))
         for tp, (topic_id, registration) in changes.leaders.items():
-            self._become_leader(tp.topic, tp.partition, topic_id, registration)
+            if (tp.topic, tp.partition) not in self.offline_partitions:
+                self._guarded(tp.topic, tp.partition, functools.partial(self._become_leader, tp.topic, tp.partition, topic_id, registration))
         for tp, (topic_id, registration) in changes.followers.items():
-            self._become_follower(tp.topic, tp.partition, topic_id, registration)
+            if (tp.topic, tp.partition) not in self.offline_partitions:
+                self._guarded(tp.topic, tp.partition, functools.partial(self._become_follower, tp.topic, tp.partition, topic_id, registration))
+
+    def _guarded(self, topic: str, index: int, transition: Callable[[], None]) -> None:
+        """A role change whose log open fails on its directory takes that directory offline."""
+        try:
+            transition()
+        except _DIRECTORY_FAILURES as error:
+            partition = self.partitions.get((topic, index))
+            failed = partition.log_dir if partition is not None else _directory_of(error, self._online_dirs())
+            if failed is None:
+                raise
+            self.fail_directory(failed, error)
 
     def _open_partition(self, topic: str, index: int, topic_id: uuid.UUID, registration: PartitionRegistration) -> Partition:
         key = (topic, index)
@@ -278,12 +402,17 @@ class ReplicaManager:
         if partition is not None:
             return partition
         name = partition_directory_name(topic, index)
-        log_dir = next((d for d in self.log_dirs.values() if (d / name).is_dir()), None)
+        online = self._online_dirs()
+        log_dir = next((d for d in online if (d / name).is_dir()), None)
+        assigned = registration.directory(self.node_id)
         if log_dir is None:
-            assigned = registration.directory(self.node_id)
-            log_dir = self.log_dirs.get(assigned) or min(
-                self.log_dirs.values(), key=lambda d: sum(1 for p in self.partitions.values() if p.log_dir == d)
-            )
+            log_dir = self.log_dirs.get(assigned)
+            if log_dir is None or log_dir in self.offline_dirs:
+                log_dir = min(online, key=lambda d: sum(1 for p in self.partitions.values() if p.log_dir == d))
+        if self._dir_ids[log_dir] != assigned:
+            self._pending_assignments[(topic_id, index)] = self._dir_ids[log_dir]
+            if self._assignments_wake is not None:
+                self._assignments_wake.set()
         log, report = PartitionLog.open(
             log_dir / name,
             segment_bytes=self.topic_config_int(topic, "segment.bytes", self.config.log_segment_bytes),
@@ -400,6 +529,8 @@ class ReplicaManager:
 
     def leader_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         partition = self.partitions.get((topic, index))
+        if partition is None and (topic, index) in self.offline_partitions:
+            return None, ErrorCode.kafka_storage_error
         if partition is None:
             topic_image = self._image().topics.get_topic_by_name(topic)
             if topic_image is None or index not in topic_image.partitions:
@@ -437,6 +568,9 @@ class ReplicaManager:
                 info = partition.log.append_as_leader(data, epoch=epoch)
             except LogError as error:
                 return ProduceOutcome(ErrorCode.corrupt_message, message=str(error))
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(partition.log_dir, error)
+                return ProduceOutcome(ErrorCode.kafka_storage_error, message=f"log directory {partition.log_dir} failed: {error}")
             first_offset, last_offset = info.first_offset, info.last_offset
             partition.producers.update(producer_id=header.producer_id, epoch=header.producer_epoch,
                                        base_sequence=header.base_sequence, first_offset=first_offset,
@@ -680,12 +814,16 @@ class ReplicaManager:
             policy = self.topic_config(partition.topic, "cleanup.policy") or "delete"
             if "delete" not in policy.split(","):
                 continue
-            deleted = partition.log.delete_retained_segments(
-                now_ms=now_ms,
-                retention_ms=self.topic_config_int(partition.topic, "retention.ms", self.config.log_retention_ms),
-                retention_bytes=self.topic_config_int(partition.topic, "retention.bytes", self.config.log_retention_bytes),
-                high_watermark=partition.high_watermark,
-            )
+            try:
+                deleted = partition.log.delete_retained_segments(
+                    now_ms=now_ms,
+                    retention_ms=self.topic_config_int(partition.topic, "retention.ms", self.config.log_retention_ms),
+                    retention_bytes=self.topic_config_int(partition.topic, "retention.bytes", self.config.log_retention_bytes),
+                    high_watermark=partition.high_watermark,
+                )
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(partition.log_dir, error)
+                continue
             if deleted:
                 logger.info("Retention deleted %d segments of %s-%d; log start offset is now %d", len(deleted),
                             partition.topic, partition.index, partition.log.log_start_offset)
@@ -707,6 +845,9 @@ class ReplicaManager:
                 result = clean_log(log, first_dirty_offset=first_dirty, upper_bound=upper, now_ms=_now_ms(),
                                    delete_retention_ms=self.topic_config_int(partition.topic, "delete.retention.ms",
                                                                              self.config.log_cleaner_delete_retention_ms))
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(partition.log_dir, error)
+                continue
             except Exception:
                 # Kafka marks such a partition uncleanable and goes on; replication housekeeping
                 # on this loop must not stop for it either.
@@ -731,24 +872,35 @@ class ReplicaManager:
     def write_checkpoints(self) -> None:
         # Kafka snapshots producer state when a segment rolls: replay after a crash then starts
         # from the newest segment.
-        for partition in self.partitions.values():
+        for partition in list(self.partitions.values()):
             active_base = partition.log.segment_base_offsets[-1]
             if active_base != partition.snapshot_segment_base:
-                _write_producer_snapshot(partition)
+                try:
+                    _write_producer_snapshot(partition)
+                except _DIRECTORY_FAILURES as error:
+                    self.fail_directory(partition.log_dir, error)
+                    continue
                 partition.snapshot_segment_base = active_base
-        for directory in self.log_dirs.values():
-            hwms = {k: p.high_watermark for k, p in self.partitions.items() if p.log_dir == directory}
-            points = {k: p.log.flushed_offset for k, p in self.partitions.items() if p.log_dir == directory}
-            starts = {k: p.log.log_start_offset for k, p in self.partitions.items() if p.log_dir == directory}
-            dirty = {k: p.first_dirty_offset for k, p in self.partitions.items() if p.log_dir == directory}
-            self._cleaner_points[directory] = dirty
-            self._hwm_checkpoints[directory] = hwms
-            self._recovery_points[directory] = points
-            self._log_starts[directory] = starts
-            write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
-            write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
-            write_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME, starts)
-            write_offset_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME, dirty)
+        for directory in self._online_dirs():
+            try:
+                self._write_directory_checkpoints(directory)
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(directory, error)
+
+    def _write_directory_checkpoints(self, directory: Path) -> None:
+        """Kafka's per-directory offset checkpoints of the replicas that directory holds."""
+        hwms = {k: p.high_watermark for k, p in self.partitions.items() if p.log_dir == directory}
+        points = {k: p.log.flushed_offset for k, p in self.partitions.items() if p.log_dir == directory}
+        starts = {k: p.log.log_start_offset for k, p in self.partitions.items() if p.log_dir == directory}
+        dirty = {k: p.first_dirty_offset for k, p in self.partitions.items() if p.log_dir == directory}
+        self._cleaner_points[directory] = dirty
+        self._hwm_checkpoints[directory] = hwms
+        self._recovery_points[directory] = points
+        self._log_starts[directory] = starts
+        write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
+        write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
+        write_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME, starts)
+        write_offset_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME, dirty)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -838,9 +990,11 @@ class _Fetcher:
                     try:
                         if not manager.handle_fetched(partition, answer):
                             back_off = True
-                    except (LogError, OSError) as error:
+                    except LogError as error:
                         logger.error("Follower append to %s-%d failed: %s", key[0], key[1], error)
                         back_off = True
+                    except _DIRECTORY_FAILURES as error:
+                        manager.fail_directory(partition.log_dir, error)
             if back_off:
                 await asyncio.sleep(backoff_s)
 
@@ -886,6 +1040,15 @@ def _write_producer_snapshot(partition: Partition) -> None:
     ]
     write_producer_snapshot(log.directory, log.log_end_offset, entries)
     delete_producer_snapshots(log.directory, keep_newest=_PRODUCER_SNAPSHOTS_KEPT)
+
+
+def _directory_of(error: BaseException, directories: list[Path]) -> Path | None:
+    """The log directory a storage error names, if any."""
+    named = getattr(error, "path", None) or getattr(error, "filename", None)
+    if named is None:
+        return None
+    path = Path(str(named))
+    return next((d for d in directories if d == path or d in path.parents), None)
 
 
 def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
