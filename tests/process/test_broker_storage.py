@@ -354,3 +354,56 @@ def test_a_full_log_directory_goes_offline_alone_and_its_leaderships_move_with_n
         assert anomalies(acked, read_back(cluster, topic, 6)) == {"lost": [], "duplicated": [], "reordered": []}
     finally:
         cluster.cleanup()
+
+
+def test_a_failed_log_directory_replaced_by_a_fresh_formatted_one_is_refilled_by_replication(
+    tmp_path: Path, small_tmpfs: Callable[[int], Path], fill_disk: Callable[..., Path]
+) -> None:
+    """The failed directory of the test above is replaced while 101 is down by an empty directory,
+    formatted (`kraft storage format --ignore-formatted`: a new directory id). After the restart
+    101 places the replicas it lost in the new directory, reports them with AssignReplicasToDirs,
+    fetches them from the leaders and rejoins every ISR: URP is 0 again."""
+    cluster = BrokerCluster(root=tmp_path)
+    try:
+        disk = small_tmpfs(4 * 1024 * 1024)
+        data_b = tmp_path / "broker-101" / "data-b"
+
+        def data_b_on_the_tmpfs(node_id: int) -> None:
+            if node_id == 101:
+                data_b.symlink_to(disk)
+
+        start_cluster(cluster, before_format=data_b_on_the_tmpfs)
+        topic = "jbod"
+        create_topic(cluster, topic, partitions=6, replication_factor=3)
+        old_id = (disk / "meta.properties").read_text()
+        on_disk = sorted(int(p.name.rsplit("-", 1)[1]) for p in disk.glob(f"{topic}-*"))
+        assert on_disk
+        send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", linger_ms=2,
+                             request_timeout_ms=30000, retries=100)
+        for i in range(600):
+            send.send(topic, value=f"r-{i}-".encode() + b"x" * 2000, partition=i % 6)
+            if i == 200:
+                send.flush()
+                fill_disk(disk)
+        send.flush()
+        wait_for(lambda: cluster.status_of(101)["offline_log_dirs"], timeout_s=60, what="data-b offline on 101")
+
+        node = cluster.nodes[101]
+        cluster.signal(101, signal.SIGTERM)
+        assert node.process is not None and node.process.wait(timeout=90) == 0
+        data_b.unlink()
+        data_b.mkdir()
+        cluster.format(101, "--ignore-formatted")
+        assert (data_b / "meta.properties").read_text() != old_id
+        cluster.start(101)
+        cluster.wait_ready([101])
+        for partition in range(6):
+            cluster.wait_isr(topic, partition, {101, 102, 103}, timeout_s=120)
+        assert sorted(int(p.name.rsplit("-", 1)[1]) for p in data_b.glob(f"{topic}-*")) == on_disk
+        ends = {p: max(cluster.partitions(n)[(topic, p)]["high_watermark"] for n in (102, 103)) for p in range(6)}
+        assert {p: cluster.partitions(101)[(topic, p)]["log_end_offset"] for p in range(6)} == ends
+        assert all(_metric(cluster, n, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+                   for n in (101, 102, 103))
+        send.close()
+    finally:
+        cluster.cleanup()
