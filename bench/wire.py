@@ -8,10 +8,12 @@ what a raft Fetch or a broker heartbeat arriving then would have waited (the fet
 moved. Prints figures; asserts nothing.
 
     .venv/bin/python bench/wire.py                       # starts a 3-controller quorum of ours
+    .venv/bin/python bench/wire.py --system kafka        # the same with Apache Kafka 4.1's controllers
     .venv/bin/python bench/wire.py --bootstrap 127.0.0.1:19093 --no-brokers   # any running controller
 
-Cases that need registered brokers (accepted CreateTopics, CreatePartitions) run only with our
-quorum, where the script plays three brokers over the real protocol.
+With a quorum it starts, the script plays three brokers over the real protocol (registration and
+heartbeats, as bench/controller.py does for both systems), so the accepted CreateTopics and
+CreatePartitions cases run against Kafka's controllers too.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from controller import HOST, Brokers, Quorum
+from controller import HOST, Brokers, KafkaQuorum, Quorum, kafka_classpath
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
@@ -204,28 +206,30 @@ async def run_cases(host: str, active: Callable[[], Awaitable[int]], *, with_bro
         print(f"{name:<78} {took_ms:>9.0f} {probe.longest_ms:>13.1f}  {moved:<16}  {outcome[:60]}", flush=True)
 
 
-async def _with_our_quorum(root: Path, *, big_frame_mib: int, only: str) -> None:
-    quorum = Quorum(root)
-    quorum.format()
+async def _with_quorum(system: Quorum, *, big_frame_mib: int, only: str) -> None:
+    system.format()
     for node_id in (1, 2, 3):
-        quorum.start(node_id)
+        system.start(node_id)
     try:
-        while quorum.leader() is None:
-            await asyncio.sleep(0.2)
-        async with ControllerAdmin([(HOST, p) for p in quorum.ports.values()]) as admin:
-            brokers = Brokers(admin, quorum.cluster_id)
+        async with ControllerAdmin([(HOST, p) for p in system.ports.values()], timeout_ms=120_000) as admin:
+            async def active() -> int:
+                while True:
+                    with contextlib.suppress(Exception):
+                        leader = (await admin.describe_quorum()).leader_id
+                        if leader in system.ports:
+                            return system.ports[leader]
+                    await asyncio.sleep(0.2)
+
+            await active()
+            brokers = Brokers(admin, system.cluster_id)
             await brokers.start()
             try:
-                async def active() -> int:
-                    while (now := quorum.leader()) is None:
-                        await asyncio.sleep(0.2)
-                    return quorum.ports[now]
-
+                print(f"--- {system.name}: 3 controllers, 3 brokers played over the protocol", flush=True)
                 await run_cases(HOST, active, with_brokers=True, big_frame_mib=big_frame_mib, only=only)
             finally:
                 await brokers.close()
     finally:
-        quorum.close()
+        system.close()
 
 
 def main() -> None:
@@ -234,6 +238,8 @@ def main() -> None:
     parser.add_argument("--no-brokers", action="store_true", help="skip the cases that need registered brokers")
     parser.add_argument("--big-frame-mib", type=int, default=100, help="size of the largest frame (default 100)")
     parser.add_argument("--only", default="", help="run only the cases whose name contains this text")
+    parser.add_argument("--system", choices=("kraftwerk", "kafka"), default="kraftwerk",
+                        help="whose three controllers to start: ours, or Apache Kafka's from .kafka-jars")
     args = parser.parse_args()
     if args.bootstrap:
         host, port = args.bootstrap.rsplit(":", 1)
@@ -246,7 +252,14 @@ def main() -> None:
         return
     root = Path(tempfile.mkdtemp(prefix="kraft-bench-wire-"))
     try:
-        asyncio.run(_with_our_quorum(root, big_frame_mib=args.big_frame_mib, only=args.only))
+        if args.system == "kafka":
+            classpath = kafka_classpath()
+            if classpath is None:
+                sys.exit("Kafka's jars (scripts/fetch-kafka-jars) or java are absent")
+            system: Quorum = KafkaQuorum(root, classpath)
+        else:
+            system = Quorum(root)
+        asyncio.run(_with_quorum(system, big_frame_mib=args.big_frame_mib, only=args.only))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
