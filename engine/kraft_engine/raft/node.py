@@ -1135,7 +1135,10 @@ class RaftNode:
         return self.voters.endpoints(leader_id)
 
     def _is_local_key(self, node_id: int, directory_id: uuid.UUID | None) -> bool:
-        """Does a request's voter key name us? (isValidVoterKey: a missing directory matches.)"""
+        """Does a request's voter key name us? (isValidVoterKey: a missing directory matches, and
+        so does a missing voter id: Vote v0-v1 and BeginQuorumEpoch v0 carry none.)"""
+        if node_id < 0:
+            return True
         key = ReplicaKey.of(node_id, directory_id)
         if key.id != self.node_id:
             return False

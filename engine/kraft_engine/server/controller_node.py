@@ -51,6 +51,7 @@ from kraft_engine.server.controller_runtime import ControllerFatalError, Control
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.listener_limits import listener_limits
 from kraft_engine.server.loop_stall import LoopStallMonitor
+from kraft_engine.server.raft_apis import register_raft_apis
 from kraft_engine.server.raft_driver import (
     NotLeader,
     RaftDriver,
@@ -314,10 +315,10 @@ class ControllerNode:
             driver.refusals.inbound(request, response, peer_address=ctx.peer)
             return response
 
-        # Exactly the requests the raft core answers, at the version it speaks: ApiVersions then
-        # never advertises an api the node would drop.
-        for api_key, version in sorted(driver.raft.served_requests.items()):
-            listener.register(api_key, min_version=version, max_version=version, handler=forward)
+        # Exactly the requests the raft core answers, at the ranges Kafka's nodes and tools send
+        # (bridged to the version the core speaks): ApiVersions never advertises an api the node
+        # would drop.
+        register_raft_apis(listener, served_requests=driver.raft.served_requests, handler=forward)
         listener.register(_DESCRIBE_CLUSTER, min_version=1, max_version=1, handler=self._describe_cluster)
 
     async def _describe_cluster(self, request: Any, ctx: RequestContext) -> Any:

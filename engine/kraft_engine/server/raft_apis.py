@@ -1,0 +1,151 @@
+"""The raft apis on a controller listener, at the version ranges Kafka 4.x nodes and tools send.
+
+The raft core speaks one version of each api (`RaftNode.served_requests`). Apache Kafka 4.1's
+controllers advertise ranges, and a Kafka node or tool picks the highest version both sides
+support, so an older peer (a Kafka 3.x/4.0 controller during a roll, an older
+`kafka-metadata-quorum`) sends an older version. This module serves each range by bridging an
+older request up to the core's version and the response back down
+(`protocol.version_bridging`), with explicit conversions where a version differs by more than
+field names:
+
+- Vote v0-v1 have no `pre_vote`: a real vote (`pre_vote=False`), as Kafka reads them.
+- BeginQuorumEpoch v0 and EndQuorumEpoch v0 carry no leader endpoints (the receiver knows them
+  from `controller.quorum.voters`); EndQuorumEpoch v0 lists `preferred_successors` by id, v1
+  `preferred_candidates` with directory ids (none in v0).
+- Fetch v13-v14 name the fetching replica in `replica_id`, v15+ in `replica_state`.
+
+Fetch v4-v12 (topics by name, not id) are not served: a KRaft peer of Kafka 3.x or later sends
+Fetch v13+, and only a raft client fetches `__cluster_metadata` from a controller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kio.schema.types import BrokerId
+from kio.static.primitive import i64
+
+from kraft_engine.protocol import Listener
+from kraft_engine.protocol.listener import Handler
+from kraft_engine.protocol.version_bridging import Upgrade, bridge, bridged_handler
+
+__all__ = ["RAFT_API_VERSIONS", "register_raft_apis"]
+
+_FETCH: Final = 1
+_VOTE: Final = 52
+_BEGIN_QUORUM_EPOCH: Final = 53
+_END_QUORUM_EPOCH: Final = 54
+
+# {api key: (min, max)} served on the controller listener: Kafka 4.1's ranges for these apis,
+# from the lowest version a KRaft peer or tool of Kafka 3.x/4.x sends to the core's own version.
+RAFT_API_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
+    _FETCH: (13, 18),
+    _VOTE: (0, 2),
+    _BEGIN_QUORUM_EPOCH: (0, 1),
+    _END_QUORUM_EPOCH: (0, 1),
+    55: (0, 2),  # DescribeQuorum
+    59: (0, 1),  # FetchSnapshot
+    80: (0, 1),  # AddRaftVoter
+    81: (0, 0),  # RemoveRaftVoter
+    82: (0, 0),  # UpdateRaftVoter
+}
+
+
+def _module(cls: type[Any]) -> Any:
+    return sys.modules[cls.__module__]
+
+
+def _vote_with_pre_vote(request: Any, served: type[Any]) -> Any:
+    schema = _module(served)
+    topics = tuple(
+        schema.TopicData(
+            topic_name=topic.topic_name,
+            partitions=tuple(
+                schema.PartitionData(
+                    partition_index=p.partition_index,
+                    replica_epoch=p.replica_epoch,
+                    replica_id=p.replica_id,
+                    replica_directory_id=getattr(p, "replica_directory_id", None),
+                    voter_directory_id=getattr(p, "voter_directory_id", None),
+                    last_offset_epoch=p.last_offset_epoch,
+                    last_offset=p.last_offset,
+                    pre_vote=False,
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    if hasattr(request, "voter_id"):
+        return served(cluster_id=request.cluster_id, voter_id=request.voter_id, topics=topics)
+    return served(cluster_id=request.cluster_id, topics=topics)
+
+
+def _begin_quorum_epoch_v0(request: Any, served: type[Any]) -> Any:
+    schema = _module(served)
+    topics = tuple(
+        schema.TopicData(
+            topic_name=topic.topic_name,
+            partitions=tuple(
+                schema.PartitionData(
+                    partition_index=p.partition_index,
+                    voter_directory_id=None,
+                    leader_id=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return served(cluster_id=request.cluster_id, topics=topics, leader_endpoints=())
+
+
+def _end_quorum_epoch_v0(request: Any, served: type[Any]) -> Any:
+    schema = _module(served)
+    topics = tuple(
+        schema.TopicData(
+            topic_name=topic.topic_name,
+            partitions=tuple(
+                schema.PartitionData(
+                    partition_index=p.partition_index,
+                    leader_id=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    preferred_candidates=tuple(
+                        schema.ReplicaInfo(candidate_id=BrokerId(successor), candidate_directory_id=None)
+                        for successor in p.preferred_successors
+                    ),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return served(cluster_id=request.cluster_id, topics=topics, leader_endpoints=())
+
+
+def _fetch_with_replica_state(request: Any, served: type[Any]) -> Any:
+    upgraded = bridge(request, served)
+    replica_state = _module(served).ReplicaState(replica_id=request.replica_id, replica_epoch=i64(-1))
+    return dataclasses.replace(upgraded, replica_state=replica_state)
+
+
+_UPGRADES: Final[Mapping[int, Mapping[int, Upgrade]]] = {
+    _VOTE: {0: _vote_with_pre_vote, 1: _vote_with_pre_vote},
+    _BEGIN_QUORUM_EPOCH: {0: _begin_quorum_epoch_v0},
+    _END_QUORUM_EPOCH: {0: _end_quorum_epoch_v0},
+    _FETCH: {13: _fetch_with_replica_state, 14: _fetch_with_replica_state},
+}
+
+
+def register_raft_apis(listener: Listener, *, served_requests: Mapping[int, int], handler: Handler) -> None:
+    """Register `handler` (written for the core's versions, `served_requests`) for every raft api
+    at its `RAFT_API_VERSIONS` range."""
+    for api_key, version in sorted(served_requests.items()):
+        low, high = RAFT_API_VERSIONS.get(api_key, (version, version))
+        listener.register(api_key, min_version=low, max_version=high, handler=bridged_handler(
+            api_key, served_version=version, versions=(low, high), handler=handler, upgrades=_UPGRADES.get(api_key),
+        ))

@@ -1,0 +1,129 @@
+"""The raft apis on a real listener at the version ranges Kafka's nodes and tools send.
+
+One in-process controller (single voter, see test_controller_service) serves its raft apis through
+`register_raft_apis`; a client speaks the oldest versions on the wire and the core (which speaks
+one version of each) answers them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+from test_controller_service import CLUSTER_ID, NODE_ID, InProcessController
+
+from kraft_engine.protocol import ConnectionConfig, KafkaConnection, RequestContext
+from kraft_engine.protocol import Listener as KafkaListener
+from kraft_engine.raft import messages
+from kraft_engine.server.raft_apis import RAFT_API_VERSIONS, register_raft_apis
+
+_METADATA = TopicName("__cluster_metadata")
+
+
+class _Served:
+    def __init__(self, node: InProcessController, listener: KafkaListener) -> None:
+        self.node = node
+        self.listener = listener
+
+    async def connection(self) -> KafkaConnection:
+        connection = KafkaConnection("127.0.0.1", self.listener.port,
+                                     config=ConnectionConfig(client_id="test", request_timeout_ms=10000))
+        await connection.connect()
+        return connection
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[_Served]:
+    node = InProcessController(tmp_path)
+    await node.start()
+    listener = KafkaListener("CONTROLLER", features_provider=node.service.features, registry=node.registry)
+
+    async def forward(request: Any, ctx: RequestContext) -> Any:
+        return await node.raft.handle_request(request)
+
+    register_raft_apis(listener, served_requests=node.raft.raft.served_requests, handler=forward)
+    await listener.start("127.0.0.1", 0)
+    try:
+        yield _Served(node, listener)
+    finally:
+        await listener.close()
+        await node.close()
+
+
+async def test_api_versions_advertises_kafkas_ranges_for_the_raft_apis(served: _Served) -> None:
+    connection = await served.connection()
+    try:
+        versions = connection.peer_api_versions
+        for api_key, version in messages.SERVED_REQUESTS.items():
+            assert versions[api_key] == RAFT_API_VERSIONS[api_key]
+            assert RAFT_API_VERSIONS[api_key][0] <= version == RAFT_API_VERSIONS[api_key][1]
+    finally:
+        await connection.close()
+
+
+async def test_a_fetch_v13_counts_the_replica_it_names_and_describe_quorum_v0_shows_it(served: _Served) -> None:
+    from kio.schema.describe_quorum.v0 import request as dq0
+    from kio.schema.fetch.v13 import request as f13
+
+    raft = served.node.raft.raft
+    end = raft.log_end_offset
+    connection = await served.connection()
+    try:
+        fetched = await connection.send(f13.FetchRequest(
+            cluster_id=CLUSTER_ID, replica_id=BrokerId(7), max_wait=i32Timedelta.parse(timedelta(0)),
+            min_bytes=i32(0), max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(0),
+            session_epoch=i32(-1), forgotten_topics_data=(), rack_id="",
+            topics=(f13.FetchTopic(topic_id=messages.METADATA_TOPIC_ID, partitions=(f13.FetchPartition(
+                partition=i32(0), current_leader_epoch=i32(raft.epoch), fetch_offset=i64(end),
+                last_fetched_epoch=i32(raft.log.end_offset().epoch), log_start_offset=i64(-1),
+                partition_max_bytes=i32(1 << 20)),)),),
+        ))
+        (partition,) = fetched.responses[0].partitions
+        assert (fetched.error_code, partition.error_code) == (ErrorCode.none, ErrorCode.none)
+        assert int(partition.high_watermark) == raft.high_watermark
+        described = await connection.send(dq0.DescribeQuorumRequest(topics=(dq0.TopicData(
+            topic_name=_METADATA, partitions=(dq0.PartitionData(partition_index=i32(0)),)),)))
+        (state,) = described.topics[0].partitions
+        assert int(state.leader_id) == NODE_ID
+        # Fetch v13 names the replica in replica_id (v15+ in replica_state): the leader counted
+        # replica 7 as an observer at the offset it fetched from.
+        assert [(int(o.replica_id), int(o.log_end_offset)) for o in state.observers] == [(7, end)]
+    finally:
+        await connection.close()
+
+
+async def test_vote_begin_and_end_quorum_epoch_v0_reach_the_core(served: _Served) -> None:
+    from kio.schema.begin_quorum_epoch.v0 import request as bqe0
+    from kio.schema.end_quorum_epoch.v0 import request as eqe0
+    from kio.schema.vote.v0 import request as vote0
+
+    current = i32(served.node.raft.raft.epoch)
+    stale = i32(current - 1)
+    connection = await served.connection()
+    try:
+        vote = await connection.send(vote0.VoteRequest(cluster_id=CLUSTER_ID, topics=(vote0.TopicData(
+            topic_name=_METADATA, partitions=(vote0.PartitionData(
+                partition_index=i32(0), replica_epoch=current, replica_id=BrokerId(9),
+                last_offset_epoch=i32(0), last_offset=i64(0)),)),)))
+        (answer,) = vote.topics[0].partitions
+        # A real vote (v0 has no pre-vote) in the epoch this node leads: refused, not an error.
+        assert (answer.error_code, answer.vote_granted) == (ErrorCode.none, False)
+        assert int(answer.leader_id) == NODE_ID
+        begin = await connection.send(bqe0.BeginQuorumEpochRequest(cluster_id=CLUSTER_ID, topics=(bqe0.TopicData(
+            topic_name=_METADATA, partitions=(bqe0.PartitionData(
+                partition_index=i32(0), leader_id=BrokerId(9), leader_epoch=stale),)),)))
+        assert begin.topics[0].partitions[0].error_code == ErrorCode.fenced_leader_epoch
+        end = await connection.send(eqe0.EndQuorumEpochRequest(cluster_id=CLUSTER_ID, topics=(eqe0.TopicData(
+            topic_name=_METADATA, partitions=(eqe0.PartitionData(
+                partition_index=i32(0), leader_id=BrokerId(9), leader_epoch=stale,
+                preferred_successors=(i32(NODE_ID),)),)),)))
+        assert end.topics[0].partitions[0].error_code == ErrorCode.fenced_leader_epoch
+        assert served.node.raft.raft.epoch == current  # nothing moved the quorum
+    finally:
+        await connection.close()
