@@ -1,6 +1,14 @@
-"""A mixed cluster: our broker under Apache Kafka 4.1's controller.
+"""A mixed cluster: our brokers and Apache Kafka 4.1's, and our broker under Kafka's controller.
 
-Our broker registers with an Apache Kafka controller (formatted with the features our broker
+1. Our controller, our broker 101 and a Kafka broker 102 replicate the same partitions from each
+   other: partition 0 is led by ours with Kafka's following, partition 1 by Kafka's with ours
+   following. kafka-python writes with acks=all and idempotence; then the replicas are reordered
+   (AlterPartitionReassignments) and the preferred leaders elected, so each side leads the
+   partition it followed, and every acknowledged record is read back from the new leaders: each
+   follower's copy was complete. More writes follow under the new leaders. (Kafka's follower
+   fetches with the Fetch version its metadata.version implies, v17, whatever ApiVersions says:
+   before our broker served v13-17 it could not follow ours.)
+2. Our broker registers with an Apache Kafka controller (formatted with the features our broker
 supports: no transaction or group coordinator versions yet), becomes RUNNING, and serves
 kafka-python: a topic created through it (forwarded to Kafka's controller in an Envelope),
 written with acks=all and read back by offset.
@@ -159,6 +167,64 @@ def _read(bootstrap: str, topic: str, partitions: int) -> dict[tuple[int, int], 
 def _layout(admin: object, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
     described = admin.describe_topics([topic])[0]["partitions"]  # type: ignore[attr-defined]
     return {p["partition_index"]: (p["leader_id"], p["replica_nodes"], sorted(p["isr_nodes"])) for p in described}
+
+
+@needs_jars
+@pytest.mark.timeout(900)
+def test_our_broker_and_a_kafka_broker_replicate_the_same_partitions_and_each_side_leads(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kafka import TopicPartition
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+    controller_port, controller_http, ours_port, ours_http, theirs_port = _free_ports(5)
+    controller = _properties(tmp_path / "controller.properties", {
+        "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER", "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "log.dirs": str(tmp_path / "controller"), "kraftwerk.metrics.port": str(controller_http),
+    })
+    subprocess.run([KRAFT, "storage", "format", "-c", str(controller), "-t", CLUSTER_ID, "--standalone", "-r", "4.0",
+                    *_LEVELS_OUR_BROKER_SUPPORTS], check=True, capture_output=True)
+    ours = _our_broker(tmp_path, port=ours_port, http_port=ours_http, controller_port=controller_port)
+    theirs = _kafka_broker(tmp_path, port=theirs_port, controller_port=controller_port)
+    bootstrap = f"127.0.0.1:{ours_port},127.0.0.1:{theirs_port}"
+    with _running([([KRAFT, "server", "start", "--config", str(controller)], tmp_path / "controller.log"),
+                   ([KRAFT, "server", "start", "--config", str(ours)], tmp_path / "ours.log"),
+                   (_java("kafka.Kafka", str(theirs)), tmp_path / "theirs.log")]):
+        _until(lambda: _ready(ours_http), "our broker to be RUNNING")
+        _until(lambda: "Transition from STARTING to STARTED" in (tmp_path / "theirs.log").read_text(),
+               "the Kafka broker to start")
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            topic = "mixed"
+            admin.create_topics([NewTopic(topic, replica_assignments={0: [OURS, THEIRS], 1: [THEIRS, OURS]})])
+            both = sorted([OURS, THEIRS])
+            _until(lambda: _layout(admin, topic) == {0: (OURS, [OURS, THEIRS], both), 1: (THEIRS, [THEIRS, OURS], both)},
+                   "partition 0 led by ours and 1 by Kafka's, both replicas in sync")
+
+            acked = _produce(bootstrap, topic, [(i % 2, f"v-{i}".encode()) for i in range(200)])
+            assert sorted({p for p, _, _ in acked}) == [0, 1]
+            assert _read(bootstrap, topic, 2) == {(p, o): v for p, o, v in acked}
+            # Both sides keep the ISR whole: each follower fetched everything from the other side.
+            _until(lambda: all(isr == both for _, _, isr in _layout(admin, topic).values()), "the ISRs to stay whole")
+
+            # Each side now leads the partition it followed.
+            admin.alter_partition_reassignments({TopicPartition(topic, 0): [THEIRS, OURS],
+                                                 TopicPartition(topic, 1): [OURS, THEIRS]})
+            _until(lambda: {p: r for p, (_, r, _) in _layout(admin, topic).items()} == {0: [THEIRS, OURS], 1: [OURS, THEIRS]},
+                   "the reordered replicas")
+            admin.elect_leaders(0, {topic: [0, 1]})
+            _until(lambda: {p: leader for p, (leader, _, _) in _layout(admin, topic).items()} == {0: THEIRS, 1: OURS},
+                   "Kafka's broker leading partition 0 and ours partition 1")
+            assert _read(bootstrap, topic, 2) == {(p, o): v for p, o, v in acked}
+
+            acked += _produce(bootstrap, topic, [(i % 2, f"v-{i}".encode()) for i in range(200, 300)])
+            stored = _read(bootstrap, topic, 2)
+            assert stored == {(p, o): v for p, o, v in acked}
+            assert len(stored) == 300
+            assert all(sorted(o for p2, o, _ in acked if p2 == p) == list(range(150)) for p in (0, 1))
+        finally:
+            admin.close()
 
 
 @needs_jars

@@ -9,8 +9,10 @@ offsets the producer was told.
 from __future__ import annotations
 
 import asyncio
+import uuid
 import warnings
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderTopic,
 )
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i32
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from quorum_processes import HOST, wait_for
 
 from kraft_engine.protocol import KafkaConnection
@@ -165,3 +167,61 @@ def test_offsets_for_leader_epoch_across_a_leader_change_made_by_reassignment_an
     assert _epoch_end(cluster, follower, topic, epoch=0,
                       current_leader_epoch=new_epoch + 5)[0] == ErrorCode.unknown_leader_epoch
     assert _epoch_end(cluster, old_leader, topic, epoch=0)[0] == ErrorCode.not_leader_or_follower
+
+
+def _fetch_by_id(topic_id: uuid.UUID) -> Any:
+    from kio.schema.fetch.v17.request import FetchPartition, FetchRequest, FetchTopic
+
+    return FetchRequest(cluster_id=None, max_wait=i32Timedelta.parse(timedelta(0)), min_bytes=i32(1),
+                        max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+                        topics=(FetchTopic(topic_id=topic_id, partitions=(FetchPartition(
+                            partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0), last_fetched_epoch=i32(-1),
+                            log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20), replica_directory_id=None),)),),
+                        forgotten_topics_data=(), rack_id="")
+
+
+def test_fetch_by_topic_id_and_bad_produce_input_on_one_connection_while_another_is_served(
+        cluster: BrokerCluster, admin: KafkaAdminClient) -> None:
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.static.primitive import Records
+
+    topic = "by-id"
+    _create(cluster, admin, topic)
+    assert _produce(cluster, topic, [f"v-{i}".encode() for i in range(10)]) == list(range(10))
+    leader = _leader(cluster, topic)
+    topic_id = uuid.UUID(admin.describe_topics([topic])[0]["topic_id"])
+
+    def produce(records: bytes) -> ProduceRequest:
+        return ProduceRequest(transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(timedelta(seconds=30)),
+                              topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
+                                  PartitionProduceData(index=i32(0), records=Records(records)),)),))
+
+    async def scenario() -> dict[str, Any]:
+        async with KafkaConnection(HOST, cluster.broker_ports[leader]) as bad, \
+                KafkaConnection(HOST, cluster.broker_ports[leader]) as good:
+            await bad.connect()
+            await good.connect()
+            garbage, by_id, unknown_id = await asyncio.gather(
+                bad.send(produce(b"\x00garbage" * 40)), good.send(_fetch_by_id(topic_id)),
+                good.send(_fetch_by_id(uuid.uuid4())))
+            after = await bad.send(_fetch_by_id(topic_id))
+            return {"garbage": garbage, "by_id": by_id, "unknown_id": unknown_id, "after": after}
+
+    result = asyncio.run(scenario())
+    assert ErrorCode(result["garbage"].responses[0].partition_responses[0].error_code) == ErrorCode.corrupt_message
+    answer = result["by_id"].responses[0]
+    assert answer.topic_id == topic_id
+    assert ErrorCode(answer.partitions[0].error_code) == ErrorCode.none
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatch
+    data = bytes(answer.partitions[0].records)
+    values = []
+    while data:
+        batch = DefaultRecordBatch(bytearray(data))
+        values += [r.value for r in batch]
+        data = data[batch.size_in_bytes:]
+    assert values == [f"v-{i}".encode() for i in range(10)]
+    assert ErrorCode(result["unknown_id"].responses[0].partitions[0].error_code) == ErrorCode.unknown_topic_id
+    # The connection that sent garbage is still served, and nothing of the garbage was written.
+    assert int(result["after"].responses[0].partitions[0].high_watermark) == 10

@@ -10,7 +10,7 @@ Served (ApiVersions lists exactly these, each for every version in its range):
   meanwhile, as Kafka does.
 - Produce v3-9: acks 0 (no response at all), 1 and -1 (all); batches validated by
   `broker.record_validation`; per-partition errors in the answer, never a closed connection.
-- Fetch v4-12, sessionless: the answer's session id is always 0, which Kafka clients read as
+- Fetch v4-17 (v13+ name topics by id, v15+ carry the follower in ReplicaState), sessionless: the answer's session id is always 0, which Kafka clients read as
   "no session created" and keep sending full requests; a request naming a session id gets
   FETCH_SESSION_ID_NOT_FOUND. Followers (replica id >= 0) read up to the log end and get
   diverging-epoch answers; consumers read up to the high watermark. Long polls wait on the
@@ -70,7 +70,7 @@ INIT_PRODUCER_ID = 22
 DESCRIBE_CLUSTER = 60
 CLIENT_API_VERSIONS = {
     PRODUCE: (3, 9),
-    FETCH: (4, 12),
+    FETCH: (4, 17),
     LIST_OFFSETS: (1, 7),
     METADATA: (1, 12),
     INIT_PRODUCER_ID: (0, 5),
@@ -323,7 +323,8 @@ class BrokerApis:
         if session_id != 0:
             return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
                          session_id=i32(0), responses=())
-        replica_id = int(request.replica_id)
+        # v15+ carry the follower in ReplicaState (a tagged field; -1 for consumers).
+        replica_id = int(request.replica_id) if hasattr(request, "replica_id") else int(request.replica_state.replica_id)
         max_wait_s = max(0.0, request.max_wait.total_seconds())
         min_bytes = int(request.min_bytes)
         max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
@@ -336,7 +337,7 @@ class BrokerApis:
             first = False
             remaining = deadline - loop.time()
             if total >= min_bytes or remaining <= 0 or not partitions or any(
-                    int(a.error_code) != 0 for _, parts in answers for a in parts):
+                    int(a.error_code) != 0 for _, _, parts in answers for a in parts):
                 break
             waits = [asyncio.ensure_future(p.changed().wait()) for p in partitions]
             try:
@@ -344,7 +345,7 @@ class BrokerApis:
             finally:
                 for w in waits:
                     w.cancel()
-        for topic_name, parts in answers:
+        for topic_name, _, parts in answers:
             for answer in parts:
                 if int(answer.error_code) != 0:
                     self._topic_metrics.failed_fetch_requests.labels(topic_name).inc()
@@ -354,18 +355,31 @@ class BrokerApis:
             throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
             session_id=i32(0),
-            responses=tuple(module.FetchableTopicResponse(topic=TopicName(t), partitions=tuple(ps)) for t, ps in answers),
+            responses=tuple(_make(module.FetchableTopicResponse, topic=TopicName(t), topic_id=topic_id, partitions=tuple(ps))
+                            for t, topic_id, ps in answers),
         )
 
     def _fetch_once(self, request: Any, module: Any, *, replica_id: int, max_bytes: int,
-                    record_follower_state: bool) -> tuple[list[tuple[str, list[Any]]], int, list[Partition]]:
-        answers: list[tuple[str, list[Any]]] = []
+                    record_follower_state: bool) -> tuple[list[tuple[str, Any, list[Any]]], int, list[Partition]]:
+        """(topic name, topic id or None, partition answers) per topic; v13+ name topics by id."""
+        answers: list[tuple[str, Any, list[Any]]] = []
         total = 0
         waiting: list[Partition] = []
         for topic in request.topics:
-            name = str(topic.topic)
+            topic_id = getattr(topic, "topic_id", None)
+            if topic_id is None:
+                name: str | None = str(topic.topic)
+            else:
+                topic_image = self._image().topics.get_topic(topic_id)
+                name = None if topic_image is None else topic_image.name
             parts = []
             for wanted in topic.partitions:
+                if name is None:
+                    parts.append(_make(module.PartitionData, partition_index=wanted.partition,
+                                       error_code=ErrorCode.unknown_topic_id, high_watermark=-1, last_stable_offset=-1,
+                                       log_start_offset=-1, aborted_transactions=None, preferred_read_replica=BrokerId(-1),
+                                       records=b""))
+                    continue
                 answer, size, partition = self._fetch_partition(
                     module, name, wanted, replica_id=replica_id,
                     budget=max_bytes - total if total > 0 else max(max_bytes, 1),
@@ -375,7 +389,7 @@ class BrokerApis:
                 parts.append(answer)
                 if partition is not None:
                     waiting.append(partition)
-            answers.append((name, parts))
+            answers.append((name if name is not None else str(topic_id), topic_id, parts))
         return answers, total, waiting
 
     def _fetch_partition(self, module: Any, topic: str, wanted: Any, *, replica_id: int, budget: int,
