@@ -184,6 +184,29 @@ class RaftNode:
         self._durable_offset = max(log.flushed_offset, log.log_start_offset)
         self._flush_requested_offset = self._durable_offset
         self._truncations = 0
+        # Built once: which method answers each inbound api, and handles each response.
+        self._request_handlers: dict[int, Callable[[Any, int, int], Any]] = {
+            _API_VOTE: self._handle_vote_request,
+            _API_BEGIN_QUORUM_EPOCH: self._handle_begin_quorum_epoch_request,
+            _API_END_QUORUM_EPOCH: self._handle_end_quorum_epoch_request,
+            _API_FETCH: self._handle_fetch_request,
+            _API_FETCH_SNAPSHOT: self._handle_fetch_snapshot_request,
+            _API_DESCRIBE_QUORUM: self._handle_describe_quorum_request,
+            _API_ADD_RAFT_VOTER: self._handle_add_voter_request,
+            _API_REMOVE_RAFT_VOTER: self._handle_remove_voter_request,
+            _API_UPDATE_RAFT_VOTER: self._handle_update_voter_request,
+        }
+        self._response_handlers: dict[int, Callable[[_Inflight, Any, int], bool]] = {
+            _API_VOTE: self._handle_vote_response,
+            _API_BEGIN_QUORUM_EPOCH: self._handle_begin_quorum_epoch_response,
+            _API_END_QUORUM_EPOCH: self._handle_end_quorum_epoch_response,
+            _API_FETCH: self._handle_fetch_response,
+            _API_FETCH_SNAPSHOT: self._handle_fetch_snapshot_response,
+            _API_API_VERSIONS: self._handle_api_versions_response,
+            _API_UPDATE_RAFT_VOTER: self._handle_membership_response,
+            _API_ADD_RAFT_VOTER: self._handle_membership_response,
+            _API_REMOVE_RAFT_VOTER: self._handle_membership_response,
+        }
         # A single-voter quorum elects itself at once (KafkaRaftClient.initialize), including
         # after a restart as Resigned: it is the only one who could lead the next epoch.
         if self.voters.is_only_voter(self._local_key):
@@ -315,16 +338,7 @@ class RaftNode:
     def handle_request(self, request: Any, *, token: int, now_ms: int) -> Output:
         """An inbound request; its response appears (now or later) as `OutboundResponse(token)`."""
         api_key = int(getattr(request, "__api_key__", -1))
-        handlers: dict[int, Callable[[Any, int, int], Any]] = {
-            _API_VOTE: self._handle_vote_request,
-            _API_BEGIN_QUORUM_EPOCH: self._handle_begin_quorum_epoch_request,
-            _API_END_QUORUM_EPOCH: self._handle_end_quorum_epoch_request,
-            _API_FETCH: self._handle_fetch_request,
-            _API_FETCH_SNAPSHOT: self._handle_fetch_snapshot_request,
-            _API_DESCRIBE_QUORUM: self._handle_describe_quorum_request,
-            **self._extra_request_handlers(),
-        }
-        handler = handlers.get(api_key)
+        handler = self._request_handlers.get(api_key)
         if handler is None:
             raise ValueError(f"the raft node does not handle {type(request).__name__}")
         response = handler(request, token, now_ms)
@@ -619,7 +633,7 @@ class RaftNode:
             deadlines.append(now_ms)
         if self._shutdown is not None and not self._shutdown.completed:
             deadlines.append(self._shutdown.deadline_ms)
-        deadlines.extend(self._extra_deadlines(now_ms))
+        deadlines.extend(self._membership_deadlines(now_ms))
         deadlines.append(self._next_clean_ms)
         return max(min(deadlines, default=_NEVER), now_ms)
 
@@ -654,7 +668,7 @@ class RaftNode:
             elif isinstance(state, ResignedState):
                 self._poll_resigned(state, now_ms)
             self._expire_parked_fetches(now_ms)
-            self._poll_extras(now_ms)
+            self._poll_voter_change(now_ms)
             if (self._quorum.role, self._quorum.epoch) == before:
                 return
 
@@ -712,7 +726,7 @@ class RaftNode:
             start_records.append(voters.to_record())
         leader.accumulator.append_control(start_records, now_ms=now_ms)
         self._drain_accumulator(leader, now_ms)
-        self._on_leader_start(leader, now_ms)
+        self._learned_voters = {}
 
     def _drain_accumulator(self, state: LeaderState, now_ms: int) -> None:
         batches = state.accumulator.drain()
@@ -764,7 +778,7 @@ class RaftNode:
     def _on_leadership_lost(self, now_ms: int) -> None:
         self._complete_parked_fetches(now_ms)
         self._reset_connections()
-        self._on_leader_end(now_ms)
+        self._finish_voter_change(ErrorCode.not_leader_or_follower, "leadership changed")
 
     # -- follower ------------------------------------------------------------------------------
     def _poll_follower(self, state: FollowerState, now_ms: int) -> None:
@@ -1041,15 +1055,7 @@ class RaftNode:
             self._on_leadership_lost(now_ms)
 
     def _dispatch_response(self, inflight: _Inflight, response: Any, now_ms: int) -> bool:
-        handlers: dict[int, Callable[[_Inflight, Any, int], bool]] = {
-            _API_VOTE: self._handle_vote_response,
-            _API_BEGIN_QUORUM_EPOCH: self._handle_begin_quorum_epoch_response,
-            _API_END_QUORUM_EPOCH: self._handle_end_quorum_epoch_response,
-            _API_FETCH: self._handle_fetch_response,
-            _API_FETCH_SNAPSHOT: self._handle_fetch_snapshot_response,
-            **self._extra_response_handlers(),
-        }
-        handler = handlers.get(inflight.api_key)
+        handler = self._response_handlers.get(inflight.api_key)
         if handler is None:
             return False
         return handler(inflight, response, now_ms)
@@ -1063,7 +1069,7 @@ class RaftNode:
                 self._quorum.transition_to_candidate(now_ms=now_ms)
                 self._maybe_advance_election(now_ms)
                 return True
-        self._extra_failure(inflight, failure, now_ms)
+        self._fail_voter_change_on(inflight, failure, now_ms)
         if failure is RequestFailure.DISCONNECTED:
             return self._maybe_fail_over(inflight, now_ms)
         return False
@@ -1888,21 +1894,6 @@ class RaftNode:
     # ==========================================================================================
     # KIP-853: AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter, auto-join, kraft.version upgrade
     # ==========================================================================================
-    def _extra_request_handlers(self) -> dict[int, Callable[[Any, int, int], Any]]:
-        return {
-            _API_ADD_RAFT_VOTER: self._handle_add_voter_request,
-            _API_REMOVE_RAFT_VOTER: self._handle_remove_voter_request,
-            _API_UPDATE_RAFT_VOTER: self._handle_update_voter_request,
-        }
-
-    def _extra_response_handlers(self) -> dict[int, Callable[[_Inflight, Any, int], bool]]:
-        return {
-            _API_API_VERSIONS: self._handle_api_versions_response,
-            _API_UPDATE_RAFT_VOTER: self._handle_membership_response,
-            _API_ADD_RAFT_VOTER: self._handle_membership_response,
-            _API_REMOVE_RAFT_VOTER: self._handle_membership_response,
-        }
-
     def _membership_gate(self, state: LeaderState) -> ErrorCode | None:
         """The gates every voter change passes first, in Kafka's order."""
         if self._voter_change is not None or state.high_watermark is None:
@@ -2074,17 +2065,17 @@ class RaftNode:
             connection.inflight_token = None
         return self._send(destination_id, endpoints, request, now_ms)
 
-    def _extra_failure(self, inflight: _Inflight, failure: RequestFailure, now_ms: int) -> None:
+    def _fail_voter_change_on(self, inflight: _Inflight, failure: RequestFailure, now_ms: int) -> None:
         change = self._voter_change
         if change is not None and change.api_versions_token == inflight.token:
             change.api_versions_token = None
             self._finish_voter_change(ErrorCode.request_timed_out, f"the new voter did not answer ApiVersions: {failure.value}")
 
-    def _extra_deadlines(self, now_ms: int) -> list[int]:
+    def _membership_deadlines(self, now_ms: int) -> list[int]:
         deadlines = []
         if self._voter_change is not None and self._voter_change.record_offset is None:
             # Once the VotersRecord is written the change ends with its commit (the high watermark
-            # wakes us) or with the leadership; its deadline no longer applies (`_poll_extras`),
+            # wakes us) or with the leadership; its deadline no longer applies (`_poll_voter_change`),
             # and asking to be polled at it again would spin.
             deadlines.append(self._voter_change.deadline_ms)
         state = self._quorum.state
@@ -2092,7 +2083,7 @@ class RaftNode:
             deadlines.append(max(state.update_voter_deadline_ms, self._ready_at(now_ms, state.leader_id)))
         return deadlines
 
-    def _poll_extras(self, now_ms: int) -> None:
+    def _poll_voter_change(self, now_ms: int) -> None:
         change = self._voter_change
         if change is not None:
             if change.epoch != self.epoch or not isinstance(self._quorum.state, LeaderState):
@@ -2150,12 +2141,6 @@ class RaftNode:
         if response.error_code == ErrorCode.none and isinstance(state, FollowerState) and inflight.api_key == _API_UPDATE_RAFT_VOTER:
             state.update_voter_deadline_ms = _NEVER
         return bool(response.error_code == ErrorCode.none)
-
-    def _on_leader_start(self, state: LeaderState, now_ms: int) -> None:
-        self._learned_voters = {}
-
-    def _on_leader_end(self, now_ms: int) -> None:
-        self._finish_voter_change(ErrorCode.not_leader_or_follower, "leadership changed")
 
     def upgrade_kraft_version(self, epoch: int, version: int, *, validate_only: bool, now_ms: int) -> Output:
         """Finalize kraft.version `version` (the controller's UpdateFeatures calls this).
