@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.create_topics.v2 import request as create_topics_v2
 from kio.schema.create_topics.v7 import request as create_topics_v7
@@ -36,7 +36,7 @@ def _kio_bytes(entity: Any) -> bytes:
 
 
 @pytest.mark.parametrize("cls", ALL_VERSIONS)
-@settings(max_examples=30)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_every_record_version_encodes_as_kio_does(cls: type[Any], data: st.DataObject) -> None:
     record = data.draw(entity_strategy(cls))
@@ -89,6 +89,7 @@ def test_an_unsigned_varint_kio_refuses_is_refused(value: int) -> None:
         write_uvarint(bytearray(), value)
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31 - 1))
 def test_unsigned_varints_match_kio(value: int) -> None:
     from kio.serial.writers import write_unsigned_varint

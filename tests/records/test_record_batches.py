@@ -4,7 +4,7 @@ import struct
 
 import pytest
 from crc32c import crc32c
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kraft_engine.records import batches
@@ -291,6 +291,7 @@ def _kio_batch(*, base_offset: int, epoch: int, values: list[bytes], keys: list[
         return buffer.getvalue()
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     base_offset=st.integers(min_value=0, max_value=2**62),
     epoch=st.integers(min_value=0, max_value=2**31 - 1),
