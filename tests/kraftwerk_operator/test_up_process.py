@@ -43,10 +43,23 @@ spec:
 
 
 def _up(spec: Path, state: Path, *extra: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state), "--until-ready", *extra],
-        capture_output=True, text=True, timeout=timeout_s, check=False, cwd=REPO,
-    )
+    try:
+        return subprocess.run(
+            [*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state), "--until-ready", *extra],
+            capture_output=True, text=True, timeout=timeout_s, check=False, cwd=REPO,
+        )
+    except subprocess.TimeoutExpired:
+        # `kraftwerk up` was killed before it could stop its nodes (each in a session of its own)
+        _kill_nodes(state)
+        raise
+
+
+def _kill_nodes(state: Path) -> None:
+    for pid_file in state.glob("*/*/node-*/pid"):
+        pid = int(pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if cmdline.exists() and str(pid_file.parent / "server.properties").encode() in cmdline.read_bytes():
+            os.kill(pid, signal.SIGKILL)
 
 
 def _status(state: Path, name: str) -> dict:
