@@ -263,11 +263,13 @@ def test_a_clean_restart_reads_no_log_and_restores_producer_state_from_the_snaps
     wait_for(lambda: brokers.partitions(victim)[(topic, 0)]["log_end_offset"] == 200, timeout_s=60,
              what="the follower to hold all 200 records")
     node = brokers.nodes[victim]
+    epoch = brokers.status_of(victim)["broker_epoch"]
     brokers.signal(victim, signal.SIGTERM)
     assert node.process is not None and node.process.wait(timeout=60) == 0
     root = brokers.root / f"broker-{victim}"
     markers = list(root.glob("data-*/.kafka_cleanshutdown"))
-    assert len(markers) == 2 and all(json.loads(m.read_text())["brokerEpoch"] > 0 for m in markers)
+    # The epoch it registers with next as previous_broker_epoch (KIP-966's clean-restart signal).
+    assert len(markers) == 2 and all(json.loads(m.read_text())["brokerEpoch"] == epoch for m in markers)
     (snapshot,) = root.glob(f"data-*/{topic}-0/*.snapshot")
     assert snapshot.name == f"{200:020d}.snapshot"
     (entry,) = decode_snapshot(snapshot.read_bytes())

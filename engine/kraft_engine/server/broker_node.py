@@ -85,7 +85,7 @@ from kraft_engine.server.raft_driver import (
     wall_clock_ms,
 )
 from kraft_engine.server.raft_metrics import RaftMetrics
-from kraft_engine.server.replica_manager import ReplicaManager
+from kraft_engine.server.replica_manager import ReplicaManager, clean_shutdown_broker_epoch
 from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble, MetaPropertiesError
 from kraft_engine.storage.metadata_log import FileMetadataLog
 from kraft_engine.storage.partition_log import LogError
@@ -127,6 +127,7 @@ class BrokerNode:
         self.replicas: ReplicaManager | None = None
         self.lifecycle = BrokerLifecycle(
             incarnation_id=uuid.uuid4(),
+            previous_broker_epoch=clean_shutdown_broker_epoch(log_dirs.values()),
             heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
             backoff_ms=self._backoff_ms,
             now_ms=wall_clock_ms(),

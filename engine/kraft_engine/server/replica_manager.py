@@ -124,6 +124,7 @@ __all__ = [
     "Partition",
     "ProduceOutcome",
     "ReplicaManager",
+    "clean_shutdown_broker_epoch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -235,14 +236,10 @@ class ReplicaManager:
         # Directories a clean shutdown left marked: their logs open without recovery. The marker
         # goes before anything is written, so a crash from here on means full recovery again.
         self._clean_dirs: set[Path] = set()
-        self.previous_broker_epoch = -1
         for directory in self.log_dirs.values():
             marker = directory / CLEAN_SHUTDOWN_FILE_NAME
             if marker.exists():
                 self._clean_dirs.add(directory)
-                with contextlib.suppress(ValueError, OSError):
-                    self.previous_broker_epoch = max(self.previous_broker_epoch,
-                                                     int(json.loads(marker.read_text())["brokerEpoch"]))
                 marker.unlink()
                 fsync_dir(directory)
             self._cleaner_points[directory] = _read_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME)
@@ -1040,6 +1037,20 @@ def _write_producer_snapshot(partition: Partition) -> None:
     ]
     write_producer_snapshot(log.directory, log.log_end_offset, entries)
     delete_producer_snapshots(log.directory, keep_newest=_PRODUCER_SNAPSHOTS_KEPT)
+
+
+def clean_shutdown_broker_epoch(log_dirs: Iterable[Path]) -> int:
+    """The broker epoch a clean shutdown recorded in every log directory's `.kafka_cleanshutdown`,
+    or -1 when any directory lacks a readable one (the last shutdown was not clean there). The
+    broker registers with it as `previous_broker_epoch` (KIP-966: the controller tells a clean
+    restart from an unclean one); read it before the replica manager removes the markers."""
+    epochs = set()
+    for directory in log_dirs:
+        try:
+            epochs.add(int(json.loads((directory / CLEAN_SHUTDOWN_FILE_NAME).read_text())["brokerEpoch"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return -1
+    return epochs.pop() if len(epochs) == 1 else -1
 
 
 def _directory_of(error: BaseException, directories: list[Path]) -> Path | None:
