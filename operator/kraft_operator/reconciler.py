@@ -13,11 +13,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from kio.schema.errors import ErrorCode
+
+from kraft_engine.admin import QuorumAdmin, QuorumAdminError
+from kraft_engine.kafka_uuid import from_kafka_str
+from kraft_engine.raft import Endpoint, ReplicaKey
+from kraft_operator.admin import AdminError
 from kraft_operator.config_rules import EngineConfigRules
 from kraft_operator.metrics import OperatorMetrics
 from kraft_operator.model import Condition, ConditionStatus, ConditionType, KRaftCluster
-from kraft_operator.observing import observe_cluster
-from kraft_operator.plan import ConfigRules, Event, EventType, Plan, plan
+from kraft_operator.observing import admin_addresses, observe_cluster
+from kraft_operator.plan import AddVoter, ConfigRules, Event, EventType, Observed, Plan, plan
 from kraft_operator.runtime.port import Runtime, RuntimeActionError
 
 __all__ = ["Reconciler"]
@@ -48,8 +54,11 @@ class Reconciler:
         if self.act:
             for action in result.actions:
                 try:
-                    await self.runtime.apply(cluster, action)
-                except (RuntimeActionError, OSError) as e:
+                    if isinstance(action, AddVoter):
+                        await self._add_voter(cluster, action, observed=observed)
+                    else:
+                        await self.runtime.apply(cluster, action)
+                except (RuntimeActionError, AdminError, OSError) as e:
                     result = _action_failed(result, f"{type(action).__name__} for node {action.node.node_id}: {e}")
                     failed = True
                     break
@@ -62,6 +71,24 @@ class Reconciler:
             failed=failed,
         )
         return result
+
+
+    async def _add_voter(self, cluster: KRaftCluster, action: AddVoter, *, observed: Observed) -> None:
+        """AddRaftVoter through the active controller. DUPLICATE_VOTER means an earlier attempt (an
+        operator that died before seeing the answer) already added it: done."""
+        layout = self.runtime.layout(cluster)
+        controllers, _ = admin_addresses(cluster, layout=layout, observed=observed)
+        cluster_id = cluster.status.cluster_id if cluster.status is not None else None
+        voter = ReplicaKey(action.node.node_id, from_kafka_str(action.directory_id))
+        endpoints = tuple(Endpoint(name, host, port) for name, host, port in action.endpoints)
+        admin = QuorumAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000))
+        try:
+            await admin.add_raft_voter(cluster_id=cluster_id, voter=voter, endpoints=endpoints)
+        except QuorumAdminError as e:
+            if e.error is not ErrorCode.duplicate_voter:
+                raise AdminError(str(e), api="AddRaftVoter", error=e.error) from None
+        finally:
+            await admin.close()
 
 
 def _action_failed(result: Plan, message: str) -> Plan:

@@ -33,6 +33,7 @@ from kraft_operator.model import MANUAL_ROLL_ANNOTATION, ConditionStatus, Condit
 from kraft_operator.plan import (
     ROLL_OPERATION,
     Action,
+    AddVoter,
     BrokerFacts,
     ClusterFacts,
     FormatJobFacts,
@@ -141,9 +142,10 @@ class SimCluster:
     violations: list[str] = field(default_factory=list)
     restarts: list[tuple[int, bool]] = field(default_factory=list)  # (node, was up) per RestartNode
     revision_target: dict[int, str] = field(default_factory=dict)
+    voter_changes: list[int] = field(default_factory=list)  # controllers added by AddRaftVoter, in order
 
     # -- the runtime ---------------------------------------------------------------------------
-    def apply(self, action: Action) -> None:
+    def apply(self, action: Action | AddVoter) -> None:
         node_id = action.node.node_id
         node = self.nodes.setdefault(node_id, SimNode(node_id, action.node.pool))
         if isinstance(action, WriteConfig):
@@ -161,12 +163,26 @@ class SimCluster:
         elif isinstance(action, StartNode):
             if not node.running:
                 self._start(node, revision=action.revision)
+        elif isinstance(action, AddVoter):
+            self._check_add_voter(node)
+            if node_id not in self.voters:
+                self.voters = (*self.voters, node_id)
+                self.voter_changes.append(node_id)
         elif isinstance(action, RestartNode):
             self._check_restart(node)
             self.restarts.append((node_id, node.up))
             node.disrupted = node.up
             self._stop(node)
             self._start(node, revision=action.revision)
+
+    def _check_add_voter(self, node: SimNode) -> None:
+        """KIP-853's rule: only a caught-up observer joins, and only while every voter is caught up
+        (the majority grows with it)."""
+        if not node.up:
+            self.violations.append(f"AddRaftVoter for controller {node.node_id} before it caught up")
+        lagging = [v for v in self.voters if not self.nodes[v].up]
+        if lagging:
+            self.violations.append(f"AddRaftVoter for controller {node.node_id} while voters {lagging} lag")
 
     def _check_restart(self, node: SimNode) -> None:
         """The operator's promises, judged on the ground truth as it acts."""

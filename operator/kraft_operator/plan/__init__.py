@@ -14,9 +14,11 @@ the two things that differ per runtime arrive as ports: `Layout` (hosts, ports, 
 
 from kraft_operator.plan.actions import (
     Action,
+    AddVoter,
     Event,
     EventType,
     FormatStorage,
+    PlannedAction,
     QuorumBootstrap,
     ResizeVolume,
     RestartNode,
@@ -42,6 +44,7 @@ from kraft_operator.plan.facts import (
 )
 from kraft_operator.plan.gates import broker_gate, controller_gate, is_down, not_recovered, voter_caught_up
 from kraft_operator.plan.planning import Plan, plan
+from kraft_operator.plan.quorum_change import QUORUM_CHANGE_OPERATION, plan_quorum_change
 from kraft_operator.plan.rendering import (
     CONTROLLER_LISTENER,
     MANAGED_KEYS,
@@ -61,6 +64,7 @@ from kraft_operator.plan.validation import (
 
 __all__ = [
     "Action",
+    "AddVoter",
     "BrokerFacts",
     "CONTROLLER_LISTENER",
     "ClusterFacts",
@@ -80,7 +84,9 @@ __all__ = [
     "PartitionDetail",
     "PartitionFacts",
     "Plan",
+    "PlannedAction",
     "PodPhase",
+    "QUORUM_CHANGE_OPERATION",
     "QuorumBootstrap",
     "QuorumFacts",
     "ROLL_OPERATION",
@@ -101,6 +107,7 @@ __all__ = [
     "not_recovered",
     "parse_quantity_bytes",
     "plan",
+    "plan_quorum_change",
     "plan_roll",
     "render_config",
     "target_metadata_version",

@@ -15,9 +15,11 @@ from kraft_operator.plan.facts import NodeRef
 
 __all__ = [
     "Action",
+    "AddVoter",
     "Event",
     "EventType",
     "FormatStorage",
+    "PlannedAction",
     "QuorumBootstrap",
     "ResizeVolume",
     "RestartNode",
@@ -119,7 +121,20 @@ class ResizeVolume:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class AddVoter:
+    """AddRaftVoter (KIP-853) for a controller that caught up as an observer: sent by the reconciler
+    through the admin client to the active controller, not by the runtime."""
+
+    node: NodeRef
+    directory_id: str
+    endpoints: tuple[tuple[str, str, int], ...]  # (listener, host, port)
+    reason: str
+
+
+# What a runtime performs; `PlannedAction` adds what the reconciler sends through the admin client.
 Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume
+PlannedAction = Action | AddVoter
 
 
 class EventType(StrEnum):

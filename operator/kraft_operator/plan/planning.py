@@ -55,6 +55,7 @@ from kraft_operator.plan.actions import (
     Event,
     EventType,
     FormatStorage,
+    PlannedAction,
     QuorumBootstrap,
     StartNode,
     WriteConfig,
@@ -71,9 +72,10 @@ from kraft_operator.plan.facts import (
     QuorumFacts,
     ReplicaFacts,
 )
+from kraft_operator.plan.quorum_change import plan_quorum_change
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
 from kraft_operator.plan.resizing import grow_volumes
-from kraft_operator.plan.roll import RollDecision, node_revision, plan_roll
+from kraft_operator.plan.roll import RollDecision, fetch_timeout_ms, node_revision, plan_roll
 from kraft_operator.plan.runbooks import detect_runbooks
 from kraft_operator.plan.validation import (
     SpecProblem,
@@ -97,14 +99,14 @@ class Plan:
     """The planner's answer: actions in order, the status to publish, events to emit, and when to
     look again. `waiting_for` is what blocks progress, in words (empty when nothing does)."""
 
-    actions: tuple[Action, ...]
+    actions: tuple[PlannedAction, ...]
     status: KRaftClusterStatus
     events: tuple[Event, ...]
     requeue_after_ms: int
     waiting_for: str = ""
 
     @property
-    def next_action(self) -> Action | None:
+    def next_action(self) -> PlannedAction | None:
         return self.actions[0] if self.actions else None
 
 
@@ -175,7 +177,7 @@ class _Planner:
         self.builder = builder
         self.previous = builder.previous
         self.controllers = [n for n in nodes if n.is_controller]
-        self.actions: list[Action] = []
+        self.actions: list[PlannedAction] = []
         self.events: list[Event] = []
         self.blocked: list[str] = []  # Degraded: something is wrong with a node
         self.waiting: list[str] = []  # Progressing: something is on its way
@@ -212,6 +214,14 @@ class _Planner:
         )
         self.events.extend(opened_or_closed)
         status = status.model_copy(update={"runbooks": runbooks})
+        if roll is None or (roll.operation is None and not roll.actions):
+            change = self._quorum_change()
+            if change is not None:
+                status = status.model_copy(update={"last_manual_roll": roll.last_manual_roll if roll else
+                                                   status.last_manual_roll})
+                result = self._finish(status)
+                operation = change.model_copy(update={"waiting_for": result.waiting_for})
+                return replace(result, status=result.status.model_copy(update={"operation": operation}))
         if roll is None:
             return self._finish(status)
         status = status.model_copy(update={"last_manual_roll": roll.last_manual_roll})
@@ -220,6 +230,21 @@ class _Planner:
             return result
         operation = roll.operation.model_copy(update={"waiting_for": result.waiting_for})
         return replace(result, status=result.status.model_copy(update={"operation": operation}))
+
+    def _quorum_change(self) -> OperationStatus | None:
+        """KIP-853 scale-up, once neither the bootstrap nor a roll has anything to do; its operation."""
+        if self.spec.paused or self.actions or self.waiting or self.blocked:
+            return None
+        decision = plan_quorum_change(spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous,
+                                      layout=self.layout, now_ms=self.now_ms, now_text=self.builder.now_text,
+                                      fetch_timeout_ms=fetch_timeout_ms(self.spec))
+        if decision.operation is None:
+            return None
+        self.actions.extend(decision.actions)
+        self.events.extend(decision.events)
+        self.waiting.append(decision.waiting)
+        self.step = self.step or "quorum-change"
+        return decision.operation
 
     def _roll(self) -> RollDecision | None:
         """The rolling restart, once the bootstrap has nothing left to do; while it has, a roll under
@@ -512,6 +537,7 @@ class _Planner:
             "await-ready": "AwaitingReady",
             "roll": "RollingRestart",
             "roll-blocked": "RollBlocked",
+            "quorum-change": "QuorumChange",
             "paused": "Paused",
         }.get(self.step, "Observing")
 

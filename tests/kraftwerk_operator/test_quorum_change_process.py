@@ -1,0 +1,84 @@
+"""KIP-853 scale-up on the local runtime: `kraftwerk up` with three engine controllers, the spec
+edited to five; the two new controllers are formatted `--no-initial-controllers`, run as observers,
+and join the voter set through AddRaftVoter, which the engine's own `kraft metadata-quorum` then
+reports."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .test_roll_process import KRAFTWERK, REPO, _ready, _wait
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
+
+CONTROLLERS = """
+apiVersion: kraftwerk.io/v1alpha1
+kind: KRaftCluster
+metadata: {name: growing}
+spec:
+  nodePools:
+    - name: controllers
+      roles: [controller]
+      replicas: 3
+      storage: {volumes: [{id: 0, size: 1Gi}]}
+"""
+
+
+def _status(state: Path) -> dict | None:
+    try:
+        return yaml.safe_load((state / "default" / "growing" / "status.yaml").read_text())["status"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
+    spec = tmp_path / "growing.yaml"
+    spec.write_text(textwrap.dedent(CONTROLLERS))
+    state = tmp_path / "state"
+    log = tmp_path / "up.log"
+    with log.open("w") as out:
+        up = subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state)], stdout=out,
+                              stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        _wait("Ready", lambda: _ready(_status(state)), timeout_s=600, up=up, log=log)
+        grown = yaml.safe_load(spec.read_text())
+        grown["spec"]["nodePools"][0]["replicas"] = 5
+        spec.write_text(yaml.safe_dump(grown))
+
+        def five_voters() -> dict | None:
+            status = _status(state)
+            if status is None or status.get("operation") is not None or not _ready(status):
+                return None
+            voters = sorted(v["id"] for v in (status.get("quorum") or {}).get("voters", []))
+            return status if voters == [0, 1, 2, 3, 4] else None
+
+        status = _wait("five voters", five_voters, timeout_s=600, up=up, log=log)
+        bootstrap = ",".join(e.split("//", 1)[1] for v in status["quorum"]["voters"][:1] for e in v["endpoints"]
+                             if e.startswith("CONTROLLER://"))
+        described = subprocess.run(
+            [*KRAFTWERK[:2], "import sys; from kraft_engine.cli.main import main; sys.exit(main())",
+             "metadata-quorum", "--bootstrap-controller", bootstrap, "describe", "--status"],
+            capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+        )
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+    output = log.read_text()
+    assert described.returncode == 0, described.stdout + described.stderr
+    voters_line = next(line for line in described.stdout.splitlines() if line.startswith("CurrentVoters:"))
+    assert all(f'"id": {i}' in voters_line for i in range(5)), voters_line
+    adds = [line for line in output.splitlines() if " AddVoter " in line]
+    assert [int(line.split("node ", 1)[1].split(":", 1)[0]) for line in adds] == [3, 4], output[-3000:]
+    for node_id in (3, 4):
+        format_log = (state / "default" / "growing" / f"node-{node_id}" / "format.log").read_text()
+        assert "--no-initial-controllers" in format_log
