@@ -5,7 +5,6 @@ reports."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -13,39 +12,26 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .test_roll_process import KRAFTWERK, REPO, _ready, _wait
+from .builders import THREE_CONTROLLERS
+from .test_roll_process import KRAFTWERK, REPO, _ready, _wait, kraftwerk_up
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
 
-CONTROLLERS = """
-apiVersion: kraftwerk.io/v1alpha1
-kind: KRaftCluster
-metadata: {name: growing}
-spec:
-  nodePools:
-    - name: controllers
-      roles: [controller]
-      replicas: 3
-      storage: {volumes: [{id: 0, size: 1Gi}]}
-"""
 
 
 def _status(state: Path) -> dict | None:
     try:
-        return yaml.safe_load((state / "default" / "growing" / "status.yaml").read_text())["status"]
+        return yaml.safe_load((state / "ns" / "demo" / "status.yaml").read_text())["status"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
 
 
 def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
     spec = tmp_path / "growing.yaml"
-    spec.write_text(textwrap.dedent(CONTROLLERS))
+    spec.write_text(textwrap.dedent(THREE_CONTROLLERS))
     state = tmp_path / "state"
     log = tmp_path / "up.log"
-    with log.open("w") as out:
-        up = subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state)], stdout=out,
-                              stderr=subprocess.STDOUT, cwd=REPO)
-    try:
+    with kraftwerk_up(spec, state, log) as up:
         _wait("Ready", lambda: _ready(_status(state)), timeout_s=600, up=up, log=log)
         grown = yaml.safe_load(spec.read_text())
         grown["spec"]["nodePools"][0]["replicas"] = 5
@@ -66,13 +52,6 @@ def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
              "metadata-quorum", "--bootstrap-controller", bootstrap, "describe", "--status"],
             capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
         )
-    finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
     output = log.read_text()
     assert described.returncode == 0, described.stdout + described.stderr
     voters_line = next(line for line in described.stdout.splitlines() if line.startswith("CurrentVoters:"))
@@ -80,5 +59,5 @@ def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
     adds = [line for line in output.splitlines() if " AddVoter " in line]
     assert [int(line.split("node ", 1)[1].split(":", 1)[0]) for line in adds] == [3, 4], output[-3000:]
     for node_id in (3, 4):
-        format_log = (state / "default" / "growing" / f"node-{node_id}" / "format.log").read_text()
+        format_log = (state / "ns" / "demo" / f"node-{node_id}" / "format.log").read_text()
         assert "--no-initial-controllers" in format_log

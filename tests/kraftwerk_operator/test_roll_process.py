@@ -5,12 +5,14 @@ spec file is edited and the operator rolls every node, one at a time, each with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,15 +74,29 @@ def _wait(what: str, check, *, timeout_s: float, up: subprocess.Popen, log: Path
     raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
 
 
+@contextlib.contextmanager
+def kraftwerk_up(spec: Path, state: Path, log: Path) -> Iterator[subprocess.Popen]:
+    """`kraftwerk up -f spec` running in the background, stopped with SIGTERM (as Ctrl-C would)."""
+    with log.open("w") as out:
+        up = subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state)], stdout=out,
+                              stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        yield up
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+
+
 def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tmp_path: Path) -> None:
     spec = tmp_path / "rolling.yaml"
     spec.write_text(textwrap.dedent(CLUSTER))
     state = tmp_path / "state"
     log = tmp_path / "up.log"
-    with log.open("w") as out:
-        up = subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state)], stdout=out,
-                              stderr=subprocess.STDOUT, cwd=REPO)
-    try:
+    with kraftwerk_up(spec, state, log) as up:
         status = _wait("Ready with the demo topic",
                        lambda: (s := _status(state)) is not None and _ready(s) and (s.get("partitions") or {}).get("total", 0) >= 3
                        and s, timeout_s=600, up=up, log=log)
@@ -102,13 +118,6 @@ def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tm
                     and all(after.get(i, {}).get("revision") not in (None, before[i]["revision"]) for i in before))
 
         _wait("the roll to finish", rolled, timeout_s=600, up=up, log=log)
-    finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
     output = log.read_text()
     after = _started(state)
     # Each node was restarted exactly once (a new process), by a RestartNode the operator announced.
