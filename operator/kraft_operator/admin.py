@@ -345,6 +345,21 @@ class ClusterAdmin:
 
         return await self._first_answer(self.controllers + self.brokers, "ApiVersions", attempt)
 
+    async def supported_features(self, node: Address) -> dict[str, tuple[int, int]]:
+        """One node's supported feature ranges (name -> (min, max) level) from its ApiVersions, as
+        Kafka's controllers read a node's registration: what it can run."""
+
+        async def attempt(connection: KafkaConnection) -> dict[str, tuple[int, int]]:
+            version = min(3, connection.negotiated_version(API_VERSIONS_KEY))
+            fields: dict[str, Any] = {}
+            if version >= 3:
+                fields = {"client_software_name": "kraftwerk", "client_software_version": "0"}
+            response = await connection.send(request_class(API_VERSIONS_KEY, version)(**fields))
+            _check("ApiVersions", response.error_code)
+            return {str(f.name): (int(f.min_version), int(f.max_version)) for f in (response.supported_features or ())}
+
+        return await self._first_answer([node], "ApiVersions", attempt)
+
     # -- DescribeLogDirs -----------------------------------------------------------------------------
     async def describe_log_dirs(self, broker: Address) -> tuple[LogDirDescription, ...]:
         """One broker's log directories (DescribeLogDirs goes to the broker that holds them)."""

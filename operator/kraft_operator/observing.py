@@ -117,6 +117,8 @@ async def observe_cluster(
             )
         except AdminError as e:
             errors.append(str(e))
+        supported = await _supported_metadata_versions(admin, cluster, layout=layout, observed=observed,
+                                                       errors=errors)
         try:
             features = await admin.finalized_features()
             level = features.get(mv.FEATURE_NAME)
@@ -132,7 +134,33 @@ async def observe_cluster(
         finalized_metadata_version=finalized,
         errors=tuple(errors),
         partition_details=details,
+        supported_metadata_versions=supported,
     )
+
+
+async def _supported_metadata_versions(
+    admin: ClusterAdmin, cluster: KRaftCluster, *, layout: Layout, observed: Observed, errors: list[str]
+) -> dict[int, tuple[int, int]] | None:
+    """Each running node's supported metadata.version range (ApiVersions), None when some running
+    node did not answer (the bump then waits: it must know every node's range)."""
+    spec = cluster.spec
+    first = spec.listeners[0]
+    found: dict[int, tuple[int, int]] = {}
+    for node in desired_nodes(namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name,
+                              spec=spec, status=cluster.status):
+        facts = observed.nodes.get(node.ref.node_id)
+        if facts is None or facts.phase is not PodPhase.RUNNING:
+            continue
+        listener, port = (CONTROLLER_LISTENER, spec.controller_port) if node.is_controller else (first.name, first.port)
+        address = (layout.advertised_host(node.ref), layout.port(node.ref, listener=listener, spec_port=port))
+        try:
+            ranges = await admin.supported_features(address)
+        except AdminError as e:
+            errors.append(f"node {node.ref.node_id}: {e}")
+            return None
+        if mv.FEATURE_NAME in ranges:
+            found[node.ref.node_id] = ranges[mv.FEATURE_NAME]
+    return found
 
 
 def _replica(replica: ReplicaDescription, nodes: Mapping[int, tuple[Endpoint, ...]]) -> ReplicaFacts:

@@ -14,19 +14,35 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
+from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
+from kio.static.primitive import i8, i16
 
 from kraft_engine.admin import QuorumAdmin, QuorumAdminError
+from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.kafka_uuid import from_kafka_str
 from kraft_engine.raft import Endpoint, ReplicaKey
+from kraft_engine.records import metadata_version as mv
 from kraft_operator.admin import AdminError
 from kraft_operator.config_rules import EngineConfigRules
 from kraft_operator.metrics import OperatorMetrics
 from kraft_operator.model import Condition, ConditionStatus, ConditionType, KRaftCluster
 from kraft_operator.observing import admin_addresses, observe_cluster
-from kraft_operator.plan import AddVoter, ConfigRules, Event, EventType, Observed, Plan, plan
+from kraft_operator.plan import (
+    AddVoter,
+    ConfigRules,
+    Event,
+    EventType,
+    FinalizeMetadataVersion,
+    Observed,
+    Plan,
+    plan,
+)
 from kraft_operator.runtime.port import Runtime, RuntimeActionError
 
 __all__ = ["Reconciler"]
+
+_UPGRADE = 1  # UpdateFeatures upgrade types (KIP-584)
+_SAFE_DOWNGRADE = 2
 
 
 def _now_ms() -> int:
@@ -56,10 +72,13 @@ class Reconciler:
                 try:
                     if isinstance(action, AddVoter):
                         await self._add_voter(cluster, action, observed=observed)
+                    elif isinstance(action, FinalizeMetadataVersion):
+                        await self._finalize_metadata_version(cluster, action, observed=observed)
                     else:
                         await self.runtime.apply(cluster, action)
                 except (RuntimeActionError, AdminError, OSError) as e:
-                    result = _action_failed(result, f"{type(action).__name__} for node {action.node.node_id}: {e}")
+                    target = "the cluster" if isinstance(action, FinalizeMetadataVersion) else f"node {action.node.node_id}"
+                    result = _action_failed(result, f"{type(action).__name__} for {target}: {e}")
                     failed = True
                     break
         self.metrics.record(
@@ -89,6 +108,32 @@ class Reconciler:
                 raise AdminError(str(e), api="AddRaftVoter", error=e.error) from None
         finally:
             await admin.close()
+
+
+    async def _finalize_metadata_version(
+        self, cluster: KRaftCluster, action: FinalizeMetadataVersion, *, observed: Observed
+    ) -> None:
+        """UpdateFeatures with metadata.version alone, on the active controller; Kafka's refusal
+        (INVALID_UPDATE_VERSION and its message) becomes the action's failure in status."""
+        controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
+        kind = _SAFE_DOWNGRADE if action.downgrade else _UPGRADE
+        request = UpdateFeaturesRequest(
+            feature_updates=(FeatureUpdateKey(feature=mv.FEATURE_NAME, max_version_level=i16(action.level),
+                                              upgrade_type=i8(kind)),),
+            validate_only=False,
+        )
+        try:
+            async with ControllerAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000),
+                                       client_id="kraftwerk-operator") as admin:
+                response = await admin.send_to_active(request)
+        except ControllerAdminError as e:
+            raise AdminError(str(e), api="UpdateFeatures") from None
+        errors = [(ErrorCode(response.error_code), response.error_message)]
+        errors += [(ErrorCode(r.error_code), r.error_message) for r in response.results]
+        for code, message in errors:
+            if code is not ErrorCode.none:
+                raise AdminError(f"UpdateFeatures: {code.name.upper()}: {message or ''}", api="UpdateFeatures",
+                                 error=code)
 
 
 def _action_failed(result: Plan, message: str) -> Plan:

@@ -36,6 +36,7 @@ from kraft_operator.plan import (
     AddVoter,
     BrokerFacts,
     ClusterFacts,
+    FinalizeMetadataVersion,
     FormatJobFacts,
     FormatStorage,
     JobPhase,
@@ -106,6 +107,7 @@ class SimNode:
     slow_next: int = 0  # extra recovery ticks for the next start (a slow re-registration)
     restart_requested: bool = False
     started_at_ms: int = -1
+    supported: tuple[int, int] = (7, 27)  # metadata.version levels it runs (3.3-IV3 .. 4.1-IV1)
 
     @property
     def controller(self) -> bool:
@@ -143,9 +145,17 @@ class SimCluster:
     restarts: list[tuple[int, bool]] = field(default_factory=list)  # (node, was up) per RestartNode
     revision_target: dict[int, str] = field(default_factory=dict)
     voter_changes: list[int] = field(default_factory=list)  # controllers added by AddRaftVoter, in order
+    finalized: str = "4.1-IV1"
+    bumps: list[str] = field(default_factory=list)
+    upgraded_support: tuple[int, int] | None = None  # what a node restarted on a new revision supports
 
     # -- the runtime ---------------------------------------------------------------------------
-    def apply(self, action: Action | AddVoter) -> None:
+    def apply(self, action: Action | AddVoter | FinalizeMetadataVersion) -> None:
+        if isinstance(action, FinalizeMetadataVersion):
+            self._check_finalize(action)
+            self.finalized = action.version
+            self.bumps.append(action.version)
+            return
         node_id = action.node.node_id
         node = self.nodes.setdefault(node_id, SimNode(node_id, action.node.pool))
         if isinstance(action, WriteConfig):
@@ -174,6 +184,16 @@ class SimCluster:
             node.disrupted = node.up
             self._stop(node)
             self._start(node, revision=action.revision)
+
+    def _check_finalize(self, action: FinalizeMetadataVersion) -> None:
+        """Never in the middle of a roll (every node up on its target revision), and only a level
+        every node supports."""
+        behind = [n.node_id for n in self.nodes.values() if not n.up or self._needs_roll(n.node_id)]
+        if behind:
+            self.violations.append(f"metadata.version {action.version} finalized while nodes {behind} are not rolled and up")
+        unsupported = [n.node_id for n in self.nodes.values() if not n.supported[0] <= action.level <= n.supported[1]]
+        if unsupported:
+            self.violations.append(f"metadata.version {action.version} finalized; nodes {unsupported} do not support it")
 
     def _check_add_voter(self, node: SimNode) -> None:
         """KIP-853's rule: only a caught-up observer joins, and only while every voter is caught up
@@ -220,6 +240,8 @@ class SimCluster:
         return target is not None and self.nodes[node_id].revision != target
 
     def _start(self, node: SimNode, *, revision: str) -> None:
+        if self.upgraded_support is not None and revision and revision != node.revision:
+            node.supported = self.upgraded_support  # the new version runs newer levels
         node.revision = revision or node.revision
         node.restart_requested = False
         if node.config is None or not node.volumes:
@@ -360,8 +382,9 @@ class SimCluster:
             quorum=QuorumFacts(self.leader, self.epoch, leader_end, tuple(voters), observers),
             brokers=brokers,
             partitions=counts,
-            finalized_metadata_version="4.1-IV1",
+            finalized_metadata_version=self.finalized,
             partition_details=details,
+            supported_metadata_versions={n.node_id: n.supported for n in self.nodes.values() if n.running},
         )
 
 

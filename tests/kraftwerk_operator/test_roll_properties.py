@@ -92,6 +92,34 @@ def worlds(draw: st.DrawFn) -> tuple[KRaftCluster, Observed, int]:
     return cluster.model_copy(update={"status": status}), Observed(nodes=nodes, cluster=facts), now
 
 
+@st.composite
+def gated_worlds(draw: st.DrawFn, kind: str) -> tuple[KRaftCluster, Observed, int]:
+    """Worlds where only a gate stands between the plan and a restart: every pod runs, the node the
+    status recorded as `restarting` (a broker or a controller, per `kind`) needs its roll, the
+    brokers are registered, a leader exists; the partitions and the voters' timestamps are drawn."""
+    cluster, observed, now = draw(worlds())
+    node_id = draw(st.sampled_from(BROKERS if kind == "broker" else CONTROLLERS))
+    nodes = {
+        i: replace(f, phase=PodPhase.RUNNING, ready=True, restart_requested=False,
+                   started_at_ms=now - 60_000,
+                   started_revision="0ld" if i == node_id else _ready_cluster()[1][i].started_revision)
+        for i, f in observed.nodes.items()
+    }
+    facts = observed.cluster
+    assert facts is not None
+    quorum = facts.quorum or QuorumFacts(0, 3, 1000, tuple(ReplicaFacts(v, f"d{v}", 1000, now) for v in CONTROLLERS))
+    if quorum.leader_id == node_id and kind == "controller":
+        quorum = replace(quorum, leader_id=next(c for c in CONTROLLERS if c != node_id))
+    details = facts.partition_details if facts.partition_details is not None else ()
+    facts = replace(facts, quorum=quorum, brokers={b: BrokerFacts(b, fenced=False) for b in BROKERS},
+                    partition_details=details)
+    roll = RollStatus.model_validate({"trigger": "revision", "current": node_id, "phase": "restarting"})
+    status = cluster.status
+    assert status is not None
+    status = status.model_copy(update={"operation": OperationStatus(name=ROLL_OPERATION, step="restarting", roll=roll)})
+    return cluster.model_copy(update={"status": status}), Observed(nodes=nodes, cluster=facts), now
+
+
 def _up(node_id: int, observed: Observed, now: int) -> bool:
     """Kafka's view of a node that serves: running and ready; a broker registered and unfenced; a
     controller a voter the leader saw caught up within the fetch timeout since it started."""
@@ -162,11 +190,15 @@ def test_the_roll_never_proposes_an_unsafe_restart(world: tuple[KRaftCluster, Ob
 def test_a_planner_with_a_broken_gate_is_caught(monkeypatch, broken: str) -> None:
     found: list[str] = []
 
-    @settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(world=worlds())
+    # Derandomized: the same examples every run, so the catch does not depend on luck.
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(world=gated_worlds("broker" if broken == "broker_gate" else "controller"))
     def check(world: tuple[KRaftCluster, Observed, int]) -> None:
         found.extend(violations(*world))
         assert not found
+
+    check()  # the real planner passes the same worlds
 
     monkeypatch.setattr(roll_module, broken, lambda *a, **k: [])
     with pytest.raises(AssertionError):

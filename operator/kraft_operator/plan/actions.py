@@ -18,6 +18,7 @@ __all__ = [
     "AddVoter",
     "Event",
     "EventType",
+    "FinalizeMetadataVersion",
     "FormatStorage",
     "PlannedAction",
     "QuorumBootstrap",
@@ -132,9 +133,20 @@ class AddVoter:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class FinalizeMetadataVersion:
+    """UpdateFeatures for metadata.version only (an upgrade, or a safe downgrade), sent by the
+    reconciler to the active controller."""
+
+    level: int
+    version: str
+    downgrade: bool
+    reason: str
+
+
 # What a runtime performs; `PlannedAction` adds what the reconciler sends through the admin client.
 Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume
-PlannedAction = Action | AddVoter
+PlannedAction = Action | AddVoter | FinalizeMetadataVersion
 
 
 class EventType(StrEnum):

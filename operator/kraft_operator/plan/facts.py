@@ -184,6 +184,7 @@ class ClusterFacts:
     finalized_metadata_version: str | None = None
     errors: tuple[str, ...] = ()
     partition_details: tuple[PartitionDetail, ...] | None = None
+    supported_metadata_versions: Mapping[int, tuple[int, int]] | None = None  # node id -> (min, max) level
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ from kraft_operator.plan.facts import (
     QuorumFacts,
     ReplicaFacts,
 )
+from kraft_operator.plan.features import plan_metadata_version
 from kraft_operator.plan.quorum_change import plan_quorum_change
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
 from kraft_operator.plan.resizing import grow_volumes
@@ -215,7 +216,7 @@ class _Planner:
         self.events.extend(opened_or_closed)
         status = status.model_copy(update={"runbooks": runbooks})
         if roll is None or (roll.operation is None and not roll.actions):
-            change = self._quorum_change()
+            change = self._quorum_change() or self._metadata_version()
             if change is not None:
                 status = status.model_copy(update={"last_manual_roll": roll.last_manual_roll if roll else
                                                    status.last_manual_roll})
@@ -245,6 +246,26 @@ class _Planner:
         self.waiting.append(decision.waiting)
         self.step = self.step or "quorum-change"
         return decision.operation
+
+    def _metadata_version(self) -> OperationStatus | None:
+        """metadata.version finalization, once nothing else is under way; its operation."""
+        if self.spec.paused:
+            return None
+        busy = bool(self.actions or self.waiting or self.blocked)
+        decision = plan_metadata_version(spec=self.spec, nodes=self.nodes, observed=self.observed, busy=busy)
+        self.events.extend(decision.events)
+        if decision.refused:
+            self.blocked.append(decision.refused)
+            return None
+        if not (decision.actions or decision.waiting) or busy:
+            return None
+        self.actions.extend(decision.actions)
+        self.waiting.append(decision.waiting)
+        self.step = self.step or "metadata-version"
+        prev = self.previous.operation if self.previous is not None else None
+        started = prev.started_at if prev is not None and prev.name == "MetadataVersion" else self.builder.now_text
+        step = "finalize" if decision.actions else "held-back"
+        return OperationStatus(name="MetadataVersion", step=step, started_at=started)
 
     def _roll(self) -> RollDecision | None:
         """The rolling restart, once the bootstrap has nothing left to do; while it has, a roll under
@@ -538,6 +559,7 @@ class _Planner:
             "roll": "RollingRestart",
             "roll-blocked": "RollBlocked",
             "quorum-change": "QuorumChange",
+            "metadata-version": "MetadataVersion",
             "paused": "Paused",
         }.get(self.step, "Observing")
 
