@@ -331,12 +331,7 @@ class ClusterAdmin:
         controller still replaying its log) is skipped for the next one."""
 
         async def attempt(connection: KafkaConnection) -> dict[str, int]:
-            version = min(3, connection.negotiated_version(API_VERSIONS_KEY))
-            fields: dict[str, Any] = {}
-            if version >= 3:
-                fields = {"client_software_name": "kraftwerk", "client_software_version": "0"}
-            response = await connection.send(request_class(API_VERSIONS_KEY, version)(**fields))
-            _check("ApiVersions", response.error_code)
+            response = await _api_versions(connection)
             if getattr(response, "finalized_features_epoch", -1) < 0:
                 raise AdminError(
                     "ApiVersions: no finalized features loaded yet", api="ApiVersions", retriable=True
@@ -350,12 +345,7 @@ class ClusterAdmin:
         Kafka's controllers read a node's registration: what it can run."""
 
         async def attempt(connection: KafkaConnection) -> dict[str, tuple[int, int]]:
-            version = min(3, connection.negotiated_version(API_VERSIONS_KEY))
-            fields: dict[str, Any] = {}
-            if version >= 3:
-                fields = {"client_software_name": "kraftwerk", "client_software_version": "0"}
-            response = await connection.send(request_class(API_VERSIONS_KEY, version)(**fields))
-            _check("ApiVersions", response.error_code)
+            response = await _api_versions(connection)
             return {str(f.name): (int(f.min_version), int(f.max_version)) for f in (response.supported_features or ())}
 
         return await self._first_answer([node], "ApiVersions", attempt)
@@ -380,6 +370,17 @@ class ClusterAdmin:
             )
 
         return await self._first_answer([broker], "DescribeLogDirs", attempt)
+
+
+async def _api_versions(connection: KafkaConnection) -> Any:
+    """ApiVersions asked afresh (the handshake's answer may predate a finalization)."""
+    version = min(3, connection.negotiated_version(API_VERSIONS_KEY))
+    fields: dict[str, Any] = {}
+    if version >= 3:
+        fields = {"client_software_name": "kraftwerk", "client_software_version": "0"}
+    response = await connection.send(request_class(API_VERSIONS_KEY, version)(**fields))
+    _check("ApiVersions", response.error_code)
+    return response
 
 
 async def create_topic(
