@@ -5,7 +5,7 @@ operation each cluster is in, and how long each has been blocked.
     kraftwerk_operator_reconcile_duration_seconds{namespace,cluster}    histogram, observe + plan + apply
     kraftwerk_operator_actions_total{namespace,cluster,action}          WriteConfig, FormatStorage, StartNode
     kraftwerk_operator_operation{namespace,cluster,operation,step}      1 for the operation in progress
-    kraftwerk_operator_blocked_seconds_total{namespace,cluster}         time spent Degraded or refused
+    kraftwerk_operator_blocked_seconds_total{namespace,cluster}         time spent Degraded, refused, or with a gate holding the operation
     kraftwerk_operator_cluster_ready{namespace,cluster}                 1 when the Ready condition is True
 
 Everything goes to the registry given (a private one by default, so tests and several operators
@@ -43,7 +43,7 @@ class OperatorMetrics:
             registry=self.registry,
         )
         self.blocked = Counter(
-            "kraftwerk_operator_blocked_seconds", "Time spent Degraded or with a refused spec", labels,
+            "kraftwerk_operator_blocked_seconds", "Time spent Degraded, with a refused spec, or with a gate holding the operation", labels,
             registry=self.registry,
         )
         self.ready = Gauge("kraftwerk_operator_cluster_ready", "1 when Ready is True", labels, registry=self.registry)
@@ -72,7 +72,8 @@ class OperatorMetrics:
         since = self._blocked_since.pop(key, None)
         if since is not None:
             self.blocked.labels(namespace, cluster).inc(max(0.0, now_s - since))
-        if is_degraded or failed:
+        roll_blocked = operation is not None and bool(operation.blocked_by)
+        if is_degraded or failed or roll_blocked:
             self._blocked_since[key] = now_s
         ready = result.status.condition(ConditionType.READY)
         self.ready.labels(namespace, cluster).set(1 if ready is not None and ready.status is ConditionStatus.TRUE else 0)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from prometheus_client import generate_latest
 
 from kraft_operator.metrics import OperatorMetrics
+from kraft_operator.model import BlockerStatus, OperationStatus
 from kraft_operator.plan import plan
 
 from .builders import THREE_CONTROLLERS, FixedLayout, cluster_from
@@ -50,6 +52,25 @@ def test_reconciles_actions_operation_blocked_time_and_ready_per_cluster(rules) 
         now_s += 2.5
     assert _sample(metrics, "kraftwerk_operator_reconciles_total", **labels, result="refused") == 3
     assert _sample(metrics, "kraftwerk_operator_blocked_seconds_total", **labels) == 5.0
+
+
+def test_time_a_gate_holds_an_operation_counts_as_blocked(rules) -> None:
+    metrics = OperatorMetrics()
+    world = World(random.Random(0))
+    cluster = cluster_from(THREE_CONTROLLERS)
+    result = plan(cluster, observed=world.observe(cluster), layout=FixedLayout(), rules=rules,
+                  rng=random.Random(1), now_ms=0)
+    blocker = BlockerStatus(kind="partition", message="demo-0 would drop below min ISR 2", topic="demo",
+                            partition=0, replicas=[3, 4, 5], isr=[3, 4], min_isr=2)
+    held = replace(result, status=result.status.model_copy(
+        update={"operation": OperationStatus(name="roll", step="gating", blocked_by=[blocker])}))
+    labels = {"namespace": "ns", "cluster": "demo"}
+    metrics.record(namespace="ns", cluster="demo", result=held, duration_s=0.01, now_s=10.0)
+    metrics.record(namespace="ns", cluster="demo", result=held, duration_s=0.01, now_s=13.0)
+    # The gate opens: the time up to this reconcile counts, nothing after it.
+    metrics.record(namespace="ns", cluster="demo", result=result, duration_s=0.01, now_s=14.5)
+    metrics.record(namespace="ns", cluster="demo", result=result, duration_s=0.01, now_s=20.0)
+    assert _sample(metrics, "kraftwerk_operator_blocked_seconds_total", **labels) == 4.5
 
 
 def test_the_operation_in_progress_is_one_series_that_moves_with_its_step(rules) -> None:
