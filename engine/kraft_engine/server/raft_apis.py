@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from kio.schema.types import BrokerId
@@ -58,26 +58,29 @@ def _module(cls: type[Any]) -> Any:
     return sys.modules[cls.__module__]
 
 
+def _topics(request: Any, schema: Any, convert: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """The request's topics in the served schema, each partition passed through `convert`."""
+    return tuple(
+        schema.TopicData(topic_name=topic.topic_name, partitions=tuple(convert(p) for p in topic.partitions))
+        for topic in request.topics
+    )
+
+
 def _vote_with_pre_vote(request: Any, served: type[Any]) -> Any:
     schema = _module(served)
-    topics = tuple(
-        schema.TopicData(
-            topic_name=topic.topic_name,
-            partitions=tuple(
-                schema.PartitionData(
-                    partition_index=p.partition_index,
-                    replica_epoch=p.replica_epoch,
-                    replica_id=p.replica_id,
-                    replica_directory_id=getattr(p, "replica_directory_id", None),
-                    voter_directory_id=getattr(p, "voter_directory_id", None),
-                    last_offset_epoch=p.last_offset_epoch,
-                    last_offset=p.last_offset,
-                    pre_vote=False,
-                )
-                for p in topic.partitions
-            ),
-        )
-        for topic in request.topics
+    topics = _topics(
+        request,
+        schema,
+        lambda p: schema.PartitionData(
+            partition_index=p.partition_index,
+            replica_epoch=p.replica_epoch,
+            replica_id=p.replica_id,
+            replica_directory_id=getattr(p, "replica_directory_id", None),
+            voter_directory_id=getattr(p, "voter_directory_id", None),
+            last_offset_epoch=p.last_offset_epoch,
+            last_offset=p.last_offset,
+            pre_vote=False,
+        ),
     )
     if hasattr(request, "voter_id"):
         return served(cluster_id=request.cluster_id, voter_id=request.voter_id, topics=topics)
@@ -86,43 +89,33 @@ def _vote_with_pre_vote(request: Any, served: type[Any]) -> Any:
 
 def _begin_quorum_epoch_v0(request: Any, served: type[Any]) -> Any:
     schema = _module(served)
-    topics = tuple(
-        schema.TopicData(
-            topic_name=topic.topic_name,
-            partitions=tuple(
-                schema.PartitionData(
-                    partition_index=p.partition_index,
-                    voter_directory_id=None,
-                    leader_id=p.leader_id,
-                    leader_epoch=p.leader_epoch,
-                )
-                for p in topic.partitions
-            ),
-        )
-        for topic in request.topics
+    topics = _topics(
+        request,
+        schema,
+        lambda p: schema.PartitionData(
+            partition_index=p.partition_index,
+            voter_directory_id=None,
+            leader_id=p.leader_id,
+            leader_epoch=p.leader_epoch,
+        ),
     )
     return served(cluster_id=request.cluster_id, topics=topics, leader_endpoints=())
 
 
 def _end_quorum_epoch_v0(request: Any, served: type[Any]) -> Any:
     schema = _module(served)
-    topics = tuple(
-        schema.TopicData(
-            topic_name=topic.topic_name,
-            partitions=tuple(
-                schema.PartitionData(
-                    partition_index=p.partition_index,
-                    leader_id=p.leader_id,
-                    leader_epoch=p.leader_epoch,
-                    preferred_candidates=tuple(
-                        schema.ReplicaInfo(candidate_id=BrokerId(successor), candidate_directory_id=None)
-                        for successor in p.preferred_successors
-                    ),
-                )
-                for p in topic.partitions
+    topics = _topics(
+        request,
+        schema,
+        lambda p: schema.PartitionData(
+            partition_index=p.partition_index,
+            leader_id=p.leader_id,
+            leader_epoch=p.leader_epoch,
+            preferred_candidates=tuple(
+                schema.ReplicaInfo(candidate_id=BrokerId(successor), candidate_directory_id=None)
+                for successor in p.preferred_successors
             ),
-        )
-        for topic in request.topics
+        ),
     )
     return served(cluster_id=request.cluster_id, topics=topics, leader_endpoints=())
 
