@@ -9,7 +9,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -18,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .test_up_process import KRAFTWERK, REPO
+
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
 
-REPO = Path(__file__).resolve().parents[2]
-KRAFTWERK = [sys.executable, "-c", "import sys; from kraft_operator.cli import main; sys.exit(main())"]
 
 CLUSTER = """
 apiVersion: kraftwerk.io/v1alpha1
