@@ -144,6 +144,11 @@ class RequestContext:
         """The kio response class of the same api and version as the request."""
         return response_class(self.api_key, self.api_version)
 
+    @property
+    def response_schema(self) -> Any:
+        """The kio module of that response class, whose nested entities a handler builds."""
+        return sys.modules[self.response_class.__module__]
+
 
 Handler = Callable[[Any, RequestContext], Awaitable[Any]]
 """`async def handler(request, ctx) -> response`: the response must be of `ctx.response_class`,

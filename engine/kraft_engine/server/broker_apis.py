@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -91,10 +90,6 @@ def _make(cls: type[Any], **fields: Any) -> Any:
     return cls(**{k: v for k, v in fields.items() if k in names})
 
 
-def _module(ctx: RequestContext) -> Any:
-    return sys.modules[ctx.response_class.__module__]
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -141,7 +136,7 @@ class BrokerApis:
 
     # -- Metadata ----------------------------------------------------------------------------------
     async def metadata(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         image = self._image()
         listener_name = ctx.listener_name
         brokers = []
@@ -225,7 +220,7 @@ class BrokerApis:
             logger.info("Auto-creating %s failed: %s", names, error)
 
     async def describe_cluster(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         image = self._image()
         if int(getattr(request, "endpoint_type", _BROKER_ENDPOINT_TYPE)) != _BROKER_ENDPOINT_TYPE:
             return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
@@ -262,7 +257,7 @@ class BrokerApis:
 
     # -- Produce -------------------------------------------------------------------------------------
     async def produce(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         acks = int(request.acks)
         timeout_ms = int(request.timeout.total_seconds() * 1000)
         jobs: list[tuple[str, int, Any]] = []
@@ -318,7 +313,7 @@ class BrokerApis:
 
     # -- Fetch ---------------------------------------------------------------------------------------
     async def fetch(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         session_id = int(getattr(request, "session_id", 0))
         if session_id != 0:
             return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
@@ -431,7 +426,7 @@ class BrokerApis:
 
     # -- ListOffsets ---------------------------------------------------------------------------------
     async def list_offsets(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         replica_id = int(request.replica_id)
         topics = []
         for topic in request.topics:

@@ -158,10 +158,6 @@ def _timeout_ms(request: Any) -> int:
     return int(request.timeout.total_seconds() * 1000)
 
 
-def _module(ctx: RequestContext) -> Any:
-    return sys.modules[ctx.response_class.__module__]
-
-
 _LARGE_REFUSAL_ITEMS = 1000
 
 
@@ -222,7 +218,7 @@ class ControllerApis:
                                                timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
-            result_cls = _module(ctx).CreatableTopicResult
+            result_cls = ctx.response_schema.CreatableTopicResult
             results = await _each(request.topics, lambda t: result_cls(
                 name=t.name, topic_id=None, error_code=error.error_code, error_message=error.message, configs=None))
         return ctx.response_class(throttle_time=_NO_THROTTLE, topics=tuple(results))
@@ -233,7 +229,7 @@ class ControllerApis:
                                                timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
-            result_cls = _module(ctx).DeletableTopicResult
+            result_cls = ctx.response_schema.DeletableTopicResult
             results = await _each(request.topics, lambda t: result_cls(
                 name=t.name, topic_id=t.topic_id, error_code=error.error_code, error_message=error.message))
         return ctx.response_class(throttle_time=_NO_THROTTLE, responses=tuple(results))
@@ -246,7 +242,7 @@ class ControllerApis:
             error = _refusal(e)
             outcome = ApiError(error.error_code, error.message)
         # Up to v1 Kafka repeats the top-level outcome for every feature named in the request.
-        result_cls = _module(ctx).UpdatableFeatureResult
+        result_cls = ctx.response_schema.UpdatableFeatureResult
         results = tuple(
             result_cls(feature=u.feature, error_code=outcome.error_code, error_message=outcome.message)
             for u in request.feature_updates
@@ -261,7 +257,7 @@ class ControllerApis:
                                               timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
-            result_cls = _module(ctx).CreatePartitionsTopicResult
+            result_cls = ctx.response_schema.CreatePartitionsTopicResult
             return ctx.response_class(throttle_time=_NO_THROTTLE, results=await _each(request.topics, lambda t: result_cls(
                 name=t.name, error_code=error.error_code, error_message=error.message)))
 
@@ -270,7 +266,7 @@ class ControllerApis:
             return await self._service.write("incrementalAlterConfigs", lambda c: c.incremental_alter_configs(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
-            result_cls = _module(ctx).AlterConfigsResourceResponse
+            result_cls = ctx.response_schema.AlterConfigsResourceResponse
             return ctx.response_class(throttle_time=_NO_THROTTLE, responses=await _each(request.resources, lambda r: result_cls(
                 error_code=error.error_code, error_message=error.message, resource_type=r.resource_type,
                 resource_name=r.resource_name)))
@@ -377,7 +373,7 @@ class ControllerApis:
     # -- reads of the committed image --------------------------------------------------------------
     async def metadata(self, request: Any, ctx: RequestContext) -> Any:
         image = self._service.image
-        module = _module(ctx)
+        module = ctx.response_schema
         brokers = []
         for broker_id, registration in sorted(image.cluster.brokers.items()):
             if registration.listeners:

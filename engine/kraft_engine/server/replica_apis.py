@@ -18,7 +18,6 @@ for them), answered from the replica manager's hosted partitions:
 from __future__ import annotations
 
 import os
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -56,10 +55,6 @@ def leader_at_epoch(replicas: ReplicaManager, topic: str, index: int, *,
     return partition, ErrorCode.none
 
 
-def _module(ctx: RequestContext) -> Any:
-    return sys.modules[ctx.response_class.__module__]
-
-
 class ReplicaApis:
     def __init__(self, *, replicas: ReplicaManager) -> None:
         self._replicas = replicas
@@ -76,7 +71,7 @@ class ReplicaApis:
 
     # -- OffsetsForLeaderEpoch -----------------------------------------------------------------------
     async def offsets_for_leader_epoch(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         topics = []
         for topic in request.topics:
             results = []
@@ -96,7 +91,7 @@ class ReplicaApis:
 
     # -- DescribeProducers ---------------------------------------------------------------------------
     async def describe_producers(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         topics = []
         for topic in request.topics:
             results = []
@@ -120,7 +115,7 @@ class ReplicaApis:
 
     # -- DescribeLogDirs -----------------------------------------------------------------------------
     async def describe_log_dirs(self, request: Any, ctx: RequestContext) -> Any:
-        module = _module(ctx)
+        module = ctx.response_schema
         wanted: dict[str, set[int]] | None = None
         if request.topics is not None:
             wanted = {}
