@@ -166,12 +166,23 @@ def test_size_and_time_retention_move_the_log_start_on_every_replica_and_survive
         send.flush()
         send.close()
 
-        def moved() -> dict[int, int] | None:
-            starts = _log_starts(cluster, "sized")
-            return starts if len(set(starts.values())) == 1 and min(starts.values()) > 0 else None
+        # Retention deletes one segment per check, so the log start moves in steps. Wait until every
+        # replica agrees on a start past 0 that holds across several check intervals (the last step).
+        seen: list[tuple[float, int]] = []
 
-        starts = wait_for(moved, timeout_s=60, what="every replica of sized-0 to move its log start past 0")
-        start = next(iter(starts.values()))
+        def settled() -> int | None:
+            starts = set(_log_starts(cluster, "sized").values())
+            now = time.monotonic()
+            if len(starts) != 1 or min(starts) == 0:
+                seen.clear()
+                return None
+            start = starts.pop()
+            if not seen or seen[0][1] != start:
+                seen[:] = [(now, start)]
+                return None
+            return start if now - seen[0][0] >= 3.0 else None
+
+        start = wait_for(settled, timeout_s=90, what="every replica of sized-0 to settle its log start past 0")
         earliest, stored = _earliest_and_records(cluster, "sized")
         assert earliest == start
         assert stored == {o: v for o, v in offsets.items() if o >= start}  # what is left is whole and in place
