@@ -309,6 +309,10 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         return _NO_GENERATION if group is None else group.generation
 
+    def leader_of(self, group_id: str) -> str | None:
+        group = self._groups.get(group_id)
+        return None if group is None else group.leader_id
+
     def member_ids(self, group_id: str) -> list[str]:
         group = self._groups.get(group_id)
         return [] if group is None else list(group.members)
