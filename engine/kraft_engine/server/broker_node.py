@@ -75,6 +75,7 @@ from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.controller_node import METADATA_PARTITION_DIR, ControllerNode, StartupError
 from kraft_engine.server.controller_runtime import ControllerFatalError
+from kraft_engine.server.group_apis import GroupApis
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.listener_limits import listener_limits
 from kraft_engine.server.raft_driver import (
@@ -142,6 +143,7 @@ class BrokerNode:
         self.started = asyncio.Event()
         self._channel: ControllerChannel | None = None
         self._apis: BrokerApis | None = None
+        self.groups: GroupApis | None = None
         if shared is not None:
             shared.on_driver.append(self._attach)
         # Every feature the broker knows, with the levels it implements (Kafka's broker sends its
@@ -230,6 +232,8 @@ class BrokerNode:
         self._apis = BrokerApis(node_id=config.node_id, cluster_id=self.cluster_id, config=config, replicas=self.replicas,
                                 image=lambda: self.loader.image, channel=channel,
                                 broker_epoch=lambda: self.lifecycle.broker_epoch, registry=self.registry)
+        self.groups = GroupApis(node_id=config.node_id, config=config, replicas=self.replicas,
+                                image=lambda: self.loader.image, channel=channel)
         limits = listener_limits(config)
         for endpoint in config.listeners:
             if endpoint.listener_name in config.controller_listener_names:
@@ -238,6 +242,7 @@ class BrokerNode:
                 endpoint.listener_name, features_provider=self._features, registry=self.registry, **limits
             )
             self._apis.register(listener)
+            self.groups.register(listener)
             self.listeners.append(listener)
         self.registry.register(_BrokerMetrics(self))
         self.loader.install_publishers([_BrokerPublisher(self)])
@@ -285,6 +290,8 @@ class BrokerNode:
                 self.http = self._http_endpoint()
                 await self.http.start("0.0.0.0", config.kraftwerk_metrics_port)
             replicas.start()
+            if self.groups is not None:
+                self.groups.start()
             if own_driver is not None:
                 own_driver.start()
             lifecycle_task = asyncio.get_running_loop().create_task(self._lifecycle_loop())
@@ -311,6 +318,8 @@ class BrokerNode:
                     await lifecycle_task
             for listener in self.listeners:
                 await listener.close()
+            if self.groups is not None:
+                await self.groups.close()
             await replicas.close()
             await channel.close()
             if self.http is not None:
@@ -379,6 +388,8 @@ class BrokerNode:
         self._published = True
         if self.replicas is not None:
             self.replicas.apply_delta(delta, image)
+        if self.groups is not None:
+            self.groups.on_metadata()
         self._wake.set()
 
     def _publisher_fault(self, what: str, error: BaseException) -> None:

@@ -161,6 +161,16 @@ class KafkaConfig(BaseModel):
     auto_create_topics_enable: bool = True
     offsets_topic_replication_factor: int = 3
     offsets_topic_num_partitions: int = 50
+    # The group coordinator (Kafka's GroupCoordinatorConfig defaults).
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
+    offsets_commit_timeout_ms: int = 5000
+    offset_metadata_max_bytes: int = 4096
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = _INT_MAX
     message_max_bytes: int = 1024 * 1024 + 12
     log_segment_bytes: int = _DEFAULT_SEGMENT_BYTES
     log_retention_ms: int = _DEFAULT_RETENTION_MS
@@ -266,6 +276,15 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "num.replica.fetchers": ("num_replica_fetchers", 1, _INT_MAX),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, _INT_MAX),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 1, _INT_MAX),
+    "offsets.retention.minutes": ("offsets_retention_minutes", 1, _INT_MAX),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1, _LONG_MAX),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", 1, _INT_MAX),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0, _INT_MAX),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, _INT_MAX),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 0, _INT_MAX),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 0, _INT_MAX),
+    "group.max.size": ("group_max_size", 1, _INT_MAX),
     "message.max.bytes": ("message_max_bytes", 0, _INT_MAX),
     "log.segment.bytes": ("log_segment_bytes", 1024 * 1024, _INT_MAX),
     "log.retention.bytes": ("log_retention_bytes", -1, _LONG_MAX),
