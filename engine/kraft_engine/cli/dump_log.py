@@ -10,41 +10,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, TextIO
-
-from kio.records.readers import read_record
-from kio.serial.errors import DecodeError
-from kio.serial.readers import read_signed_varint, read_signed_varlong
-from kio.static.primitive import i64
 
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.records import (
     BatchHeader,
     ControlRecordError,
     ControlRecordType,
-    CorruptBatchError,
     decode_control_record,
     decode_metadata_record,
-    read_batch_header,
     record_to_json,
-    validate_batch,
 )
-from kraft_engine.records.batches import LOG_OVERHEAD, MAGIC, RECORD_BATCH_OVERHEAD
-from kraft_engine.records.compression import CODEC_NAMES, CODEC_NONE, decompress
+from kraft_engine.records.compression import CODEC_NAMES
+from kraft_engine.storage.log_file_reader import (
+    BatchRecord,
+    LogFileKind,
+    ScanStop,
+    classify_log_file,
+    read_batch_records,
+    read_log_file,
+    scan_batches,
+)
 
 __all__ = ["dump_file", "register"]
 
 _RECORD_INDENT = "|"
-_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
-_LOG_NAME = re.compile(r"^(\d{20})\.log$")
-# The file Kafka 3.x/4.1 `kafka-storage format` writes into every log dir (BootstrapDirectory).
-_BINARY_BOOTSTRAP_NAME = "bootstrap.checkpoint"
 _TIMESTAMP_TYPE_MASK = 0x08
 _DELETE_HORIZON_MASK = 0x40
 # How Kafka's DumpLogSegments labels each KRaft control record before its JSON form (sic: only the
@@ -101,24 +95,25 @@ def _run(args: argparse.Namespace) -> int:
 def dump_file(path: Path, *, out: TextIO, err: TextIO, decode_metadata: bool, deep: bool) -> bool:
     """Print one file; False when it could not be read to its end (the readable prefix is printed)."""
     print(f"Dumping {path}", file=out)
-    if (m := _LOG_NAME.match(path.name)) is not None:
-        print(f"Log starting offset: {int(m.group(1))}", file=out)
-    elif (m := _SNAPSHOT_NAME.match(path.name)) is not None:
-        print(f"Snapshot end offset: {int(m.group(1))}, epoch: {int(m.group(2))}", file=out)
-    elif path.name == _BINARY_BOOTSTRAP_NAME:
-        print("KRaft bootstrap snapshot", file=out)
-    else:
+    kind = classify_log_file(path.name)
+    if kind is None:
         print(f"Ignoring unknown file {path}: only .log segments and .checkpoint snapshots are read", file=err)
         return True
+    if kind.kind is LogFileKind.SEGMENT:
+        print(f"Log starting offset: {kind.offset}", file=out)
+    elif kind.kind is LogFileKind.SNAPSHOT:
+        print(f"Snapshot end offset: {kind.offset}, epoch: {kind.epoch}", file=out)
+    else:
+        print("KRaft bootstrap snapshot", file=out)
     try:
-        data = path.read_bytes()
+        data = read_log_file(path)
     except OSError as e:
         print(f"Error: cannot read {path}: {e.strerror or e}", file=err)
         return False
 
     ok = True
-    for item in _scan(data):
-        if isinstance(item, _Stop):
+    for item in scan_batches(data):
+        if isinstance(item, ScanStop):
             print(f"Found {len(data) - item.position} invalid bytes at the end of {path.name}", file=out)
             print(f"Error: {path}: stopped at byte {item.position}: {item.reason}", file=err)
             return False
@@ -129,54 +124,6 @@ def dump_file(path: Path, *, out: TextIO, err: TextIO, decode_metadata: bool, de
         elif deep:
             ok = _print_records(path, item.header, item.raw, out=out, err=err, decode_metadata=decode_metadata) and ok
     return ok
-
-
-@dataclass(frozen=True, slots=True)
-class _Batch:
-    position: int
-    header: BatchHeader
-    raw: bytes
-    crc_error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    """Where the framing broke: nothing after `position` can be read as batches."""
-
-    position: int
-    reason: str
-
-
-def _scan(data: bytes) -> Iterator[_Batch | _Stop]:
-    """Batches framed by their length fields; a CRC failure is reported but does not stop the scan
-    (like Kafka, which prints `isvalid: false`), a broken frame does."""
-    position = 0
-    while position < len(data):
-        remaining = len(data) - position
-        if remaining < RECORD_BATCH_OVERHEAD:
-            yield _Stop(position, f"{remaining} bytes cannot hold a batch header")
-            return
-        header = read_batch_header(data, position)
-        if header.magic != MAGIC:
-            yield _Stop(position, f"magic is {header.magic}, only v2 batches (magic 2) are read")
-            return
-        if header.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
-            yield _Stop(position, f"batch length {header.batch_length} is impossible")
-            return
-        if header.size_bytes > remaining:
-            yield _Stop(
-                position,
-                f"batch declares {header.size_bytes} bytes but only {remaining} remain (torn write?)",
-            )
-            return
-        raw = data[position : position + header.size_bytes]
-        crc_error: str | None = None
-        try:
-            validate_batch(raw)
-        except CorruptBatchError as e:
-            crc_error = e.reason
-        yield _Batch(position, header, raw, crc_error)
-        position += header.size_bytes
 
 
 def _batch_line(header: BatchHeader, *, position: int, crc_valid: bool) -> str:
@@ -199,52 +146,12 @@ def _batch_line(header: BatchHeader, *, position: int, crc_valid: bool) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _RecordView:
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    header_keys: tuple[str, ...]
-
-
-def _records(header: BatchHeader, raw: bytes) -> list[_RecordView]:
-    """Every record of one uncompressed batch, with its exact timestamp.
-
-    kio's reader rounds record timestamps down to whole seconds, so the millisecond timestamp is
-    rebuilt from the batch's base timestamp and the record's own delta (its third field).
-    """
-    records = []
-    position = RECORD_BATCH_OVERHEAD
-    for _ in range(header.record_count):
-        _, length_size = read_signed_varint(raw, position)
-        # Skip the record length and the one-byte attributes to reach the timestamp delta.
-        delta_ms, _ = read_signed_varlong(raw, position + length_size + 1)
-        record, size = read_record(raw, i64(header.base_timestamp), i64(header.base_offset), position)
-        records.append(
-            _RecordView(
-                offset=record.offset,
-                timestamp_ms=header.base_timestamp + delta_ms,
-                key=record.key,
-                value=record.value,
-                header_keys=tuple((h.key or b"").decode("utf-8", "replace") for h in record.headers),
-            )
-        )
-        position += size
-    if position != len(raw):
-        raise ValueError(f"{len(raw) - position} bytes follow the last of the {header.record_count} records")
-    return records
-
-
 def _print_records(
     path: Path, header: BatchHeader, raw: bytes, *, out: TextIO, err: TextIO, decode_metadata: bool
 ) -> bool:
     try:
-        if header.compression_codec != CODEC_NONE:
-            # The records section decompressed behind the same header, as Kafka's tool iterates it.
-            raw = raw[:RECORD_BATCH_OVERHEAD] + decompress(header.compression_codec, raw[RECORD_BATCH_OVERHEAD:])
-        records = _records(header, raw)
-    except (ValueError, OverflowError, DecodeError) as e:
+        records = read_batch_records(header, raw)
+    except ValueError as e:
         print(f"Error: {path}: records of the batch at offset {header.base_offset} do not decode: {e}", file=err)
         return False
     ok = True
@@ -262,7 +169,7 @@ def _print_records(
     return ok
 
 
-def _describe_control(record: _RecordView) -> str:
+def _describe_control(record: BatchRecord) -> str:
     try:
         record_type, entity = decode_control_record(record.key, record.value)
     except ControlRecordError as e:
@@ -273,7 +180,7 @@ def _describe_control(record: _RecordView) -> str:
     return f"{label} {json.dumps(_to_json(entity), separators=(',', ':'))}"
 
 
-def _describe_metadata(record: _RecordView) -> str:
+def _describe_metadata(record: BatchRecord) -> str:
     if record.value is None:
         return f"Error at {record.offset}, skipping. The record has no value."
     try:

@@ -14,6 +14,8 @@ one can be opened by the other and Kafka's own tools can inspect ours. Public AP
 - `partition_log`: `PartitionLog.open(dir, ...) -> (log, RecoveryReport)`; appends as leader or
   follower, reads, truncation, retention, flush (API in that module's docstring).
 - `metadata_log`: `FileMetadataLog`, the raft core's `RaftLog` over a PartitionLog + snapshots.
+- `log_file_reader`: read-only `list_log_files`, `read_log_file`, `scan_batches`, `read_batch_records`
+  for tools that must not change what they read (dump-log, the pipeline).
 - `storage_error`: `StorageIOError`, what every failed write, fsync or rename becomes.
 - `snapshots`: `SnapshotWriter`, `DownloadedSnapshotWriter`, `SnapshotReader`, listing/deleting
   `<offset>-<epoch>.checkpoint` files.
@@ -22,6 +24,18 @@ one can be opened by the other and Kafka's own tools can inspect ours. Public AP
 from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
 from kraft_engine.storage.checkpoint_file import CheckpointError
 from kraft_engine.storage.leader_epoch_cache import LeaderEpochCache
+from kraft_engine.storage.log_file_reader import (
+    BatchRecord,
+    LogFileKind,
+    LogFileName,
+    ScannedBatch,
+    ScanStop,
+    classify_log_file,
+    list_log_files,
+    read_batch_records,
+    read_log_file,
+    scan_batches,
+)
 from kraft_engine.storage.meta_properties import (
     MetaProperties,
     MetaPropertiesEnsemble,
@@ -50,12 +64,15 @@ from kraft_engine.storage.storage_error import StorageIOError
 
 __all__ = [
     "AppendInfo",
+    "BatchRecord",
     "CheckpointError",
     "DownloadedSnapshotWriter",
     "DroppedBytes",
     "FileMetadataLog",
     "FileQuorumStateStore",
     "LeaderEpochCache",
+    "LogFileKind",
+    "LogFileName",
     "LogError",
     "MetaProperties",
     "MetaPropertiesEnsemble",
@@ -65,13 +82,20 @@ __all__ = [
     "QuorumStateData",
     "QuorumStateError",
     "RecoveryReport",
+    "ScanStop",
+    "ScannedBatch",
     "SnapshotError",
     "SnapshotId",
     "SnapshotReader",
     "SnapshotWriter",
     "StorageIOError",
     "atomic_replace",
+    "classify_log_file",
     "fsync_dir",
+    "list_log_files",
+    "read_batch_records",
+    "read_log_file",
     "read_meta_properties",
+    "scan_batches",
     "write_meta_properties",
 ]
