@@ -36,6 +36,7 @@ from kraft_operator.plan import CONTROLLER_LISTENER, Event, Plan, desired_nodes
 from kraft_operator.printing import describe, get_wide
 from kraft_operator.reconciler import Reconciler
 from kraft_operator.runtime.local import LocalRuntime
+from kraft_pipeline import cli as pipeline_cli
 
 __all__ = ["SpecFileError", "load_cluster", "main"]
 
@@ -324,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     if importlib.util.find_spec("kraft_operator.handlers") is not None:
         importlib.import_module("kraft_operator.handlers").add_arguments(operator)
     operator.set_defaults(func=_run_operator)
+    pipeline_cli.register(sub)
     return parser
 
 

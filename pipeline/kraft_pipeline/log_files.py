@@ -1,0 +1,255 @@
+"""Finding the metadata logs under the paths a user gives, and decoding one file into Arrow batches.
+
+Paths may name a node's `__cluster_metadata-0` directory, the log dir holding it (with its
+`meta.properties`), a single `.log`/`.checkpoint` file, or any directory above them (a fleet's
+backup tree); every `__cluster_metadata-0` below is found. Which cluster and node a file belongs to
+comes from the `meta.properties` beside the partition directory, as Kafka's and ours both write it.
+
+Decoding one file is what one Spark task does. It uses the engine's read-only reader
+(`kraft_engine.storage.log_file_reader`) and record decoders (`kraft_engine.records`); nothing here
+parses bytes by itself. Damage never raises: a batch with a bad CRC, a torn tail, a record of an
+unknown type or version becomes a row whose `problem` says what is wrong, at which file, byte
+position and offset, with the bytes in `raw`, so nothing is dropped without a trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from kraft_engine.records import (
+    ControlRecordError,
+    MetadataRecordError,
+    decode_control_record,
+    decode_metadata_record,
+    record_type_of,
+)
+from kraft_engine.storage.log_file_reader import (
+    LogFileKind,
+    ScanStop,
+    classify_log_file,
+    read_batch_records,
+    read_log_file,
+    scan_batches,
+)
+from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
+from kraft_pipeline.record_schema import RECORD_STRUCT, record_struct_value
+
+__all__ = ["LogFile", "ROW_SCHEMA", "decode_file", "find_log_files"]
+
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+UNKNOWN_NODE_ID = -1
+UNKNOWN_CLUSTER_ID = "unknown"
+
+ROW_SCHEMA = pa.schema(
+    [
+        pa.field("cluster_id", pa.string(), nullable=False),
+        pa.field("node_id", pa.int32(), nullable=False),
+        pa.field("file", pa.string(), nullable=False),
+        pa.field("file_kind", pa.string(), nullable=False),  # segment, snapshot or bootstrap
+        pa.field("snapshot_end_offset", pa.int64()),  # the snapshot's id, for snapshot rows
+        pa.field("snapshot_epoch", pa.int32()),
+        pa.field("position", pa.int64()),  # the batch's byte position in the file
+        pa.field("offset", pa.int64()),
+        pa.field("batch_base_offset", pa.int64()),
+        pa.field("batch_last_offset", pa.int64()),
+        pa.field("leader_epoch", pa.int32()),
+        pa.field("batch_timestamp_ms", pa.int64()),
+        pa.field("batch_crc", pa.int64()),
+        pa.field("batch_sha256", pa.string()),  # the whole batch's bytes, to compare nodes' copies
+        pa.field("is_control", pa.bool_()),
+        pa.field("record_type", pa.string()),
+        pa.field("record_version", pa.int16()),
+        pa.field("record", RECORD_STRUCT),
+        pa.field("problem", pa.string()),  # set only on problem rows: what is wrong here
+        pa.field("raw", pa.binary()),  # a problem row's unreadable bytes
+    ]
+)
+ROWS_PER_BATCH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """One file to decode, with the cluster and node it belongs to (a Spark input partition)."""
+
+    path: str
+    cluster_id: str
+    node_id: int
+    # Set when the node's identity could not be read (the file is still decoded).
+    identity_problem: str | None = None
+
+
+def _identity(log_dir: Path) -> tuple[str, int, str | None]:
+    try:
+        meta = read_meta_properties(log_dir)
+    except FileNotFoundError:
+        return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, f"no meta.properties in {log_dir}"
+    except (MetaPropertiesError, OSError) as e:
+        return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, str(e)
+    if meta.cluster_id is None or meta.node_id is None:
+        return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, f"meta.properties in {log_dir} lacks cluster.id or node.id"
+    return meta.cluster_id, meta.node_id, None
+
+
+def _partition_dirs(path: Path) -> Iterator[Path]:
+    if path.name == METADATA_PARTITION_DIR:
+        yield path
+        return
+    for root, dirs, _files in os.walk(path):
+        if METADATA_PARTITION_DIR in dirs:
+            yield Path(root) / METADATA_PARTITION_DIR
+        dirs[:] = sorted(d for d in dirs if d != METADATA_PARTITION_DIR)
+
+
+def find_log_files(paths: list[str]) -> list[LogFile]:
+    """Every segment and snapshot under `paths`, in (cluster, node, file) order, each file once."""
+    found: dict[str, LogFile] = {}
+    for given in paths:
+        path = Path(given).resolve()
+        if path.is_file():
+            if classify_log_file(path.name) is not None:
+                cluster_id, node_id, problem = _identity(path.parent.parent)
+                found[str(path)] = LogFile(str(path), cluster_id, node_id, problem)
+            continue
+        for partition_dir in _partition_dirs(path):
+            cluster_id, node_id, problem = _identity(partition_dir.parent)
+            for entry in sorted(os.listdir(partition_dir)):
+                if classify_log_file(entry) is not None:
+                    file = str(partition_dir / entry)
+                    found[file] = LogFile(file, cluster_id, node_id, problem)
+    return sorted(found.values(), key=lambda f: (f.cluster_id, f.node_id, f.path))
+
+
+class _Rows:
+    """Rows of one file, flushed to Arrow record batches of ROWS_PER_BATCH."""
+
+    def __init__(self, file: LogFile) -> None:
+        self.file = file
+        name = classify_log_file(Path(file.path).name)
+        self.kind = name.kind.value if name is not None else "unknown"
+        is_snapshot = name is not None and name.kind is LogFileKind.SNAPSHOT
+        self.snapshot_end_offset = name.offset if name is not None and is_snapshot else None
+        self.snapshot_epoch = name.epoch if name is not None and is_snapshot else None
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, **values: Any) -> None:
+        self.rows.append(
+            {
+                "cluster_id": self.file.cluster_id,
+                "node_id": self.file.node_id,
+                "file": self.file.path,
+                "file_kind": self.kind,
+                "snapshot_end_offset": self.snapshot_end_offset,
+                "snapshot_epoch": self.snapshot_epoch,
+                **values,
+            }
+        )
+
+    def full(self) -> bool:
+        return len(self.rows) >= ROWS_PER_BATCH
+
+    def flush(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pylist(self.rows, schema=ROW_SCHEMA)
+        self.rows = []
+        return batch
+
+
+def decode_file(file: LogFile, *, data: bytes | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of one file as Arrow record batches; never raises on damaged input."""
+    rows = _Rows(file)
+    if file.identity_problem is not None:
+        rows.add(problem=f"{file.path}: cannot tell the node: {file.identity_problem}")
+    if data is None:
+        try:
+            data = read_log_file(Path(file.path))
+        except OSError as e:
+            rows.add(problem=f"{file.path}: cannot read: {e.strerror or e}")
+            data = b""
+    next_offset: int | None = None
+    for item in scan_batches(data):
+        if isinstance(item, ScanStop):
+            rows.add(
+                position=item.position,
+                offset=next_offset,
+                problem=(
+                    f"{file.path}: {'torn tail' if item.torn else 'unreadable bytes'} at byte {item.position}"
+                    f" (after offset {None if next_offset is None else next_offset - 1}): {item.reason}; "
+                    f"{len(data) - item.position} bytes not read"
+                ),
+                raw=data[item.position :],
+            )
+            break
+        header = item.header
+        batch = {
+            "position": item.position,
+            "batch_base_offset": header.base_offset,
+            "batch_last_offset": header.last_offset,
+            "leader_epoch": header.partition_leader_epoch,
+            "batch_timestamp_ms": header.max_timestamp,
+            "batch_crc": header.crc,
+            "batch_sha256": hashlib.sha256(item.raw).hexdigest(),
+            "is_control": header.is_control,
+        }
+        next_offset = header.next_offset
+        if item.crc_error is not None:
+            rows.add(
+                **batch,
+                offset=header.base_offset,
+                problem=(
+                    f"{file.path}: batch at byte {item.position} (offsets {header.base_offset}.."
+                    f"{header.last_offset}) is corrupt: {item.crc_error}"
+                ),
+                raw=item.raw,
+            )
+        else:
+            _add_records(rows, file=file, batch=batch, header_raw=(header, item.raw))
+        if rows.full():
+            yield rows.flush()
+    if rows.rows:
+        yield rows.flush()
+
+
+def _add_records(rows: _Rows, *, file: LogFile, batch: dict[str, Any], header_raw: tuple[Any, bytes]) -> None:
+    header, raw = header_raw
+    try:
+        records = read_batch_records(header, raw)
+    except ValueError as e:
+        rows.add(
+            **batch,
+            offset=header.base_offset,
+            problem=f"{file.path}: records of the batch at offset {header.base_offset} do not decode: {e}",
+            raw=raw,
+        )
+        return
+    for record in records:
+        try:
+            entity: object
+            if header.is_control:
+                _, control = decode_control_record(record.key, record.value)
+                entity, type_name, version = control, type(control).__name__, int(control.version)
+            else:
+                if record.value is None:
+                    raise MetadataRecordError("the record has no value")
+                entity, version = decode_metadata_record(record.value)
+                type_name = record_type_of(entity).name
+        except (MetadataRecordError, ControlRecordError, ValueError) as e:
+            rows.add(
+                **batch,
+                offset=record.offset,
+                problem=f"{file.path}: record at offset {record.offset} does not decode: {e}",
+                raw=record.value,
+            )
+            continue
+        rows.add(
+            **batch,
+            offset=record.offset,
+            record_type=type_name,
+            record_version=version,
+            record=record_struct_value(type_name, entity),
+        )

@@ -1,0 +1,171 @@
+"""The Arrow schema of a decoded record, derived from the engine's own record classes.
+
+A row's `record` column is a struct with one field per record type (`TopicRecord`,
+`PartitionChangeRecord`, ..., and the raft control records `LeaderChangeMessage`, `VotersRecord`,
+...), each a struct of that record's fields with their Kafka types: int32 stays int32, an array of
+int32 is a list of int32, a Uuid is its Kafka text form. Exactly one of them is set on a row. The
+types come from the classes `kraft_engine.records` decodes into (their field metadata and type
+hints), so a record type or field added to the engine appears here without a second copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+import uuid
+from typing import Any
+
+import pyarrow as pa
+from kio.schema.k_raft_version_record.v0 import KRaftVersionRecord
+from kio.schema.leader_change_message.v0 import LeaderChangeMessage
+from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
+from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
+from kio.schema.voters_record.v0 import VotersRecord
+
+from kraft_engine.kafka_uuid import from_kafka_str, to_kafka_str
+from kraft_engine.records import METADATA_RECORD_TYPES
+
+__all__ = [
+    "CONTROL_RECORD_CLASSES",
+    "RECORD_CLASSES",
+    "RECORD_STRUCT",
+    "record_from_struct_value",
+    "record_struct_value",
+]
+
+CONTROL_RECORD_CLASSES: tuple[type[Any], ...] = (
+    LeaderChangeMessage,
+    SnapshotHeaderRecord,
+    SnapshotFooterRecord,
+    KRaftVersionRecord,
+    VotersRecord,
+)
+
+# Record type name (the schema name) -> the class every version decodes into.
+RECORD_CLASSES: dict[str, type[Any]] = {
+    **{t.name: t.latest_class for t in sorted(METADATA_RECORD_TYPES.values(), key=lambda t: t.api_key)},
+    **{cls.__name__: cls for cls in CONTROL_RECORD_CLASSES},
+}
+
+_KAFKA_TYPES: dict[str, pa.DataType] = {
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint16": pa.int32(),  # Arrow's unsigned types have no Spark counterpart: widen
+    "uint32": pa.int64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "bool": pa.bool_(),
+    "uuid": pa.string(),
+    "bytes": pa.binary(),
+    "records": pa.binary(),
+}
+# kio's primitive NewTypes (i8, u16, ...) by name, for fields without kafka_type metadata.
+_KIO_PRIMITIVES = {
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "int16", "u16": "uint16", "u32": "uint32", "u64": "int64", "f64": "float64",
+}
+
+
+def _is_optional(hint: Any) -> tuple[Any, bool]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return hint, False
+
+
+def _scalar_kafka_type(hint: Any, declared: str | None) -> str:
+    if declared in _KAFKA_TYPES:
+        return declared
+    while hasattr(hint, "__supertype__"):
+        if getattr(hint, "__name__", "") in _KIO_PRIMITIVES:
+            return _KIO_PRIMITIVES[hint.__name__]
+        hint = hint.__supertype__
+    if hint is bool:
+        return "bool"
+    if hint is str:
+        return "string"
+    if hint is uuid.UUID:
+        return "uuid"
+    if hint is bytes:
+        return "bytes"
+    if hint is float:
+        return "float64"
+    if hint is int:
+        return "int64"
+    raise TypeError(f"no Arrow type for {hint!r} (kafka type {declared!r})")
+
+
+def _arrow_type(hint: Any, declared: str | None) -> pa.DataType:
+    hint, _ = _is_optional(hint)
+    if typing.get_origin(hint) is tuple:
+        return pa.list_(_arrow_type(typing.get_args(hint)[0], declared))
+    if dataclasses.is_dataclass(hint):
+        return _struct_of(hint)
+    return _KAFKA_TYPES[_scalar_kafka_type(hint, declared)]
+
+
+def _struct_of(cls: Any) -> pa.StructType:
+    hints = typing.get_type_hints(cls)
+    return pa.struct(
+        [
+            pa.field(f.name, _arrow_type(hints[f.name], f.metadata.get("kafka_type")), nullable=True)
+            for f in dataclasses.fields(cls)
+        ]
+    )
+
+
+RECORD_STRUCT: pa.StructType = pa.struct(
+    [pa.field(name, _struct_of(cls), nullable=True) for name, cls in RECORD_CLASSES.items()]
+)
+"""One field per record type; a row sets the one its record is."""
+
+
+def _plain(value: Any) -> Any:
+    """A decoded entity as Arrow's from_pylist wants it: dicts, lists, Uuids in Kafka's text form."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return to_kafka_str(value)
+    if isinstance(value, bool | str | bytes | float) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    return value
+
+
+def record_struct_value(type_name: str, entity: object) -> dict[str, Any]:
+    """The `record` column's value for one decoded record of `type_name`."""
+    return {type_name: _plain(entity)}
+
+
+
+
+def _from_plain(hint: Any, value: Any) -> Any:
+    hint, _ = _is_optional(hint)
+    if value is None:
+        return None
+    if typing.get_origin(hint) is tuple:
+        (item,) = typing.get_args(hint)[:1]
+        return tuple(_from_plain(item, v) for v in value)
+    if dataclasses.is_dataclass(hint):
+        return _entity(hint, value)
+    if hint is uuid.UUID:
+        return from_kafka_str(value)
+    return value
+
+
+def _entity(cls: Any, value: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _from_plain(hints[f.name], value[f.name]) for f in dataclasses.fields(cls)})
+
+
+def record_from_struct_value(type_name: str, value: dict[str, Any]) -> object:
+    """The engine's record object back from a row's `record` column (the inverse of
+    record_struct_value), so derivations replay records with the engine's own code."""
+    return _entity(RECORD_CLASSES[type_name], value[type_name])

@@ -1,0 +1,20 @@
+"""One local SparkSession for the whole test session (a JVM start costs seconds), with the
+`kraft-metadata` source registered and few shuffle partitions (the inputs are small)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from kraft_pipeline.session import build_session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_session(master="local[2]", app_name="kraftwerk-pipeline-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
