@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from kraft_pipeline.session import build_session
+
+# The process harness (real controllers and brokers) lives beside the process tests.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "process"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,396 @@
+"""The pipeline on logs written by a real cluster: three controllers and three brokers as processes,
+a topic created, a broker killed with SIGKILL (fenced, ISR shrinks) and restarted (registers a new
+incarnation, unfenced, ISR expands). `kraftwerk pipeline run` then finds each of those events at
+the offsets the live cluster's high watermark brackets, its tables agree with a straight replay of
+the same log through the engine's MetadataLoader, and the URP count rises and returns to 0.
+
+The same disks, copied with planted faults (each copy a cluster of its own, so one run checks
+them all), fail the DR check that should catch each: a flipped byte in a committed batch on one
+node, a node whose batch diverges with a valid CRC, a missing segment, and a snapshot that
+disagrees with its log; the untouched copy passes every check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker_processes import BrokerCluster, start_cluster
+from pyspark.sql import SparkSession
+from quorum_processes import kraft_tool, wait_for
+from replay import Replay, straight_replay
+
+from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
+from kraft_engine.records import (
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    build_batch,
+    encode_metadata_record,
+)
+from kraft_engine.storage.log_file_reader import ScannedBatch, read_log_file, scan_batches
+from kraft_engine.storage.meta_properties import read_meta_properties, write_meta_properties
+from kraft_engine.storage.snapshots import SnapshotId, SnapshotWriter
+from kraft_operator.cli import main as kraftwerk_main
+from kraft_pipeline.job import TABLES
+
+pytestmark = pytest.mark.process
+
+TOPIC = "pipeline-demo"
+PARTITIONS = 2
+KILLED = 102
+CONTROLLERS = (1, 2, 3)
+BROKERS = (101, 102, 103)
+
+
+def leader_hwm(cluster: BrokerCluster) -> int:
+    """The high watermark the quorum's leader reports (every offset below it is committed)."""
+
+    def found() -> int | None:
+        for node_id in CONTROLLERS:
+            status = cluster.status(node_id)
+            if status is not None and status["role"] == "Leader" and status["high_watermark"] >= 0:
+                return int(status["high_watermark"])
+        return None
+
+    return wait_for(found, timeout_s=90, what="a controller leader's high watermark")
+
+
+def partition_dir(root: Path, node_id: int) -> Path:
+    kind = "controller" if node_id in CONTROLLERS else "broker"
+    return root / f"{kind}-{node_id}" / "metadata" / "__cluster_metadata-0"
+
+
+def fenced(broker_id: int, after: int) -> Any:
+    def match(record: object) -> bool:
+        return (isinstance(record, FenceBrokerRecord) and record.id == broker_id) or (
+            isinstance(record, BrokerRegistrationChangeRecord) and record.broker_id == broker_id and record.fenced == 1
+        )
+
+    return lambda cluster: next(
+        (o for o, (_, r) in sorted(straight_replay(partition_dir(cluster.root, 1)).records.items())
+         if o >= after and match(r)),
+        None,
+    )
+
+
+@dataclasses.dataclass
+class Run:
+    root: Path
+    cluster_id: str
+    marks: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    root = Path(tmp_path_factory.mktemp("pipeline-cluster"))
+    cluster = BrokerCluster(root=root)
+    marks: dict[str, int] = {}
+    try:
+        start_cluster(cluster, controllers=len(CONTROLLERS), brokers=len(BROKERS))
+        marks["before_create"] = leader_hwm(cluster)
+        kraft_tool("topics", "--bootstrap-controller", cluster.bootstrap_servers(), "--create", "--topic", TOPIC,
+                   "--partitions", str(PARTITIONS), "--replication-factor", "3", check=True)
+        for partition in range(PARTITIONS):
+            cluster.wait_isr(TOPIC, partition, set(BROKERS), timeout_s=120)
+        marks["after_create"] = leader_hwm(cluster)
+
+        marks["before_kill"] = leader_hwm(cluster)
+        cluster.kill(KILLED)
+        # Fenced once its session (6 s) runs out; seen in the controller's own log file.
+        wait_for(lambda: fenced(KILLED, marks["before_kill"])(cluster), timeout_s=120,
+                 what=f"broker {KILLED}'s fencing in the metadata log")
+        for partition in range(PARTITIONS):
+            cluster.wait_isr(TOPIC, partition, set(BROKERS) - {KILLED}, timeout_s=120)
+        marks["after_fence"] = leader_hwm(cluster)
+
+        marks["before_restart"] = leader_hwm(cluster)
+        cluster.start(KILLED)
+        cluster.wait_ready([KILLED], timeout_s=120)
+        for partition in range(PARTITIONS):
+            cluster.wait_isr(TOPIC, partition, set(BROKERS), timeout_s=120)
+        marks["after_restart"] = leader_hwm(cluster)
+        cluster_id = read_meta_properties(partition_dir(root, 1).parent).cluster_id
+        assert cluster_id is not None
+    finally:
+        # SIGKILL, as a crash would leave the disks: the reader must cope with whatever is there.
+        cluster.cleanup()
+    yield Run(root=root, cluster_id=cluster_id, marks=marks)
+
+
+@pytest.fixture(scope="module")
+def pipeline_output(cluster_run: Run, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = Path(tmp_path_factory.mktemp("pipeline-output"))
+    before = tree_digest(cluster_run.root)
+    from kraft_pipeline.job import run
+
+    run(inputs=[str(cluster_run.root)], output=str(output), spark=spark)
+    assert tree_digest(cluster_run.root) == before, "the pipeline changed its input"
+    return output
+
+
+def tree_digest(directory: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and "__cluster_metadata-0" in p.parts
+    }
+
+
+def table(spark: SparkSession, output: Path, name: str) -> list[dict[str, Any]]:
+    path = output / name
+    if not any(path.rglob("*.parquet")):
+        return []
+    return [row.asDict(recursive=True) for row in spark.read.parquet(str(path)).collect()]
+
+
+def test_events_are_found_at_the_offsets_the_live_cluster_brackets(
+    cluster_run: Run, pipeline_output: Path, spark: SparkSession
+) -> None:
+    events = table(spark, pipeline_output, "events")
+    marks = cluster_run.marks
+    assert {e["cluster_id"] for e in events} == {cluster_run.cluster_id}
+
+    def between(kind: str, low: str, high: str, **match: Any) -> list[dict[str, Any]]:
+        return [
+            e for e in events
+            if e["event"] == kind and marks[low] <= e["offset"] < marks[high]
+            and all(e[k] == v for k, v in match.items())
+        ]
+
+    assert len(between("topic_created", "before_create", "after_create", topic=TOPIC)) == 1
+    created = between("partition_created", "before_create", "after_create", topic=TOPIC)
+    assert sorted(e["partition"] for e in created) == list(range(PARTITIONS))
+    assert all(sorted(e["replicas"]) == list(BROKERS) for e in created)
+
+    assert between("broker_fenced", "before_kill", "after_fence", node_id=KILLED)
+    shrunk = between("isr_shrunk", "before_kill", "after_fence", topic=TOPIC)
+    assert sorted({e["partition"] for e in shrunk}) == list(range(PARTITIONS))
+    assert all(KILLED in e["previous_isr"] and KILLED not in e["isr"] for e in shrunk)
+
+    registered = between("broker_registered", "before_restart", "after_restart", node_id=KILLED)
+    assert len(registered) == 1
+    first = [e for e in events if e["event"] == "broker_registered" and e["node_id"] == KILLED]
+    assert len({e["incarnation_id"] for e in first}) == 2, "the restart registers a new incarnation"
+    assert between("broker_unfenced", "before_restart", "after_restart", node_id=KILLED)
+    expanded = between("isr_expanded", "before_restart", "after_restart", topic=TOPIC)
+    assert sorted({e["partition"] for e in expanded}) == list(range(PARTITIONS))
+    assert all(KILLED in e["isr"] for e in expanded)
+
+    assert [e for e in events if e["event"] == "feature_level_changed" and e["name"] == "metadata.version"]
+    assert [e for e in events if e["event"] == "controller_elected"]
+
+
+def test_tables_agree_with_a_straight_replay_through_the_metadata_loader(
+    cluster_run: Run, pipeline_output: Path, spark: SparkSession
+) -> None:
+    replay: Replay = straight_replay(partition_dir(cluster_run.root, 1))
+    events = table(spark, pipeline_output, "events")
+    # every record-level event is at an offset holding that record in the replayed log
+    kinds = {"topic_created": TopicRecord, "broker_registered": RegisterBrokerRecord}
+    for kind, record_type in kinds.items():
+        assert sorted(e["offset"] for e in events if e["event"] == kind) == replay.offsets_of(record_type.__name__)
+    fence_offsets = sorted(
+        e["offset"] for e in events if e["event"] == "broker_fenced"
+    )
+    replay_fences = sorted(
+        o for o, (_, r) in replay.records.items()
+        if isinstance(r, FenceBrokerRecord) or (isinstance(r, BrokerRegistrationChangeRecord) and r.fenced == 1)
+    )
+    assert fence_offsets == replay_fences
+    for e in events:
+        if e["event"] in ("broker_fenced", "broker_unfenced"):
+            broker = replay.image_at(e["offset"]).cluster.broker(e["node_id"])
+            assert broker is not None and broker.fenced == (e["event"] == "broker_fenced"), e
+
+    # each interval of partition_history is the loader's image of that partition at its start
+    history = table(spark, pipeline_output, "partition_history")
+    assert history
+    from kraft_engine.kafka_uuid import from_kafka_str
+
+    def batch_of(offset: int) -> int:
+        return min(last for last in replay.images if last >= offset)
+
+    for interval in history:
+        if interval["end_offset"] is not None and batch_of(interval["end_offset"]) == batch_of(interval["start_offset"]):
+            continue  # changed again within the same batch: the loader's images are per batch
+        image = replay.image_at(interval["start_offset"])
+        state = image.topics.get_partition(from_kafka_str(interval["topic_id"]), interval["partition"])
+        assert state is not None, interval
+        got = (interval["leader"], interval["leader_epoch"], interval["partition_epoch"],
+               interval["replicas"], interval["isr"])
+        assert got == (state.leader, state.leader_epoch, state.partition_epoch, list(state.replicas), list(state.isr))
+        if interval["end_offset"] is None:  # still open: the final image holds it unchanged
+            final = replay.images[max(replay.images)].topics.get_partition(
+                from_kafka_str(interval["topic_id"]), interval["partition"])
+            assert final is not None and final.partition_epoch == interval["partition_epoch"]
+
+
+def test_urp_rises_after_the_kill_and_returns_to_zero_after_the_restart(
+    cluster_run: Run, pipeline_output: Path, spark: SparkSession
+) -> None:
+    urp = sorted(table(spark, pipeline_output, "urp_history"), key=lambda r: r["offset"])
+    marks = cluster_run.marks
+    during = [r for r in urp if marks["before_kill"] <= r["offset"] < marks["after_fence"]]
+    assert max(r["under_replicated"] for r in during) == PARTITIONS
+    at_end = [r for r in urp if r["offset"] < marks["after_restart"]][-1]
+    assert at_end["under_replicated"] == 0 and at_end["offline"] == 0
+    totals = {(r["topic"], r["partition"]): r for r in table(spark, pipeline_output, "urp_partition_totals")}
+    assert all(totals[(TOPIC, p)]["under_replicated_ms"] > 0 for p in range(PARTITIONS))
+
+
+def test_a_healthy_clusters_dr_checks_pass(cluster_run: Run, pipeline_output: Path, spark: SparkSession) -> None:
+    checks = table(spark, pipeline_output, "dr_checks")
+    failed = [c for c in checks if c["status"] != "pass"]
+    assert not failed, failed
+    names = {c["check"] for c in checks}
+    assert {"log_agreement", "segment_continuity", "rebuildable_from", "snapshot_age", "voter_set_history"} <= names
+    voters = next(c for c in checks if c["check"] == "voter_set_history")
+    assert "[1, 2, 3]" in voters["evidence"]
+    assert table(spark, pipeline_output, "problems") == []
+
+
+# -- planted faults ------------------------------------------------------------------------------
+
+
+def copy_as_cluster(run: Run, root: Path, name: str) -> tuple[Path, str]:
+    """A copy of every node's metadata dir under root/name, relabelled as a cluster of its own."""
+    target = root / name
+    cluster_id = to_kafka_str(random_uuid())
+    for node_id in (*CONTROLLERS, *BROKERS):
+        source = partition_dir(run.root, node_id).parent
+        dest = target / f"node-{node_id}"
+        dest.mkdir(parents=True)
+        shutil.copytree(source / "__cluster_metadata-0", dest / "__cluster_metadata-0")
+        meta = read_meta_properties(source)
+        write_meta_properties(dest, dataclasses.replace(meta, cluster_id=cluster_id))
+    return target, cluster_id
+
+
+def segment_batches(segment: Path) -> list[ScannedBatch]:
+    return [b for b in scan_batches(read_log_file(segment)) if isinstance(b, ScannedBatch)]
+
+
+def only_segment(node_root: Path) -> Path:
+    (segment,) = sorted((node_root / "__cluster_metadata-0").glob("*.log"))
+    return segment
+
+
+def split_segment(segment: Path, *, drop_middle: bool) -> tuple[int, int]:
+    """Cut one segment into three at batch boundaries (named by their base offsets, as Kafka rolls
+    them); optionally leave out the middle one. Returns the missing offsets' range."""
+    batches = segment_batches(segment)
+    third = len(batches) // 3
+    parts = [batches[:third], batches[third : 2 * third], batches[2 * third :]]
+    segment.unlink()
+    for index, part in enumerate(parts):
+        if drop_middle and index == 1:
+            continue
+        (segment.parent / f"{part[0].header.base_offset:020d}.log").write_bytes(b"".join(b.raw for b in part))
+    return parts[1][0].header.base_offset, parts[1][-1].header.last_offset
+
+
+def test_planted_faults_each_fail_their_dr_check(cluster_run: Run, spark: SparkSession, tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet"
+    clusters: dict[str, str] = {}
+
+    # untouched, except its one segment is split in three (a legal layout), to show the split alone passes
+    root, clusters["pristine"] = copy_as_cluster(cluster_run, fleet, "pristine")
+    split_segment(only_segment(root / "node-3"), drop_middle=False)
+
+    # a byte flipped inside a committed batch on node 2
+    root, clusters["flipped"] = copy_as_cluster(cluster_run, fleet, "flipped")
+    segment = only_segment(root / "node-2")
+    batches = segment_batches(segment)
+    target = batches[len(batches) // 2]
+    data = bytearray(segment.read_bytes())
+    data[target.position + len(target.raw) - 3] ^= 0x40
+    segment.write_bytes(bytes(data))
+
+    # node 3 diverges: one batch replaced by another record at the same offset, with a valid CRC
+    root, clusters["diverged"] = copy_as_cluster(cluster_run, fleet, "diverged")
+    segment = only_segment(root / "node-3")
+    batches = segment_batches(segment)
+    victim = next(b for b in batches[len(batches) // 2 :] if b.header.record_count == 1 and not b.header.is_control)
+    forged = build_batch(
+        base_offset=victim.header.base_offset, partition_leader_epoch=victim.header.partition_leader_epoch,
+        timestamp_ms=victim.header.max_timestamp,
+        values=[encode_metadata_record(TopicRecord(name="forged", topic_id=random_uuid()))],
+    )
+    segment.write_bytes(b"".join(forged if b is victim else b.raw for b in batches))
+
+    # a segment missing on node 1
+    root, clusters["missing"] = copy_as_cluster(cluster_run, fleet, "missing")
+    missing = split_segment(only_segment(root / "node-1"), drop_middle=True)
+
+    # snapshots on node 2: one true to its log, one claiming a later offset than the image it holds
+    root, clusters["snapshots"] = copy_as_cluster(cluster_run, fleet, "snapshots")
+    replay = straight_replay(partition_dir(cluster_run.root, 2))
+    ends = sorted(replay.images)
+    true_end, lying_end = ends[len(ends) // 2], ends[-1]
+    for end_offset, image_offset in ((true_end, true_end), (lying_end, ends[len(ends) // 4])):
+        image = replay.images[image_offset]
+        writer = SnapshotWriter(root / "node-2" / "__cluster_metadata-0",
+                                snapshot_id=SnapshotId(end_offset + 1, 1),
+                                last_contained_log_timestamp_ms=replay.batch_times_ms[end_offset], timestamp_ms=0)
+        writer.append([encode_metadata_record(r, v) for r, v in image.records().records])
+        writer.freeze()
+
+    from kraft_pipeline.job import run
+
+    output = tmp_path / "out"
+    before = tree_digest(fleet)
+    tables = run(inputs=[str(fleet)], output=str(output), spark=spark)
+    assert tree_digest(fleet) == before
+    checks: dict[str, list[dict[str, Any]]] = {}
+    for row in tables.dr_checks.collect():
+        checks.setdefault(row["cluster_id"], []).append(row.asDict())
+
+    def failing(name: str) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for c in checks[clusters[name]]:
+            if c["status"] == "fail":
+                out.setdefault(c["check"], []).append(c)
+        return out
+
+    assert failing("pristine") == {}
+    flipped = failing("flipped")
+    assert "node 2 holds other bytes" in flipped["log_agreement"][0]["evidence"]
+    assert flipped["segment_continuity"][0]["subject"] == "node 2"
+    problems = tables.problems.where(tables.problems.cluster_id == clusters["flipped"]).collect()
+    assert [(p["node_id"], p["offset"]) for p in problems] == [(2, target.header.base_offset)]
+    assert "corrupt" in problems[0]["problem"] and "node-2" in problems[0]["file"]
+
+    diverged = failing("diverged")
+    assert list(diverged) == ["log_agreement"]
+    assert f"node 3 holds other bytes for the batch at offset {victim.header.base_offset}" in (
+        diverged["log_agreement"][0]["evidence"]
+    )
+
+    gap = failing("missing")
+    assert [c["subject"] for c in gap["segment_continuity"]] == ["node 1"]
+    assert f"offsets {missing[0]}..{missing[1]} are missing" in gap["segment_continuity"][0]["evidence"]
+
+    snapshot_failures = failing("snapshots")
+    assert list(snapshot_failures) == ["snapshot_matches_log"]
+    (lying,) = snapshot_failures["snapshot_matches_log"]
+    assert lying["subject"] == f"node 2 snapshot {lying_end + 1:020d}-{1:010d}"
+    passed = [c for c in checks[clusters["snapshots"]] if c["check"] == "snapshot_matches_log" and c["status"] == "pass"]
+    assert [c["subject"] for c in passed] == [f"node 2 snapshot {true_end + 1:020d}-{1:010d}"]
+
+
+def test_kraftwerk_pipeline_run_writes_every_table(cluster_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command as a user runs it (in this process, to reuse the session's JVM)."""
+    output = tmp_path / "tables"
+    assert kraftwerk_main(["pipeline", "run", "--input", str(cluster_run.root), "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    for name in TABLES:
+        assert f"{name}: {output}/{name}" in printed
+    assert "[PASS]" in printed and "[FAIL]" not in printed
+    assert (output / "events" / f"cluster_id={cluster_run.cluster_id}").is_dir()
