@@ -563,7 +563,7 @@ class GroupApis:
         module = ctx.response_schema
         group_id = str(request.group_id)
         now_ms = _now_ms()
-        retention_ms = int(getattr(request, "retention_time", -1))
+        retention_ms = _ms(getattr(request, "retention_time", -1))
         wanted = [(str(t.name), int(p.partition_index), p) for t in request.topics for p in t.partitions]
         errors: dict[tuple[str, int], ErrorCode] = {}
         try:
