@@ -18,7 +18,9 @@ __all__ = ["DEFAULT_MASTER", "build_session"]
 DEFAULT_MASTER = "local[*]"
 
 
-def build_session(*, master: str | None = None, app_name: str = "kraftwerk-pipeline") -> SparkSession:
+def build_session(
+    *, master: str | None = None, app_name: str = "kraftwerk-pipeline", shuffle_partitions: int = 8
+) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Loopback unless told otherwise: a laptop's or CI machine's hostname may resolve anywhere.
@@ -29,7 +31,7 @@ def build_session(*, master: str | None = None, app_name: str = "kraftwerk-pipel
     spark = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         # The derived tables are small beside the input; no need to broadcast-tune them.
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

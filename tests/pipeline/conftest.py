@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "process"))
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = build_session(master="local[2]", app_name="kraftwerk-pipeline-tests")
+    session = build_session(master="local[2]", app_name="kraftwerk-pipeline-tests", shuffle_partitions=2)
     try:
         yield session
     finally:
