@@ -128,13 +128,17 @@ def plan(
         spec = spec.model_copy(update={"paused": True})
     generation = cluster.metadata.generation
     nodes = desired_nodes(namespace=namespace, cluster=name, spec=spec, status=previous)
-    problems = validate_spec(spec=spec, status=previous, observed=observed, nodes=nodes, layout=layout, rules=rules)
+    controllers = [n for n in nodes if n.is_controller]
+    rendered = {n.ref.node_id: render_config(n, spec=spec, controllers=controllers, layout=layout) for n in nodes}
+    problems = validate_spec(spec=spec, status=previous, observed=observed, nodes=nodes, layout=layout, rules=rules,
+                             rendered=rendered)
     builder = _StatusBuilder(previous=previous, generation=generation, now_ms=now_ms)
     if problems:
         return _refuse(problems, builder=builder, spec=spec, nodes=nodes, observed=observed)
     planner = _Planner(spec=spec, nodes=nodes, observed=observed, layout=layout, rng=rng, builder=builder)
     planner.annotations = cluster.metadata.annotations
     planner.now_ms = now_ms
+    planner.rendered = rendered
     return planner.run()
 
 
@@ -187,6 +191,7 @@ class _Planner:
         self.annotations: dict[str, str] = {}
         self.now_ms = 0
         self.revisions: dict[int, str] = {}
+        self.rendered: dict[int, dict[str, str]] = {}
 
     # -- the whole decision ------------------------------------------------------------------
     def run(self) -> Plan:
@@ -392,7 +397,8 @@ class _Planner:
             self.blocked.extend(problems)
             return directories
 
-        rendered = render_config(node, spec=self.spec, controllers=self.controllers, layout=self.layout)
+        rendered = self.rendered.get(node_id) or render_config(node, spec=self.spec, controllers=self.controllers,
+                                                               layout=self.layout)
         self.revisions[node_id] = node_revision(rendered, image=self.spec.image, version=self.spec.version)
         config_current = facts.config is not None and dict(facts.config) == rendered
         if not config_current:

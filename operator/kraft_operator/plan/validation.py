@@ -11,7 +11,7 @@ A spec with any problem is never acted on.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kraft_engine.records import feature_versions
@@ -96,7 +96,10 @@ def validate_spec(
     nodes: Sequence[DesiredNode],
     layout: Layout,
     rules: ConfigRules,
+    rendered: Mapping[int, Mapping[str, str]] | None = None,
 ) -> list[SpecProblem]:
+    """What is wrong with the spec, field by field. `rendered` (node id -> server.properties) saves
+    rendering the nodes again when the caller already has."""
     problems: list[SpecProblem] = []
     problems += _pools(spec, status)
     problems += _listeners(spec)
@@ -110,8 +113,9 @@ def validate_spec(
         # Only a spec whose parts are each fine is rendered whole and checked as the node would.
         controllers = [n for n in nodes if n.is_controller]
         for node in nodes:
-            rendered = render_config(node, spec=spec, controllers=controllers, layout=layout)
-            problem = rules.node_problem(rendered)
+            properties = (rendered.get(node.ref.node_id) if rendered is not None else None) or render_config(
+                node, spec=spec, controllers=controllers, layout=layout)
+            problem = rules.node_problem(properties)
             if problem is not None:
                 index = _pool_index(spec, node.ref.pool)
                 problems.append(
