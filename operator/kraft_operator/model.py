@@ -44,6 +44,7 @@ __all__ = [
     "NodeStatus",
     "ObjectMeta",
     "OperationStatus",
+    "PartitionMoveStatus",
     "PartitionsStatus",
     "PodTemplate",
     "PodTemplateMetadata",
@@ -55,6 +56,7 @@ __all__ = [
     "RollStatus",
     "RunbookStatus",
     "RunbookStepStatus",
+    "ScaleDownStatus",
     "Storage",
     "Volume",
 ]
@@ -325,6 +327,7 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     DEGRADED = "Degraded"
     PAUSED = "Paused"
+    EVEN_CONTROLLERS = "EvenControllerCount"  # a warning: True while the spec asks for an even count
 
 
 class ConditionStatus(StrEnum):
@@ -427,6 +430,25 @@ class RollStatus(_Model):
     blocked_since: str | None = None
 
 
+class PartitionMoveStatus(_Model):
+    """One partition's target replicas while a broker is drained."""
+
+    topic: str
+    partition: int
+    replicas: list[int]
+
+
+class ScaleDownStatus(_Model):
+    """Nodes leaving the cluster, one at a time: `current` is the node being removed (voter removal,
+    drain, stop, unregister), `moves` the reassignment planned for it, recorded before it is sent."""
+
+    leaving: list[int] = Field(default_factory=list)
+    current: int | None = None
+    moves: list[PartitionMoveStatus] = Field(default_factory=list)
+    removed: list[int] = Field(default_factory=list)
+    sent_at: str | None = Field(default=None, description="When the current step's request was last sent.")
+
+
 class OperationStatus(_Model):
     """The operation in progress: what it is, which step, and what it waits for. Resumed from here
     after an operator restart."""
@@ -437,6 +459,7 @@ class OperationStatus(_Model):
     started_at: str | None = None
     blocked_by: list[BlockerStatus] = Field(default_factory=list)
     roll: RollStatus | None = None
+    scale_down: ScaleDownStatus | None = None
 
 
 class RunbookStepStatus(_Model):

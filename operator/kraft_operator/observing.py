@@ -32,6 +32,7 @@ from kraft_operator.plan import (
     QuorumFacts,
     ReplicaFacts,
     desired_nodes,
+    replication_factors,
 )
 
 __all__ = ["admin_addresses", "observe_cluster"]
@@ -113,7 +114,7 @@ async def observe_cluster(
                 under_replicated=sum(1 for p in all_partitions if len(p.isr) < len(p.replicas)),
                 under_min_isr=under_min_isr(metadata.topics, min_isr),
                 offline=sum(1 for p in all_partitions if p.leader_id < 0),
-                max_replication_factor=max((len(p.replicas) for p in all_partitions), default=0),
+                max_replication_factor=max(replication_factors(details).values(), default=0),
             )
         except AdminError as e:
             errors.append(str(e))

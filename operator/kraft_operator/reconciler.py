@@ -8,14 +8,22 @@ says so (Degraded, reason ActionFailed) and the next reconcile decides afresh fr
 
 from __future__ import annotations
 
+import datetime
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from kio.schema.alter_partition_reassignments.v1.request import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
 from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, TopicName
+from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
-from kio.static.primitive import i8, i16
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from kraft_engine.admin import QuorumAdmin, QuorumAdminError
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
@@ -35,6 +43,9 @@ from kraft_operator.plan import (
     FinalizeMetadataVersion,
     Observed,
     Plan,
+    ReassignPartitions,
+    RemoveVoter,
+    UnregisterBroker,
     plan,
 )
 from kraft_operator.runtime.port import Runtime, RuntimeActionError
@@ -72,6 +83,10 @@ class Reconciler:
                 try:
                     if isinstance(action, AddVoter):
                         await self._add_voter(cluster, action, observed=observed)
+                    elif isinstance(action, RemoveVoter):
+                        await self._remove_voter(cluster, action, observed=observed)
+                    elif isinstance(action, ReassignPartitions | UnregisterBroker):
+                        await self._send_to_active_controller(cluster, action, observed=observed)
                     elif isinstance(action, FinalizeMetadataVersion):
                         await self._finalize_metadata_version(cluster, action, observed=observed)
                     else:
@@ -109,6 +124,55 @@ class Reconciler:
         finally:
             await admin.close()
 
+
+    async def _remove_voter(self, cluster: KRaftCluster, action: RemoveVoter, *, observed: Observed) -> None:
+        """RemoveRaftVoter through the active controller. VOTER_NOT_FOUND means an earlier attempt
+        already removed it: done."""
+        layout = self.runtime.layout(cluster)
+        controllers, _ = admin_addresses(cluster, layout=layout, observed=observed)
+        cluster_id = cluster.status.cluster_id if cluster.status is not None else None
+        voter = ReplicaKey(action.node.node_id, from_kafka_str(action.directory_id))
+        admin = QuorumAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000))
+        try:
+            await admin.remove_raft_voter(cluster_id=cluster_id, voter=voter)
+        except QuorumAdminError as e:
+            if e.error is not ErrorCode.voter_not_found:
+                raise AdminError(str(e), api="RemoveRaftVoter", error=e.error) from None
+        finally:
+            await admin.close()
+
+    async def _send_to_active_controller(
+        self, cluster: KRaftCluster, action: ReassignPartitions | UnregisterBroker, *, observed: Observed
+    ) -> None:
+        """AlterPartitionReassignments or UnregisterBroker on the active controller; any error in the
+        answer becomes the action's failure (the next reconcile decides again)."""
+        controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
+        request: AlterPartitionReassignmentsRequest | UnregisterBrokerRequest
+        if isinstance(action, ReassignPartitions):
+            topics: dict[str, list[ReassignablePartition]] = {}
+            for move in action.moves:
+                topics.setdefault(move.topic, []).append(ReassignablePartition(
+                    partition_index=i32(move.partition), replicas=tuple(BrokerId(r) for r in move.replicas)))
+            request = AlterPartitionReassignmentsRequest(
+                timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)), allow_replication_factor_change=False,
+                topics=tuple(ReassignableTopic(name=TopicName(name), partitions=tuple(parts)) for name, parts in topics.items()))
+            api = "AlterPartitionReassignments"
+        else:
+            request = UnregisterBrokerRequest(broker_id=BrokerId(action.node.node_id))
+            api = "UnregisterBroker"
+        try:
+            async with ControllerAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000),
+                                       client_id="kraftwerk-operator") as admin:
+                response = await admin.send_to_active(request)
+        except ControllerAdminError as e:
+            raise AdminError(str(e), api=api) from None
+        errors = [(ErrorCode(response.error_code), response.error_message)]
+        for topic in getattr(response, "responses", ()):
+            errors += [(ErrorCode(p.error_code), f"{topic.name}-{p.partition_index}: {p.error_message or ''}")
+                       for p in topic.partitions]
+        for code, message in errors:
+            if code is not ErrorCode.none and not (api == "UnregisterBroker" and code is ErrorCode.broker_id_not_registered):
+                raise AdminError(f"{api}: {code.name.upper()}: {message or ''}", api=api, error=code)
 
     async def _finalize_metadata_version(
         self, cluster: KRaftCluster, action: FinalizeMetadataVersion, *, observed: Observed

@@ -47,15 +47,20 @@ from kraft_operator.plan import (
     Plan,
     PodPhase,
     QuorumFacts,
+    ReassignPartitions,
+    RemoveVoter,
     ReplicaFacts,
     RestartNode,
     StartNode,
+    StopNode,
+    UnregisterBroker,
     VolumeFacts,
     WriteConfig,
     desired_nodes,
     node_revision,
     plan,
     render_config,
+    replication_factors,
 )
 
 from .builders import WITH_BROKERS, FixedLayout, cluster_from
@@ -107,6 +112,7 @@ class SimNode:
     slow_next: int = 0  # extra recovery ticks for the next start (a slow re-registration)
     restart_requested: bool = False
     started_at_ms: int = -1
+    removed: bool = False  # stopped for good by a scale-down
     supported: tuple[int, int] = (7, 27)  # metadata.version levels it runs (3.3-IV3 .. 4.1-IV1)
 
     @property
@@ -129,6 +135,8 @@ class SimPartition:
     replicas: tuple[int, ...]
     isr: list[int]
     min_isr: int
+    target: tuple[int, ...] | None = None  # a reassignment in flight: the replicas it ends with
+    move_left: int = 0  # ticks until the adding replicas have caught up
 
 
 @dataclass
@@ -145,12 +153,15 @@ class SimCluster:
     restarts: list[tuple[int, bool]] = field(default_factory=list)  # (node, was up) per RestartNode
     revision_target: dict[int, str] = field(default_factory=dict)
     voter_changes: list[int] = field(default_factory=list)  # controllers added by AddRaftVoter, in order
+    removals: list[int] = field(default_factory=list)  # voters removed by RemoveRaftVoter, in order
+    removed_leaders: list[int] = field(default_factory=list)  # of those, the ones that led when removed
     finalized: str = "4.1-IV1"
     bumps: list[str] = field(default_factory=list)
     upgraded_support: tuple[int, int] | None = None  # what a node restarted on a new revision supports
 
     # -- the runtime ---------------------------------------------------------------------------
-    def apply(self, action: Action | AddVoter | FinalizeMetadataVersion) -> None:
+    def apply(self, action: Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker
+              | FinalizeMetadataVersion) -> None:
         if isinstance(action, FinalizeMetadataVersion):
             self._check_finalize(action)
             self.finalized = action.version
@@ -178,6 +189,18 @@ class SimCluster:
             if node_id not in self.voters:
                 self.voters = (*self.voters, node_id)
                 self.voter_changes.append(node_id)
+        elif isinstance(action, RemoveVoter):
+            self._remove_voter(node)
+        elif isinstance(action, ReassignPartitions):
+            self._reassign(node, action)
+        elif isinstance(action, StopNode):
+            self._check_stop(node)
+            self._stop(node)
+            node.failed, node.removed, node.disrupted = False, True, False
+        elif isinstance(action, UnregisterBroker):
+            if node.running:
+                self.violations.append(f"UnregisterBroker for broker {node_id} while it runs")
+            node.registered = False
         elif isinstance(action, RestartNode):
             self._check_restart(node)
             self.restarts.append((node_id, node.up))
@@ -203,6 +226,52 @@ class SimCluster:
         lagging = [v for v in self.voters if not self.nodes[v].up]
         if lagging:
             self.violations.append(f"AddRaftVoter for controller {node.node_id} while voters {lagging} lag")
+
+    def _remove_voter(self, node: SimNode) -> None:
+        """KIP-853's rule for a removal, judged on the ground truth: the voters that stay must have
+        a caught-up majority of their own (they commit the change and everything after it). A
+        leader that removes itself resigns once the removal commits (modelled at once)."""
+        if node.node_id not in self.voters:
+            return  # an earlier send already removed it: the controller answers VOTER_NOT_FOUND
+        staying = [v for v in self.voters if v != node.node_id]
+        up = [v for v in staying if self.nodes[v].up]
+        if not staying or len(up) < len(staying) // 2 + 1:
+            self.violations.append(f"RemoveRaftVoter {node.node_id} left voters {staying} with only {up} caught up")
+        self.voters = tuple(staying)
+        self.removals.append(node.node_id)
+        if self.leader == node.node_id:
+            self.removed_leaders.append(node.node_id)
+            self.leader = -1
+            self._elect()
+
+    def _reassign(self, node: SimNode, action: ReassignPartitions) -> None:
+        """A drain's reassignment: the same replication factor, without the leaving broker, onto
+        brokers that exist; the adding replicas join the replicas at once and the ISR once caught up."""
+        by_key = {(p.topic, p.partition): p for p in self.partitions}
+        for move in action.moves:
+            p = by_key[(move.topic, move.partition)]
+            if p.target is not None and p.target != move.replicas:
+                self.violations.append(f"a second reassignment of {p.topic}-{p.partition} to {move.replicas} "
+                                       f"while one to {p.target} is in flight")
+            if node.node_id in move.replicas or len(set(move.replicas)) != len(p.target or p.replicas):
+                self.violations.append(f"reassignment of {p.topic}-{p.partition} to {move.replicas} "
+                                       f"(replicas {p.replicas}) keeps broker {node.node_id} or changes the RF")
+            missing = [r for r in move.replicas if r not in self.nodes or not self.nodes[r].broker]
+            if missing:
+                self.violations.append(f"reassignment of {p.topic}-{p.partition} onto non-brokers {missing}")
+            if p.target == move.replicas:
+                continue  # sent again: nothing changes
+            p.target = move.replicas
+            p.replicas = tuple(dict.fromkeys((*move.replicas, *p.replicas)))
+            p.move_left = self.rng.randint(1, 4)
+
+    def _check_stop(self, node: SimNode) -> None:
+        """A leaving node stops only once it holds no vote and no replica."""
+        if node.node_id in self.voters:
+            self.violations.append(f"stopped node {node.node_id} while it is a voter")
+        held = [f"{p.topic}-{p.partition}" for p in self.partitions if node.node_id in p.replicas]
+        if held:
+            self.violations.append(f"stopped node {node.node_id} while it holds replicas of {held}")
 
     def _check_restart(self, node: SimNode) -> None:
         """The operator's promises, judged on the ground truth as it acts."""
@@ -295,9 +364,30 @@ class SimCluster:
                 if node.broker and self.leader >= 0:
                     node.registered = True
                     for p in self.partitions:
-                        if node.node_id in p.replicas and node.node_id not in p.isr:
+                        if node.node_id in p.replicas and node.node_id not in p.isr and (
+                                p.target is None or node.node_id not in p.target or p.move_left == 0):
                             p.isr.append(node.node_id)
+        self._move_partitions()
         self._elect()
+
+    def _move_partitions(self) -> None:
+        """Reassignments progress while the controller has a leader: the adding replicas catch up,
+        then the replicas become the target and the removed ones leave the ISR."""
+        if self.leader < 0:
+            return
+        for p in self.partitions:
+            if p.target is None:
+                continue
+            adding = [r for r in p.target if r not in p.isr]
+            if p.move_left > 0:
+                p.move_left -= 1
+                continue
+            if any(not self.nodes[r].up for r in adding):
+                continue  # an adding replica is down: the reassignment waits for it
+            p.isr.extend(adding)
+            p.replicas = p.target
+            p.isr = [r for r in p.isr if r in p.target] or [p.target[0]]
+            p.target = None
 
     def _has_majority(self) -> bool:
         running = [v for v in self.voters if self.nodes[v].running]
@@ -375,7 +465,7 @@ class SimCluster:
                 under_replicated=sum(1 for p in details if len(p.isr) < len(p.replicas)),
                 under_min_isr=sum(1 for p in details if len(p.isr) < p.min_isr),
                 offline=sum(1 for p in details if p.leader_id < 0),
-                max_replication_factor=max((len(p.replicas) for p in details), default=0),
+                max_replication_factor=max(replication_factors(details).values(), default=0),
             )
         return ClusterFacts(
             cluster_id="sim",
@@ -410,12 +500,12 @@ def step(cluster: KRaftCluster, sim: SimCluster, rng: random.Random) -> tuple[KR
     return publish(cluster, result), result
 
 
-def bootstrap(seed: int, *, topics: int = 3, min_isr: int = 2) -> tuple[KRaftCluster, SimCluster]:
-    """Three controllers and three brokers (JBOD) taken from nothing to Ready by the real planner,
-    with topics created."""
+def bootstrap(seed: int, *, topics: int = 3, min_isr: int = 2, brokers: int = 3) -> tuple[KRaftCluster, SimCluster]:
+    """Three controllers and `brokers` brokers (JBOD) taken from nothing to Ready by the real
+    planner, with topics created (replication factor 3)."""
     rng = random.Random(seed)
     sim = SimCluster(random.Random(seed + 1))
-    cluster = cluster_from(WITH_BROKERS)
+    cluster = scaled(cluster_from(WITH_BROKERS), brokers=brokers)
     for _ in range(40):
         cluster, result = step(cluster, sim, rng)
         if ready(result) and not result.actions and result.status.operation is None:
@@ -546,3 +636,96 @@ def target_revisions(cluster: KRaftCluster) -> dict[int, str]:
                                      image=cluster.spec.image, version=cluster.spec.version)
         for n in nodes
     }
+
+
+def scaled(cluster: KRaftCluster, *, controllers: int | None = None, brokers: int | None = None) -> KRaftCluster:
+    """The cluster with its controller pool (the first) and broker pool (the second) resized."""
+    pools = list(cluster.spec.node_pools)
+    if controllers is not None:
+        pools[0] = pools[0].model_copy(update={"replicas": controllers})
+    if brokers is not None:
+        pools[1] = pools[1].model_copy(update={"replicas": brokers})
+    return cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"node_pools": pools})})
+
+
+@dataclass
+class ScaleScenario:
+    """Controllers 3 -> 5 -> 3 and brokers 4 -> 3 on one seed, with faults at exact points: the
+    operator dying before acting or before its status write, a staying node crashing, the
+    active controller being one of the leaving ones. `run` returns the violations and whether the
+    cluster ended as the spec asks (voters, running nodes, registrations, replicas, status)."""
+
+    seed: int
+    operator_deaths: int = 0
+    crashes: int = 0
+    leaving_leader: bool = False
+    death_ticks: tuple[int, ...] | None = None
+    death_before_act: bool | None = None
+    max_ticks: int = 500
+    log: list[str] = field(default_factory=list)
+    results: list[Plan] = field(default_factory=list)
+    staying: set[int] = field(default_factory=set)
+    leaving: list[int] = field(default_factory=list)
+
+    @classmethod
+    def random(cls, seed: int) -> ScaleScenario:
+        r = random.Random(seed * 6007 + 5)
+        return cls(seed=seed, operator_deaths=r.choice([0, 0, 1, 2, 4]), crashes=r.choice([0, 0, 1, 2]),
+                   leaving_leader=r.random() < 0.5)
+
+    def run(self) -> tuple[list[str], bool]:
+        cluster, sim = bootstrap(self.seed, brokers=4)
+        rng = random.Random(self.seed + 2)
+        faults = random.Random(self.seed + 3)
+        cluster = scaled(cluster, controllers=5)
+        for _ in range(200):
+            cluster, result = step(cluster, sim, rng)
+            if len(sim.voters) == 5 and result.status.operation is None and not result.actions and ready(result):
+                break
+        else:
+            return [*sim.violations, f"3 -> 5 did not finish: {result.waiting_for}"], False
+        self.staying = {0, 1, 2, 3, 4, 5}  # the lowest ids of each pool stay
+        self.leaving = sorted(set(sim.nodes) - self.staying)  # broker 6 and controllers 7, 8
+        if self.leaving_leader:
+            sim.leader = max(sim.voters)  # the active controller is one of the two that leave
+            sim.epoch += 1
+        cluster = scaled(cluster, controllers=3, brokers=3)
+        deaths = sorted(faults.sample(range(1, 80), self.operator_deaths))
+        if self.death_ticks is not None:
+            deaths = list(self.death_ticks)
+        crash_ticks = sorted(faults.sample(range(1, 60), self.crashes))
+        quiet_from = max([*deaths, *crash_ticks, 0]) + 1
+        for tick in range(self.max_ticks):
+            if tick in crash_ticks:
+                sim.crash(faults.choice(sorted(self.staying)), crash_loops=faults.randint(0, 2))
+            result = reconcile(cluster, sim, rng)
+            self.results.append(result)
+            death = tick in deaths
+            before = faults.random() < 0.5 if self.death_before_act is None else self.death_before_act
+            if death and before:
+                self.log.append(f"tick {tick}: operator died before acting")
+                sim.tick()
+                continue
+            for action in result.actions:
+                sim.apply(action)
+            if death:
+                self.log.append(f"tick {tick}: operator died after acting, before its status write")
+            else:
+                cluster = publish(cluster, result)
+            operation = result.status.operation
+            self.log.append(f"tick {tick}: {[type(a).__name__ + ' ' + str(getattr(a, 'node', None) and a.node.node_id) for a in result.actions]} "
+                            f"{operation.name + '/' + operation.step if operation else '-'} {result.waiting_for[:160]}")
+            sim.tick()
+            if tick > quiet_from and self.done(sim, result):
+                return sim.violations, True
+        return sim.violations, False
+
+    def done(self, sim: SimCluster, result: Plan) -> bool:
+        if not ready(result) or result.actions or result.status.operation is not None:
+            return False
+        if set(sim.voters) != {0, 1, 2} or {n.id for n in result.status.nodes} != self.staying:
+            return False
+        leaving = [sim.nodes[i] for i in self.leaving]
+        if any(n.running or n.registered for n in leaving):
+            return False
+        return not any(set(p.replicas) & set(self.leaving) for p in sim.partitions)

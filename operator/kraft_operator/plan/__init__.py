@@ -7,7 +7,7 @@ the two things that differ per runtime arrive as ports: `Layout` (hosts, ports, 
 `ConfigRules` (the engine's server.properties rules, which live in the node's `server` package).
 
     result = plan(cluster, observed=Observed(...), layout=layout, rules=rules, rng=rng, now_ms=now)
-    result.actions     # WriteConfig / FormatStorage / StartNode / RestartNode / ResizeVolume, in order
+    result.actions     # WriteConfig / FormatStorage / StartNode / RestartNode / StopNode / ..., in order
     result.status      # the KRaftClusterStatus to publish
     result.events      # Kubernetes Events (Normal for actions, Warning for refusals and problems)
 """
@@ -19,11 +19,16 @@ from kraft_operator.plan.actions import (
     EventType,
     FinalizeMetadataVersion,
     FormatStorage,
+    PartitionMove,
     PlannedAction,
     QuorumBootstrap,
+    ReassignPartitions,
+    RemoveVoter,
     ResizeVolume,
     RestartNode,
     StartNode,
+    StopNode,
+    UnregisterBroker,
     WriteConfig,
 )
 from kraft_operator.plan.facts import (
@@ -42,6 +47,7 @@ from kraft_operator.plan.facts import (
     QuorumFacts,
     ReplicaFacts,
     VolumeFacts,
+    replication_factors,
 )
 from kraft_operator.plan.gates import broker_gate, controller_gate, is_down, not_recovered, voter_caught_up
 from kraft_operator.plan.planning import Plan, plan
@@ -55,6 +61,12 @@ from kraft_operator.plan.rendering import (
 )
 from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import ROLL_OPERATION, RollDecision, node_revision, plan_roll
+from kraft_operator.plan.scale_down import (
+    SCALE_DOWN_OPERATION,
+    even_controllers,
+    plan_scale_down,
+    removal_gate,
+)
 from kraft_operator.plan.validation import (
     LATEST_PRODUCTION,
     SpecProblem,
@@ -85,6 +97,7 @@ __all__ = [
     "Observed",
     "PartitionDetail",
     "PartitionFacts",
+    "PartitionMove",
     "Plan",
     "PlannedAction",
     "PodPhase",
@@ -92,17 +105,23 @@ __all__ = [
     "QuorumBootstrap",
     "QuorumFacts",
     "ROLL_OPERATION",
+    "ReassignPartitions",
+    "RemoveVoter",
     "ReplicaFacts",
     "ResizeVolume",
     "RestartNode",
     "RollDecision",
+    "SCALE_DOWN_OPERATION",
     "SpecProblem",
     "StartNode",
+    "StopNode",
+    "UnregisterBroker",
     "VolumeFacts",
     "WriteConfig",
     "broker_gate",
     "controller_gate",
     "desired_nodes",
+    "even_controllers",
     "grow_volumes",
     "is_down",
     "node_revision",
@@ -111,7 +130,10 @@ __all__ = [
     "plan",
     "plan_quorum_change",
     "plan_roll",
+    "plan_scale_down",
+    "removal_gate",
     "render_config",
+    "replication_factors",
     "target_metadata_version",
     "validate_spec",
     "voter_caught_up",

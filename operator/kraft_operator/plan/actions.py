@@ -21,10 +21,15 @@ __all__ = [
     "FinalizeMetadataVersion",
     "FormatStorage",
     "PlannedAction",
+    "PartitionMove",
     "QuorumBootstrap",
+    "ReassignPartitions",
+    "RemoveVoter",
     "ResizeVolume",
     "RestartNode",
     "StartNode",
+    "StopNode",
+    "UnregisterBroker",
     "WriteConfig",
 ]
 
@@ -134,6 +139,58 @@ class AddVoter:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoveVoter:
+    """RemoveRaftVoter (KIP-853) for a controller the spec no longer has, sent by the reconciler to
+    the active controller. A leader that removes itself keeps leading until the removal commits,
+    then resigns (Kafka's behaviour, and the engine's)."""
+
+    node: NodeRef
+    directory_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopNode:
+    """Stop a node the spec no longer has, for good: its controlled shutdown (SIGTERM, killed after
+    `grace_period_ms`) and no restart; the pod (or process) is gone. Its volumes are kept: deleting
+    one is never automatic."""
+
+    node: NodeRef
+    implementation: Implementation
+    grace_period_ms: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMove:
+    """One partition's target replicas in a reassignment."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignPartitions:
+    """AlterPartitionReassignments for a broker being drained, sent by the reconciler to the active
+    controller. Sending the same targets again is harmless (an operator that died after sending)."""
+
+    node: NodeRef  # the broker being drained
+    moves: tuple[PartitionMove, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBroker:
+    """UnregisterBroker for a drained broker whose process is gone, sent by the reconciler to the
+    active controller, so the cluster stops listing it (and it no longer holds a metadata.version
+    bump back)."""
+
+    node: NodeRef
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class FinalizeMetadataVersion:
     """UpdateFeatures for metadata.version only (an upgrade, or a safe downgrade), sent by the
     reconciler to the active controller."""
@@ -145,8 +202,9 @@ class FinalizeMetadataVersion:
 
 
 # What a runtime performs; `PlannedAction` adds what the reconciler sends through the admin client.
-Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume
-PlannedAction = Action | AddVoter | FinalizeMetadataVersion
+Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume | StopNode
+PlannedAction = (Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker
+                 | FinalizeMetadataVersion)
 
 
 class EventType(StrEnum):

@@ -13,7 +13,7 @@ node's `server` package.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -34,6 +34,7 @@ __all__ = [
     "QuorumFacts",
     "ReplicaFacts",
     "VolumeFacts",
+    "replication_factors",
 ]
 
 
@@ -150,7 +151,7 @@ class BrokerFacts:
 @dataclass(frozen=True, slots=True)
 class PartitionFacts:
     """From Metadata on a broker: partition counts, and the largest replication factor of any topic
-    (the fewest brokers the cluster can run with)."""
+    (the fewest brokers the cluster can run with; see `replication_factors`)."""
 
     total: int = 0
     under_replicated: int = 0
@@ -170,6 +171,16 @@ class PartitionDetail:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     min_isr: int = 1
+
+
+def replication_factors(details: Iterable[PartitionDetail]) -> dict[str, int]:
+    """Each topic's replication factor: the fewest replicas any of its partitions lists. Metadata
+    lists a partition under reassignment with its adding and removing replicas together, so the
+    largest count would overstate it while a drain is moving the partition."""
+    factors: dict[str, int] = {}
+    for p in details:
+        factors[p.topic] = min(factors.get(p.topic, len(p.replicas)), len(p.replicas))
+    return factors
 
 
 @dataclass(frozen=True, slots=True)

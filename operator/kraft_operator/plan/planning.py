@@ -21,6 +21,8 @@ Rules it keeps, whatever the facts:
 - Brokers start once the quorum has a leader.
 - Once nothing else is to do, a rolling restart (`roll`) applies changed images, versions and
   configs one node at a time behind its gates; its state lives in `status.operation.roll`.
+- After it: controllers the spec adds join the voters (`quorum_change`), then nodes the spec
+  drops leave (`scale_down`: RemoveRaftVoter, drain, stop, unregister), then metadata.version.
 - The `kraftwerk.io/pause-reconciliation` annotation pauses like `spec.paused`.
 - Situations it can detect (quorum loss, a lost disk, a stuck roll, ...) open runbooks in
   `status.runbooks` (`runbooks`), whatever else happens, paused or not.
@@ -78,6 +80,7 @@ from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desi
 from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import RollDecision, fetch_timeout_ms, node_revision, plan_roll
 from kraft_operator.plan.runbooks import detect_runbooks
+from kraft_operator.plan.scale_down import SCALE_DOWN_OPERATION, even_controllers, plan_scale_down
 from kraft_operator.plan.validation import (
     SpecProblem,
     target_feature_levels,
@@ -133,6 +136,7 @@ def plan(
     problems = validate_spec(spec=spec, status=previous, observed=observed, nodes=nodes, layout=layout, rules=rules,
                              rendered=rendered)
     builder = _StatusBuilder(previous=previous, generation=generation, now_ms=now_ms)
+    builder.even_warning = even_controllers(spec)
     if problems:
         return _refuse(problems, builder=builder, spec=spec, nodes=nodes, observed=observed)
     planner = _Planner(spec=spec, nodes=nodes, observed=observed, layout=layout, rng=rng, builder=builder)
@@ -192,6 +196,9 @@ class _Planner:
         self.now_ms = 0
         self.revisions: dict[int, str] = {}
         self.rendered: dict[int, dict[str, str]] = {}
+        self.removed: tuple[int, ...] = ()
+        self.degraded_reason = "NodeProblem"
+        self.requeue_now = False
 
     # -- the whole decision ------------------------------------------------------------------
     def run(self) -> Plan:
@@ -210,7 +217,6 @@ class _Planner:
         if self.spec.paused:
             self.actions.clear()
         roll = self._roll()
-        self._scale_down_notice()
         status = self.builder.observe_only(spec=self.spec, nodes=self.nodes, observed=self.observed,
                                            directories=directories)
         runbooks, opened_or_closed = detect_runbooks(
@@ -221,11 +227,13 @@ class _Planner:
         self.events.extend(opened_or_closed)
         status = status.model_copy(update={"runbooks": runbooks})
         if roll is None or (roll.operation is None and not roll.actions):
-            change = self._quorum_change() or self._metadata_version()
+            change = self._quorum_change() or self._scale_down(status) or self._metadata_version()
+            if self.removed:
+                status = status.model_copy(update={"nodes": [n for n in status.nodes if n.id not in self.removed]})
             if change is not None:
                 status = status.model_copy(update={"last_manual_roll": roll.last_manual_roll if roll else
                                                    status.last_manual_roll})
-                result = self._finish(status)
+                result = self._finish(status, requeue_after_ms=0 if self.requeue_now else None)
                 operation = change.model_copy(update={"waiting_for": result.waiting_for})
                 return replace(result, status=result.status.model_copy(update={"operation": operation}))
         if roll is None:
@@ -250,6 +258,34 @@ class _Planner:
         self.events.extend(decision.events)
         self.waiting.append(decision.waiting)
         self.step = self.step or "quorum-change"
+        return decision.operation
+
+    def _scale_down(self, status: KRaftClusterStatus) -> OperationStatus | None:
+        """Nodes the spec dropped leave (`scale_down`), once nothing else is under way; a scale-down
+        already under way keeps its recorded state while something else runs or reconciliation is
+        paused. Its operation, None when no node is leaving."""
+        prev = self.previous.operation if self.previous is not None else None
+        prev = prev if prev is not None and prev.name == SCALE_DOWN_OPERATION else None
+        if self.spec.paused or self.actions or self.waiting or self.blocked:
+            if prev is None:
+                return None
+            self.waiting.append("the scale-down resumes once nothing else is under way")
+            return prev.model_copy(update={"step": "paused" if self.spec.paused else prev.step})
+        decision = plan_scale_down(spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous,
+                                   now_ms=self.now_ms, now_text=self.builder.now_text,
+                                   fetch_timeout_ms=fetch_timeout_ms(self.spec))
+        self.events.extend(decision.events)
+        self.removed = decision.removed
+        if decision.operation is None:
+            return None
+        self.actions.extend(decision.actions)
+        if decision.refused:
+            self.blocked.append(decision.refused)
+            self.degraded_reason = "ScaleDownRefused"
+        else:
+            self.waiting.append(decision.waiting)
+        self.requeue_now = self.requeue_now or decision.requeue_now
+        self.step = self.step or "scale-down"
         return decision.operation
 
     def _metadata_version(self) -> OperationStatus | None:
@@ -491,16 +527,6 @@ class _Planner:
             step="start",
         )
 
-    def _scale_down_notice(self) -> None:
-        if self.previous is None:
-            return
-        wanted = {n.ref.node_id for n in self.nodes}
-        extra = sorted(n.id for n in self.previous.nodes if n.id not in wanted)
-        if extra:
-            self.waiting.append(
-                f"removing node(s) {extra}: scale-down is a lifecycle operation not available yet; they keep running"
-            )
-
     def _act(self, action: Action, *, step: str) -> None:
         if self.spec.paused:
             return
@@ -531,7 +557,7 @@ class _Planner:
         else:
             progressing = (ConditionStatus.FALSE, "Reconciled", "nothing to do")
         if self.blocked:
-            degraded = (ConditionStatus.TRUE, "NodeProblem", "; ".join(self.blocked))
+            degraded = (ConditionStatus.TRUE, self.degraded_reason, "; ".join(self.blocked))
         else:
             degraded = (ConditionStatus.FALSE, "AsExpected", "")
         waiting_for = "; ".join(self.waiting + self.blocked)
@@ -548,7 +574,11 @@ class _Planner:
             status, ready=ready, progressing=progressing, degraded=degraded, paused=self._paused_condition()
         )
         events = list(self.events)
-        events += [Event(EventType.WARNING, "NodeProblem", b) for b in self.blocked]
+        was_even = self.previous.condition(ConditionType.EVEN_CONTROLLERS) if self.previous is not None else None
+        if self.builder.even_warning and (was_even is None or was_even.status is not ConditionStatus.TRUE):
+            events.append(Event(EventType.WARNING, "EvenControllerCount", self.builder.even_warning))
+        events += [Event(EventType.WARNING, self.degraded_reason, b) for b in self.blocked
+                   if self.degraded_reason == "NodeProblem"]
         if requeue_after_ms is None:
             busy = self.actions or self.waiting or ready[0] is not ConditionStatus.TRUE
             requeue_after_ms = _BUSY_REQUEUE_MS if busy else _STEADY_REQUEUE_MS
@@ -566,6 +596,7 @@ class _Planner:
             "roll-blocked": "RollBlocked",
             "quorum-change": "QuorumChange",
             "metadata-version": "MetadataVersion",
+            "scale-down": "ScaleDown",
             "paused": "Paused",
         }.get(self.step, "Observing")
 
@@ -578,6 +609,7 @@ class _StatusBuilder:
         self.previous = previous
         self.generation = generation
         self.now_text = datetime.fromtimestamp(now_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.even_warning: str | None = None  # the spec asks for an even number of controllers
 
     def observe_only(
         self,
@@ -618,7 +650,7 @@ class _StatusBuilder:
                     fenced=broker.fenced if broker is not None else None,
                 )
             )
-        # Nodes the spec no longer wants stay listed while they exist (scale-down is not automatic).
+        # Nodes the spec no longer wants stay listed until the scale-down has removed them.
         node_statuses += [n for n in previous.nodes if n.id not in wanted]
         node_statuses.sort(key=lambda n: n.id)
         quorum = _quorum_status(cluster.quorum)
@@ -690,6 +722,10 @@ class _StatusBuilder:
             ConditionType.PROGRESSING: progressing,
             ConditionType.DEGRADED: degraded,
             ConditionType.PAUSED: paused,
+            ConditionType.EVEN_CONTROLLERS: (
+                (ConditionStatus.TRUE, "EvenControllerCount", self.even_warning) if self.even_warning
+                else (ConditionStatus.FALSE, "OddControllerCount", "")
+            ),
         }
         conditions = []
         for kind, (state, reason, message) in wanted.items():

@@ -15,8 +15,8 @@ voter set, or gets DUPLICATE_VOTER, which the reconciler takes as done), so it n
 status before it is sent. Status shows the step (`operation` QuorumChange) until the voter set
 holds the node.
 
-Scale-down (RemoveRaftVoter, the active controller last, then stopping the pod) is not here yet:
-a controller the spec drops keeps running as a voter, and status says so.
+Scale-down (RemoveRaftVoter, the active controller last, then stopping the pod) is `scale_down`;
+additions go first, so a spec that replaces controllers raises the voter count before lowering it.
 """
 
 from __future__ import annotations

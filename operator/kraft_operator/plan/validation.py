@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kraft_engine.records import feature_versions
 from kraft_engine.records import metadata_version as mv
 from kraft_operator.model import Implementation, KRaftClusterSpec, KRaftClusterStatus, Role
-from kraft_operator.plan.facts import ConfigRules, Layout, Observed
+from kraft_operator.plan.facts import ConfigRules, Layout, Observed, replication_factors
 from kraft_operator.plan.rendering import CONTROLLER_LISTENER, MANAGED_KEYS, DesiredNode, render_config
 
 __all__ = [
@@ -106,7 +106,7 @@ def validate_spec(
     problems += _storage(spec, observed, nodes)
     problems += _cluster_id(spec, status)
     problems += _metadata_version(spec)
-    problems += _brokers_vs_topics(spec, observed)
+    problems += _brokers_vs_topics(spec, observed, status)
     override_problems = _overrides(spec, rules)
     problems += override_problems
     if not problems:
@@ -256,20 +256,36 @@ def _metadata_version(spec: KRaftClusterSpec) -> list[SpecProblem]:
     return problems
 
 
-def _brokers_vs_topics(spec: KRaftClusterSpec, observed: Observed) -> list[SpecProblem]:
-    partitions = observed.cluster.partitions if observed.cluster is not None else None
+def _brokers_vs_topics(spec: KRaftClusterSpec, observed: Observed, status: KRaftClusterStatus | None) -> list[SpecProblem]:
+    cluster = observed.cluster
+    partitions = cluster.partitions if cluster is not None else None
     if partitions is None or partitions.max_replication_factor == 0:
         return []
     brokers = sum(p.replicas for p in spec.node_pools if Role.BROKER in p.roles)
-    if brokers < partitions.max_replication_factor:
-        return [
-            SpecProblem(
-                "spec.nodePools",
-                f"{brokers} broker replicas are fewer than the replication factor "
-                f"{partitions.max_replication_factor} of an existing topic",
-            )
-        ]
-    return []
+    if brokers >= partitions.max_replication_factor:
+        return []
+    details = cluster.partition_details if cluster is not None else None
+    if details:
+        # A partition the operator's own drain is moving counts with its target replicas, not with
+        # the adding and removing ones Metadata lists together while it moves.
+        operation = status.operation if status is not None else None
+        moving = {(m.topic, m.partition): tuple(m.replicas)
+                  for m in (operation.scale_down.moves if operation is not None and operation.scale_down else ())}
+        details = tuple(replace(p, replicas=moving.get((p.topic, p.partition), p.replicas)) for p in details)
+        too_big = sorted((t, rf) for t, rf in replication_factors(details).items() if rf > brokers)
+        if too_big:
+            named = ", ".join(f"{t} (replication factor {rf})" for t, rf in too_big[:10])
+            more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
+            return [SpecProblem("spec.nodePools", f"{brokers} broker replicas cannot hold topic(s) {named}{more}; "
+                                "nothing is removed until brokers are kept or those topics' replication factor is lowered")]
+        return []
+    return [
+        SpecProblem(
+            "spec.nodePools",
+            f"{brokers} broker replicas are fewer than the replication factor "
+            f"{partitions.max_replication_factor} of an existing topic",
+        )
+    ]
 
 
 def _overrides(spec: KRaftClusterSpec, rules: ConfigRules) -> list[SpecProblem]:

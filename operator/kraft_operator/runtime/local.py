@@ -57,6 +57,7 @@ from kraft_operator.plan import (
     ResizeVolume,
     RestartNode,
     StartNode,
+    StopNode,
     VolumeFacts,
     WriteConfig,
 )
@@ -279,6 +280,15 @@ class LocalRuntime:
             await self._stop(key, node_dir, grace_s=action.grace_period_ms / 1000)
             (node_dir / MANUAL_ROLL_FILE).unlink(missing_ok=True)
             self._start(key, node_dir, action)
+        elif isinstance(action, StopNode):
+            # A node leaving the cluster: its controlled shutdown, then no restart. Its directories
+            # (volumes) stay: deleting one is never automatic.
+            await self._stop(key, node_dir, grace_s=action.grace_period_ms / 1000)
+            self._processes.pop(key, None)
+            self._controllers.discard(key)
+            for name in ("pid", "started.json", MANUAL_ROLL_FILE):
+                (node_dir / name).unlink(missing_ok=True)
+            _note(node_dir, "removed from the cluster: stopped for good, volumes kept")
         elif isinstance(action, ResizeVolume):
             # never planned here: local volumes report no requested size
             raise RuntimeActionError("the local runtime's directories have no size to grow")
