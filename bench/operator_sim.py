@@ -5,6 +5,7 @@ failed to finish. Prints figures; never passes or fails.
     .venv/bin/python bench/operator_sim.py --seeds 2000
     .venv/bin/python bench/operator_sim.py --seeds 500 --first 10000
     .venv/bin/python bench/operator_sim.py --seeds 2000 --jobs 2   # one process per core
+    .venv/bin/python bench/operator_sim.py --seeds 1000 --jobs 2 --scenario scale
 
 Each seed is independent, so `--jobs` spreads them over processes. A simulated reconcile is one
 whole `plan()` call (about 0.5 ms on a quiet core): the planner itself is what is being checked.
@@ -23,11 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.kraftwerk_operator.sim import Scenario
+from tests.kraftwerk_operator.sim import ScaleScenario, Scenario
 
 
-def _run(seed: int) -> tuple[int, int, list[str], bool]:
-    scenario = Scenario.random(seed)
+def _run(job: tuple[str, int]) -> tuple[int, int, list[str], bool]:
+    kind, seed = job
+    scenario = Scenario.random(seed) if kind == "roll" else ScaleScenario.random(seed)
     violations, finished = scenario.run()
     return seed, len(scenario.results), violations, finished
 
@@ -37,17 +39,19 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=1000)
     parser.add_argument("--first", type=int, default=0, help="the first seed")
     parser.add_argument("--jobs", type=int, default=1, help="processes to spread the seeds over")
+    parser.add_argument("--scenario", choices=["roll", "scale"], default="roll",
+                        help="rolls with faults, or controllers 3 -> 5 -> 3 with a broker drained")
     args = parser.parse_args()
     started = time.monotonic()
     reconciles = 0
     broken: list[tuple[int, list[str]]] = []
     unfinished: list[int] = []
-    seeds = range(args.first, args.first + args.seeds)
+    jobs = [(args.scenario, seed) for seed in range(args.first, args.first + args.seeds)]
     if args.jobs > 1:
         with multiprocessing.Pool(args.jobs) as pool:
-            outcomes = pool.map(_run, seeds, chunksize=16)
+            outcomes = pool.map(_run, jobs, chunksize=16)
     else:
-        outcomes = [_run(seed) for seed in seeds]
+        outcomes = [_run(job) for job in jobs]
     for seed, count, violations, finished in outcomes:
         reconciles += count
         if violations:
@@ -56,7 +60,7 @@ def main() -> int:
             unfinished.append(seed)
     elapsed = time.monotonic() - started
     load = os.getloadavg()
-    print(f"{args.seeds} seeds ({args.first}..{args.first + args.seeds - 1}) in {elapsed:.1f} s: "
+    print(f"{args.scenario}: {args.seeds} seeds ({args.first}..{args.first + args.seeds - 1}) in {elapsed:.1f} s: "
           f"{args.seeds / elapsed:.1f} seeds/s, {reconciles} reconciles ({reconciles / elapsed:.0f}/s), "
           f"{args.jobs} process(es)")
     print(f"violations: {len(broken)} seed(s) {[s for s, _ in broken[:10]]}; unfinished: {len(unfinished)} {unfinished[:10]}")

@@ -500,6 +500,29 @@ def step(cluster: KRaftCluster, sim: SimCluster, rng: random.Random) -> tuple[KR
     return publish(cluster, result), result
 
 
+def operate(
+    cluster: KRaftCluster, sim: SimCluster, result: Plan, *, tick: int, death: bool, before_act: bool, log: list[str]
+) -> KRaftCluster:
+    """Carry out one reconcile's plan as an operator would, or die at this tick: before acting, or
+    after acting but before its status write. Then a tick of time; returns the published cluster."""
+    if death and before_act:
+        log.append(f"tick {tick}: operator died before acting")
+        sim.tick()
+        return cluster
+    for action in result.actions:
+        sim.apply(action)
+    if death:
+        log.append(f"tick {tick}: operator died after acting, before its status write")
+    else:
+        cluster = publish(cluster, result)
+    operation = result.status.operation
+    acted = [f"{type(a).__name__} {a.node.node_id if hasattr(a, 'node') else ''}" for a in result.actions]
+    log.append(f"tick {tick}: {acted} {operation.name + '/' + operation.step if operation else '-'} "
+               f"{result.waiting_for[:160]}")
+    sim.tick()
+    return cluster
+
+
 def bootstrap(seed: int, *, topics: int = 3, min_isr: int = 2, brokers: int = 3) -> tuple[KRaftCluster, SimCluster]:
     """Three controllers and `brokers` brokers (JBOD) taken from nothing to Ready by the real
     planner, with topics created (replication factor 3)."""
@@ -583,21 +606,8 @@ class Scenario:
             result = reconcile(cluster, sim, rng)
             sim.revision_target = self._targets(sim, cluster, result)
             self.results.append(result)
-            death = tick in deaths
             before = faults.random() < 0.5 if self.death_before_act is None else self.death_before_act
-            if death and before:
-                self.log.append(f"tick {tick}: operator died before acting")
-                sim.tick()
-                continue
-            for action in result.actions:
-                sim.apply(action)
-            if death:
-                self.log.append(f"tick {tick}: operator died after acting, before its status write")
-            else:
-                cluster = publish(cluster, result)
-            self.log.append(f"tick {tick}: {[type(a).__name__ + ' ' + str(a.node.node_id) for a in result.actions]} "
-                            f"{result.status.operation.step if result.status.operation else '-'} {result.waiting_for[:160]}")
-            sim.tick()
+            cluster = operate(cluster, sim, result, tick=tick, death=tick in deaths, before_act=before, log=self.log)
             if tick > quiet_from and self._done(sim, result):
                 finished = True
                 break
@@ -700,22 +710,8 @@ class ScaleScenario:
                 sim.crash(faults.choice(sorted(self.staying)), crash_loops=faults.randint(0, 2))
             result = reconcile(cluster, sim, rng)
             self.results.append(result)
-            death = tick in deaths
             before = faults.random() < 0.5 if self.death_before_act is None else self.death_before_act
-            if death and before:
-                self.log.append(f"tick {tick}: operator died before acting")
-                sim.tick()
-                continue
-            for action in result.actions:
-                sim.apply(action)
-            if death:
-                self.log.append(f"tick {tick}: operator died after acting, before its status write")
-            else:
-                cluster = publish(cluster, result)
-            operation = result.status.operation
-            self.log.append(f"tick {tick}: {[type(a).__name__ + ' ' + str(getattr(a, 'node', None) and a.node.node_id) for a in result.actions]} "
-                            f"{operation.name + '/' + operation.step if operation else '-'} {result.waiting_for[:160]}")
-            sim.tick()
+            cluster = operate(cluster, sim, result, tick=tick, death=tick in deaths, before_act=before, log=self.log)
             if tick > quiet_from and self.done(sim, result):
                 return sim.violations, True
         return sim.violations, False
