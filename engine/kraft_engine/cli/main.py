@@ -23,6 +23,7 @@ _TOOLS: tuple[tuple[str, str], ...] = (
     ("topics", "topics"),
     ("console-producer", "console_producer"),
     ("console-consumer", "console_consumer"),
+    ("consumer-groups", "consumer_groups"),
     ("log-dirs", "log_dirs"),
     ("sim", "sim"),
 )

@@ -1,0 +1,167 @@
+"""The group tools on a group of real consumers: `kraft consumer-groups` (--list, --describe with
+--offsets, --members and --state, --reset-offsets, --delete) and `kraft console-consumer --group`,
+and, with Apache Kafka 4.1's jars, Kafka's own kafka-consumer-groups --describe and
+kafka-console-consumer --group against our brokers (skipped cleanly without the jars). The two
+tools' describe outputs are compared line for line: the same state must print the same table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from broker_processes import BrokerCluster
+from group_members import TIMEOUT_S, committed_and_ends, create_topic, produce
+from group_workload import PARTITIONS
+from quorum_processes import KRAFT, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
+from kafka_jars import CLASSPATH, needs_jars
+
+pytestmark = [pytest.mark.process]
+
+RECORDS = 40
+
+
+def kraft(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([KRAFT, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    if check:
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result
+
+
+def kafka(main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
+    assert CLASSPATH is not None
+    return subprocess.run(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", CLASSPATH, main_class, *args],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+
+def _table(output: str) -> tuple[list[str], list[str]]:
+    """The header lines (a blank line, the column names) exactly, and the rows as a sorted list:
+    Kafka's tool prints a member's partitions in the iteration order of a Java HashSet, ours in
+    partition order; every character of every line must still match."""
+    lines = output.split("\n")
+    return lines[:2], sorted(lines[2:])
+
+
+class StableConsumer:
+    """A confluent-kafka consumer of the group that has read and committed `upto` records per
+    partition, and keeps polling (heartbeating) until closed."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, *, instance: str | None = None) -> None:
+        from confluent_kafka import Consumer
+
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": "tool-test-consumer",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 30_000,
+                  "partition.assignment.strategy": "range"}
+        if instance is not None:
+            config["group.instance.id"] = instance
+        self._consumer = Consumer(config)
+        self._consumer.subscribe([topic])
+
+    def read(self, count: int) -> None:
+        got = 0
+        while got < count:
+            message = self._consumer.poll(30)
+            assert message is not None, "no record within 30 s"
+            if message.error() is None:
+                got += 1
+        self._consumer.commit(asynchronous=False)
+
+    def poll(self) -> None:
+        self._consumer.poll(0.2)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@pytest.fixture(scope="module")
+def group_state(group_brokers: BrokerCluster) -> dict[str, str]:
+    bootstrap = group_brokers.broker_bootstrap()
+    topic, group = "tools-orders", "tools-group"
+    create_topic(bootstrap, topic)
+    for partition in range(PARTITIONS):
+        group_brokers.wait_isr(topic, partition, set(group_brokers.brokers))
+    produce("confluent-kafka", bootstrap, topic, range(RECORDS))
+    return {"bootstrap": bootstrap, "topic": topic, "group": group}
+
+
+def test_describe_list_reset_and_delete(group_state: dict[str, str]) -> None:
+    bootstrap, topic, group = group_state["bootstrap"], group_state["topic"], group_state["group"]
+    consumer = StableConsumer(bootstrap, topic, group)
+    try:
+        consumer.read(RECORDS - 4)  # commits offsets that leave a lag on some partitions
+        assert group in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list").stdout.split()
+        listed = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", "--state", "Stable").stdout
+        assert listed.splitlines()[0].split() == ["GROUP", "STATE"]
+        assert [group, "Stable"] in [line.split() for line in listed.splitlines()[1:]]
+
+        described = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group).stdout
+        lines = described.splitlines()
+        assert lines[0] == "" and lines[1].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
+                                                       "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+        rows = [line.split() for line in lines[2:] if line]
+        committed, ends = committed_and_ends(bootstrap, topic, group)
+        assert sorted((int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows) == sorted(
+            (p, committed[p], ends[p], ends[p] - committed[p]) for p in range(PARTITIONS))
+        assert {r[6].startswith("tool-test-consumer-") and r[8] == "tool-test-consumer" for r in rows} == {True}
+
+        members = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group,
+                        "--members").stdout.splitlines()
+        assert members[1].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+        assert members[2].split()[-1] == str(PARTITIONS)
+        state = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group,
+                      "--state").stdout.splitlines()
+        assert state[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+        assert state[2].split()[0] == group and state[2].split()[-3:] == ["range", "Stable", "1"]
+
+        refused = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group,
+                        "--topic", topic, "--to-earliest", "--execute", check=False)
+        assert refused.returncode == 1
+        assert "can only be reset if the group 'tools-group' is inactive, but the current state is Stable" in refused.stderr
+        not_empty = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--delete", "--group", group, check=False)
+        assert not_empty.returncode == 1 and "GroupNotEmptyException" in not_empty.stdout
+    finally:
+        consumer.close()
+
+    wait_for(lambda: "Empty" in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group",
+                                      group, "--state").stdout, timeout_s=TIMEOUT_S, what="the group to be Empty")
+    empty = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
+    assert f"Consumer group '{group}' has no active members." in empty.stderr
+    assert {line.split()[6] for line in empty.stdout.splitlines()[2:] if line} == {"-"}
+
+    reset = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group,
+                  "--topic", f"{topic}:0,1", "--to-offset", "3", "--execute").stdout.splitlines()
+    assert reset[1].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+    assert [line.split() for line in reset[2:]] == [[group, topic, "0", "3"], [group, topic, "1", "3"]]
+    committed, _ = committed_and_ends(bootstrap, topic, group)
+    assert (committed[0], committed[1]) == (3, 3)
+    shifted = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group,
+                    "--all-topics", "--shift-by", "-1", "--dry-run").stdout.splitlines()
+    assert [line.split()[2:] for line in shifted[2:]][:2] == [["0", "2"], ["1", "2"]]
+    assert committed_and_ends(bootstrap, topic, group)[0] == committed, "--dry-run changed nothing"
+
+    deleted = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--delete", "--group", group).stdout
+    assert deleted.strip() == f"Deletion of requested consumer groups ('{group}') was successful."
+    gone = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group, check=False)
+    assert gone.returncode == 1 and f"Consumer group '{group}' does not exist." in gone.stderr
+
+
+@needs_jars
+@pytest.mark.kafka_jars
+def test_kafka_consumer_groups_describe_prints_what_ours_prints(group_state: dict[str, str]) -> None:
+    bootstrap, topic = group_state["bootstrap"], group_state["topic"]
+    group = "kafka-tool-group"
+    consumer = StableConsumer(bootstrap, topic, group)
+    try:
+        consumer.read(RECORDS - 4)
+        for flags in ((), ("--members",), ("--state",)):
+            theirs = kafka("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+                           bootstrap, "--describe", "--group", group, *flags)
+            assert theirs.returncode == 0, theirs.stderr
+            ours = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group, *flags)
+            assert _table(ours.stdout) == _table(theirs.stdout), (flags, ours.stdout, theirs.stdout)
+            consumer.poll()
+    finally:
+        consumer.close()
