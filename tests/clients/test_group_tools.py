@@ -165,3 +165,33 @@ def test_kafka_consumer_groups_describe_prints_what_ours_prints(group_state: dic
             consumer.poll()
     finally:
         consumer.close()
+
+
+def test_console_consumer_group_resumes_from_its_committed_offsets(group_state: dict[str, str]) -> None:
+    bootstrap, topic = group_state["bootstrap"], group_state["topic"]
+    group = "console-group"
+    base = ["console-consumer", "--bootstrap-server", bootstrap, "--topic", topic, "--group", group]
+    first = kraft(*base, "--from-beginning", "--max-messages", "10")
+    assert "Processed a total of 10 messages" in first.stderr
+    second = kraft(*base, "--from-beginning", "--max-messages", str(RECORDS - 10), "--timeout-ms", "20000")
+    assert f"Processed a total of {RECORDS - 10} messages" in second.stderr
+    values = first.stdout.split() + second.stdout.split()
+    assert sorted(values) == sorted(f"v-{i}" for i in range(RECORDS)), "each record once across the two runs"
+    committed, ends = committed_and_ends(bootstrap, topic, group)
+    assert committed == ends
+
+
+@needs_jars
+@pytest.mark.kafka_jars
+def test_kafka_console_consumer_group_against_our_brokers(group_state: dict[str, str]) -> None:
+    bootstrap, topic = group_state["bootstrap"], group_state["topic"]
+    group = "kafka-console-group"
+    result = kafka("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", bootstrap, "--topic", topic,
+                   "--group", group, "--from-beginning", "--max-messages", str(RECORDS))
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == sorted(f"v-{i}" for i in range(RECORDS))
+    assert f"Processed a total of {RECORDS} messages" in result.stderr
+    committed, ends = committed_and_ends(bootstrap, topic, group)
+    assert committed == ends, "Kafka's consumer committed its positions to our coordinator on close"
+    described = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
+    assert {line.split()[5] for line in described.stdout.splitlines()[2:] if line} == {"0"}

@@ -7,9 +7,12 @@ print.partition, print.offset, print.headers, print.key, print.value, key.separa
 line.separator, headers.separator, null.literal. Output is DefaultMessageFormatter's, and
 "Processed a total of N messages" goes to stderr at the end, as Kafka's tool prints it.
 
-Consumer groups come with the next issue: `--group` is refused, and without `--partition` every
-partition of the topic is read (assigned, not subscribed), from the start with `--from-beginning`
-and from the end otherwise. `--timeout-ms` ends the run when no record arrived for that long.
+With `--group` the consumer subscribes as a member of that consumer group
+(`admin.group_consumer`: the range assignor, heartbeats, rebalances), starts each partition it is
+given from the group's committed offset (or from the start with `--from-beginning`, else the end),
+and commits its positions every 5 s and when it exits, as Kafka's tool does with auto-commit.
+Without `--group` and without `--partition` every partition of the topic is read (assigned, not
+subscribed). `--timeout-ms` ends the run when no record arrived for that long.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import sys
 from typing import Any, TextIO
 
 from kraft_engine.admin.controller_admin import ControllerAdminError
+from kraft_engine.admin.group_admin import GroupAdmin
+from kraft_engine.admin.group_consumer import GroupConsumer
 from kraft_engine.admin.record_clients import EARLIEST, LATEST, RecordClient, RecordClientError
 from kraft_engine.cli.main import CliError
 from kraft_engine.cli.tool_properties import parse_properties
@@ -29,6 +34,7 @@ from kraft_engine.records.client_records import ClientRecord
 __all__ = ["register"]
 
 _FETCH_WAIT_MS = 500
+_AUTO_COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms default
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,15 +53,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                                        "consumption for the specified interval.")
     parser.add_argument("--formatter-property", "--property", dest="properties", action="append", default=[],
                         help="The properties to initialize the message formatter (print.key=true, ...).")
-    parser.add_argument("--group", help="The consumer group id (not served yet: consumer groups come later).")
+    parser.add_argument("--group", help="The consumer group id of the consumer.")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     if not args.topic:
         raise CliError("Exactly one of include/topic is required.")
-    if args.group is not None:
-        raise CliError("--group: consumer groups are not served by this engine yet; read partitions with --partition")
+    if args.group is not None and (args.partition is not None or args.offset is not None):
+        raise CliError("Options group and partition/offset cannot be specified together.")
     if args.offset is not None and args.partition is None:
         raise CliError("The partition is required when offset is specified.")
     if args.offset is not None and args.from_beginning:
@@ -81,7 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     formatter = _Formatter(parse_properties(args.properties, flag="--formatter-property"), out=sys.stdout)
     consumed = _Count()
     try:
-        asyncio.run(_consume(args, bootstrap, start=start, formatter=formatter, consumed=consumed))
+        consume = _consume_in_group if args.group is not None else _consume
+        asyncio.run(consume(args, bootstrap, start=start, formatter=formatter, consumed=consumed))
     except KeyboardInterrupt:
         pass
     except (RecordClientError, ControllerAdminError) as e:
@@ -124,6 +131,45 @@ async def _consume(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *
                 print("ERROR Error processing message, terminating consumer process: "
                       "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
                 return
+
+
+async def _consume_in_group(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, start: int,
+                            formatter: _Formatter, consumed: _Count) -> None:
+    loop = asyncio.get_running_loop()
+    async with GroupAdmin(bootstrap, client_id="console-consumer") as admin:
+        await admin.refresh(args.topic)
+        member = GroupConsumer(admin, group=args.group, topics=[args.topic], client_id="console-consumer",
+                               from_beginning=start == EARLIEST)
+        try:
+            assigned = await member.join()
+            last_record = last_commit = loop.time()
+            while True:
+                if member.needs_rejoin:
+                    assigned = await member.join()
+                got = False
+                for topic, p in assigned:
+                    records, _hwm = await admin.fetch(topic, p, offset=member.positions[(topic, p)],
+                                                      max_wait_ms=_FETCH_WAIT_MS // max(1, len(assigned)))
+                    for record in records:
+                        formatter.write(record, partition=p)
+                        consumed.value += 1
+                        member.positions[(topic, p)] = record.offset + 1
+                        got = True
+                        if args.max_messages is not None and consumed.value >= args.max_messages:
+                            return
+                if not assigned:
+                    await asyncio.sleep(_FETCH_WAIT_MS / 1000)
+                if loop.time() - last_commit >= _AUTO_COMMIT_INTERVAL_S:
+                    await member.commit()
+                    last_commit = loop.time()
+                if got:
+                    last_record = loop.time()
+                elif args.timeout_ms is not None and (loop.time() - last_record) * 1000 >= args.timeout_ms:
+                    print("ERROR Error processing message, terminating consumer process: "
+                          "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
+                    return
+        finally:
+            await member.leave()
 
 
 class _Formatter:
