@@ -115,8 +115,10 @@ def java_string_hash(text: str) -> int:
 
 
 def partition_for_group(group: str, *, partitions: int) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`."""
-    return (java_string_hash(group) & 0x7FFFFFFF) % partitions
+    """Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions` (Utils.abs maps
+    Integer.MIN_VALUE to 0, any other hash to its absolute value)."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 # -- writing ----------------------------------------------------------------------------------
