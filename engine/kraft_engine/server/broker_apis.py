@@ -73,7 +73,7 @@ CLIENT_API_VERSIONS = {
     LIST_OFFSETS: (1, 7),
     METADATA: (1, 12),
     INIT_PRODUCER_ID: (0, 5),
-    DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_CLUSTER: (0, 2),  # v2: include_fenced_brokers (the operator sees a stopped broker still registered)
 }
 _DESCRIBE_CONFIGS = 32
 _FORWARDED = {**FORWARDED_API_VERSIONS, _DESCRIBE_CONFIGS: KAFKA_CONTROLLER_VERSIONS[_DESCRIBE_CONFIGS]}

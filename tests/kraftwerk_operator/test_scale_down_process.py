@@ -1,0 +1,230 @@
+"""Scale-down on the local runtime with engine nodes, under a live producer: `kraftwerk up` with
+three controllers and four brokers, a topic whose partition 0 lives on (and is led by) broker 6,
+a kafka-python producer (acks=all, idempotence) writing to it all the while; the spec drops to
+three brokers. Broker 6 is drained by reassignment, stopped and unregistered, and every record
+the producer saw acknowledged is read back afterwards. Then the spec drops from five controllers to
+three on a controller-only cluster: RemoveRaftVoter, one at a time, the engine's own `kraft
+metadata-quorum` reporting the voters that stay."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kraft_engine.storage.java_properties import parse_properties
+
+from .test_roll_process import KRAFTWERK, REPO, _wait, kraftwerk_up
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
+
+CLUSTER = """
+apiVersion: kraftwerk.io/v1alpha1
+kind: KRaftCluster
+metadata: {name: shrinking}
+spec:
+  nodePools:
+    - name: controllers
+      roles: [controller]
+      replicas: 3
+      storage: {volumes: [{id: 0, size: 1Gi}]}
+    - name: brokers
+      roles: [broker]
+      replicas: 4
+      storage: {volumes: [{id: 0, size: 1Gi}]}
+  lifecycle: {terminationGracePeriodSeconds: 60}
+  config:
+    min.insync.replicas: "2"
+    offsets.topic.replication.factor: "3"
+"""
+
+FIVE_CONTROLLERS = """
+apiVersion: kraftwerk.io/v1alpha1
+kind: KRaftCluster
+metadata: {name: shrinking}
+spec:
+  nodePools:
+    - name: controllers
+      roles: [controller]
+      replicas: 5
+      storage: {volumes: [{id: 0, size: 1Gi}]}
+  lifecycle: {terminationGracePeriodSeconds: 60}
+"""
+
+PRODUCER = REPO / "tests" / "process" / "kafka_python_producer.py"
+TOPIC = "drained"
+
+
+def _status(state: Path) -> dict | None:
+    try:
+        return yaml.safe_load((state / "default" / "shrinking" / "status.yaml").read_text())["status"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def _settled(status: dict | None) -> bool:
+    """Ready, nothing under way, and no partition short of replicas: a state that no longer moves."""
+    return (status is not None and status.get("operation") is None
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"])
+            and (status.get("partitions") or {}).get("underReplicated", 1) == 0)
+
+
+def _bootstrap(state: Path, node_ids: list[int]) -> str:
+    addresses = []
+    for node_id in node_ids:
+        config = parse_properties((state / "default" / "shrinking" / f"node-{node_id}" / "server.properties").read_text())
+        addresses.append(config["advertised.listeners"].split("//", 1)[1])
+    return ",".join(addresses)
+
+
+def _layout(bootstrap: str) -> list[int]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kafka.admin import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            partition = admin.describe_topics([TOPIC])[0]["partitions"][0]
+            return sorted(partition["replica_nodes"])
+        finally:
+            admin.close()
+
+
+def _create_topic(bootstrap: str) -> None:
+    """Partition 0 on brokers 6, 3, 4 (6 first: its preferred leader), min ISR 2."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            admin.create_topics([NewTopic(TOPIC, replica_assignments={0: [6, 3, 4]},
+                                          topic_configs={"min.insync.replicas": "2"})])
+        finally:
+            admin.close()
+
+
+def _read(bootstrap: str) -> dict[int, bytes]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                 consumer_timeout_ms=5000, request_timeout_ms=30000)
+        try:
+            tp = TopicPartition(TOPIC, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning()
+            end = consumer.end_offsets([tp])[tp]
+            stored: dict[int, bytes] = {}
+            deadline = time.monotonic() + 180
+            while consumer.position(tp) < end and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=2000).values():
+                    for record in records:
+                        stored[record.offset] = record.value
+            return stored
+        finally:
+            consumer.close()
+
+
+def test_a_broker_is_drained_stopped_and_unregistered_under_a_live_producer_losing_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "shrinking.yaml"
+    spec.write_text(textwrap.dedent(CLUSTER))
+    state = tmp_path / "state"
+    log = tmp_path / "up.log"
+    acks = tmp_path / "acks.jsonl"
+    with kraftwerk_up(spec, state, log) as up:
+        _wait("Ready with four brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "4/4",
+              timeout_s=600, up=up, log=log)
+        bootstrap = _bootstrap(state, [3, 4, 5])
+        _create_topic(bootstrap)
+        _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=log)
+        with acks.open("w") as out:
+            producer = subprocess.Popen([sys.executable, str(PRODUCER), bootstrap, TOPIC, "0", "1000000"],
+                                        stdout=out, stderr=subprocess.DEVNULL, cwd=REPO)
+        try:
+            _wait("the producer's first acks", lambda: acks.read_text().count('"offset"') >= 20, timeout_s=120,
+                  up=up, log=log)
+            shrunk = yaml.safe_load(spec.read_text())
+            shrunk["spec"]["nodePools"][1]["replicas"] = 3
+            spec.write_text(yaml.safe_dump(shrunk))
+
+            def drained() -> dict | None:
+                status = _status(state)
+                if not _settled(status) or sorted(n["id"] for n in status["nodes"]) != [0, 1, 2, 3, 4, 5]:
+                    return None
+                return status
+
+            status = _wait("broker 6 removed", drained, timeout_s=900, up=up, log=log)
+            before = acks.read_text().count('"offset"')
+            _wait("acks after the removal", lambda: acks.read_text().count('"offset"') >= before + 20,
+                  timeout_s=120, up=up, log=log)
+        finally:
+            producer.send_signal(signal.SIGTERM)
+            producer.wait(timeout=60)
+        layout = _layout(bootstrap)
+        stored = _read(bootstrap)
+    output = log.read_text()
+    assert status["brokers"] == "3/3", status
+    assert 6 not in layout and len(layout) == 3, layout
+    order = []
+    for step in ("ReassignPartitions", "StopNode", "UnregisterBroker"):
+        found = re.search(rf"^Normal\s+{step}\s+(?:node|broker) 6: ", output, re.M)
+        assert found is not None, (step, output[-4000:])
+        order.append(found.start())
+    assert order == sorted(order), output[-4000:]
+    node_log = (state / "default" / "shrinking" / "node-6" / "server.log").read_text()
+    assert "stopped by SIGTERM" in node_log and "removed from the cluster" in node_log, node_log[-2000:]
+    acked = [json.loads(line) for line in acks.read_text().splitlines() if '"offset"' in line]
+    assert len(acked) > 40
+    lost = [a for a in acked if stored.get(a["offset"]) != f"v-{a['i']}".encode()]
+    assert lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
+
+
+def test_controllers_five_to_three_leave_the_voter_set_one_at_a_time(tmp_path: Path) -> None:
+    spec = tmp_path / "shrinking.yaml"
+    spec.write_text(textwrap.dedent(FIVE_CONTROLLERS))
+    state = tmp_path / "state"
+    log = tmp_path / "up.log"
+    with kraftwerk_up(spec, state, log) as up:
+        _wait("Ready with five voters", lambda: _settled(s := _status(state)) and len(s["quorum"]["voters"]) == 5,
+              timeout_s=600, up=up, log=log)
+        shrunk = yaml.safe_load(spec.read_text())
+        shrunk["spec"]["nodePools"][0]["replicas"] = 3
+        spec.write_text(yaml.safe_dump(shrunk))
+
+        def three_voters() -> dict | None:
+            status = _status(state)
+            if not _settled(status) or sorted(v["id"] for v in status["quorum"]["voters"]) != [0, 1, 2]:
+                return None
+            return status if sorted(n["id"] for n in status["nodes"]) == [0, 1, 2] else None
+
+        status = _wait("three voters", three_voters, timeout_s=900, up=up, log=log)
+        bootstrap = _bootstrap(state, [0])
+        described = subprocess.run(
+            [*KRAFTWERK[:2], "import sys; from kraft_engine.cli.main import main; sys.exit(main())",
+             "metadata-quorum", "--bootstrap-controller", bootstrap, "describe", "--status"],
+            capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+        )
+    output = log.read_text()
+    assert described.returncode == 0, described.stdout + described.stderr
+    voters_line = next(line for line in described.stdout.splitlines() if line.startswith("CurrentVoters:"))
+    assert all(f'"id": {i}' in voters_line for i in range(3)) and '"id": 3' not in voters_line \
+        and '"id": 4' not in voters_line, voters_line
+    removals = [int(line.split("node ", 1)[1].split(":", 1)[0]) for line in output.splitlines() if " RemoveVoter " in line]
+    assert sorted(set(removals)) == [3, 4], output[-4000:]
+    even = [line for line in output.splitlines() if line.startswith("Warning") and "EvenControllerCount" in line]
+    assert even == [], even  # 5 and 3 are odd: no warning
+    for node_id in (3, 4):
+        node_log = (state / "default" / "shrinking" / f"node-{node_id}" / "server.log").read_text()
+        assert "removed from the cluster" in node_log
+    assert status["controllers"] == "3/3"
