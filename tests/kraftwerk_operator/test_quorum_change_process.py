@@ -26,6 +26,17 @@ def _status(state: Path) -> dict | None:
         return None
 
 
+def current_voters(bootstrap: str) -> str:
+    """The CurrentVoters line of the engine's own `kraft metadata-quorum describe --status`."""
+    described = subprocess.run(
+        [*KRAFTWERK[:2], "import sys; from kraft_engine.cli.main import main; sys.exit(main())",
+         "metadata-quorum", "--bootstrap-controller", bootstrap, "describe", "--status"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+    )
+    assert described.returncode == 0, described.stdout + described.stderr
+    return next(line for line in described.stdout.splitlines() if line.startswith("CurrentVoters:"))
+
+
 def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
     spec = tmp_path / "growing.yaml"
     spec.write_text(textwrap.dedent(THREE_CONTROLLERS))
@@ -47,14 +58,8 @@ def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
         status = _wait("five voters", five_voters, timeout_s=600, up=up, log=log)
         bootstrap = ",".join(e.split("//", 1)[1] for v in status["quorum"]["voters"][:1] for e in v["endpoints"]
                              if e.startswith("CONTROLLER://"))
-        described = subprocess.run(
-            [*KRAFTWERK[:2], "import sys; from kraft_engine.cli.main import main; sys.exit(main())",
-             "metadata-quorum", "--bootstrap-controller", bootstrap, "describe", "--status"],
-            capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
-        )
+        voters_line = current_voters(bootstrap)
     output = log.read_text()
-    assert described.returncode == 0, described.stdout + described.stderr
-    voters_line = next(line for line in described.stdout.splitlines() if line.startswith("CurrentVoters:"))
     assert all(f'"id": {i}' in voters_line for i in range(5)), voters_line
     adds = [line for line in output.splitlines() if " AddVoter " in line]
     assert [int(line.split("node ", 1)[1].split(":", 1)[0]) for line in adds] == [3, 4], output[-3000:]
