@@ -757,12 +757,16 @@ def main() -> None:
                         help="write cProfile stats of the in-process fence (generate to publish) to this file")
     parser.add_argument("--fencing-only", action="store_true",
                         help="only the in-process fencing cost and snapshot load (no processes)")
+    parser.add_argument("--keep-dir", type=Path, default=None,
+                        help="run the quorums in this (new) directory and keep it: the nodes' logs stay for reading")
     args = parser.parse_args()
     if args.fencing_only:
         bench_fencing(args.topics, args.partitions, profile_path=args.profile_fencing)
         print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
         return
-    root = Path(tempfile.mkdtemp(prefix="kraft-bench-controller-"))
+    if args.keep_dir is not None:
+        args.keep_dir.mkdir(parents=True)
+    root = args.keep_dir or Path(tempfile.mkdtemp(prefix="kraft-bench-controller-"))
     results: dict[str, dict[str, Any]] = {}
     try:
         for name in [n.strip() for n in args.systems.split(",") if n.strip()]:
@@ -785,7 +789,8 @@ def main() -> None:
             bench_fencing(args.topics, args.partitions, profile_path=args.profile_fencing)
         print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

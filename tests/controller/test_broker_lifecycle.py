@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime
 import uuid
 from typing import Any
-from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.alter_partition.v3 import request as ap
+from kio.schema.assign_replicas_to_dirs.v0 import request as ad
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
+from kraft_engine.controller.partition_change import Election
 from kraft_engine.controller.replication_control import BrokerHeartbeatReply
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
@@ -246,14 +247,33 @@ def test_a_partition_record_with_a_negative_partition_id_is_refused() -> None:
     assert cluster.controller.replication_control.partition(cluster.topic_id("orders"), -1) is None
 
 
+def _builder_per_partition(
+    replication: Any, *, remove: int | None, add: int | None, unclean_shutdown: int | None, partitions: list[Any],
+) -> list[Any]:
+    """Kafka's generateLeaderAndIsrUpdates as written: one PartitionChangeBuilder per partition."""
+    records: list[Any] = []
+    leaving = [b for b in (remove, unclean_shutdown) if b is not None]
+    for topic_id, partition_id in partitions:
+        partition = replication.partition(topic_id, partition_id)
+        builder = replication._builder(partition, min_isr=replication._effective_min_isr(topic_id), exclude=remove,
+                                       unclean_shutdown=unclean_shutdown, include=add)
+        if replication.unclean_leader_election_enabled(topic_id):
+            builder.set_election(Election.UNCLEAN)
+        if leaving:
+            builder.set_target_isr([r for r in partition.isr if r not in leaving])
+        change = builder.build()
+        if change is not None:
+            records.append(replication._change_record((topic_id, partition_id), change))
+    return records
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), mv=st.sampled_from([7, LATEST_MV]), elr=st.booleans())
-def test_the_isr_shrink_fast_path_writes_what_the_partition_change_builder_writes(
-    data: st.DataObject, mv: int, elr: bool
-) -> None:
-    """A fence or controlled shutdown skips the builder for a partition that only loses the broker
-    from its ISR (`ReplicationControlManager._isr_shrink`); on any cluster state, its records for
-    every broker are the builder's, record for record."""
+def test_a_fan_out_writes_what_a_builder_per_partition_writes(data: st.DataObject, mv: int, elr: bool) -> None:
+    """A fence, a controlled shutdown, an unfence or an unclean shutdown builds each distinct
+    partition state's change once and gives it to every partition in that state
+    (`ReplicationControlManager._leader_and_isr_updates`); on any cluster state, for every broker,
+    its records are those of a builder per partition, record for record and in order."""
     elr = elr and mv == LATEST_MV
     cluster = Harness(mv=mv, features={"eligible.leader.replicas.version": 1} if elr else None)
     brokers = (1, 2, 3, 4, 5)
@@ -267,13 +287,33 @@ def test_the_isr_shrink_fast_path_writes_what_the_partition_change_builder_write
         replicas = st.permutations(brokers).map(lambda order, rf=rf: order[:rf])  # type: ignore[misc]
         assignments = data.draw(st.lists(replicas, min_size=1, max_size=5), label=f"topic {topic}")
         min_isr = data.draw(st.integers(1, 3), label=f"min.insync.replicas of {topic}")
-        cluster.create_topic(f"t{topic}", assignments=assignments,
-                             configs={"min.insync.replicas": str(min(min_isr, rf))})
+        configs = {"min.insync.replicas": str(min(min_isr, rf))}
+        if data.draw(st.booleans(), label=f"unclean election for {topic}"):
+            configs["unclean.leader.election.enable"] = "true"
+        cluster.create_topic(f"t{topic}", assignments=assignments, configs=configs)
         for partition_id, placed in enumerate(assignments):
             partition = cluster.partition(f"t{topic}", partition_id)
             isr = [b for b in placed if b == partition.leader or data.draw(st.booleans(), label="keep in isr")]
             if tuple(isr) != partition.isr:
                 cluster.alter_isr(f"t{topic}", partition_id, isr)
+    # A broker with two directories places each of its replicas on one (AssignReplicasToDirs), so
+    # that partitions with the same replicas and ISR may differ in where a replica lives.
+    replication = cluster.controller.replication_control
+    for broker in brokers:
+        if len(cluster.log_dirs[broker]) < 2:
+            continue
+        placements: dict[uuid.UUID, dict[uuid.UUID, list[int]]] = {d: {} for d in cluster.log_dirs[broker]}
+        for topic_id, partition_id in replication.partitions_with_broker_in_isr(broker):
+            directory = data.draw(st.sampled_from(cluster.log_dirs[broker]), label="directory")
+            placements[directory].setdefault(topic_id, []).append(partition_id)
+        cluster.run(cluster.controller.assign_replicas_to_dirs(ad.AssignReplicasToDirsRequest(
+            broker_id=BrokerId(broker), broker_epoch=i64(cluster.epochs[broker]),
+            directories=tuple(
+                ad.DirectoryData(id_=directory, topics=tuple(
+                    ad.TopicData(topic_id=t, partitions=tuple(ad.PartitionData(partition_index=i32(p)) for p in ps))
+                    for t, ps in topics.items()))
+                for directory, topics in placements.items()),
+        )))
     # Some leaders become unacceptable: a broker in controlled shutdown, a fenced one.
     for broker in data.draw(st.lists(st.sampled_from(brokers), max_size=2, unique=True), label="shut down"):
         cluster.heartbeat(broker, want_shut_down=True)
@@ -283,14 +323,58 @@ def test_the_isr_shrink_fast_path_writes_what_the_partition_change_builder_write
         cluster.controller.cluster_control.replay_fence_broker(
             FenceBrokerRecord(id=BrokerId(broker), epoch=i64(cluster.epochs[broker])), cluster.raft.next_append_offset()
         )
-    replication = cluster.controller.replication_control
-    for removed in brokers:
-        partitions = list(replication.partitions_with_broker_in_isr(removed))
-        fast: list[Any] = []
-        replication._leader_and_isr_updates(broker_to_remove=removed, broker_to_add=None, partitions=partitions,
-                                            records=fast)
-        built: list[Any] = []
-        with patch.object(type(replication), "_isr_shrink", lambda *args, **kwargs: None):
-            replication._leader_and_isr_updates(broker_to_remove=removed, broker_to_add=None,
-                                                partitions=partitions, records=built)
-        assert fast == built
+    # And directories gone offline with their partitions not yet changed: replicas that may not
+    # lead while others on the same brokers, in the same ISR, may.
+    for broker in data.draw(st.lists(st.sampled_from(brokers), max_size=2, unique=True), label="dir offline"):
+        # (Its first directory stays; a broker with one reports another instead.)
+        online = cluster.log_dirs[broker][:1] if len(cluster.log_dirs[broker]) > 1 else (uuid.uuid4(),)
+        cluster.controller.cluster_control.replay_broker_registration_change(
+            BrokerRegistrationChangeRecord(broker_id=BrokerId(broker), broker_epoch=i64(cluster.epochs[broker]),
+                                           log_dirs=online),
+            cluster.raft.next_append_offset(),
+        )
+    for broker in brokers:
+        in_isr = replication.partitions_with_broker_in_isr(broker)
+        leaderless = replication.leaderless_partitions()
+        cases = [(broker, None, None, in_isr), (None, broker, None, leaderless)]
+        if elr:
+            cases.append((None, None, broker, in_isr + replication.partitions_with_broker_in_elr(broker)))
+        for remove, add, unclean, partitions in cases:
+            fanned: list[Any] = []
+            replication._leader_and_isr_updates(
+                broker_to_remove=remove, broker_to_add=add, broker_with_unclean_shutdown=unclean,
+                partitions=[(t.int << 32) | p for t, p in partitions], records=fanned,
+            )
+            assert fanned == _builder_per_partition(replication, remove=remove, add=add, unclean_shutdown=unclean,
+                                                    partitions=partitions)
+
+
+def test_partitions_alike_but_for_where_a_replica_lives_get_their_own_leaders_on_a_fence() -> None:
+    """The fan-out builds one change per distinct partition state; where each replica lives is part
+    of that state. Two partitions with the same replicas, ISR and leader, whose other replica lives
+    on an online directory in one and an offline one in the other: fencing the leader moves the
+    first to the other replica and leaves the second without a leader."""
+    cluster = Harness()
+    for broker in (1, 2, 3):
+        cluster.register(broker, dirs=2)
+    for broker in (1, 2, 3):
+        cluster.heartbeat(broker)
+    cluster.create_topic("t", assignments=[[1, 2], [1, 2]])
+    topic_id = cluster.topic_id("t")
+    for partition_id, directory in ((0, 0), (1, 1)):
+        for broker in (1, 2):
+            cluster.run(cluster.controller.assign_replicas_to_dirs(ad.AssignReplicasToDirsRequest(
+                broker_id=BrokerId(broker), broker_epoch=i64(cluster.epochs[broker]),
+                directories=(ad.DirectoryData(id_=cluster.log_dirs[broker][directory], topics=(ad.TopicData(
+                    topic_id=topic_id, partitions=(ad.PartitionData(partition_index=i32(partition_id)),)),)),),
+            )))
+    # Broker 2's second directory is gone (its partitions not yet changed, as within one event).
+    cluster.controller.cluster_control.replay_broker_registration_change(
+        BrokerRegistrationChangeRecord(broker_id=BrokerId(2), broker_epoch=i64(cluster.epochs[2]),
+                                       log_dirs=cluster.log_dirs[2][:1]),
+        cluster.raft.next_append_offset(),
+    )
+    records: list[Any] = []
+    cluster.controller.replication_control.handle_broker_fenced(1, records)
+    leaders = {r.partition_id: r.leader for r, _ in records if isinstance(r, PartitionChangeRecord)}
+    assert leaders == {0: 2, 1: -1}

@@ -14,8 +14,8 @@ import datetime
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from kio.schema.alter_partition.v3 import request as alter_partition_request
 from kio.schema.alter_partition.v3 import response as alter_partition_response
@@ -59,6 +59,7 @@ from kraft_engine.controller.results import (
     check_user_op_size,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
+from kraft_engine.invariant import require
 from kraft_engine.kafka_uuid import ONE_UUID, ZERO_UUID
 from kraft_engine.metadata import LeaderRecoveryState, PartitionRegistration
 from kraft_engine.records import (
@@ -263,6 +264,12 @@ class ReplicationControlManager:
 
     def partitions_with_broker_in_elr(self, broker_id: int) -> list[TopicPartition]:
         return self._unpacked(self._brokers_to_elrs.members(broker_id))
+
+    def _in_isr(self, broker_id: int) -> list[PackedPartition]:
+        return sorted(self._brokers_to_isrs.members(broker_id))
+
+    def _in_elr(self, broker_id: int) -> list[PackedPartition]:
+        return sorted(self._brokers_to_elrs.members(broker_id))
 
     def has_leaderships(self, broker_id: int) -> bool:
         return any(
@@ -756,9 +763,6 @@ class ReplicationControlManager:
         first = self._partitions.get(_pack_ids(topic_id, 0))
         return configured if first is None else min(configured, len(first.replicas))
 
-    def _min_isr_lookup(self) -> Callable[[uuid.UUID], int]:
-        return _once_per_topic(self._effective_min_isr)
-
     def _unclean_election_lookup(self) -> Callable[[uuid.UUID], bool]:
         return _once_per_topic(self.unclean_leader_election_enabled)
 
@@ -770,83 +774,59 @@ class ReplicationControlManager:
         )
 
     def _leader_and_isr_updates(
-        self, *, broker_to_remove: int | None, broker_to_add: int | None, partitions: Iterable[TopicPartition],
+        self, *, broker_to_remove: int | None, broker_to_add: int | None, partitions: Iterable[PackedPartition],
         records: list[RecordAndVersion], broker_with_unclean_shutdown: int | None = None,
     ) -> None:
-        """Kafka's generateLeaderAndIsrUpdates. `broker_to_remove` leaves the ISR and may not lead;
-        `broker_to_add` may lead though still fenced; `broker_with_unclean_shutdown` leaves the
-        ISR and the ELR and may not lead."""
-        # Generation changes no state, so what every partition of the fan-out shares (the
-        # metadata.version, whether ELR is on, each topic's unclean election setting and min ISR)
-        # is looked up once, not per partition: a fenced broker can be in the ISR of tens of
-        # thousands of partitions.
+        """Kafka's generateLeaderAndIsrUpdates over `partitions` (packed, in Kafka's order).
+        `broker_to_remove` leaves the ISR and may not lead; `broker_to_add` may lead though still
+        fenced; `broker_with_unclean_shutdown` leaves the ISR and the ELR and may not lead.
+
+        The builder's change depends on a partition only through its state (assignment,
+        directories, ISR, ELR, last known ELR, leader, recovery state) and its topic's min ISR and
+        unclean-election setting: which candidates may lead is the same question for the same
+        replicas on the same directories, and generation changes no state. So the change is
+        built once per distinct state and every partition in that state gets its record: one
+        broker's fence at 100k partitions over a few brokers runs a handful of builders, not 100k
+        (and the records share their ISR and replica tuples). `tests/controller/
+        test_broker_lifecycle.py` checks the records against a builder per partition."""
         mv = self._features.metadata_version_or_raise()
         elr_enabled = self._features.is_elr_enabled()
-        unclean_enabled = self._unclean_election_lookup()
-        min_isr = self._min_isr_lookup()
-        leaving = {broker_to_remove, broker_with_unclean_shutdown} - {None}
-        # Removing a broker from the ISR of a partition it does not lead is, in almost every
-        # partition of a fence, only that: no election, so no builder (see `_isr_shrink`).
-        shrink_only = (
-            broker_to_remove is not None and broker_to_add is None and broker_with_unclean_shutdown is None
-            and not mv.is_leader_epoch_bump_required_on_isr_shrink
-        )
-        leader_acceptable: dict[tuple[int, int], bool] = {}
-        for key in partitions:
-            partition = self._partitions.get(_pack(key))
+        version = mv.partition_change_record_version
+        leaving = [r for r in (broker_to_remove, broker_with_unclean_shutdown) if r is not None]
+        latest = self._partitions.latest()
+        makers: dict[tuple[object, ...], _ChangeRecordMaker | None] = {}
+        topic_int = -1
+        topic_id = ZERO_UUID
+        settings: tuple[int, bool] = (1, False)
+        for packed in partitions:
+            partition = latest.get(packed)
             if partition is None:
-                raise RuntimeError(f"Partition {key} is indexed but not in the partitions map.")
-            if shrink_only:
-                shrunk = self._isr_shrink(partition, removed=broker_to_remove, acceptable=leader_acceptable,
-                                          min_isr=min_isr(key[0]) if elr_enabled else None)
-                if shrunk is not None:
-                    records.append(self._change_record(key, shrunk, mv=mv))
-                    continue
-            builder = self._builder(partition, min_isr=min_isr(key[0]), exclude=broker_to_remove,
-                                    unclean_shutdown=broker_with_unclean_shutdown, include=broker_to_add, mv=mv,
-                                    elr_enabled=elr_enabled)
-            if unclean_enabled(key[0]):
-                builder.set_election(Election.UNCLEAN)
-            if leaving:
-                builder.set_target_isr([r for r in partition.isr if r not in leaving])
-            change = builder.build()
-            if change is not None:
-                records.append(self._change_record(key, change, mv=mv))
-
-    def _isr_shrink(
-        self, partition: PartitionRegistration, *, removed: int | None, acceptable: dict[tuple[int, int], bool],
-        min_isr: int | None = None,
-    ) -> PartitionChange | None:
-        """The change `PartitionChangeBuilder` builds when `removed` leaves the ISR of a partition
-        whose leader stays (in the new ISR, acceptable), with no reassignment and no ELR (with ELR
-        on, `min_isr` given: an ISR that stays at or above it, and no last known leader): the new
-        ISR and nothing else. None for any other partition, which then goes through the builder.
-
-        Whether a leader is acceptable is asked once per (leader, directory): generation changes no
-        state. `tests/controller/test_broker_lifecycle.py` checks the records against the builder's."""
-        leader = partition.leader
-        isr = partition.isr
-        if (
-            leader == removed or removed not in isr or partition.removing_replicas or partition.adding_replicas
-            or partition.elr
-        ):
-            return None
-        target = tuple(r for r in isr if r != removed)
-        if leader not in target:
-            return None
-        if min_isr is not None and (len(target) < min_isr or partition.last_known_elr):
-            # ELR on (`min_isr` given): below min ISR the builder fills the ELR, and a leader that
-            # stays clears a last known leader; above it, with neither, it writes the ISR alone.
-            return None
-        try:
-            directory = partition.directory(leader)
-        except ValueError:
-            return None
-        cached = (leader, directory.int)
-        ok = acceptable.get(cached)
-        if ok is None:
-            ok = acceptable[cached] = self._cluster.is_active_broker(leader) and self._has_online_dir(leader, directory)
-        return PartitionChange(isr=target) if ok else None
+                raise RuntimeError(f"Partition {packed & _PARTITION_MASK} of topic {packed >> _PARTITION_BITS:032x} "
+                                   "is indexed but not in the partitions map.")
+            if packed >> _PARTITION_BITS != topic_int:
+                # A topic's partitions are neighbours in Kafka's order: its settings are read once.
+                topic_int = packed >> _PARTITION_BITS
+                topic_id = self._unpack(packed)[0]
+                settings = (self._effective_min_isr(topic_id), self.unclean_leader_election_enabled(topic_id))
+            state = (
+                partition.replicas, partition.directories, partition.isr, partition.removing_replicas,
+                partition.adding_replicas, partition.elr, partition.last_known_elr, partition.leader,
+                partition.leader_recovery_state, settings,
+            )
+            if state in makers:
+                maker = makers[state]
+            else:
+                builder = self._builder(partition, min_isr=settings[0], exclude=broker_to_remove,
+                                        unclean_shutdown=broker_with_unclean_shutdown, include=broker_to_add, mv=mv,
+                                        elr_enabled=elr_enabled)
+                if settings[1]:
+                    builder.set_election(Election.UNCLEAN)
+                if leaving:
+                    builder.set_target_isr([r for r in partition.isr if r not in leaving])
+                change = builder.build()
+                maker = makers[state] = None if change is None else _ChangeRecordMaker(change)
+            if maker is not None:
+                records.append(RecordAndVersion(maker.record(packed & _PARTITION_MASK, topic_id), version))
 
     # -- broker lifecycle ------------------------------------------------------------------
 
@@ -855,7 +835,7 @@ class ReplicationControlManager:
         if registration is None:
             raise RuntimeError(f"Can't fence unknown broker {broker_id}")
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
-                                     partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+                                     partitions=self._in_isr(broker_id), records=records)
         records.append(RecordAndVersion(
             BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=registration.epoch, fenced=1), 0,
         ))
@@ -867,7 +847,7 @@ class ReplicationControlManager:
         # Every leaderless partition may come back online with this broker (the cluster state
         # still shows it fenced while these records are generated, hence broker_to_add).
         self._leader_and_isr_updates(broker_to_remove=None, broker_to_add=broker_id,
-                                     partitions=self.leaderless_partitions(), records=records)
+                                     partitions=sorted(self._leaderless), records=records)
 
     def handle_broker_in_controlled_shutdown(self, broker_id: int, broker_epoch: int,
                                              records: list[RecordAndVersion]) -> None:
@@ -878,7 +858,7 @@ class ReplicationControlManager:
                                                in_controlled_shutdown=1), 1,
             ))
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
-                                     partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+                                     partitions=self._in_isr(broker_id), records=records)
 
     def handle_broker_shutdown(self, broker_id: int, *, clean: bool, records: list[RecordAndVersion]) -> None:
         """A new incarnation registered (Kafka's handleBrokerShutdown). With ELR on and no clean
@@ -888,13 +868,13 @@ class ReplicationControlManager:
         if self._features.is_elr_enabled() and not clean:
             self._leader_and_isr_updates(broker_to_remove=None, broker_to_add=None,
                                          broker_with_unclean_shutdown=broker_id,
-                                         partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+                                         partitions=self._in_isr(broker_id), records=records)
             self._leader_and_isr_updates(broker_to_remove=None, broker_to_add=None,
                                          broker_with_unclean_shutdown=broker_id,
-                                         partitions=self.partitions_with_broker_in_elr(broker_id), records=records)
+                                         partitions=self._in_elr(broker_id), records=records)
         else:
             self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
-                                         partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+                                         partitions=self._in_isr(broker_id), records=records)
 
     def handle_directories_offline(
         self, broker_id: int, broker_epoch: int, offline_dirs: Iterable[uuid.UUID], records: list[RecordAndVersion],
@@ -910,9 +890,9 @@ class ReplicationControlManager:
         if not newly_offline:
             return
         for directory in newly_offline:
-            partitions = self._unpacked(self._directories_to_partitions.members(directory))
             self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
-                                         partitions=partitions, records=records)
+                                         partitions=sorted(self._directories_to_partitions.members(directory)),
+                                         records=records)
         online = tuple(d for d in registration.directories if d not in offline)
         records.append(RecordAndVersion(
             BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, log_dirs=online), 2,
@@ -977,10 +957,10 @@ class ReplicationControlManager:
             raise ControllerApiError(ErrorCode.broker_id_not_registered, f"Broker ID {broker_id} is not currently registered")
         records: list[RecordAndVersion] = []
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
-                                     partitions=self.partitions_with_broker_in_isr(broker_id), records=records)
+                                     partitions=self._in_isr(broker_id), records=records)
         # As Kafka's handleBrokerUnregistered: the partitions whose ELR holds it are rebuilt too.
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
-                                     partitions=self.partitions_with_broker_in_elr(broker_id), records=records)
+                                     partitions=self._in_elr(broker_id), records=records)
         records.append(RecordAndVersion(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=registration.epoch), 0))
         return ControllerResult(records, None, is_atomic=True)
 
@@ -1384,6 +1364,59 @@ class ReplicationControlManager:
             if change is not None:
                 merged = self._change_record(key, change)
                 records.append(merged)
+
+
+# A fan-out writes one PartitionChangeRecord per partition from a handful of distinct changes (see
+# `_leader_and_isr_updates`). Kafka's record class is a frozen dataclass whose __init__ stores each
+# of its eleven fields through object.__setattr__; `_ChangeRecordMaker` stores them through their
+# slot descriptors, as `PartitionRegistration`'s `_built` does: the same record at half the cost.
+_CHANGE_FIELDS = (
+    "partition_id", "topic_id", "isr", "leader", "replicas", "removing_replicas", "adding_replicas",
+    "leader_recovery_state", "directories", "eligible_leader_replicas", "last_known_elr",
+)
+require(
+    tuple(f.name for f in fields(PartitionChangeRecord)) == _CHANGE_FIELDS
+    and not hasattr(PartitionChangeRecord, "__post_init__"),
+    "PartitionChangeRecord's fields and _ChangeRecordMaker's setters are out of step",
+)
+_Setter = Callable[[PartitionChangeRecord, Any], None]
+(
+    _set_partition_id, _set_topic_id, _set_isr, _set_leader, _set_replicas, _set_removing, _set_adding,
+    _set_recovery, _set_directories, _set_elr, _set_last_known_elr,
+) = cast("tuple[_Setter, ...]", tuple(PartitionChangeRecord.__dict__[name].__set__ for name in _CHANGE_FIELDS))
+_new = object.__new__
+
+
+class _ChangeRecordMaker:
+    """One change's PartitionChangeRecord for any partition. The change's fields are checked once,
+    by the record class's own constructor; `record` then copies them to each partition's record."""
+
+    __slots__ = ("_template",)
+
+    def __init__(self, change: PartitionChange) -> None:
+        self._template = PartitionChangeRecord(
+            partition_id=0, topic_id=ZERO_UUID,
+            isr=change.isr, leader=change.leader, replicas=change.replicas,
+            removing_replicas=change.removing_replicas, adding_replicas=change.adding_replicas,
+            leader_recovery_state=change.leader_recovery_state, directories=change.directories,
+            eligible_leader_replicas=change.eligible_leader_replicas, last_known_elr=change.last_known_elr,
+        )
+
+    def record(self, partition_id: int, topic_id: uuid.UUID) -> PartitionChangeRecord:
+        t = self._template
+        record: PartitionChangeRecord = _new(PartitionChangeRecord)
+        _set_partition_id(record, partition_id)
+        _set_topic_id(record, topic_id)
+        _set_isr(record, t.isr)
+        _set_leader(record, t.leader)
+        _set_replicas(record, t.replicas)
+        _set_removing(record, t.removing_replicas)
+        _set_adding(record, t.adding_replicas)
+        _set_recovery(record, t.leader_recovery_state)
+        _set_directories(record, t.directories)
+        _set_elr(record, t.eligible_leader_replicas)
+        _set_last_known_elr(record, t.last_known_elr)
+        return record
 
 
 def _once_per_topic(lookup: Callable[[uuid.UUID], T]) -> Callable[[uuid.UUID], T]:

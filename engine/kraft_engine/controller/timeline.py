@@ -18,7 +18,7 @@ it. Reverting to E re-applies the deltas newest-first, so the oldest (E's) value
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar, cast
 
 __all__ = ["SnapshotRegistry", "TimelineHashMap", "TimelineHashSet", "TimelineValue"]
@@ -296,6 +296,11 @@ class TimelineHashMap(_Revertable, Generic[K, V]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._current
+
+    def latest(self) -> Mapping[K, V]:
+        """The current state itself, read-only by contract: for loops that read many keys and change
+        none (a read through `get` is a method call per key). Valid until the next write."""
+        return self._current
 
     def __getitem__(self, key: K) -> V:
         return self._current[key]
