@@ -6,6 +6,8 @@ import dataclasses
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from metadata_log_helpers import change, dir_id, partition, topic_id
 
 from kraft_engine.metadata import (
@@ -171,3 +173,24 @@ def test_replayed_registrations_are_the_same_frozen_values_the_constructor_build
             value.leader = 3  # type: ignore[misc]
     with pytest.raises(MetadataReplayError, match="has 3 replicas but 2 directories"):
         registration().merge(change(1, 0, directories=(dir_id(1), dir_id(2))))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    isr=st.none() | st.lists(st.integers(0, 5), max_size=4).map(tuple),
+    leader=st.sampled_from([-2, -1, 0, 1, 2, 3]),
+    elr=st.lists(st.integers(0, 5), max_size=2).map(tuple),
+    recovery=st.sampled_from(list(LeaderRecoveryState)),
+)
+def test_an_isr_or_leader_change_merges_as_every_other_change_does(
+    isr: tuple[int, ...] | None, leader: int, elr: tuple[int, ...], recovery: LeaderRecoveryState
+) -> None:
+    """`merge` takes a shortcut for a record that sets only the ISR and the leader (a fence's);
+    it builds what the field-by-field merge of every other record builds, and an equal frozen value."""
+    base = registration(elr=elr, last_known_elr=elr[:1], leader_recovery_state=recovery, removing_replicas=(3,))
+    record = change(1, 0, isr=isr, leader=leader)
+    merged = base.merge(record)
+    assert merged == base._merged(record)
+    assert hash(merged) == hash(base._merged(record)) and repr(merged) == repr(base._merged(record))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        merged.isr = ()  # type: ignore[misc]

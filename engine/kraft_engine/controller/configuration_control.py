@@ -170,6 +170,26 @@ class ConfigurationControlManager:
         value = self.topic_config(topic_name, _UNCLEAN)
         return value is not None and parse_bool(value) is True
 
+    def topic_config_reader(self, name: str) -> Callable[[str], str | None]:
+        """`topic_config(topic, name)` for many topics while no config changes (one generation):
+        every topic without an override of its own inherits the same value, resolved once here,
+        instead of building the four config layers per topic (a fence at 10k topics asked twice
+        per topic)."""
+        inherited = self.topic_config_default(name)
+        configs = self._configs
+
+        def read(topic_name: str) -> str | None:
+            own = configs.get((ConfigResourceType.TOPIC, topic_name))
+            value = None if own is None else own.get(name)
+            return inherited if value is None else value
+
+        return read
+
+    def topic_config_default(self, name: str) -> str | None:
+        """The value a topic without its own override of `name` has."""
+        value, _, _ = resolve_topic_config(TOPIC_CONFIGS[name], **self._layers(None))
+        return value
+
     # -- validation ------------------------------------------------------------------------
 
     def _validate_resource_name(self, resource_type: int, name: str) -> None:

@@ -11,6 +11,7 @@ replay methods change the timeline state.
 from __future__ import annotations
 
 import datetime
+import operator
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +40,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from kraft_engine.controller.broker_heartbeat import BrokerControlState
 from kraft_engine.controller.cluster_control import ClusterControlManager
+from kraft_engine.controller.config_schema import parse_bool
 from kraft_engine.controller.configuration_control import ConfigurationControlManager
 from kraft_engine.controller.feature_control import FeatureControlManager
 from kraft_engine.controller.partition_change import (
@@ -80,6 +82,7 @@ __all__ = ["BrokerHeartbeatReply", "ReplicationControlManager"]
 
 _TOPIC_RESOURCE_TYPE = 2  # ConfigResource.Type.TOPIC
 _MIN_ISR = "min.insync.replicas"
+_UNCLEAN = "unclean.leader.election.enable"
 _MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 # Kafka's DirectoryId: MIGRATING (0, 0), UNASSIGNED (0, 1), LOST (0, 2).
@@ -763,6 +766,32 @@ class ReplicationControlManager:
         first = self._partitions.get(_pack_ids(topic_id, 0))
         return configured if first is None else min(configured, len(first.replicas))
 
+    def _topic_settings_reader(self) -> Callable[[uuid.UUID], tuple[int, bool]]:
+        """A topic's (`_effective_min_isr`, `unclean_leader_election_enabled`) for one generation,
+        which changes no config: the config layers every topic without an override inherits are
+        resolved once, not per topic."""
+        configuration = self._configuration
+        read_min_isr: Callable[[str], str | None] = _no_config
+        read_unclean: Callable[[str], str | None] = _no_config
+        if configuration is not None:
+            read_min_isr = configuration.topic_config_reader(_MIN_ISR)
+            read_unclean = configuration.topic_config_reader(_UNCLEAN)
+
+        def settings(topic_id: uuid.UUID) -> tuple[int, bool]:
+            name = self._topic_names.get(topic_id)
+            configured = 1
+            unclean = False
+            if name is not None:
+                value = read_min_isr(name)
+                if value is not None:
+                    configured = int(value)
+                value = read_unclean(name)
+                unclean = value is not None and parse_bool(value) is True
+            first = self._partitions.get(_pack_ids(topic_id, 0))
+            return (configured if first is None else min(configured, len(first.replicas))), unclean
+
+        return settings
+
     def _unclean_election_lookup(self) -> Callable[[uuid.UUID], bool]:
         return _once_per_topic(self.unclean_leader_election_enabled)
 
@@ -794,6 +823,7 @@ class ReplicationControlManager:
         version = mv.partition_change_record_version
         leaving = [r for r in (broker_to_remove, broker_with_unclean_shutdown) if r is not None]
         latest = self._partitions.latest()
+        topic_settings = self._topic_settings_reader()
         makers: dict[tuple[object, ...], _ChangeRecordMaker | None] = {}
         topic_int = -1
         topic_id = ZERO_UUID
@@ -807,15 +837,15 @@ class ReplicationControlManager:
                 # A topic's partitions are neighbours in Kafka's order: its settings are read once.
                 topic_int = packed >> _PARTITION_BITS
                 topic_id = self._unpack(packed)[0]
-                settings = (self._effective_min_isr(topic_id), self.unclean_leader_election_enabled(topic_id))
+                settings = topic_settings(topic_id)
+            # Directories by their integers: a Uuid hashes through a Python call, an int in C.
             state = (
-                partition.replicas, partition.directories, partition.isr, partition.removing_replicas,
-                partition.adding_replicas, partition.elr, partition.last_known_elr, partition.leader,
-                partition.leader_recovery_state, settings,
+                partition.replicas, tuple(map(_uuid_int, partition.directories)), partition.isr,
+                partition.removing_replicas, partition.adding_replicas, partition.elr, partition.last_known_elr,
+                partition.leader, partition.leader_recovery_state, settings,
             )
-            if state in makers:
-                maker = makers[state]
-            else:
+            maker = makers.get(state, _UNBUILT)
+            if maker is _UNBUILT:
                 builder = self._builder(partition, min_isr=settings[0], exclude=broker_to_remove,
                                         unclean_shutdown=broker_with_unclean_shutdown, include=broker_to_add, mv=mv,
                                         elr_enabled=elr_enabled)
@@ -825,7 +855,7 @@ class ReplicationControlManager:
                     builder.set_target_isr([r for r in partition.isr if r not in leaving])
                 change = builder.build()
                 maker = makers[state] = None if change is None else _ChangeRecordMaker(change)
-            if maker is not None:
+            if isinstance(maker, _ChangeRecordMaker):
                 records.append(RecordAndVersion(maker.record(packed & _PARTITION_MASK, topic_id), version))
 
     # -- broker lifecycle ------------------------------------------------------------------
@@ -1385,6 +1415,12 @@ _Setter = Callable[[PartitionChangeRecord, Any], None]
     _set_recovery, _set_directories, _set_elr, _set_last_known_elr,
 ) = cast("tuple[_Setter, ...]", tuple(PartitionChangeRecord.__dict__[name].__set__ for name in _CHANGE_FIELDS))
 _new = object.__new__
+_uuid_int = operator.attrgetter("int")
+_UNBUILT = object()
+
+
+def _no_config(name: str) -> str | None:
+    return None
 
 
 class _ChangeRecordMaker:

@@ -140,6 +140,18 @@ class PartitionRegistration:
         Naming any leader (including the current one, or -1 for "none") bumps the leader epoch;
         every change record bumps the partition epoch.
         """
+        if (
+            record.replicas is None and record.directories is None and record.removing_replicas is None
+            and record.adding_replicas is None and record.eligible_leader_replicas is None
+            and record.last_known_elr is None and record.leader_recovery_state == _RECOVERY_STATE_NO_CHANGE
+        ):
+            # The ISR or the leader alone (every change of a fence or a controlled shutdown): the
+            # assignment, the ELR and the recovery state stand as they are, already checked.
+            return self._with_isr_and_leader(record.isr, int(record.leader))
+        return self._merged(record)
+
+    def _merged(self, record: PartitionChangeRecord) -> PartitionRegistration:
+        """`merge` for any record, field by field."""
         replicas = self.replicas if record.replicas is None else _ints(record.replicas)
         if record.directories is None and len(replicas) == len(self.directories):
             # The common case (ISR and leader changes): the placements stand as they are.
@@ -187,6 +199,25 @@ class PartitionRegistration:
             leader_epoch=leader_epoch,
             partition_epoch=self.partition_epoch + 1,
         )
+
+    def _with_isr_and_leader(self, isr: Sequence[int] | None, leader: int) -> PartitionRegistration:
+        registration: PartitionRegistration = _new(PartitionRegistration)
+        _set_replicas(registration, self.replicas)
+        _set_directories(registration, self.directories)
+        _set_isr(registration, self.isr if isr is None else _ints(isr))
+        _set_removing(registration, self.removing_replicas)
+        _set_adding(registration, self.adding_replicas)
+        _set_elr(registration, self.elr)
+        _set_last_known_elr(registration, self.last_known_elr)
+        if leader == NO_LEADER_CHANGE:
+            _set_leader(registration, self.leader)
+            _set_leader_epoch(registration, self.leader_epoch)
+        else:
+            _set_leader(registration, leader)
+            _set_leader_epoch(registration, self.leader_epoch + 1)
+        _set_recovery(registration, self.leader_recovery_state)
+        _set_partition_epoch(registration, self.partition_epoch + 1)
+        return registration
 
     # -- predicates the controller and brokers use ------------------------------------------------
 
