@@ -458,8 +458,11 @@ async def bench_system(system: Quorum, *, topics: int, partitions: int, failover
                 if bad:
                     raise RuntimeError(f"CreateTopics failed: {bad[0]}")
             results["create_s"] = elapsed = time.monotonic() - started
+            stall = system.raft_stall_ms()
             print(f"create {topics} topics / {topics * partitions} partitions ({batch} topics per request): "
-                  f"{elapsed:.1f} s ({elapsed / topics * 1000:.2f} ms per topic)", flush=True)
+                  f"{elapsed:.1f} s ({elapsed / topics * 1000:.2f} ms per topic)"
+                  + ("" if stall is None else f"; longest raft event-loop stall on any controller so far {stall:.0f} ms"),
+                  flush=True)
 
             # Snapshots: wait for the newest to cover most of what was written.
             quorum = await admin.describe_quorum()
