@@ -15,8 +15,8 @@ import operator
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from kio.schema.alter_partition.v3 import request as alter_partition_request
 from kio.schema.alter_partition.v3 import response as alter_partition_response
@@ -74,6 +74,7 @@ from kraft_engine.records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
+from kraft_engine.slot_setters import slot_setters
 
 if TYPE_CHECKING:
     import random
@@ -1404,16 +1405,12 @@ _CHANGE_FIELDS = (
     "partition_id", "topic_id", "isr", "leader", "replicas", "removing_replicas", "adding_replicas",
     "leader_recovery_state", "directories", "eligible_leader_replicas", "last_known_elr",
 )
-require(
-    tuple(f.name for f in fields(PartitionChangeRecord)) == _CHANGE_FIELDS
-    and not hasattr(PartitionChangeRecord, "__post_init__"),
-    "PartitionChangeRecord's fields and _ChangeRecordMaker's setters are out of step",
-)
-_Setter = Callable[[PartitionChangeRecord, Any], None]
+# Its __post_init__ would be skipped; there is none (the template is built by the constructor).
+require(not hasattr(PartitionChangeRecord, "__post_init__"), "PartitionChangeRecord checks itself in __post_init__")
 (
     _set_partition_id, _set_topic_id, _set_isr, _set_leader, _set_replicas, _set_removing, _set_adding,
     _set_recovery, _set_directories, _set_elr, _set_last_known_elr,
-) = cast("tuple[_Setter, ...]", tuple(PartitionChangeRecord.__dict__[name].__set__ for name in _CHANGE_FIELDS))
+) = slot_setters(PartitionChangeRecord, _CHANGE_FIELDS)
 _new = object.__new__
 _uuid_int = operator.attrgetter("int")
 _UNBUILT = object()

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, cast
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from kraft_engine.invariant import require
 from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriterOptions
 from kraft_engine.records.metadata_records import PartitionChangeRecord, PartitionRecord
+from kraft_engine.slot_setters import slot_setters
 
 __all__ = [
     "MIGRATING_DIRECTORY",
@@ -305,15 +304,10 @@ _FIELD_NAMES = (
     "replicas", "directories", "isr", "removing_replicas", "adding_replicas", "elr", "last_known_elr",
     "leader", "leader_recovery_state", "leader_epoch", "partition_epoch",
 )
-require(
-    tuple(field.name for field in fields(PartitionRegistration)) == _FIELD_NAMES,
-    "PartitionRegistration's fields and _built's setters are out of step",
-)
-_Setter = Callable[[PartitionRegistration, Any], None]
 (
     _set_replicas, _set_directories, _set_isr, _set_removing, _set_adding, _set_elr, _set_last_known_elr,
     _set_leader, _set_recovery, _set_leader_epoch, _set_partition_epoch,
-) = cast("tuple[_Setter, ...]", tuple(PartitionRegistration.__dict__[name].__set__ for name in _FIELD_NAMES))
+) = slot_setters(PartitionRegistration, _FIELD_NAMES)
 _new = object.__new__
 
 
