@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 __all__ = ["LoopStallMonitor"]
+
+logger = logging.getLogger(__name__)
+
+#: A stall this long (half raft's default fetch timeout) is logged with its time, so that a bench
+#: or an operator can tell which work it fell in (a fence, a snapshot, a restart).
+WARN_STALL_MS = 1000
 
 _BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2000, 5000, 10000)
 
@@ -56,5 +63,7 @@ class LoopStallMonitor:
             await asyncio.sleep(self._interval_s)
             stall_ms = max(0.0, (time.monotonic() - before - self._interval_s) * 1000)
             self.max_stall_ms = max(self.max_stall_ms, stall_ms)
+            if stall_ms >= WARN_STALL_MS:
+                logger.warning("The event loop (raft's) ran nothing else for %.0f ms", stall_ms)
             if self._histogram is not None:
                 self._histogram.observe(stall_ms)
