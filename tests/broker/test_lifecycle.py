@@ -122,3 +122,28 @@ def test_shutdown_before_registration_has_nothing_to_hand_over() -> None:
 def test_an_answer_without_a_request_is_a_bug() -> None:
     with pytest.raises(InvariantViolation):
         lifecycle().heartbeat_succeeded(answer(), now_ms=0)
+
+
+def test_an_offline_directory_is_reported_in_a_heartbeat_at_once_not_at_the_next_interval() -> None:
+    lc = lifecycle()
+    lc.poll(now_ms=0, metadata_offset=0)
+    lc.registration_succeeded(broker_epoch=42, now_ms=0)
+    lc.poll(now_ms=0, metadata_offset=0)
+    lc.heartbeat_succeeded(answer(caught_up=True), now_ms=10)
+    assert lc.poll(now_ms=500, metadata_offset=0) is None  # the regular one is due at 2010
+    lc.heartbeat_at_once(now_ms=500)
+    assert lc.poll(now_ms=500, metadata_offset=0) == HeartbeatRequest(42, 0, want_fence=True, want_shut_down=False)
+    # A failure while a heartbeat is in flight: that request may have been built before it, so
+    # another goes as soon as the answer is in.
+    lc.heartbeat_at_once(now_ms=510)
+    lc.heartbeat_succeeded(answer(caught_up=True), now_ms=520)
+    assert lc.next_send_ms() == 520
+    lc.poll(now_ms=520, metadata_offset=0)
+    lc.heartbeat_succeeded(answer(caught_up=True), now_ms=530)
+    assert lc.next_send_ms() == 2530  # then the regular interval again
+
+
+def test_an_offline_directory_before_registration_waits_for_the_registration() -> None:
+    lc = lifecycle()
+    lc.heartbeat_at_once(now_ms=0)
+    assert lc.poll(now_ms=0, metadata_offset=0) == RegistrationRequest(INCARNATION, -1)

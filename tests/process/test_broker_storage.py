@@ -351,6 +351,8 @@ def test_a_full_log_directory_goes_offline_alone_and_its_leaderships_move_with_n
         produce(300, 600)
         wait_for(lambda: cluster.status_of(101)["offline_log_dirs"] == [str(tmp_path / "broker-101" / "data-b")],
                  timeout_s=60, what="broker 101 to report data-b offline")
+        # Reported in a heartbeat sent at once (Kafka's propagateDirectoryFailure), not the next regular one.
+        assert "Reporting offline log directories" in cluster.nodes[101].log_path.read_text()
         for partition in on_disk:
             def moved(partition: int = partition) -> bool:
                 found = [cluster.partitions(n).get((topic, partition)) for n in (102, 103)]

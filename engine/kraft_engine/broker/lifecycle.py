@@ -95,6 +95,7 @@ class BrokerLifecycle:
         self._failures = 0
         self._next_send_ms = now_ms
         self._in_flight = False
+        self._send_again = False  # something to tell the controller came up while a request was in flight
 
     # -- what to send ------------------------------------------------------------------------------
     @property
@@ -132,7 +133,8 @@ class BrokerLifecycle:
     def heartbeat_succeeded(self, answer: HeartbeatAnswer, *, now_ms: int) -> None:
         self._require_in_flight()
         self._failures = 0
-        self._next_send_ms = now_ms + self._heartbeat_interval_ms
+        self._next_send_ms = now_ms if self._send_again else now_ms + self._heartbeat_interval_ms
+        self._send_again = False
         if answer.is_caught_up:
             self.caught_up = True
         if self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN:
@@ -154,6 +156,7 @@ class BrokerLifecycle:
         """The request failed (transport, NOT_CONTROLLER, a refusal): retry after the backoff."""
         self._require_in_flight()
         self._next_send_ms = now_ms + self._backoff_ms(self._failures)
+        self._send_again = False  # the retry carries the news
         self._failures += 1
 
     # -- what the broker decides --------------------------------------------------------------------
@@ -163,6 +166,17 @@ class BrokerLifecycle:
             self.ready_to_unfence = True
             if not self._in_flight:
                 self._next_send_ms = min(self._next_send_ms, now_ms)
+
+    def heartbeat_at_once(self, *, now_ms: int) -> None:
+        """Something the controller must learn now (a log directory went offline): the next
+        heartbeat goes at once, or right after the one in flight, whose request may predate it
+        (Kafka's BrokerLifecycleManager.propagateDirectoryFailure)."""
+        if not self.registered:
+            return  # the registration itself is next; its first heartbeat follows at once
+        if self._in_flight:
+            self._send_again = True
+        else:
+            self._next_send_ms = min(self._next_send_ms, now_ms)
 
     def begin_controlled_shutdown(self, *, now_ms: int) -> None:
         """SIGTERM: ask for a controlled shutdown in the very next heartbeat."""
