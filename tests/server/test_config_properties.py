@@ -449,9 +449,20 @@ def test_log_retention_ms_wins_over_minutes_and_hours() -> None:
     assert "log.retention.ms must be unlimited (-1)" in refused(with_(BROKER, **{"log.retention.ms": "0"}))
 
 
+def test_log_roll_ms_wins_over_hours_and_compression_type_is_one_of_kafkas() -> None:
+    config = parse_config(BROKER)
+    assert (config.log_roll_ms, config.log_roll_jitter_ms, config.compression_type) == (168 * 3600000, 0, "producer")
+    assert parse_config(with_(BROKER, **{"log.roll.hours": "2"})).log_roll_ms == 7200000
+    assert parse_config(with_(BROKER, **{"log.roll.hours": "2", "log.roll.ms": "500"})).log_roll_ms == 500
+    assert parse_config(with_(BROKER, **{"log.roll.jitter.hours": "1"})).log_roll_jitter_ms == 3600000
+    assert parse_config(with_(BROKER, **{"compression.type": "zstd"})).compression_type == "zstd"
+
+
 @pytest.mark.parametrize(
     ("key", "value", "reason"),
     [
+        ("log.roll.ms", "0", "Value must be at least 1"),
+        ("compression.type", "brotli", "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
         ("num.partitions", "0", "Value must be at least 1"),
         ("min.insync.replicas", "0", "Value must be at least 1"),
         ("default.replication.factor", "x", "Not a number"),

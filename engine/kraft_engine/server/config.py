@@ -176,6 +176,9 @@ class KafkaConfig(BaseModel):
     log_retention_ms: int = _DEFAULT_RETENTION_MS
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 5 * 60 * 1000
+    log_roll_ms: int = 7 * 24 * 3_600_000  # log.roll.hours=168
+    log_roll_jitter_ms: int = 0
+    compression_type: str = "producer"
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_delete_retention_ms: int = 86_400_000
@@ -296,6 +299,10 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
 }
 # log.retention.ms wins over .minutes, which wins over .hours (Kafka's logRetentionTimeMillis).
 _RETENTION_KEYS = (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000))
+# log.roll.ms wins over log.roll.hours, and the same for the jitter (Kafka's logRollTimeMillis).
+_ROLL_KEYS = (("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
+_ROLL_JITTER_KEYS = (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000))
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _BOOL_KEYS: dict[str, str] = {
     "log.cleaner.enable": "log_cleaner_enable",
     "controller.quorum.auto.join.enable": "controller_quorum_auto_join_enable",
@@ -306,7 +313,8 @@ _BOOL_KEYS: dict[str, str] = {
 }
 # Read as structured values below; the node-wiring keys are shared with the operator, which owns them.
 _STRUCTURED_KEYS = frozenset(
-    {*NODE_WIRING_KEYS, *(key for key, _ in _RETENTION_KEYS), "max.connections.per.ip.overrides"}
+    {*NODE_WIRING_KEYS, *(key for key, _ in (*_RETENTION_KEYS, *_ROLL_KEYS, *_ROLL_JITTER_KEYS)),
+     "max.connections.per.ip.overrides", "compression.type"}
 )
 _KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS})
 
@@ -341,6 +349,13 @@ def parse_config(properties: Mapping[str, str]) -> KafkaConfig:
             values[field] = _parse_bool(key, props[key])
 
     values["log_retention_ms"] = _retention_ms(props)
+    values["log_roll_ms"] = _first_time_key(props, _ROLL_KEYS, low=1, default=7 * 24 * 3_600_000)
+    values["log_roll_jitter_ms"] = _first_time_key(props, _ROLL_JITTER_KEYS, low=0, default=0)
+    if "compression.type" in props:
+        if props["compression.type"] not in COMPRESSION_TYPES:
+            raise ConfigError(f"Invalid value {props['compression.type']} for configuration compression.type: "
+                              f"String must be one of: {', '.join(COMPRESSION_TYPES)}")
+        values["compression_type"] = props["compression.type"]
     values["max_connections_per_ip_overrides"] = _parse_connection_overrides(
         props.get("max.connections.per.ip.overrides", "")
     )
@@ -546,6 +561,14 @@ def _retention_ms(props: Mapping[str, str]) -> int:
                 raise ConfigError(f"{key} must be unlimited (-1) or, equal or greater than 1")
             return -1 if value < 0 else value
     return _DEFAULT_RETENTION_MS
+
+
+def _first_time_key(props: Mapping[str, str], keys: tuple[tuple[str, int], ...], *, low: int, default: int) -> int:
+    """The first of `keys` (finest unit first) that is set, in ms."""
+    for key, unit_ms in keys:
+        if props.get(key):
+            return _parse_int(key, props[key], low=low, high=_LONG_MAX // unit_ms) * unit_ms
+    return default
 
 
 def _csv(text: str) -> list[str]:

@@ -418,6 +418,7 @@ class ReplicaManager:
             allow_offset_gaps=True,
             clean_shutdown=log_dir in self._clean_dirs,
         )
+        self._configure_rolls(topic, log)
         for line in report.describe():
             logger.warning("Recovering %s-%d: %s", topic, index, line)
         if report.after_clean_shutdown:
@@ -805,9 +806,22 @@ class ReplicaManager:
     def topic_config(self, topic: str, key: str) -> str | None:
         return self._image().configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)).get(key)
 
+    def _configure_rolls(self, topic: str, log: PartitionLog) -> None:
+        """The topic's segment.bytes / segment.ms / segment.jitter.ms over the broker's log.* keys."""
+        try:
+            log.configure_rolls(
+                segment_bytes=self.topic_config_int(topic, "segment.bytes", self.config.log_segment_bytes),
+                segment_ms=self.topic_config_int(topic, "segment.ms", self.config.log_roll_ms),
+                segment_jitter_ms=self.topic_config_int(topic, "segment.jitter.ms", self.config.log_roll_jitter_ms),
+            )
+        except ValueError as error:
+            logger.warning("Keeping the previous roll settings of %s: %s", topic, error)
+
     def enforce_retention(self, *, now_ms: int) -> None:
-        """Delete the segments time and size retention expire, on every replica that allows it."""
+        """Delete the segments time and size retention expire, on every replica that allows it.
+        Topic config changes to the roll keys reach the logs here too."""
         for partition in list(self.partitions.values()):
+            self._configure_rolls(partition.topic, partition.log)
             policy = self.topic_config(partition.topic, "cleanup.policy") or "delete"
             if "delete" not in policy.split(","):
                 continue

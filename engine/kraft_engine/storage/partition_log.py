@@ -36,8 +36,11 @@ Decisions worth knowing:
   field is covered by the batch CRC (it starts at `attributes`), which is why Kafka's leader can
   do the same; the CRC still verifies on read.
 - A segment rolls before an append that would push it past `segment_bytes` (Kafka's
-  `segment.bytes`, 1 GiB; the metadata log's `metadata.log.segment.bytes`), or whose offsets
-  would no longer fit the index's 32-bit relative offsets. The old segment is fsynced before the
+  `segment.bytes`, 1 GiB; the metadata log's `metadata.log.segment.bytes`), whose offsets
+  would no longer fit the index's 32-bit relative offsets, or, once `configure_rolls` set a
+  `segment.ms`, whose batch's max timestamp is more than `segment.ms` (less the log's jitter)
+  past the segment's first batch's (Kafka's LogSegment.shouldRoll; by the clock since the segment
+  was opened when batches carry no timestamps). Like Kafka, time rolls happen on append only. The old segment is fsynced before the
   new one is created and the directory fsynced after, so only the last segment can be torn.
 - Recovery point and log start offset: like Kafka, these live at the log-directory level
   (`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, see checkpoint_file) and
@@ -90,8 +93,10 @@ from __future__ import annotations
 
 import bisect
 import os
+import random
 import re
 import struct
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,6 +285,23 @@ class _Segment:
         self.max_timestamp_ms: int | None = -1 if self.size_bytes == 0 else None
         # Appends so far: a flush begun before an append does not cover it (`complete_flush`).
         self.appends = 0
+        # segment.ms counts from the first batch's max timestamp (Kafka's rollingBasedTimestamp),
+        # or from when this segment object was made when that is unknown (-1, no timestamps).
+        self.created_ms = int(time.time() * 1000)
+        self._rolling_based_timestamp_ms: int | None = None
+
+    def rolling_based_timestamp_ms(self) -> int:
+        """The first batch's max timestamp (-1 when empty), read once from its header."""
+        if self._rolling_based_timestamp_ms is None:
+            if self.size_bytes < RECORD_BATCH_OVERHEAD:
+                return -1
+            self._rolling_based_timestamp_ms = read_batch_header(os.pread(self.fd, RECORD_BATCH_OVERHEAD, 0)).max_timestamp
+        return self._rolling_based_timestamp_ms
+
+    def time_waited_for_roll_ms(self, *, now_ms: int, max_timestamp_ms: int) -> int:
+        """Kafka's LogSegment.timeWaitedForRoll: by record timestamps when the segment has them."""
+        first = self.rolling_based_timestamp_ms()
+        return max_timestamp_ms - first if first >= 0 else now_ms - self.created_ms
 
     @property
     def name(self) -> str:
@@ -352,6 +374,8 @@ class _Segment:
         self.size_bytes = position
         self.next_offset = next_offset
         self.max_timestamp_ms = -1 if position == 0 else None
+        if position == 0:
+            self._rolling_based_timestamp_ms = None
         # Exactly what a fresh scan of the remaining bytes computes, so a reopen finds the same index.
         entries = self.index.entries if self.index is not None else []
         self.bytes_since_index_entry = position - entries[-1][1] if entries else position
@@ -604,6 +628,8 @@ class PartitionLog:
         self._index_interval_bytes = index_interval_bytes
         self._flushed_offset = self.log_end_offset
         self._truncations = 0
+        self._segment_ms: int | None = None  # never roll by time unless configured
+        self._roll_jitter_ms = 0
 
     # ---- opening and recovery ---------------------------------------------------------------
 
@@ -907,6 +933,27 @@ class PartitionLog:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self._epochs.end_offset_for(epoch, log_end_offset=self.log_end_offset)
 
+    def configure_rolls(self, *, segment_bytes: int, segment_ms: int | None, segment_jitter_ms: int = 0) -> None:
+        """The topic's `segment.bytes`, `segment.ms` and `segment.jitter.ms` (None: no time rolls).
+
+        As Kafka does, the jitter is drawn once per log, uniformly below `segment.jitter.ms` and
+        below `segment.ms`, so the logs of one broker do not all roll in the same instant."""
+        if segment_bytes < RECORD_BATCH_OVERHEAD:
+            raise ValueError(f"segment.bytes {segment_bytes} is smaller than one record batch")
+        if segment_ms is not None and segment_ms < 1:
+            raise ValueError(f"segment.ms must be at least 1, got {segment_ms}")
+        self._segment_bytes = segment_bytes
+        if segment_ms != self._segment_ms:
+            bound = 0 if segment_ms is None else min(segment_jitter_ms, segment_ms)
+            self._roll_jitter_ms = random.randrange(bound) if bound > 0 else 0
+        self._segment_ms = segment_ms
+
+    def _due_for_time_roll(self, segment: _Segment, *, max_timestamp_ms: int) -> bool:
+        if self._segment_ms is None or segment.size_bytes == 0:
+            return False
+        waited = segment.time_waited_for_roll_ms(now_ms=int(time.time() * 1000), max_timestamp_ms=max_timestamp_ms)
+        return waited > self._segment_ms - self._roll_jitter_ms
+
     # ---- appends ----------------------------------------------------------------------------
 
     def append_as_leader(self, batches: bytes, *, epoch: int) -> AppendInfo:
@@ -942,7 +989,8 @@ class PartitionLog:
             active = self._segments[-1]
             too_big = active.size_bytes + header.size_bytes > self._segment_bytes
             too_far = header.last_offset - active.base_offset > _INT32_MAX
-            if active.size_bytes > 0 and (too_big or too_far):
+            too_old = self._due_for_time_roll(active, max_timestamp_ms=header.max_timestamp)
+            if active.size_bytes > 0 and (too_big or too_far or too_old):
                 self._roll(header.base_offset)
             self._epochs.assign(header.partition_leader_epoch, header.base_offset)
             self._segments[-1].append(
