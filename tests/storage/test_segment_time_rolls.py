@@ -82,6 +82,6 @@ def test_jitter_rolls_earlier_but_never_before_segment_ms_less_the_jitter(tmp_pa
 @pytest.mark.parametrize("segment_ms", [0, -5])
 def test_a_segment_ms_below_one_is_refused(tmp_path: Path, segment_ms: int) -> None:
     log, _ = PartitionLog.open(tmp_path / "t-0")
-    with pytest.raises(ValueError, match="segment.ms must be at least 1"):
+    with pytest.raises(ValueError, match=r"segment\.ms must be at least 1"):
         log.configure_rolls(segment_bytes=1 << 30, segment_ms=segment_ms)
     log.close()

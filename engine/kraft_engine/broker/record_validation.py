@@ -18,6 +18,15 @@ checked here, with Kafka's error for each failure, before anything is written:
 The batch's max timestamp is taken from the records, and if the header disagrees the header is
 corrected in place (with its CRC), as Kafka's validator does for CreateTime; otherwise the bytes
 are untouched.
+
+One exception to "stored as received": a topic whose `compression.type` names a codec (or
+`uncompressed`) other than the producer's gets the batch recompressed on the broker, as Kafka's
+LogValidator does. The records section is the same bytes either way (a v2 record does not depend
+on its batch's codec), so the section decompressed during validation is compressed again with
+the topic's codec into a batch with the same header fields (producer id, epoch, sequence,
+timestamps, transactional bit) and a new length, codec bits and CRC. The result must still fit
+`max.message.bytes` (MESSAGE_TOO_LARGE otherwise, as Kafka's RecordTooLargeException). Kafka's
+per-codec levels (`compression.gzip.level` ...) are not applied: each codec's default level.
 """
 
 from __future__ import annotations
@@ -35,13 +44,21 @@ from kraft_engine.records.batches import (
     CorruptBatchError,
     validate_batch,
 )
-from kraft_engine.records.compression import CODEC_NONE, CompressionError, UnsupportedCodecError, decompress
+from kraft_engine.records.compression import (
+    CODEC_NONE,
+    CompressionError,
+    UnsupportedCodecError,
+    codec_by_name,
+    compress,
+    decompress,
+)
 from kraft_engine.records.record_fields import read_record_fields
 
 __all__ = [
     "ProduceRefused",
     "ValidatedBatch",
     "parse_records",
+    "topic_codec",
     "validate_produce_payload",
 ]
 
@@ -91,9 +108,12 @@ def validate_produce_payload(
     timestamp_after_max_ms: int = 3_600_000,
     timestamp_before_max_ms: int = 2**63 - 1,
     compacted: bool = False,
+    target_codec: int | None = None,
 ) -> ValidatedBatch:
     """The batch checked as Kafka's LogValidator checks it; `compacted` (a topic whose
-    cleanup.policy includes compact) also refuses records without a key, as Kafka does."""
+    cleanup.policy includes compact) also refuses records without a key, as Kafka does;
+    `target_codec` (the topic's compression.type, None for `producer`) recompresses a batch in
+    another codec."""
     if not data:
         raise ProduceRefused(CORRUPT_MESSAGE, "the produce request carries no records")
     if len(data) < LOG_OVERHEAD + 5:
@@ -169,7 +189,40 @@ def validate_produce_payload(
     if header.attributes & _TIMESTAMP_TYPE_MASK == 0 and header.max_timestamp != max_timestamp:
         data = _with_max_timestamp(data, max_timestamp)
         header = validate_batch(data)
+    if target_codec is not None and target_codec != header.compression_codec:
+        data = _recompressed(data, body, codec=target_codec)
+        header = validate_batch(data)
+        if header.size_bytes > max_message_bytes:
+            raise ProduceRefused(
+                MESSAGE_TOO_LARGE,
+                f"the record batch recompressed to the topic's codec is {header.size_bytes} bytes, larger than "
+                f"max.message.bytes {max_message_bytes}",
+            )
     return ValidatedBatch(data, header, max_timestamp, max_delta)
+
+
+def topic_codec(compression_type: str) -> int | None:
+    """The codec a topic's `compression.type` asks the broker to store (None: the producer's)."""
+    if compression_type == "producer":
+        return None
+    if compression_type == "uncompressed":
+        return CODEC_NONE
+    return codec_by_name(compression_type)
+
+
+_CODEC_MASK = 0x07
+
+
+def _recompressed(data: bytes, records_section: memoryview, *, codec: int) -> bytes:
+    """The batch with its (uncompressed) records section compressed with `codec` instead."""
+    section = compress(codec, records_section) if codec != CODEC_NONE else bytes(records_section)
+    buffer = bytearray(data[:_RECORDS_POSITION])
+    struct.pack_into(">i", buffer, 8, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(section))
+    (attributes,) = struct.unpack_from(">h", buffer, _ATTRIBUTES_POSITION)
+    struct.pack_into(">h", buffer, _ATTRIBUTES_POSITION, (attributes & ~_CODEC_MASK) | codec)
+    buffer += section
+    struct.pack_into(">I", buffer, _CRC_POSITION, crc32c(memoryview(buffer)[_ATTRIBUTES_POSITION:]))
+    return bytes(buffer)
 
 
 def _with_max_timestamp(data: bytes, max_timestamp: int) -> bytes:

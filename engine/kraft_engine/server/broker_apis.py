@@ -47,11 +47,11 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 from prometheus_client import CollectorRegistry
 
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
-from kraft_engine.broker.record_validation import parse_records
+from kraft_engine.broker.record_validation import parse_records, topic_codec
 from kraft_engine.metadata import MetadataImage
 from kraft_engine.protocol import NO_RESPONSE, Listener, RequestContext
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
-from kraft_engine.records.compression import CODEC_NONE, decompress
+from kraft_engine.records.compression import CODEC_NONE, UnsupportedCodecError, decompress
 from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
 from kraft_engine.server.controller_apis import KAFKA_CONTROLLER_VERSIONS
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
@@ -301,7 +301,8 @@ class BrokerApis:
         try:
             policy = self._replicas.topic_config(topic, "cleanup.policy") or "delete"
             validated = validate_produce_payload(None if records is None else bytes(records), max_message_bytes=max_bytes,
-                                                now_ms=_now_ms(), compacted="compact" in policy.split(","))
+                                                now_ms=_now_ms(), compacted="compact" in policy.split(","),
+                                                target_codec=self._topic_codec(topic))
         except ProduceRefused as refusal:
             return ErrorCode(refusal.error_code), -1, -1, str(refusal)
         outcome = await self._replicas.append_as_leader(
@@ -310,6 +311,16 @@ class BrokerApis:
         if outcome.error == ErrorCode.none:
             self._topic_metrics.produced(topic, size_bytes=len(validated.data), records=validated.header.record_count)
         return outcome.error, outcome.base_offset, outcome.log_start_offset, outcome.message
+
+    def _topic_codec(self, topic: str) -> int | None:
+        """The topic's compression.type (over the broker's) as the codec to store, None for `producer`."""
+        compression_type = self._replicas.topic_config(topic, "compression.type") or self._config.compression_type
+        try:
+            return topic_codec(compression_type)
+        except UnsupportedCodecError:
+            logger.warning("Topic %s has an unknown compression.type %r; storing the producer's codec", topic,
+                           compression_type)
+            return None
 
     # -- Fetch ---------------------------------------------------------------------------------------
     async def fetch(self, request: Any, ctx: RequestContext) -> Any:
