@@ -25,6 +25,7 @@ _TOOLS: tuple[tuple[str, str], ...] = (
     ("console-consumer", "console_consumer"),
     ("consumer-groups", "consumer_groups"),
     ("log-dirs", "log_dirs"),
+    ("delete-records", "delete_records"),
     ("sim", "sim"),
 )
 

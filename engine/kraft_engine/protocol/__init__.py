@@ -81,6 +81,7 @@ from kraft_engine.protocol.errors import (
     UnsupportedVersion,
 )
 from kraft_engine.protocol.features import NO_FEATURES, Features, FeaturesProvider
+from kraft_engine.protocol.file_regions import FileRegion, SplicedResponse
 from kraft_engine.protocol.listener import (
     NO_RESPONSE,
     CloseReason,
@@ -99,6 +100,7 @@ __all__ = [
     "ExponentialBackoff",
     "Features",
     "FeaturesProvider",
+    "FileRegion",
     "Handler",
     "KafkaClient",
     "KafkaConnection",
@@ -109,6 +111,7 @@ __all__ = [
     "NO_RESPONSE",
     "RequestContext",
     "RequestTimedOut",
+    "SplicedResponse",
     "UnsupportedApi",
     "UnsupportedVersion",
     "api_name",

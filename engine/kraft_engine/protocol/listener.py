@@ -72,6 +72,7 @@ from kraft_engine.protocol.entities import (
 from kraft_engine.protocol.envelope import ANONYMOUS, EnvelopeError, decode_principal
 from kraft_engine.protocol.errors import MalformedFrame
 from kraft_engine.protocol.features import NO_FEATURES, FeaturesProvider
+from kraft_engine.protocol.file_regions import FileRegion, SplicedFrame, SplicedResponse
 from kraft_engine.protocol.framing import (
     SIZE_PREFIX,
     check_request,
@@ -494,6 +495,8 @@ class Listener:
             if len(address) in (4, 16) else None,
         )
         response = await route.handler(body, inner_ctx)
+        if isinstance(response, SplicedResponse):
+            response = response.materialize()  # inside an Envelope the bytes travel in the outer frame
         if type(response) is not route.response_cls:
             raise TypeError(f"handler for {api_name(api_key)} v{api_version} returned {type(response).__qualname__}")
         self._count_errors(api_key, response)
@@ -550,6 +553,15 @@ class Listener:
         )
         self._count_errors(API_VERSIONS_KEY, response)
         return encode_response(response, correlation_id=correlation_id)
+
+
+def _close_unsent_regions(task: asyncio.Task[Any]) -> None:
+    """A response that will never be written gives its file regions' descriptors back."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    result = task.result()
+    if isinstance(result, SplicedFrame):
+        result.close()
 
 
 def _api_versions_response(cls: type[Any], *, error_code: ErrorCode, api_keys: tuple[Any, ...]) -> Any:
@@ -650,6 +662,7 @@ class _Connection:
             item = self.queue.get_nowait()
             if isinstance(item, asyncio.Task):
                 item.cancel()
+                item.add_done_callback(_close_unsent_regions)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -743,7 +756,7 @@ class _Connection:
             listener_name=self.listener.name,
         )
 
-    async def _handle_large(self, route: _Route, frame: bytes, api_key: int, api_version: int) -> bytes:
+    async def _handle_large(self, route: _Route, frame: bytes, api_key: int, api_version: int) -> bytes | SplicedFrame:
         """A large frame: bounds-checked in a worker thread (pure Python, so the loop keeps its
         turns), then read by kio item by item, yielding between steps."""
         try:
@@ -760,7 +773,7 @@ class _Connection:
             raise self._malformed(e, api_key, api_version) from e
         return await self._handle(route, body, self._context(header, api_key, api_version), large=True)
 
-    async def _handle(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool = False) -> bytes:
+    async def _handle(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool = False) -> bytes | SplicedFrame:
         started = time.monotonic()
         try:
             return await self._respond(route, body, ctx, large=large)
@@ -768,10 +781,18 @@ class _Connection:
             self.listener.metrics.total_time_ms.labels(self.listener.name, api_name(ctx.api_key)).observe(
                 (time.monotonic() - started) * 1000)
 
-    async def _respond(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool) -> bytes:
+    async def _respond(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool) -> bytes | SplicedFrame:
         response = await route.handler(body, ctx)
         if response is NO_RESPONSE:
             return b""  # the writer keeps the order and frees the slot, and writes nothing
+        if isinstance(response, SplicedResponse):
+            try:
+                if large:
+                    return await asyncio.to_thread(self._finish_spliced, route, ctx, response)
+                return self._finish_spliced(route, ctx, response)
+            except BaseException:
+                response.close()
+                raise
         if type(response) is not route.response_cls:
             raise TypeError(
                 f"handler for {api_name(ctx.api_key)} v{ctx.api_version} returned "
@@ -782,6 +803,20 @@ class _Connection:
             # gets its turn every switch interval.
             return await asyncio.to_thread(self._finish, ctx, response)
         return self._finish(ctx, response)
+
+    def _finish_spliced(self, route: _Route, ctx: RequestContext, response: SplicedResponse) -> bytes | SplicedFrame:
+        """The frame cut at the response's file regions (see `file_regions`), or, when the cut
+        cannot be made unambiguously, the frame with the regions' bytes read into it."""
+        built, frame = response.encode(lambda r: encode_response(r, correlation_id=ctx.correlation_id))
+        if type(built) is not route.response_cls:
+            raise TypeError(f"handler for {api_name(ctx.api_key)} v{ctx.api_version} returned "
+                            f"{type(built).__qualname__} in its spliced response")
+        if frame is None:
+            logger.info("Sending %s v%d to %s:%s with its file regions copied: the frame could not be cut at them",
+                        api_name(ctx.api_key), ctx.api_version, self.peer[0], self.peer[1])
+            return self._finish(ctx, response.materialize())
+        self.listener._count_errors(ctx.api_key, built)
+        return frame
 
     def _finish(self, ctx: RequestContext, response: Any) -> bytes:
         self.listener._count_errors(ctx.api_key, response)
@@ -812,15 +847,21 @@ class _Connection:
                     return
             else:
                 frame = item
+            spliced = frame if isinstance(frame, SplicedFrame) else None
             if transport.is_closing():
                 # The peer reset or closed the connection: one line, and no writes into the void.
                 self._note_close(CloseReason.SOCKET_ERROR, "connection lost before the response was sent",
                                  level=logging.INFO)
+                if spliced is not None:
+                    spliced.close()
                 self._abort()
                 return
-            if frame:  # b"": a request answered with NO_RESPONSE keeps its place and frees its slot
+            if spliced is None and frame:  # b"": a request answered with NO_RESPONSE keeps its place and frees its slot
                 writer.write(frame)
             try:
+                if spliced is not None:
+                    async with asyncio.timeout(self.idle_s):
+                        await self._send_spliced(spliced)
                 if transport.get_write_buffer_size():
                     # A peer that stops reading would stall us here forever, with its request in
                     # flight so the read side's idle timer is off. Kafka closes such a connection
@@ -839,11 +880,45 @@ class _Connection:
                 self._note_close(CloseReason.SOCKET_ERROR, f"socket error: {e}", level=logging.INFO)
                 self._abort()
                 return
+            except _Close as close:
+                self._note_close(close.reason, close.detail, level=close.level)
+                self._abort()
+                return
+            finally:
+                if spliced is not None:
+                    spliced.close()
             self.in_flight -= 1
             self.slots.release()
             if self.in_flight == 0 and self.idle is not None and not self.idle.expired():
                 with contextlib.suppress(RuntimeError):
                     self.idle.reschedule(self._idle_deadline())
+
+    async def _send_spliced(self, frame: SplicedFrame) -> None:
+        """Write a spliced frame: its bytes, and each file region with the kernel's sendfile
+        (loop.sendfile on the socket transport), or read and written where the transport has no
+        native sendfile. A region the file no longer holds in full closes the connection."""
+        writer = self.writer
+        listener = self.listener
+        for part in frame.parts:
+            if not isinstance(part, FileRegion):
+                writer.write(part)
+                continue
+            try:
+                sent = await self.loop.sendfile(writer.transport, part.file, part.position, part.size, fallback=False)
+                mode = "sendfile"
+            except asyncio.SendfileNotAvailableError:
+                data = part.read()
+                writer.write(data)
+                sent = len(data)
+                mode = "copy"
+                await writer.drain()
+            except RuntimeError as e:  # the transport closed under us
+                raise ConnectionError(str(e)) from e
+            if sent > 0:
+                listener.metrics.file_region_bytes.labels(listener.name, mode).inc(sent)
+            if sent != part.size:
+                raise _Close(CloseReason.SOCKET_ERROR, f"a file region of {part.size} bytes had only {sent} left to "
+                             "send (the log was truncated under it)", level=logging.WARNING)
 
     def _abort(self) -> None:
         """End the connection from the writer's side: drop queued work, and abort the transport,

@@ -49,6 +49,13 @@ class ListenerMetrics:
             buckets=_TOTAL_TIME_BUCKETS_MS,
             registry=registry,
         )
+        self.file_region_bytes = Counter(
+            "kraftwerk_network_file_region_bytes",
+            "Response bytes sent from files (Fetch records), by listener and how: `sendfile` (the kernel "
+            "copied them from the file to the socket) or `copy` (read and written: no native sendfile).",
+            ["listener", "mode"],
+            registry=registry,
+        )
         self.connections_accepted = Counter(
             "kafka_network_connections_accepted",
             "Connections accepted, by listener.",

@@ -49,7 +49,7 @@ from prometheus_client import CollectorRegistry
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import parse_records, topic_codec
 from kraft_engine.metadata import MetadataImage
-from kraft_engine.protocol import NO_RESPONSE, Listener, RequestContext
+from kraft_engine.protocol import NO_RESPONSE, FileRegion, Listener, RequestContext, SplicedResponse
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
 from kraft_engine.records.compression import CODEC_NONE, UnsupportedCodecError, decompress
 from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
@@ -324,6 +324,8 @@ class BrokerApis:
 
     # -- Fetch ---------------------------------------------------------------------------------------
     async def fetch(self, request: Any, ctx: RequestContext) -> Any:
+        """Records are answered as regions of the segment files (`SplicedResponse`): the listener
+        sends them with sendfile, never reading them into this process."""
         module = ctx.response_schema
         session_id = int(getattr(request, "session_id", 0))
         if session_id != 0:
@@ -337,38 +339,56 @@ class BrokerApis:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_s
         first = True
-        while True:
-            answers, total, partitions = self._fetch_once(request, module, replica_id=replica_id, max_bytes=max_bytes,
-                                                           record_follower_state=first)
-            first = False
-            remaining = deadline - loop.time()
-            if total >= min_bytes or remaining <= 0 or not partitions or any(
-                    int(a.error_code) != 0 for _, _, parts in answers for a in parts):
-                break
-            waits = [asyncio.ensure_future(p.changed().wait()) for p in partitions]
-            try:
-                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
+        answers: list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]] = []
+        try:
+            while True:
+                answers, total, partitions = self._fetch_once(request, module, replica_id=replica_id, max_bytes=max_bytes,
+                                                               record_follower_state=first)
+                first = False
+                remaining = deadline - loop.time()
+                if total >= min_bytes or remaining <= 0 or not partitions or any(
+                        int(a.error_code) != 0 for _, _, parts in answers for a, _ in parts):
+                    break
+                _close_regions(answers)  # not enough yet: read again when the partitions change
+                waits = [asyncio.ensure_future(p.changed().wait()) for p in partitions]
+                try:
+                    await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
+        except BaseException:
+            _close_regions(answers)
+            raise
         for topic_name, _, parts in answers:
-            for answer in parts:
+            for answer, region in parts:
                 if int(answer.error_code) != 0:
                     self._topic_metrics.failed_fetch_requests.labels(topic_name).inc()
-                self._topic_metrics.fetched(topic_name, size_bytes=len(answer.records or b""), by_follower=replica_id >= 0)
-        return _make(
-            ctx.response_class,
-            throttle_time=_NO_THROTTLE,
-            error_code=ErrorCode.none,
-            session_id=i32(0),
-            responses=tuple(_make(module.FetchableTopicResponse, topic=TopicName(t), topic_id=topic_id, partitions=tuple(ps))
-                            for t, topic_id, ps in answers),
-        )
+                self._topic_metrics.fetched(topic_name, size_bytes=0 if region is None else region.size,
+                                            by_follower=replica_id >= 0)
 
-    def _fetch_once(self, request: Any, module: Any, *, replica_id: int, max_bytes: int,
-                    record_follower_state: bool) -> tuple[list[tuple[str, Any, list[Any]]], int, list[Partition]]:
-        """(topic name, topic id or None, partition answers) per topic; v13+ name topics by id."""
-        answers: list[tuple[str, Any, list[Any]]] = []
+        def build(records_of: Callable[[FileRegion], bytes]) -> Any:
+            return _make(
+                ctx.response_class,
+                throttle_time=_NO_THROTTLE,
+                error_code=ErrorCode.none,
+                session_id=i32(0),
+                responses=tuple(
+                    _make(module.FetchableTopicResponse, topic=TopicName(t), topic_id=topic_id, partitions=tuple(
+                        answer if region is None else dataclasses.replace(answer, records=records_of(region))
+                        for answer, region in parts))
+                    for t, topic_id, parts in answers),
+            )
+
+        regions = [region for _, _, parts in answers for _, region in parts if region is not None]
+        if not regions:
+            return build(lambda region: b"")
+        return SplicedResponse(build, regions)
+
+    def _fetch_once(self, request: Any, module: Any, *, replica_id: int, max_bytes: int, record_follower_state: bool
+                    ) -> tuple[list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]], int, list[Partition]]:
+        """(topic name, topic id or None, (partition answer, its records' file region)) per topic;
+        v13+ name topics by id."""
+        answers: list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]] = []
         total = 0
         waiting: list[Partition] = []
         for topic in request.topics:
@@ -378,42 +398,42 @@ class BrokerApis:
             else:
                 topic_image = self._image().topics.get_topic(topic_id)
                 name = None if topic_image is None else topic_image.name
-            parts = []
+            parts: list[tuple[Any, FileRegion | None]] = []
+            answers.append((name if name is not None else str(topic_id), topic_id, parts))
             for wanted in topic.partitions:
                 if name is None:
-                    parts.append(_make(module.PartitionData, partition_index=wanted.partition,
-                                       error_code=ErrorCode.unknown_topic_id, high_watermark=-1, last_stable_offset=-1,
-                                       log_start_offset=-1, aborted_transactions=None, preferred_read_replica=BrokerId(-1),
-                                       records=b""))
+                    parts.append((_make(module.PartitionData, partition_index=wanted.partition,
+                                        error_code=ErrorCode.unknown_topic_id, high_watermark=-1, last_stable_offset=-1,
+                                        log_start_offset=-1, aborted_transactions=None,
+                                        preferred_read_replica=BrokerId(-1), records=b""), None))
                     continue
-                answer, size, partition = self._fetch_partition(
+                answer, region, partition = self._fetch_partition(
                     module, name, wanted, replica_id=replica_id,
                     budget=max_bytes - total if total > 0 else max(max_bytes, 1),
                     record_follower_state=record_follower_state,
                 )
-                total += size
-                parts.append(answer)
+                total += 0 if region is None else region.size
+                parts.append((answer, region))
                 if partition is not None:
                     waiting.append(partition)
-            answers.append((name if name is not None else str(topic_id), topic_id, parts))
         return answers, total, waiting
 
     def _fetch_partition(self, module: Any, topic: str, wanted: Any, *, replica_id: int, budget: int,
-                         record_follower_state: bool) -> tuple[Any, int, Partition | None]:
+                         record_follower_state: bool) -> tuple[Any, FileRegion | None, Partition | None]:
         index = int(wanted.partition)
         fetch_offset = int(wanted.fetch_offset)
 
-        def answer(error: ErrorCode, partition: Partition | None = None, records: bytes = b"", **extra: Any) -> Any:
+        def answer(error: ErrorCode, partition: Partition | None = None, **extra: Any) -> Any:
             hwm = -1 if partition is None else partition.high_watermark
             start = -1 if partition is None else partition.log.log_start_offset
             return _make(module.PartitionData, partition_index=i32(index), error_code=error, high_watermark=hwm,
                          last_stable_offset=hwm, log_start_offset=start, aborted_transactions=None,
-                         preferred_read_replica=BrokerId(-1), records=records, **extra)
+                         preferred_read_replica=BrokerId(-1), records=b"", **extra)
 
         partition, error = leader_at_epoch(self._replicas, topic, index,
                                            current_leader_epoch=int(getattr(wanted, "current_leader_epoch", -1)))
         if partition is None:
-            return answer(error), 0, None
+            return answer(error), None, None
         log = partition.log
         if replica_id >= 0:
             last_fetched_epoch = int(getattr(wanted, "last_fetched_epoch", -1))
@@ -421,19 +441,20 @@ class BrokerApis:
                 epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
                 if epoch < last_fetched_epoch or end_offset < fetch_offset:
                     diverging = module.EpochEndOffset(epoch=i32(epoch), end_offset=end_offset)
-                    return answer(ErrorCode.none, partition, diverging_epoch=diverging), 0, None
+                    return answer(ErrorCode.none, partition, diverging_epoch=diverging), None, None
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
-            return answer(ErrorCode.offset_out_of_range, partition), 0, None
+            return answer(ErrorCode.offset_out_of_range, partition), None, None
         if replica_id >= 0 and record_follower_state:
-            self._replicas.follower_fetch(partition, replica_id=replica_id, fetch_offset=fetch_offset)
+            self._replicas.follower_fetch(partition, replica_id=replica_id, fetch_offset=fetch_offset,
+                                          log_start_offset=int(getattr(wanted, "log_start_offset", -1)))
         upper = log.log_end_offset if replica_id >= 0 else partition.high_watermark
         limit = min(int(wanted.partition_max_bytes), budget)
         try:
-            data = self._replicas.read(partition, offset=fetch_offset, max_bytes=max(limit, RECORD_BATCH_OVERHEAD),
-                                       upper_bound=upper)
+            region = self._replicas.read_region(partition, offset=fetch_offset,
+                                                max_bytes=max(limit, RECORD_BATCH_OVERHEAD), upper_bound=upper)
         except OffsetOutOfRangeError:
-            return answer(ErrorCode.offset_out_of_range, partition), 0, None
-        return answer(ErrorCode.none, partition, records=data), len(data), partition
+            return answer(ErrorCode.offset_out_of_range, partition), None, None
+        return answer(ErrorCode.none, partition), region, partition
 
     # -- ListOffsets ---------------------------------------------------------------------------------
     async def list_offsets(self, request: Any, ctx: RequestContext) -> Any:
@@ -518,6 +539,13 @@ class _ProducerIdBlocks:
             producer_id = self._next
             self._next += 1
             return producer_id
+
+
+def _close_regions(answers: list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]]) -> None:
+    for _, _, parts in answers:
+        for _, region in parts:
+            if region is not None:
+                region.close()
 
 
 def _epoch_at(partition: Partition, offset: int) -> int:

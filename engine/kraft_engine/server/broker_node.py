@@ -533,7 +533,8 @@ class BrokerNode:
             partitions = [] if replicas is None else [
                 {"topic": p.topic, "partition": p.index, "leader": p.leader_id, "leader_epoch": p.leader_epoch,
                  "isr": sorted(p.leader_state.isr) if p.leader_state else list(p.isr), "log_end_offset": p.log.log_end_offset,
-                 "high_watermark": p.high_watermark, "log_start_offset": p.log.log_start_offset}
+                 "high_watermark": p.high_watermark, "log_start_offset": p.log.log_start_offset,
+                 "log_dir": str(p.log_dir), "segments": p.log.segment_base_offsets}
                 for p in replicas.partitions.values()
             ]
             return HttpResponse.json(200, {

@@ -10,6 +10,7 @@ for them), answered from the replica manager's hosted partitions:
   local log) remembers for the partition: id, epoch, last sequence. `last_timestamp` is -1 (the
   producer-state table keeps no timestamps yet); no transactions, so no coordinator epoch and no
   open transaction.
+- DeleteRecords (and the log-directory moves): `server.log_apis`, registered with these.
 - DescribeLogDirs v1-4: every log directory with the replicas in it (size on disk, offset lag 0 as
   Kafka reports for a replica that is not a future one) and, from v4, the file system's total and
   usable bytes.
@@ -27,6 +28,7 @@ from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i64
 
 from kraft_engine.protocol import Listener, RequestContext
+from kraft_engine.server.log_apis import LogApis
 from kraft_engine.server.replica_manager import Partition, ReplicaManager
 
 __all__ = ["REPLICA_API_VERSIONS", "ReplicaApis", "leader_at_epoch"]
@@ -58,8 +60,10 @@ def leader_at_epoch(replicas: ReplicaManager, topic: str, index: int, *,
 class ReplicaApis:
     def __init__(self, *, replicas: ReplicaManager) -> None:
         self._replicas = replicas
+        self._log_apis = LogApis(replicas=replicas)
 
     def register(self, listener: Listener) -> None:
+        self._log_apis.register(listener)
         handlers = {
             OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
             DESCRIBE_LOG_DIRS: self.describe_log_dirs,

@@ -97,7 +97,7 @@ from kraft_engine.metadata import (
     MetadataImage,
     PartitionRegistration,
 )
-from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+from kraft_engine.protocol import ConnectionConfig, FileRegion, KafkaConnection, KafkaProtocolError
 from kraft_engine.records.batches import BatchHeader, iter_batches
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
@@ -166,6 +166,8 @@ class Partition:
     alter_in_flight: bool = False
     first_dirty_offset: int = 0
     snapshot_segment_base: int = -1  # the active segment's base at the last producer snapshot
+    # As leader: each follower's log start offset from its last Fetch (DeleteRecords' low watermark).
+    follower_log_starts: dict[int, int] = field(default_factory=dict)
     producers: ProducerStateTable = field(default_factory=ProducerStateTable)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -446,6 +448,7 @@ class ReplicaManager:
         if new_epoch:
             logger.info("Leader of %s-%d in epoch %d (ISR %s)", topic, index, registration.leader_epoch, list(registration.isr))
             self._stop_fetching(partition)
+            partition.follower_log_starts.clear()
             partition.leader_state = LeaderReplicaState(
                 local_id=self.node_id,
                 replicas=registration.replicas,
@@ -599,11 +602,15 @@ class ReplicaManager:
         if state is not None and state.maybe_advance_high_watermark(leader_log_end=partition.log.log_end_offset):
             partition.notify()
 
-    def follower_fetch(self, partition: Partition, *, replica_id: int, fetch_offset: int) -> None:
-        """A follower's Fetch tells the leader that follower's log end offset."""
+    def follower_fetch(self, partition: Partition, *, replica_id: int, fetch_offset: int,
+                       log_start_offset: int = -1) -> None:
+        """A follower's Fetch tells the leader that follower's log end and log start offsets."""
         state = partition.leader_state
         if state is None:
             return
+        if partition.follower_log_starts.get(replica_id) != log_start_offset:
+            partition.follower_log_starts[replica_id] = log_start_offset
+            partition.notify()  # a DeleteRecords may be waiting for this replica's log start
         if state.follower_fetched(replica_id, fetch_offset=fetch_offset, leader_log_end=partition.log.log_end_offset,
                                   now_ms=_now_ms()):
             partition.notify()
@@ -687,18 +694,80 @@ class ReplicaManager:
         current.proposal_failed()
         logger.info("AlterPartition for %s-%d refused or failed: %s", partition.topic, partition.index, error)
 
+    # -- DeleteRecords -------------------------------------------------------------------------
+    def delete_records(self, partition: Partition, *, offset: int) -> tuple[ErrorCode, int, str | None]:
+        """Kafka's Partition.deleteRecordsOnLeader: move the leader's log start offset to `offset`
+        (-1: the high watermark), never past the high watermark, on a topic whose cleanup.policy
+        includes delete. Returns (error, the offset the log start must reach, message); segments
+        wholly below it are deleted now, and the followers follow from their next Fetch."""
+        if partition.leader_state is None:
+            return ErrorCode.not_leader_or_follower, -1, None
+        policy = self.topic_config(partition.topic, "cleanup.policy") or "delete"
+        if "delete" not in policy.split(","):
+            return (ErrorCode.policy_violation, -1, f"Records of partition {partition.topic}-{partition.index} can not "
+                    f"be deleted due to the configured policy")
+        hwm = partition.high_watermark
+        target = hwm if offset == -1 else offset
+        if target < 0:
+            return ErrorCode.offset_out_of_range, -1, f"The offset {offset} for partition {partition.topic}-{partition.index} is not valid"
+        if target > hwm:
+            return (ErrorCode.offset_out_of_range, -1, f"Cannot increment the log start offset to {target} of partition "
+                    f"{partition.topic}-{partition.index} since it is larger than the high watermark {hwm}")
+        if target > partition.log.log_start_offset:
+            try:
+                deleted = partition.log.delete_below(target)
+                # The client is told the records are gone: a restart must not bring them back.
+                self._write_directory_checkpoints(partition.log_dir)
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(partition.log_dir, error)
+                return ErrorCode.kafka_storage_error, -1, f"log directory {partition.log_dir} failed: {error}"
+            logger.info("DeleteRecords moved the log start of %s-%d to %d (deleted %s)", partition.topic,
+                        partition.index, target, deleted)
+            partition.notify()  # long-polling follower fetches answer with the new log start
+        return ErrorCode.none, target, None
+
+    def low_watermark(self, partition: Partition) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset of the leader and of every
+        follower on a live broker (-1 for one that has not fetched since this leader took over)."""
+        cluster = self._image().cluster
+        starts = [partition.log.log_start_offset]
+        for replica in partition.replicas:
+            registration = cluster.broker(replica)
+            if replica != self.node_id and registration is not None and not registration.fenced:
+                starts.append(partition.follower_log_starts.get(replica, -1))
+        return min(starts)
+
+    async def wait_low_watermark(self, partition: Partition, *, offset: int, timeout_ms: int) -> tuple[ErrorCode, int]:
+        """Kafka's DelayedDeleteRecords: until every live replica's log start reached `offset`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            current = self.partitions.get((partition.topic, partition.index))
+            if current is not partition or partition.leader_state is None:
+                return ErrorCode.not_leader_or_follower, -1
+            low = self.low_watermark(partition)
+            if low >= offset:
+                return ErrorCode.none, low
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return ErrorCode.request_timed_out, low
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await partition.changed().wait()
+
     # -- reading -------------------------------------------------------------------------------
     def read(self, partition: Partition, *, offset: int, max_bytes: int, upper_bound: int) -> bytes:
         """Whole batches from `offset` (at least one if any), none at or past `upper_bound`."""
-        if offset >= upper_bound:
-            return b""
-        data = partition.log.read(offset, max_bytes=max(max_bytes, 1))
-        end = 0
-        for header, _ in iter_batches(data):
-            if header.base_offset >= upper_bound:
-                break
-            end += header.size_bytes
-        return data[:end]
+        return partition.log.read(offset, max_bytes=max(max_bytes, 1), upper_bound=upper_bound)
+
+    def read_region(self, partition: Partition, *, offset: int, max_bytes: int, upper_bound: int) -> FileRegion | None:
+        """What `read` returns, as a region of the segment file for sendfile (its own descriptor,
+        so the segment may be closed or deleted before it is sent); None when empty."""
+        found = partition.log.read_region(offset, max_bytes=max(max_bytes, 1), upper_bound=upper_bound)
+        if found is None:
+            return None
+        fd, position, size = found
+        return FileRegion.of(fd, position=position, size=size)
 
     # -- follower side -------------------------------------------------------------------------
     def fetch_request_for(self, partitions: Iterable[Partition]) -> FetchRequest:

@@ -16,6 +16,7 @@ API (all offsets are Kafka offsets; batches are raw bytes, never re-encoded):
     log.append_as_leader(batches, epoch=e) -> AppendInfo   # offsets assigned from the log end
     log.append_as_follower(batches)        -> AppendInfo   # offsets already assigned, must follow
     log.read(offset, max_bytes=n)          -> bytes        # whole batches, at least one
+    log.read_region(offset, max_bytes=n)   -> (fd, position, size) | None  # the same, for sendfile
     log.truncate_to(offset)                -> int          # the real new log end (batch boundary)
     log.truncate_fully_and_start_at(offset)                # e.g. after downloading a snapshot
     log.delete_below(offset)               -> [segment names deleted]
@@ -440,6 +441,10 @@ class _HeaderWalk:
                 return base_offset, size
             self.position += size
         return None
+
+    @property
+    def segment_fd(self) -> int:
+        return self._segment.fd
 
     def read(self, start: int, end: int) -> bytes:
         """The segment's bytes [start, end), from the window when it holds them."""
@@ -1010,11 +1015,29 @@ class PartitionLog:
 
     # ---- reads ------------------------------------------------------------------------------
 
-    def read(self, offset: int, *, max_bytes: int) -> bytes:
+    def read(self, offset: int, *, max_bytes: int, upper_bound: int | None = None) -> bytes:
         """Whole batches starting with the one holding `offset`, up to `max_bytes` (at least one
-        batch, as in Kafka), from a single segment. Empty at the log end."""
-        if offset == self.log_end_offset:
+        batch, as in Kafka), from a single segment, none starting at or past `upper_bound`.
+        Empty at the log end."""
+        located = self._locate(offset, max_bytes=max_bytes, upper_bound=upper_bound)
+        if located is None:
             return b""
+        walk, start, end = located
+        return walk.read(start, end)
+
+    def read_region(self, offset: int, *, max_bytes: int, upper_bound: int | None = None) -> tuple[int, int, int] | None:
+        """What `read` returns, as (descriptor of the segment file, position, size) for the kernel
+        to send (sendfile) without the bytes passing through this process; None when empty. The
+        descriptor is the log's own: duplicate it before the log may close or delete the segment."""
+        located = self._locate(offset, max_bytes=max_bytes, upper_bound=upper_bound)
+        if located is None:
+            return None
+        walk, start, end = located
+        return walk.segment_fd, start, end - start
+
+    def _locate(self, offset: int, *, max_bytes: int, upper_bound: int | None) -> tuple[_HeaderWalk, int, int] | None:
+        if offset == self.log_end_offset or (upper_bound is not None and offset >= upper_bound):
+            return None
         if not self._log_start_offset <= offset < self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside the log [{self._log_start_offset}, {self.log_end_offset})"
@@ -1026,15 +1049,17 @@ class PartitionLog:
             found = walk.find(offset)
             if found is None:
                 continue
+            if upper_bound is not None and found[0] >= upper_bound:
+                return None
             start = walk.position
             end = start + found[1]
             while end < segment.size_bytes:
-                size = walk.bounds_at(end)[2]
-                if end - start + size > max_bytes:
+                base_offset, _, size = walk.bounds_at(end)
+                if end - start + size > max_bytes or (upper_bound is not None and base_offset >= upper_bound):
                     break
                 end += size
-            return walk.read(start, end)
-        return b""
+            return walk, start, end
+        return None
 
     def _segment_index(self, offset: int) -> int:
         """Index in `_segments` of the segment whose offsets start at or before `offset`."""

@@ -1,0 +1,72 @@
+"""The broker APIs that change how much of a log a broker keeps, and where (Kafka's KafkaApis
+handlers for them), on top of the replica manager:
+
+- DeleteRecords v0-2: each partition's leader moves its log start offset to the requested offset
+  (-1: the high watermark), refusing one past the high watermark (OFFSET_OUT_OF_RANGE) or on a
+  topic whose `cleanup.policy` lacks `delete` (POLICY_VIOLATION), and answers once every replica
+  on a live broker has moved its own log start there (the low watermark), or with
+  REQUEST_TIMED_OUT after the request's timeout, as Kafka's DelayedDeleteRecords does. A broker
+  that does not lead the partition answers NOT_LEADER_OR_FOLLOWER; the admin client sends each
+  partition to its leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i64
+
+from kraft_engine.protocol import Listener, RequestContext
+from kraft_engine.server.replica_manager import ReplicaManager
+
+__all__ = ["LOG_API_VERSIONS", "LogApis"]
+
+logger = logging.getLogger(__name__)
+
+DELETE_RECORDS = 21
+LOG_API_VERSIONS = {
+    DELETE_RECORDS: (0, 2),
+}
+_NO_THROTTLE = timedelta(0)
+
+
+class LogApis:
+    def __init__(self, *, replicas: ReplicaManager) -> None:
+        self._replicas = replicas
+
+    def register(self, listener: Listener) -> None:
+        handlers = {DELETE_RECORDS: self.delete_records}
+        for api_key, handler in handlers.items():
+            low, high = LOG_API_VERSIONS[api_key]
+            listener.register(api_key, min_version=low, max_version=high, handler=handler)
+
+    # -- DeleteRecords ---------------------------------------------------------------------------
+    async def delete_records(self, request: Any, ctx: RequestContext) -> Any:
+        module = ctx.response_schema
+        timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
+        jobs = [(str(topic.name), int(wanted.partition_index), int(wanted.offset))
+                for topic in request.topics for wanted in topic.partitions]
+        outcomes = await asyncio.gather(*(self._delete_one(t, p, o, timeout_ms=timeout_ms) for t, p, o in jobs))
+        by_topic: dict[str, list[Any]] = {}
+        for (name, index, _), (error, low_watermark) in zip(jobs, outcomes, strict=True):
+            by_topic.setdefault(name, []).append(module.DeleteRecordsPartitionResult(
+                partition_index=i32(index), low_watermark=i64(low_watermark), error_code=error))
+        return ctx.response_class(
+            throttle_time=_NO_THROTTLE,
+            topics=tuple(module.DeleteRecordsTopicResult(name=name, partitions=tuple(parts))
+                         for name, parts in by_topic.items()),
+        )
+
+    async def _delete_one(self, topic: str, index: int, offset: int, *, timeout_ms: int) -> tuple[ErrorCode, int]:
+        partition, error = self._replicas.leader_partition(topic, index)
+        if partition is None:
+            return error, -1
+        error, target, message = self._replicas.delete_records(partition, offset=offset)
+        if error != ErrorCode.none:
+            logger.info("DeleteRecords on %s-%d to %d refused: %s %s", topic, index, offset, error.name, message or "")
+            return error, -1
+        return await self._replicas.wait_low_watermark(partition, offset=target, timeout_ms=timeout_ms)
