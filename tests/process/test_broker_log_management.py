@@ -1,18 +1,38 @@
-"""Managing what a broker's logs keep, through real clients and real processes: DeleteRecords
-(from `kraft delete-records` in Kafka's JSON format and from kafka-python's admin) moving the log
-start offset on every replica and kept across a kill -9."""
+"""Managing what a broker's logs keep and how they are served, through real clients and real
+processes: DeleteRecords (from `kraft delete-records` in Kafka's JSON format and from
+kafka-python's admin) moving the log start offset on every replica and kept across a kill -9;
+Fetch answered from the segment files with sendfile to kafka-python and librdkafka; a topic's
+`compression.type` recompressing what producers send; `segment.ms` rolling segments by record
+time on every replica; a replica moved between a broker's log directories (AlterReplicaLogDirs,
+through `kraft reassign-partitions` with `log_dirs` in Kafka's JSON) under an acks=all workload,
+with a kill -9 in the middle of a move and after one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import threading
+import time
 import warnings
 from pathlib import Path
 
 import pytest
 import test_broker_cluster
 from broker_processes import BrokerCluster
+from kio.schema.alter_replica_log_dirs.v2.request import (
+    AlterReplicaLogDir,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirTopic,
+)
+from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+from kio.static.primitive import i32
 from quorum_processes import kraft_tool, wait_for
 from test_broker_cluster import anomalies, read_back
+from test_broker_storage import _librdkafka_read, _librdkafka_send, _metric
+
+from kraft_engine.protocol import KafkaConnection
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -140,3 +160,170 @@ def test_delete_records_on_a_compacted_topic_is_a_policy_violation(brokers: Brok
         admin.close()
     for node_id in brokers.brokers:
         assert brokers.partitions(node_id)[(topic, 0)]["log_start_offset"] == 0
+
+
+def _file_region_bytes(cluster: BrokerCluster, node_id: int, mode: str) -> float:
+    try:
+        return _metric(cluster, node_id, f'kraftwerk_network_file_region_bytes_total{{listener="PLAINTEXT",mode="{mode}"}}')
+    except StopIteration:  # no sample yet
+        return 0.0
+
+
+def test_fetch_uses_sendfile_for_kafka_python_and_librdkafka_and_the_topic_codec_and_segment_ms_hold(
+        brokers: BrokerCluster) -> None:
+    topic = "served"
+    _create(brokers, topic, partitions=1, configs={"compression.type": "zstd", "segment.ms": "60000"})
+    # Three groups of records, their timestamps ten minutes apart: segment.ms (one minute) rolls a
+    # segment at each group, on the leader and on the followers alike (they roll on append too).
+    start_ms = int(time.time() * 1000) - 30 * 60_000
+    send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", enable_idempotence=True,
+                         compression_type="gzip", linger_ms=5, request_timeout_ms=30000)
+    acked: list[tuple[int, int, bytes]] = []
+    try:
+        for group in range(3):
+            futures = [(v, send.send(topic, value=v, partition=0, timestamp_ms=start_ms + group * 600_000))
+                       for v in (f"g{group}-{group * 400 + i}-".encode() + b"y" * (i % 300) for i in range(400))]
+            send.flush()
+            acked += [(m.partition, m.offset, v) for v, m in ((v, f.get(timeout=60)) for v, f in futures)]
+    finally:
+        send.close()
+    # librdkafka sends lz4; the topic stores zstd whatever the producer used.
+    acked += _librdkafka_send(brokers, topic, "lz4", [f"rd-{1200 + i}-".encode() + b"z" * (i % 200) for i in range(300)])
+    assert len(acked) == 1500
+    leader = next(n for n in brokers.brokers if brokers.partitions(n)[(topic, 0)]["leader"] == n)
+    brokers.wait_isr(topic, 0, set(brokers.brokers))
+
+    def replicated() -> bool:
+        return all(brokers.partitions(n)[(topic, 0)]["log_end_offset"] == 1500 for n in brokers.brokers)
+    wait_for(replicated, timeout_s=90, what="every replica to hold the 1500 records")
+    for node_id in brokers.brokers:
+        segments = brokers.partitions(node_id)[(topic, 0)]["segments"]
+        assert segments[:3] == [0, 400, 800], (node_id, segments)  # a roll at each ten-minute step
+        dump = "".join(kraft_tool("dump-log", "--deep-iteration", "--files", str(path), check=True).stdout
+                       for path in sorted((brokers.root / f"broker-{node_id}").glob(f"data-*/{topic}-0/*.log")))
+        assert dump.count("valueSize:") == 1500
+        assert "compresscodec: zstd" in dump
+        assert "compresscodec: gzip" not in dump and "compresscodec: lz4" not in dump
+
+    # The consumers' records leave the leader by sendfile: its sendfile count grows by at least the
+    # log's size for each full read (followers are caught up, so only the consumers fetch records).
+    log_bytes = sum(path.stat().st_size for path in (brokers.root / f"broker-{leader}").glob(f"data-*/{topic}-0/*.log"))
+    before = _file_region_bytes(brokers, leader, "sendfile")
+    stored = read_back(brokers, topic, 1)
+    assert anomalies(acked, stored) == {"lost": [], "duplicated": [], "reordered": []}
+    assert _librdkafka_read(brokers, topic, 1500) == stored
+    assert _file_region_bytes(brokers, leader, "sendfile") - before >= 2 * log_bytes
+    assert _file_region_bytes(brokers, leader, "copy") == 0
+
+
+def _alter_log_dir(cluster: BrokerCluster, broker: int, topic: str, partition: int, path: str) -> ErrorCode:
+    async def send() -> ErrorCode:
+        async with KafkaConnection("127.0.0.1", cluster.broker_ports[broker]) as connection:
+            response = await connection.send(AlterReplicaLogDirsRequest(dirs=(AlterReplicaLogDir(
+                path=path, topics=(AlterReplicaLogDirTopic(name=TopicName(topic), partitions=(i32(partition),)),)),)))
+            return ErrorCode(response.results[0].partitions[0].error_code)
+    return asyncio.run(send())
+
+
+def _log_dirs_of(cluster: BrokerCluster, broker: int, topic: str) -> list[tuple[str, bool, int]]:
+    """(log dir, is future, offset lag) of every replica of `topic` on `broker`, from `kraft log-dirs`."""
+    out = kraft_tool("log-dirs", "--describe", "--bootstrap-server", cluster.broker_bootstrap(), "--broker-list",
+                     str(broker), "--topic-list", topic, check=True).stdout
+    document = json.loads(out.splitlines()[-1])
+    return sorted((d["logDir"], p["isFuture"], p["offsetLag"]) for d in document["brokers"][0]["logDirs"]
+                  for p in d["partitions"])
+
+
+def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses_nothing(
+        brokers: BrokerCluster, tmp_path: Path) -> None:
+    topic = "moving"
+    _create(brokers, topic, partitions=1, configs={"segment.bytes": str(1024 * 1024)})
+    acked = _produce(brokers, topic, partitions=1, count=3000)
+    mover = 101
+    node_dir = brokers.root / f"broker-{mover}"
+    source = Path(brokers.partitions(mover)[(topic, 0)]["log_dir"])
+    destination = next(d for d in (node_dir / "data-a", node_dir / "data-b") if d != source)
+
+    # Bad input first: a path that is not one of log.dirs, and a replica the broker does not host.
+    assert _alter_log_dir(brokers, mover, topic, 0, str(tmp_path)) == ErrorCode.log_dir_not_found
+    assert _alter_log_dir(brokers, mover, "no-such-topic", 0, str(destination)) == ErrorCode.replica_not_available
+
+    # 1. A move that cannot finish: with the controllers stopped the new placement cannot be
+    # reported, so the caught-up future replica waits beside the current one; kill -9 there.
+    for controller in (1, 2, 3):
+        brokers.signal(controller, signal.SIGSTOP)
+    try:
+        assert _alter_log_dir(brokers, mover, topic, 0, str(destination.resolve())) == ErrorCode.none
+        waiting = sorted([(str(source.resolve()), False, 0), (str(destination.resolve()), True, 0)])
+        wait_for(lambda: _log_dirs_of(brokers, mover, topic) == waiting, timeout_s=60,
+                 what="the future replica to catch up and wait for the controller")
+        assert len(list(destination.glob(f"{topic}-0.*-future"))) == 1
+        brokers.kill(mover)
+    finally:
+        for controller in (1, 2, 3):
+            brokers.signal(controller, signal.SIGCONT)
+    brokers.start(mover)
+    brokers.wait_ready([mover])
+    brokers.wait_isr(topic, 0, set(brokers.brokers))
+    # The current replica stayed whole where it was; the unfinished future replica is gone.
+    assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(source)
+    assert list(destination.glob(f"{topic}-0*")) == []
+
+    # 2. The move through Kafka's reassignment JSON, under an acks=all idempotent workload.
+    leader = brokers.partitions(mover)[(topic, 0)]["leader"]
+    replicas = [int(r) for r in brokers.partitions(leader)[(topic, 0)]["isr"]]
+    plan = tmp_path / "reassign.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": replicas,
+                                "log_dirs": [str(destination.resolve()) if r == mover else "any" for r in replicas]}]}))
+    more: list[tuple[int, int, bytes]] = []
+
+    def workload() -> None:
+        send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", enable_idempotence=True,
+                             linger_ms=5, request_timeout_ms=30000)
+        try:
+            for chunk in range(10):
+                futures = [(v, send.send(topic, value=v, partition=0)) for v in
+                           (f"{topic}-{3000 + chunk * 200 + i}-".encode() + b"w" * 1000 for i in range(200))]
+                send.flush()
+                more.extend((m.partition, m.offset, v) for v, m in ((v, f.get(timeout=60)) for v, f in futures))
+        finally:
+            send.close()
+
+    writer = threading.Thread(target=workload)
+    writer.start()
+    result = kraft_tool("reassign-partitions", "--bootstrap-server", brokers.broker_bootstrap(),
+                        "--reassignment-json-file", str(plan), "--execute")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Successfully started log directory move for: {topic}-0-{mover}" in result.stdout
+    assert "Save this to use as the --reassignment-json-file option during rollback" in result.stdout
+
+    def moved() -> bool:
+        verify = kraft_tool("reassign-partitions", "--bootstrap-server", brokers.broker_bootstrap(),
+                            "--reassignment-json-file", str(plan), "--verify", check=True).stdout
+        return f"Reassignment of replica {topic}-0-{mover} completed successfully." in verify
+    wait_for(moved, timeout_s=120, what="the log directory move to complete")
+    writer.join(timeout=180)
+    assert not writer.is_alive()
+    assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(destination)
+    assert _log_dirs_of(brokers, mover, topic) == [(str(destination.resolve()), False, 0)]
+    assert list(source.glob(f"{topic}-0*")) == []  # the old copy is deleted, nothing left behind
+
+    # 3. kill -9 after the move: the replica restarts from its new directory with every record.
+    brokers.kill(mover)
+    brokers.start(mover)
+    brokers.wait_ready([mover])
+    brokers.wait_isr(topic, 0, set(brokers.brokers))
+    assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(destination)
+    assert len(acked) + len(more) == 5000
+    wait_for(lambda: all(brokers.partitions(b)[(topic, 0)]["log_end_offset"] == 5000 for b in brokers.brokers),
+             timeout_s=90, what="every replica to hold the 5000 records")
+    stored = read_back(brokers, topic, 1)
+    assert anomalies(acked + more, stored) == {"lost": [], "duplicated": [], "reordered": []}
+    # The moved replica holds the leader's batches byte for byte (offsets, epochs, records).
+    other = next(b for b in sorted(brokers.brokers) if b != mover)
+    assert _log_bytes(brokers, mover, topic) == _log_bytes(brokers, other, topic)
+
+
+def _log_bytes(cluster: BrokerCluster, broker: int, topic: str) -> bytes:
+    segments = sorted((cluster.root / f"broker-{broker}").glob(f"data-*/{topic}-0/*.log"), key=lambda p: p.name)
+    return b"".join(path.read_bytes() for path in segments)

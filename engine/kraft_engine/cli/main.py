@@ -26,6 +26,7 @@ _TOOLS: tuple[tuple[str, str], ...] = (
     ("consumer-groups", "consumer_groups"),
     ("log-dirs", "log_dirs"),
     ("delete-records", "delete_records"),
+    ("reassign-partitions", "reassign_partitions"),
     ("sim", "sim"),
 )
 

@@ -8,6 +8,15 @@ handlers for them), on top of the replica manager:
   REQUEST_TIMED_OUT after the request's timeout, as Kafka's DelayedDeleteRecords does. A broker
   that does not lead the partition answers NOT_LEADER_OR_FOLLOWER; the admin client sends each
   partition to its leader.
+- AlterReplicaLogDirs v1-2: move replicas of this broker between its log directories (JBOD), as
+  Kafka does: a future replica (`<topic>-<partition>.<uuid>-future`) in the destination is filled
+  from the current log, the new placement goes to the controller with AssignReplicasToDirs once
+  it caught up, then the two are swapped and the old directory deleted (`ReplicaManager`). Per
+  replica: LOG_DIR_NOT_FOUND for a path that is not one of `log.dirs`, KAFKA_STORAGE_ERROR for an
+  offline directory or replica, REPLICA_NOT_AVAILABLE for a replica this broker does not host yet
+  (it is then created in that directory when the metadata assigns it), else NONE once the move is
+  under way (DescribeLogDirs shows the future replica and its lag). Naming the current directory
+  cancels a move; naming a third one redirects it.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ __all__ = ["LOG_API_VERSIONS", "LogApis"]
 
 logger = logging.getLogger(__name__)
 
-DELETE_RECORDS = 21
+DELETE_RECORDS, ALTER_REPLICA_LOG_DIRS = 21, 34
 LOG_API_VERSIONS = {
     DELETE_RECORDS: (0, 2),
+    ALTER_REPLICA_LOG_DIRS: (1, 2),
 }
 _NO_THROTTLE = timedelta(0)
 
@@ -39,7 +49,7 @@ class LogApis:
         self._replicas = replicas
 
     def register(self, listener: Listener) -> None:
-        handlers = {DELETE_RECORDS: self.delete_records}
+        handlers = {DELETE_RECORDS: self.delete_records, ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs}
         for api_key, handler in handlers.items():
             low, high = LOG_API_VERSIONS[api_key]
             listener.register(api_key, min_version=low, max_version=high, handler=handler)
@@ -70,3 +80,25 @@ class LogApis:
             logger.info("DeleteRecords on %s-%d to %d refused: %s %s", topic, index, offset, error.name, message or "")
             return error, -1
         return await self._replicas.wait_low_watermark(partition, offset=target, timeout_ms=timeout_ms)
+
+    # -- AlterReplicaLogDirs ---------------------------------------------------------------------
+    async def alter_replica_log_dirs(self, request: Any, ctx: RequestContext) -> Any:
+        module = ctx.response_schema
+        by_topic: dict[str, list[Any]] = {}
+        for wanted in request.dirs:
+            destination = self._replicas.log_dir_at(str(wanted.path))
+            for topic in wanted.topics:
+                for index in topic.partitions:
+                    if destination is None:
+                        error = ErrorCode.log_dir_not_found
+                        logger.info("AlterReplicaLogDirs of %s-%d: log dir %s is not found in the config", topic.name,
+                                    int(index), wanted.path)
+                    else:
+                        error = self._replicas.alter_replica_log_dir(str(topic.name), int(index), destination)
+                    by_topic.setdefault(str(topic.name), []).append(
+                        module.AlterReplicaLogDirPartitionResult(partition_index=i32(int(index)), error_code=error))
+        return ctx.response_class(
+            throttle_time=_NO_THROTTLE,
+            results=tuple(module.AlterReplicaLogDirTopicResult(topic_name=name, partitions=tuple(parts))
+                          for name, parts in by_topic.items()),
+        )

@@ -12,8 +12,9 @@ for them), answered from the replica manager's hosted partitions:
   open transaction.
 - DeleteRecords (and the log-directory moves): `server.log_apis`, registered with these.
 - DescribeLogDirs v1-4: every log directory with the replicas in it (size on disk, offset lag 0 as
-  Kafka reports for a replica that is not a future one) and, from v4, the file system's total and
-  usable bytes.
+  Kafka reports for a replica that is not a future one), the future replicas of AlterReplicaLogDirs
+  moves in their destination (`is_future_key`, lag = how far the copy is behind the current log's
+  end) and, from v4, the file system's total and usable bytes.
 """
 
 from __future__ import annotations
@@ -125,11 +126,18 @@ class ReplicaApis:
             wanted = {}
             for topic in request.topics:
                 wanted.setdefault(str(topic.topic), set()).update(int(p) for p in topic.partitions)
-        by_dir: dict[Path, dict[str, list[Partition]]] = {d: {} for d in self._replicas.log_dirs.values()}
+        # (size, offset lag, is future) of each replica, current and future (an AlterReplicaLogDirs
+        # move: its lag is how far the copy is behind the current log's end, as Kafka reports it).
+        by_dir: dict[Path, dict[str, list[tuple[int, int, int, bool]]]] = {d: {} for d in self._replicas.log_dirs.values()}
         for (name, index), partition in sorted(self._replicas.partitions.items()):
             if wanted is not None and index not in wanted.get(name, ()):
                 continue
-            by_dir.setdefault(partition.log_dir, {}).setdefault(name, []).append(partition)
+            by_dir.setdefault(partition.log_dir, {}).setdefault(name, []).append(
+                (index, partition.log.size_in_bytes(), max(partition.high_watermark - partition.log.log_end_offset, 0), False))
+            future = partition.future
+            if future is not None:
+                by_dir.setdefault(future.destination, {}).setdefault(name, []).append(
+                    (index, future.log.size_in_bytes(), max(partition.log.log_end_offset - future.log.log_end_offset, 0), True))
         results = []
         for directory, topics in by_dir.items():
             total_bytes, usable_bytes = _space(directory)
@@ -139,10 +147,9 @@ class ReplicaApis:
                 log_dir=str(directory.resolve()),
                 topics=tuple(
                     module.DescribeLogDirsTopic(name=TopicName(name), partitions=tuple(
-                        module.DescribeLogDirsPartition(partition_index=i32(p.index), partition_size=i64(p.log.size_in_bytes()),
-                                                        offset_lag=i64(max(p.high_watermark - p.log.log_end_offset, 0)),
-                                                        is_future_key=False)
-                        for p in partitions
+                        module.DescribeLogDirsPartition(partition_index=i32(index), partition_size=i64(size),
+                                                        offset_lag=i64(lag), is_future_key=is_future)
+                        for index, size, lag, is_future in partitions
                     ))
                     for name, partitions in topics.items()
                 ),

@@ -61,6 +61,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -120,6 +121,7 @@ from kraft_engine.storage.storage_error import StorageIOError
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE_NAME",
+    "FutureReplica",
     "HIGH_WATERMARK_CHECKPOINT_FILE_NAME",
     "Partition",
     "ProduceOutcome",
@@ -138,6 +140,9 @@ _ALTER_PARTITION_TIMEOUT_MS = 10_000
 _REBUILD_CHUNK_BYTES = 1024 * 1024
 _MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's log.cleaner.min.cleanable.ratio default
 _ASSIGNMENT_RETRY_S = 1.0
+_MOVE_CHUNK_BYTES = 1024 * 1024
+# What moves and deletions leave in a log directory: `<topic>-<partition>.<32 hex>-future|-delete`.
+_LEFTOVER_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-(future|delete)$")
 # What a directory failure looks like from here: the storage shell's error, or a raw OSError from
 # a checkpoint write or a read.
 _DIRECTORY_FAILURES = (StorageIOError, OSError)
@@ -168,6 +173,8 @@ class Partition:
     snapshot_segment_base: int = -1  # the active segment's base at the last producer snapshot
     # As leader: each follower's log start offset from its last Fetch (DeleteRecords' low watermark).
     follower_log_starts: dict[int, int] = field(default_factory=dict)
+    # An AlterReplicaLogDirs move in progress: the future replica in its destination directory.
+    future: FutureReplica | None = None
     producers: ProducerStateTable = field(default_factory=ProducerStateTable)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -187,6 +194,18 @@ class Partition:
         """Wake every fetch and produce waiting on this partition (new data, new HWM, new role)."""
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+@dataclass(eq=False)
+class FutureReplica:
+    """Kafka's future replica: a copy of a partition's log in another log directory
+    (`<topic>-<partition>.<uuid>-future`), filled from the current log until it catches up and
+    the controller has the new placement, then swapped in."""
+
+    destination: Path
+    log: PartitionLog
+    assigned: bool = False  # the controller accepted the destination (AssignReplicasToDirs)
+    task: asyncio.Task[None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +242,10 @@ class ReplicaManager:
         self._dir_ids = {path: dir_id for dir_id, path in self.log_dirs.items()}
         # (topic id, partition) -> directory id, placements still to report with AssignReplicasToDirs.
         self._pending_assignments: dict[tuple[uuid.UUID, int], uuid.UUID] = {}
+        # Called once the controller accepted that placement (a future replica waits for it).
+        self._assignment_accepted: dict[tuple[uuid.UUID, int], tuple[uuid.UUID, Callable[[], None]]] = {}
+        # AlterReplicaLogDirs for a replica this broker does not host yet: where to create it.
+        self._preferred_dirs: dict[tuple[str, int], Path] = {}
         self._assignments_wake: asyncio.Event | None = None
         # Called when a directory goes offline (the broker heartbeats at once to report it).
         self.on_directory_offline: Callable[[], None] = lambda: None
@@ -239,6 +262,7 @@ class ReplicaManager:
         # goes before anything is written, so a crash from here on means full recovery again.
         self._clean_dirs: set[Path] = set()
         for directory in self.log_dirs.values():
+            _remove_leftover_directories(directory)
             marker = directory / CLEAN_SHUTDOWN_FILE_NAME
             if marker.exists():
                 self._clean_dirs.add(directory)
@@ -268,6 +292,8 @@ class ReplicaManager:
         logger.error("Log directory %s (%s) is offline after a storage error: %s", log_dir,
                      self._dir_ids.get(log_dir), error)
         for key, partition in list(self.partitions.items()):
+            if partition.future is not None and log_dir in (partition.future.destination, partition.log_dir):
+                self._cancel_move(partition, remove=False)
             if partition.log_dir != log_dir:
                 continue
             del self.partitions[key]
@@ -329,6 +355,10 @@ class ReplicaManager:
                                         ErrorCode.not_leader_or_follower) and self._pending_assignments.get(key) == pending.get(key):
                                 self._pending_assignments.pop(key, None)
                                 done += 1
+                                waiting = self._assignment_accepted.get(key)
+                                if waiting is not None and waiting[0] == pending.get(key):
+                                    del self._assignment_accepted[key]
+                                    waiting[1]()
             logger.info("AssignReplicasToDirs: %d of %d placements reported (%s)", done, len(pending),
                         ErrorCode(response.error_code).name)
             if done < len(pending):
@@ -351,6 +381,7 @@ class ReplicaManager:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         clean = True
         for partition in self.partitions.values():
+            self._cancel_move(partition, remove=False)  # an unfinished move is dropped at the next start
             try:
                 partition.log.flush()
                 _write_producer_snapshot(partition)
@@ -402,8 +433,21 @@ class ReplicaManager:
             return partition
         name = partition_directory_name(topic, index)
         online = self._online_dirs()
-        log_dir = next((d for d in online if (d / name).is_dir()), None)
         assigned = registration.directory(self.node_id)
+        found = [d for d in online if (d / name).is_dir()]
+        log_dir = found[0] if found else None
+        if len(found) > 1:
+            # A crash between the two renames of a log-directory move leaves the replica in both
+            # directories, each whole (the swap happens only when they are equal and flushed):
+            # keep the one the controller has, as Kafka keeps the promoted future replica.
+            log_dir = next((d for d in found if self._dir_ids[d] == assigned), found[0])
+            for other in found:
+                if other != log_dir:
+                    logger.warning("Replica %s-%d is in %s and %s; keeping %s", topic, index, log_dir, other, log_dir)
+                    _delete_directory(other / name)
+        preferred = self._preferred_dirs.pop(key, None)
+        if log_dir is None and preferred is not None and preferred not in self.offline_dirs:
+            log_dir = preferred
         if log_dir is None:
             log_dir = self.log_dirs.get(assigned)
             if log_dir is None or log_dir in self.offline_dirs:
@@ -492,16 +536,11 @@ class ReplicaManager:
         partition = self.partitions.pop(key, None)
         if partition is None:
             return
+        self._cancel_move(partition, remove=True)
         self._stop_fetching(partition)
         partition.notify()
         partition.log.close()
-        directory = partition.log.directory
-        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
-        try:
-            directory.rename(doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
-        except OSError as error:
-            logger.warning("Could not delete %s: %s", directory, error)
+        _delete_directory(partition.log.directory)
         for table in (self._hwm_checkpoints, self._recovery_points, self._log_starts, self._cleaner_points):
             table.get(partition.log_dir, {}).pop(key, None)
         logger.info("Deleted replica %s-%d", *key)
@@ -755,6 +794,182 @@ class ReplicaManager:
                 async with asyncio.timeout(remaining):
                     await partition.changed().wait()
 
+    # -- AlterReplicaLogDirs ---------------------------------------------------------------------
+    def log_dir_at(self, path: str) -> Path | None:
+        """The configured log directory `path` names (absolute, as DescribeLogDirs reports it)."""
+        wanted = Path(path).resolve()
+        return next((d for d in self.log_dirs.values() if d.resolve() == wanted), None)
+
+    def alter_replica_log_dir(self, topic: str, index: int, destination: Path) -> ErrorCode:
+        """Kafka's ReplicaManager.alterReplicaLogDirs for one replica: start (or redirect, or
+        cancel) moving it to `destination`, a configured log directory."""
+        key = (topic, index)
+        if destination in self.offline_dirs or key in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
+        partition = self.partitions.get(key)
+        if partition is None:
+            # Not hosted yet: created there when the metadata assigns it (REPLICA_NOT_AVAILABLE, as Kafka).
+            self._preferred_dirs[key] = destination
+            return ErrorCode.replica_not_available
+        move = partition.future
+        if move is not None and move.destination != destination:
+            logger.info("Cancelling the move of %s-%d to %s: now asked to be in %s", topic, index, move.destination,
+                        destination)
+            self._cancel_move(partition, remove=True)
+        if destination == partition.log_dir or partition.future is not None:
+            return ErrorCode.none
+        name = partition_directory_name(topic, index)
+        try:
+            future_log, _ = PartitionLog.open(destination / f"{name}.{uuid.uuid4().hex}-future",
+                                              segment_bytes=self.topic_config_int(topic, "segment.bytes",
+                                                                                  self.config.log_segment_bytes),
+                                              allow_offset_gaps=True)
+        except _DIRECTORY_FAILURES as error:
+            self.fail_directory(destination, error)
+            return ErrorCode.kafka_storage_error
+        self._configure_rolls(topic, future_log)
+        move = FutureReplica(destination=destination, log=future_log)
+        partition.future = move
+        move.task = asyncio.get_running_loop().create_task(self._fill_future(partition, move))
+        logger.info("Moving %s-%d from %s to %s (future replica %s)", topic, index, partition.log_dir, destination,
+                    future_log.directory.name)
+        return ErrorCode.none
+
+    def _cancel_move(self, partition: Partition, *, remove: bool) -> None:
+        move = partition.future
+        if move is None:
+            return
+        partition.future = None
+        if move.task is not None:
+            move.task.cancel()
+        key = (partition.topic_id, partition.index)
+        reported = self._assignment_accepted.pop(key, None) is not None or move.assigned
+        if reported and partition.log_dir not in self.offline_dirs:
+            # The controller may have been told the destination: tell it where the replica stays.
+            self._pending_assignments[key] = self._dir_ids[partition.log_dir]
+            if self._assignments_wake is not None:
+                self._assignments_wake.set()
+        with contextlib.suppress(Exception):
+            move.log.close()
+        if remove:
+            _delete_directory(move.log.directory)
+
+    def _truncate_future(self, partition: Partition, end: int, *, fully: bool = False) -> None:
+        """The current log was truncated: so is the future one, which must stay a prefix of it."""
+        move = partition.future
+        if move is None:
+            return
+        try:
+            if fully or end < move.log.log_start_offset:
+                move.log.truncate_fully_and_start_at(end)
+            elif end < move.log.log_end_offset:
+                move.log.truncate_to(end)
+        except _DIRECTORY_FAILURES as error:
+            self.fail_directory(move.destination, error)
+
+    async def _fill_future(self, partition: Partition, move: FutureReplica) -> None:
+        """Kafka's ReplicaAlterLogDirsThread for one replica: copy the current log's batches to
+        the future log, follow its log start, and once caught up report the new directory with
+        AssignReplicasToDirs; when the controller has it and the two logs end at the same offset,
+        swap them (`_promote_future`). Runs on the event loop: no append can land between the
+        check that the logs are equal and the swap."""
+        key = (partition.topic, partition.index)
+        while self.partitions.get(key) is partition and partition.future is move:
+            current, future = partition.log, move.log
+            if future.log_end_offset < current.log_end_offset:
+                try:
+                    offset = max(future.log_end_offset, current.log_start_offset)
+                    data = current.read(offset, max_bytes=_MOVE_CHUNK_BYTES)
+                except _DIRECTORY_FAILURES as error:
+                    self.fail_directory(partition.log_dir, error)
+                    return
+                try:
+                    if data:
+                        first = next(iter_batches(data))[0]
+                        if future.log_end_offset != first.base_offset and (
+                                future.log_end_offset < current.log_start_offset or first.base_offset < future.log_end_offset):
+                            # Empty, or behind the current log start: restart at the batch holding it.
+                            future.truncate_fully_and_start_at(first.base_offset)
+                        future.append_as_follower(data)
+                    if future.log_start_offset < current.log_start_offset:
+                        future.delete_below(min(current.log_start_offset, future.log_end_offset))
+                except _DIRECTORY_FAILURES as error:
+                    self.fail_directory(move.destination, error)
+                    return
+                await asyncio.sleep(0)  # other requests between chunks
+                continue
+            if move.assigned:
+                self._promote_future(partition, move)
+                return
+            if (partition.topic_id, partition.index) not in self._assignment_accepted:
+                self._await_assignment(partition, move)
+            await partition.changed().wait()  # more data, or the controller's answer
+
+    def _await_assignment(self, partition: Partition, move: FutureReplica) -> None:
+        key = (partition.topic_id, partition.index)
+        dir_id = self._dir_ids[move.destination]
+
+        def accepted() -> None:
+            move.assigned = True
+            partition.notify()
+
+        self._assignment_accepted[key] = (dir_id, accepted)
+        self._pending_assignments[key] = dir_id
+        if self._assignments_wake is not None:
+            self._assignments_wake.set()
+
+    def _promote_future(self, partition: Partition, move: FutureReplica) -> None:
+        """Swap the caught-up future replica in: its directory takes the partition's name in the
+        destination (first, so a crash in between leaves two whole copies, never none), the old
+        one is renamed `-delete` and removed, and the log reopens from the moved files."""
+        current, future = partition.log, move.log
+        name = partition_directory_name(partition.topic, partition.index)
+        source = partition.log_dir
+        try:
+            current.flush()
+        except _DIRECTORY_FAILURES as error:
+            self.fail_directory(source, error)
+            return
+        try:
+            future.flush()
+            start, recovery_point = future.log_start_offset, future.flushed_offset
+            future.close()
+            future.directory.rename(move.destination / name)
+            fsync_dir(move.destination)
+        except _DIRECTORY_FAILURES as error:
+            partition.future = None
+            self.fail_directory(move.destination, error)
+            return
+        partition.future = None
+        current.close()
+        _delete_directory(current.directory)
+        try:
+            log, _ = PartitionLog.open(move.destination / name, segment_bytes=self.topic_config_int(
+                partition.topic, "segment.bytes", self.config.log_segment_bytes), recovery_point=recovery_point,
+                log_start_offset=start, allow_offset_gaps=True)
+        except _DIRECTORY_FAILURES as error:
+            partition.log_dir = move.destination  # the replica lives there now, and goes offline with it
+            self.fail_directory(move.destination, error)
+            return
+        self._configure_rolls(partition.topic, log)
+        partition.log = log
+        partition.log_dir = move.destination
+        key = (partition.topic, partition.index)
+        for table in (self._hwm_checkpoints, self._recovery_points, self._log_starts, self._cleaner_points):
+            table.get(source, {}).pop(key, None)
+        try:
+            _write_producer_snapshot(partition)
+            partition.snapshot_segment_base = log.segment_base_offsets[-1]
+            self._write_directory_checkpoints(move.destination)
+        except _DIRECTORY_FAILURES as error:
+            self.fail_directory(move.destination, error)
+            return
+        with contextlib.suppress(*_DIRECTORY_FAILURES):
+            self._write_directory_checkpoints(source)
+        logger.info("Moved %s-%d from %s to %s (log end %d)", partition.topic, partition.index, source,
+                    move.destination, log.log_end_offset)
+        partition.notify()
+
     # -- reading -------------------------------------------------------------------------------
     def read(self, partition: Partition, *, offset: int, max_bytes: int, upper_bound: int) -> bytes:
         """Whole batches from `offset` (at least one if any), none at or past `upper_bound`."""
@@ -807,6 +1022,7 @@ class ReplicaManager:
                 target = min(int(diverging.end_offset), local_end if local_epoch == int(diverging.epoch) else int(diverging.end_offset))
                 target = max(target, log.log_start_offset)
                 new_end = log.truncate_to(target)
+                self._truncate_future(partition, new_end)
                 delete_producer_snapshots(log.directory, above=new_end)
                 _rebuild_producer_state(partition)
                 logger.info("Truncated %s-%d to %d (leader's epoch %d ends at %d)", partition.topic, partition.index,
@@ -841,6 +1057,7 @@ class ReplicaManager:
             leader_start = int(answer.log_start_offset)
             if log.log_end_offset < leader_start:
                 log.truncate_fully_and_start_at(leader_start)
+                self._truncate_future(partition, leader_start, fully=True)
                 delete_producer_snapshots(log.directory, above=-1)
                 partition.producers.clear()
                 partition.first_dirty_offset = leader_start
@@ -1134,6 +1351,28 @@ def clean_shutdown_broker_epoch(log_dirs: Iterable[Path]) -> int:
         except (OSError, ValueError, KeyError, TypeError):
             return -1
     return epochs.pop() if len(epochs) == 1 else -1
+
+
+def _delete_directory(directory: Path) -> None:
+    """Kafka's deletion: rename to `<name>.<uuid>-delete` (atomic, so a restart never mistakes a
+    half-deleted replica for a live one), then remove."""
+    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+    try:
+        directory.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    except OSError as error:
+        logger.warning("Could not delete %s: %s", directory, error)
+
+
+def _remove_leftover_directories(log_dir: Path) -> None:
+    """At start: half-deleted replicas, and future replicas of moves a restart interrupted (the
+    current replica is whole and stays; the move is not resumed, AlterReplicaLogDirs starts it again)."""
+    with contextlib.suppress(OSError):
+        for path in log_dir.iterdir():
+            if path.is_dir() and _LEFTOVER_DIR.match(path.name):
+                logger.info("Removing %s, left by an unfinished %s", path,
+                            "move" if path.name.endswith("-future") else "deletion")
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _directory_of(error: BaseException, directories: list[Path]) -> Path | None:
