@@ -14,14 +14,17 @@ from kraft_engine.protocol import Listener
 @pytest.fixture
 async def make_listener() -> AsyncIterator[Callable[..., Awaitable[Listener]]]:
     """`await make_listener(**kwargs)`: a started listener serving Metadata v0..12 (unless
-    `metadata=False`), closed after the test."""
+    `metadata=False`) and any `routes` ({api key: (min, max, handler)}), closed after the test."""
     listeners: list[Listener] = []
 
-    async def make(*, metadata: bool = True, handler: Any = echo_metadata, **kwargs: Any) -> Listener:
+    async def make(*, metadata: bool = True, handler: Any = echo_metadata,
+                   routes: dict[int, tuple[int, int, Any]] | None = None, **kwargs: Any) -> Listener:
         listener = Listener(**kwargs)
         listeners.append(listener)
         if metadata:
             listener.register(METADATA, min_version=0, max_version=12, handler=handler)
+        for api_key, (low, high, route_handler) in (routes or {}).items():
+            listener.register(api_key, min_version=low, max_version=high, handler=route_handler)
         await listener.start("127.0.0.1", 0)
         return listener
 

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import os
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -61,19 +61,9 @@ def _response(ctx: RequestContext, records: list[bytes]) -> Any:
 
 
 @pytest.fixture
-async def fetch_listener() -> AsyncIterator[Callable[[Any], Awaitable[Listener]]]:
-    listeners: list[Listener] = []
-
-    async def make(handler: Any) -> Listener:
-        listener = Listener()
-        listeners.append(listener)
-        listener.register(FETCH, min_version=4, max_version=16, handler=handler)
-        await listener.start("127.0.0.1", 0)
-        return listener
-
-    yield make
-    for listener in listeners:
-        await listener.close()
+def fetch_listener(make_listener: Callable[..., Awaitable[Listener]]) -> Callable[[Any], Awaitable[Listener]]:
+    """A started listener serving Fetch v4-16 with the given handler."""
+    return lambda handler: make_listener(metadata=False, routes={FETCH: (4, 16, handler)})
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ import asyncio
 import json
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from kio.schema.delete_records.v2.request import (
@@ -41,7 +40,7 @@ from kio.static.primitive import i32, i32Timedelta, i64
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.protocol import parse_bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_and_file
 
 __all__ = ["parse_offset_json", "register"]
 
@@ -121,14 +120,7 @@ def parse_offset_json(text: str) -> list[tuple[Partition, int]]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}") from None
-    try:
-        text = Path(args.offset_json_file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read --offset-json-file {args.offset_json_file}: {e}") from None
+    bootstrap, text = bootstrap_and_file(args.bootstrap_server, flag="--offset-json-file", path=args.offset_json_file)
     try:
         wanted = parse_offset_json(text)
     except ValueError as e:

@@ -25,7 +25,6 @@ import asyncio
 import json
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from kio.schema.alter_partition_reassignments.v0.request import (
@@ -48,7 +47,7 @@ from kio.static.primitive import i32, i32Timedelta
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.protocol import parse_bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_and_file
 
 __all__ = ["parse_reassignment_json", "register"]
 
@@ -130,14 +129,7 @@ def parse_reassignment_json(text: str) -> tuple[dict[Partition, list[int]], dict
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}") from None
-    try:
-        text = Path(args.reassignment_json_file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read --reassignment-json-file {args.reassignment_json_file}: {e}") from None
+    bootstrap, text = bootstrap_and_file(args.bootstrap_server, flag="--reassignment-json-file", path=args.reassignment_json_file)
     try:
         parts, dirs = parse_reassignment_json(text)
     except ValueError as e:
