@@ -4,6 +4,7 @@ members), with the protocol's invariants checked after every step."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -184,6 +185,28 @@ def test_static_member_restart_keeps_its_place_without_a_rebalance() -> None:
                             now_ms=8200))[6].assignment == b"B"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("v9", [True, False])
+def test_a_static_leader_coming_back_skips_assignment_from_v9_and_rebalances_before(v9: bool) -> None:
+    gc = coordinator()
+    gc.join(join_request(client="a", instance="pod-a"), token=1, now_ms=0)
+    gc.join(join_request(client="b", instance="pod-b"), token=2, now_ms=0)
+    answers = by_token(gc.tick(now_ms=3000) + gc.tick(now_ms=6000))
+    a_id, b_id = answers[1].member_id, answers[2].member_id  # type: ignore[union-attr]
+    assert answers[1].leader == a_id  # type: ignore[union-attr]
+    gc.sync(group_id=G, member_id=a_id, group_instance_id="pod-a", generation=1, protocol_type=None,
+            protocol_name=None, assignments={a_id: b"A", b_id: b"B"}, token=3, now_ms=6000)
+    request = dataclasses.replace(join_request(client="a", instance="pod-a"), supports_skip_assignment=v9)
+    outputs = gc.join(request, token=4, now_ms=7000)
+    if v9:
+        (write,) = outputs
+        (answer,) = write.replies  # type: ignore[union-attr]
+        assert answer.skip_assignment and answer.generation == 1  # type: ignore[union-attr]
+        assert [m for m, _, _ in answer.members] == [b_id, answer.member_id]  # type: ignore[union-attr]
+        assert gc.state_of(G) is GroupState.STABLE
+    else:
+        assert outputs == [] and gc.state_of(G) is GroupState.PREPARING_REBALANCE
+
+
 def test_protocol_choice_is_one_every_member_supports() -> None:
     gc = coordinator()
     gc.join(join_request(client="a", instance="a", protocols=(("roundrobin", b"x"), ("range", b"y"))), token=1, now_ms=0)
@@ -299,7 +322,9 @@ class World:
                     raise AssertionError("the leader was not given exactly the generation's members")
                 client.member_id, client.generation, client.phase = answer.member_id, answer.generation, "syncing"
                 client.assignment = None
-                self.sync(client, leader_members=[m for m, _, _ in answer.members] if answer.leader == answer.member_id else None)
+                # A leader told to skip the assignment (a static leader back, KIP-814) keeps the current one.
+                assigns = answer.leader == answer.member_id and not answer.skip_assignment
+                self.sync(client, leader_members=[m for m, _, _ in answer.members] if assigns else None)
             else:
                 self.reset(client, answer.error)
         else:

@@ -132,3 +132,66 @@ def test_kill_9_of_the_coordinator_during_a_rebalance_keeps_committed_offsets_an
     finally:
         group_brokers.start(coordinator)
         group_brokers.wait_ready([coordinator])
+
+
+def test_a_static_member_restarted_within_its_session_keeps_its_partitions_without_a_rebalance(
+        group_brokers: BrokerCluster) -> None:
+    """KIP-345 with librdkafka: a static member closes without leaving and comes back under the
+    same group.instance.id; the coordinator gives it its old partitions in the same generation
+    (the other member is never asked to rejoin), under a new member id."""
+    import asyncio
+
+    from confluent_kafka import Consumer
+
+    from kraft_engine.admin.group_admin import GroupAdmin
+    from kraft_engine.protocol import parse_bootstrap_servers
+
+    bootstrap = group_brokers.broker_bootstrap()
+    topic, group = "static-orders", "static-group"
+    new_topic(group_brokers, topic)
+
+    revoked: list[str] = []
+
+    def consumer(instance: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+                      "client.id": instance, "session.timeout.ms": 60_000, "partition.assignment.strategy": "range",
+                      "enable.auto.commit": False})
+        c.subscribe([topic], on_revoke=lambda _c, partitions: revoked.extend(instance for _ in partitions))
+        return c
+
+    def describe() -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
+        async def ask() -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
+            async with GroupAdmin(parse_bootstrap_servers(bootstrap)) as admin:
+                summary = await admin.describe(group)
+                assert summary.state == "Stable", summary.state
+                return {m.group_instance_id or "": (m.member_id, m.assignment) for m in summary.members}
+        return asyncio.run(ask())
+
+    one = consumer("pod-1")  # the first member: the leader, which pod-2's return must not disturb
+    wait_for(lambda: one.poll(0.2) is None and len(one.assignment()) == PARTITIONS, timeout_s=TIMEOUT_S,
+             what="pod-1 assigned every partition")
+    two = consumer("pod-2")
+    try:
+        def both_assigned() -> bool:
+            one.poll(0.2)
+            two.poll(0.2)
+            return len(one.assignment()) + len(two.assignment()) == PARTITIONS and bool(one.assignment()) \
+                and bool(two.assignment())
+
+        wait_for(both_assigned, timeout_s=TIMEOUT_S, what="both static members assigned")
+        revoked.clear()
+        before = describe()
+        two_partitions = sorted(tp.partition for tp in two.assignment())
+        two.close()  # a static member's close sends no LeaveGroup
+        assert describe() == before, "the group still counts pod-2 in"
+        two = consumer("pod-2")
+        wait_for(lambda: one.poll(0.1) is None and two.poll(0.1) is None and len(two.assignment()) > 0,
+                 timeout_s=TIMEOUT_S, what="pod-2 back with partitions")
+        after = describe()
+        assert sorted(tp.partition for tp in two.assignment()) == two_partitions
+        assert after["pod-1"] == before["pod-1"], "pod-1 kept its member id and partitions"
+        assert after["pod-2"][1] == before["pod-2"][1] and after["pod-2"][0] != before["pod-2"][0]
+        assert "pod-1" not in revoked, "pod-1 never gave up its partitions: there was no rebalance"
+    finally:
+        one.close()
+        two.close()

@@ -30,7 +30,8 @@ The group state machine is Kafka's:
 - Static members (`group.instance.id`) keep their place across restarts: a JoinGroup with an
   unknown member id and a known instance id replaces the old member id (fencing it with
   FENCED_INSTANCE_ID) and, in a Stable group whose chosen protocol's metadata did not change,
-  needs no rebalance unless the member is the leader.
+  needs no rebalance: a returning leader gets the members with skip_assignment (JoinGroup v9+,
+  KIP-814); a leader on an older version must assign again, so the group rebalances.
 - Only a member of the current generation commits offsets (ILLEGAL_GENERATION otherwise, or
   REBALANCE_IN_PROGRESS while the assignment is being decided); generation -1 with no member id
   commits only to an Empty or unknown group (a simple consumer or an admin reset).
@@ -43,6 +44,7 @@ The group state machine is Kafka's:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -125,6 +127,7 @@ class JoinRequest:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     require_known_member_id: bool = True
+    supports_skip_assignment: bool = True  # JoinGroup v9+ (KIP-814)
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,8 +471,10 @@ class GroupCoordinator:
         if group.state is GroupState.STABLE:
             unchanged = (group.protocol_name in member.protocol_names()
                          and member.metadata(group.protocol_name) == old_metadata)
-            if unchanged and not was_leader:
-                answer = self._join_answer(group, member, token=token)
+            # KIP-814: a static leader that comes back gets the members with skip_assignment (v9+),
+            # keeping the current assignment; an older leader has to assign again (a rebalance).
+            if unchanged and (not was_leader or request.supports_skip_assignment):
+                answer = dataclasses.replace(self._join_answer(group, member, token=token), skip_assignment=was_leader)
                 return [*outputs, Write(records=(self._group_record(group),), replies=(answer,))]
             outputs += self._park_join(member, request, token=token)
             return outputs + self._prepare_rebalance(group, now_ms=now_ms)

@@ -398,7 +398,7 @@ class BrokerNode:
         if self.replicas is not None:
             self.replicas.apply_delta(delta, image)
         if self.groups is not None:
-            self.groups.on_metadata()
+            self.groups.on_metadata(image)
         self._wake.set()
 
     def _publisher_fault(self, what: str, error: BaseException) -> None:

@@ -225,9 +225,15 @@ class GroupApis:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # -- leadership of __consumer_offsets ------------------------------------------------------------
-    def on_metadata(self) -> None:
-        """Load the partitions this broker now leads, drop the ones it no longer leads."""
-        led = {p.index: p for p in self._replicas.partitions.values() if p.topic == OFFSETS_TOPIC and p.is_leader}
+    def on_metadata(self, image: MetadataImage | None = None) -> None:
+        """Load the partitions this broker now leads, drop the ones it no longer leads (after the
+        replicas applied the metadata `image`, the current one by default)."""
+        topic = (image or self._image()).topics.get_topic_by_name(OFFSETS_TOPIC)
+        led: dict[int, Partition] = {}
+        for index in () if topic is None else topic.partitions:
+            partition = self._replicas.partitions.get((OFFSETS_TOPIC, index))
+            if partition is not None and partition.is_leader:
+                led[index] = partition
         for index, shard in list(self._shards.items()):
             partition = led.get(index)
             if partition is None or partition.leader_epoch != shard.leader_epoch:
@@ -491,6 +497,7 @@ class GroupApis:
             protocol_type=str(request.protocol_type),
             protocols=tuple((str(p.name), bytes(p.metadata)) for p in request.protocols),
             require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
         )
         try:
             shard = self._shard_for(join.group_id)
