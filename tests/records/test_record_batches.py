@@ -368,3 +368,18 @@ def test_a_large_batch_decoded_again_gives_the_same_records_and_callers_cannot_c
     broken[-1] ^= 1
     with pytest.raises(CorruptBatchError, match="CRC"):
         decode_records(bytes(broken))
+
+
+@pytest.mark.parametrize("with_keys", [False, True])
+def test_the_records_a_large_built_batch_remembers_are_the_ones_its_bytes_decode_to(with_keys: bool) -> None:
+    """`build_batch` remembers a large batch's records so that the leader's own log append and
+    listener need not decode them; they are exactly what decoding its bytes gives."""
+    values = [bytes([n % 256]) * (n % 70) for n in range(3000)]
+    keys = [None if n % 3 else bytes([n % 7]) * (n % 5) for n in range(3000)] if with_keys else None
+    data = build_batch(base_offset=7, partition_leader_epoch=2, values=values, timestamp_ms=3, keys=keys)
+    remembered = decode_records(data)
+    batches._REMEMBERED.clear()
+    batches._REMEMBERED_ORDER.clear()
+    decoded = decode_records(data)
+    assert remembered == decoded
+    assert [type(r.value) for r in remembered] == [bytes] * len(values)
