@@ -400,10 +400,10 @@ class MetadataVersionStatus(_Model):
 
 
 class BlockerStatus(_Model):
-    """One thing a gate waits for: a partition (replicas, ISR, min ISR), a lagging voter (lag), or
-    a node that is not back yet."""
+    """One thing a gate waits for: a partition (replicas, ISR, min ISR), a lagging voter (lag), a
+    node that is not back yet, or an approval (the annotation a dangerous step waits for)."""
 
-    kind: Literal["partition", "voter", "node", "cluster"]
+    kind: Literal["partition", "voter", "node", "cluster", "approval"]
     message: str
     topic: str | None = None
     partition: int | None = None

@@ -46,6 +46,7 @@ from kraft_operator.plan import (
     PartitionFacts,
     Plan,
     PodPhase,
+    QuorumBootstrap,
     QuorumFacts,
     ReassignPartitions,
     RemoveVoter,
@@ -154,6 +155,7 @@ class SimCluster:
     revision_target: dict[int, str] = field(default_factory=dict)
     voter_changes: list[int] = field(default_factory=list)  # controllers added by AddRaftVoter, in order
     removals: list[int] = field(default_factory=list)  # voters removed by RemoveRaftVoter, in order
+    voter_dirs: dict[int, str] = field(default_factory=dict)  # each voter's directory id (its ReplicaKey)
     removed_leaders: list[int] = field(default_factory=list)  # of those, the ones that led when removed
     finalized: str = "4.1-IV1"
     bumps: list[str] = field(default_factory=list)
@@ -178,6 +180,10 @@ class SimCluster:
                 volume_id = int(path.rsplit("/", 1)[1])
                 if volume_id not in node.volumes:
                     directory = f"{self.rng.getrandbits(64):022x}"[:22]
+                    if action.bootstrap is QuorumBootstrap.INITIAL and volume_id == 0 and action.initial_controllers:
+                        # --initial-controllers names each initial voter's metadata directory id
+                        entry = next(e for e in action.initial_controllers.split(",") if e.startswith(f"{node_id}@"))
+                        directory = entry.rsplit(":", 1)[1]
                     node.volumes[volume_id] = VolumeFacts(volume_id, path, action.cluster_id, node_id, directory)
                     wrote[path] = directory
             self.jobs[node_id] = FormatJobFacts(node_id, JobPhase.SUCCEEDED, "", wrote)
@@ -188,9 +194,10 @@ class SimCluster:
             self._check_add_voter(node)
             if node_id not in self.voters:
                 self.voters = (*self.voters, node_id)
+                self.voter_dirs[node_id] = action.directory_id
                 self.voter_changes.append(node_id)
         elif isinstance(action, RemoveVoter):
-            self._remove_voter(node)
+            self._remove_voter(node, action.directory_id)
         elif isinstance(action, ReassignPartitions):
             self._reassign(node, action)
         elif isinstance(action, StopNode):
@@ -223,18 +230,19 @@ class SimCluster:
         (the majority grows with it)."""
         if not node.up:
             self.violations.append(f"AddRaftVoter for controller {node.node_id} before it caught up")
-        lagging = [v for v in self.voters if not self.nodes[v].up]
+        lagging = [v for v in self.voters if not self.voting(v)]
         if lagging:
             self.violations.append(f"AddRaftVoter for controller {node.node_id} while voters {lagging} lag")
 
-    def _remove_voter(self, node: SimNode) -> None:
+    def _remove_voter(self, node: SimNode, directory_id: str) -> None:
         """KIP-853's rule for a removal, judged on the ground truth: the voters that stay must have
         a caught-up majority of their own (they commit the change and everything after it). A
         leader that removes itself resigns once the removal commits (modelled at once)."""
-        if node.node_id not in self.voters:
+        if node.node_id not in self.voters or self.voter_dirs.get(node.node_id, directory_id) != directory_id:
             return  # an earlier send already removed it: the controller answers VOTER_NOT_FOUND
+        self.voter_dirs.pop(node.node_id, None)
         staying = [v for v in self.voters if v != node.node_id]
-        up = [v for v in staying if self.nodes[v].up]
+        up = [v for v in staying if self.voting(v)]
         if not staying or len(up) < len(staying) // 2 + 1:
             self.violations.append(f"RemoveRaftVoter {node.node_id} left voters {staying} with only {up} caught up")
         self.voters = tuple(staying)
@@ -290,7 +298,7 @@ class SimCluster:
                         f"restarted broker {node.node_id}: {p.topic}-{p.partition} ISR {p.isr} drops below min ISR {p.min_isr}"
                     )
         if node.controller:
-            others_up = [v for v in self.voters if v != node.node_id and self.nodes[v].up]
+            others_up = [v for v in self.voters if v != node.node_id and self.voting(v)]
             if len(others_up) < len(self.voters) // 2 + 1:
                 self.violations.append(
                     f"restarted controller {node.node_id} with only {others_up} of voters {list(self.voters)} caught up"
@@ -338,7 +346,28 @@ class SimCluster:
         if node.node_id == self.leader:
             self.leader = -1
 
+    # -- the voters' disks -----------------------------------------------------------------------
+    def disk(self, node_id: int) -> str | None:
+        """The directory id of the node's metadata volume, None while it has none."""
+        volume = self.nodes[node_id].volumes.get(0) if node_id in self.nodes else None
+        return volume.directory_id if volume is not None else None
+
+    def same_disk(self, node_id: int) -> bool:
+        """A voter votes and counts only with the disk its ReplicaKey names: on a new disk it is an
+        observer until the voter set is swapped."""
+        return node_id not in self.voter_dirs or self.disk(node_id) == self.voter_dirs[node_id]
+
+    def voting(self, node_id: int) -> bool:
+        return self.nodes[node_id].up and self.same_disk(node_id)
+
     # -- faults --------------------------------------------------------------------------------
+    def lose_disk(self, node_id: int) -> None:
+        """The node's metadata volume is gone (a new, empty one in its place): it crashes, and cannot
+        start until the volume is formatted again."""
+        self.crash(node_id)
+        self.nodes[node_id].volumes.pop(0, None)
+        self.jobs.pop(node_id, None)
+
     def crash(self, node_id: int, *, crash_loops: int = 0) -> None:
         node = self.nodes.get(node_id)
         if node is None or not node.running:
@@ -359,7 +388,7 @@ class SimCluster:
                 node.recover_left -= 1
             if node.up:
                 node.disrupted = False
-                if node.controller:
+                if node.controller and self.same_disk(node.node_id):
                     node.caught_up_at_ms = self.now_ms
                 if node.broker and self.leader >= 0:
                     node.registered = True
@@ -390,11 +419,11 @@ class SimCluster:
             p.target = None
 
     def _has_majority(self) -> bool:
-        running = [v for v in self.voters if self.nodes[v].running]
+        running = [v for v in self.voters if self.nodes[v].running and self.same_disk(v)]
         return bool(self.voters) and len(running) >= len(self.voters) // 2 + 1
 
     def _elect(self) -> None:
-        up = [v for v in self.voters if self.nodes[v].up]
+        up = [v for v in self.voters if self.voting(v)]
         if self.leader >= 0 and self.nodes[self.leader].up and self._has_majority():
             return
         if up and len(up) >= len(self.voters) // 2 + 1:
@@ -416,7 +445,9 @@ class SimCluster:
     # -- observation ---------------------------------------------------------------------------
     def observe(self, cluster: KRaftCluster) -> Observed:
         if not self.voters and cluster.status is not None and cluster.status.initial_controllers:
-            self.voters = tuple(int(e.split("@")[0]) for e in cluster.status.initial_controllers.split(","))
+            entries = cluster.status.initial_controllers.split(",")
+            self.voters = tuple(int(e.split("@")[0]) for e in entries)
+            self.voter_dirs = {int(e.split("@")[0]): e.rsplit(":", 1)[1] for e in entries}
         facts = {
             n.node_id: NodeFacts(
                 node_id=n.node_id,
@@ -440,11 +471,12 @@ class SimCluster:
         voters = []
         for v in self.voters:
             node = self.nodes[v]
-            lag = 0 if node.up else 50 * max(1, node.recover_left)
-            voters.append(ReplicaFacts(v, f"dir{v}", leader_end - lag, node.caught_up_at_ms))
+            lag = 0 if self.voting(v) else 50 * max(1, node.recover_left)
+            voters.append(ReplicaFacts(v, self.voter_dirs.get(v, f"dir{v}"), leader_end - lag, node.caught_up_at_ms))
         observers = tuple(
-            ReplicaFacts(n.node_id, f"dir{n.node_id}", leader_end, self.now_ms)
-            for n in self.nodes.values() if n.running and n.node_id not in self.voters
+            ReplicaFacts(n.node_id, self.disk(n.node_id) or f"dir{n.node_id}", leader_end, self.now_ms)
+            for n in self.nodes.values()
+            if n.running and (n.node_id not in self.voters or not self.same_disk(n.node_id)) and (n.up or not n.controller)
         )
         running_brokers = [n for n in self.nodes.values() if n.broker and n.running]
         brokers = None

@@ -67,7 +67,7 @@ def worlds(draw: st.DrawFn) -> tuple[KRaftCluster, Observed, int]:
         )
     leader = draw(st.sampled_from([*CONTROLLERS, -1]))
     voters = tuple(
-        ReplicaFacts(v, f"d{v}", 1000 - draw(st.integers(0, 3)) * 10,
+        ReplicaFacts(v, base[v].volume(0).directory_id or "", 1000 - draw(st.integers(0, 3)) * 10,
                      draw(st.sampled_from([-1, now - 5000, now - 2500, now - 1500, now - 100, now])))
         for v in CONTROLLERS
     )
@@ -107,7 +107,8 @@ def gated_worlds(draw: st.DrawFn, kind: str) -> tuple[KRaftCluster, Observed, in
     }
     facts = observed.cluster
     assert facts is not None
-    quorum = facts.quorum or QuorumFacts(0, 3, 1000, tuple(ReplicaFacts(v, f"d{v}", 1000, now) for v in CONTROLLERS))
+    quorum = facts.quorum or QuorumFacts(0, 3, 1000, tuple(
+        ReplicaFacts(v, nodes[v].volume(0).directory_id or "", 1000, now) for v in CONTROLLERS))
     if quorum.leader_id == node_id and kind == "controller":
         quorum = replace(quorum, leader_id=next(c for c in CONTROLLERS if c != node_id))
     details = facts.partition_details if facts.partition_details is not None else ()

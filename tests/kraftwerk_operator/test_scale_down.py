@@ -201,6 +201,13 @@ def _five_voters() -> tuple[KRaftCluster, dict[int, NodeFacts]]:
     raise AssertionError(f"the scale-down never came next: {result.waiting_for}")
 
 
+def _disk(nodes: dict[int, NodeFacts], node_id: int) -> str:
+    """The directory id of the node's metadata volume: the one its voter entry (ReplicaKey) holds."""
+    volume = nodes[node_id].volume(0)
+    assert volume is not None and volume.directory_id
+    return volume.directory_id
+
+
 @st.composite
 def scale_down_worlds(draw: st.DrawFn) -> tuple[KRaftCluster, Observed, int]:
     cluster, base = _five_voters()
@@ -215,7 +222,7 @@ def scale_down_worlds(draw: st.DrawFn) -> tuple[KRaftCluster, Observed, int]:
                                  started_at_ms=now - draw(st.integers(0, 10_000)) if phase is PodPhase.RUNNING else None)
     voter_ids = sorted(draw(st.sets(st.sampled_from(LEAVING_CONTROLLERS))) | set(STAYING_CONTROLLERS))
     leader = draw(st.sampled_from([*voter_ids, -1]))
-    voters = tuple(ReplicaFacts(v, f"d{v}", 1000, draw(st.sampled_from([-1, now - 5000, now - 1500, now - 100, now])))
+    voters = tuple(ReplicaFacts(v, _disk(base, v), 1000, draw(st.sampled_from([-1, now - 5000, now - 1500, now - 100, now])))
                    for v in voter_ids)
     quorum = QuorumFacts(leader, 5, 1000, voters, ()) if leader >= 0 else None
     brokers = {b: BrokerFacts(b, fenced=draw(st.booleans())) for b in BROKERS if draw(st.booleans() | st.just(True))}
@@ -291,7 +298,7 @@ def test_a_planner_without_the_removal_gate_is_caught(monkeypatch: pytest.Monkey
     cluster, base = _five_voters()
     now = 1_700_000_500_000
     nodes = {i: replace(f, phase=PodPhase.RUNNING, ready=True, started_at_ms=now - 60_000) for i, f in base.items()}
-    voters = tuple(ReplicaFacts(v, f"d{v}", 1000, now if v in (0, 7, 8) else now - 9000) for v in (0, 1, 2, 7, 8))
+    voters = tuple(ReplicaFacts(v, _disk(base, v), 1000, now if v in (0, 7, 8) else now - 9000) for v in (0, 1, 2, 7, 8))
     facts = ClusterFacts(cluster_id="x", quorum=QuorumFacts(0, 5, 1000, voters, ()),
                          brokers={b: BrokerFacts(b, fenced=False) for b in BROKERS}, partition_details=())
     observed = Observed(nodes=nodes, format_jobs={}, cluster=facts)

@@ -74,6 +74,12 @@ class World:
             else:
                 node.phase = PodPhase.RUNNING
 
+    def _disk(self, node_id: int) -> str:
+        """The directory id of the node's first volume (a voter's ReplicaKey names it), or "dir"."""
+        node = self.nodes.get(node_id)
+        volume = min(node.volumes.items())[1] if node is not None and node.volumes else None
+        return volume.directory_id if volume is not None and volume.directory_id else "dir"
+
     def _format(self, node: _Node, action: FormatStorage) -> None:
         if node.config is None:
             self.violations.append(f"node {node.node_id} formatted without a config")
@@ -140,9 +146,9 @@ class World:
         if not initial or len(running) * 2 <= len(initial):
             return ClusterFacts(errors=("no quorum leader",))
         leader = min(running)
-        voters = tuple(ReplicaFacts(i, "dir", 10 if i in running else 0) for i in initial)
+        voters = tuple(ReplicaFacts(i, self._disk(i), 10 if i in running else 0) for i in initial)
         observers = tuple(
-            ReplicaFacts(n.node_id, "dir", 10)
+            ReplicaFacts(n.node_id, self._disk(n.node_id), 10)
             for n in self.nodes.values()
             if n.phase is PodPhase.RUNNING and n.node_id not in initial
         )

@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING
 
 from kraft_engine.kafka_uuid import RESERVED_UUIDS, to_kafka_str
 from kraft_operator.model import (
+    APPROVE_ANNOTATION,
     PAUSE_ANNOTATION,
+    BlockerStatus,
     Condition,
     ConditionStatus,
     ConditionType,
@@ -79,7 +81,7 @@ from kraft_operator.plan.quorum_change import plan_quorum_change
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
 from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import RollDecision, fetch_timeout_ms, node_revision, plan_roll
-from kraft_operator.plan.runbooks import detect_runbooks
+from kraft_operator.plan.runbooks import CONTROLLER_DISK_FORMAT_STEP, CONTROLLER_DISK_LOSS, detect_runbooks
 from kraft_operator.plan.scale_down import SCALE_DOWN_OPERATION, even_controllers, plan_scale_down
 from kraft_operator.plan.validation import (
     SpecProblem,
@@ -91,7 +93,9 @@ from kraft_operator.plan.validation import (
 if TYPE_CHECKING:
     import random
 
-__all__ = ["Plan", "plan"]
+__all__ = ["DISK_REPLACEMENT_OPERATION", "Plan", "plan"]
+
+DISK_REPLACEMENT_OPERATION = "ControllerDiskReplacement"
 
 # How soon to look again: quickly while something is moving, slowly when all is well.
 _BUSY_REQUEUE_MS = 1000
@@ -197,6 +201,8 @@ class _Planner:
         self.revisions: dict[int, str] = {}
         self.rendered: dict[int, dict[str, str]] = {}
         self.removed: tuple[int, ...] = ()
+        self.replacing: set[int] = set()  # controllers whose lost metadata disk is formatted anew
+        self.approvals: list[BlockerStatus] = []  # dangerous steps waiting for the approve annotation
         self.degraded_reason = "NodeProblem"
         self.requeue_now = False
 
@@ -414,12 +420,27 @@ class _Planner:
                 )
             elif seen is not None and formatted and seen.node_id is not None and seen.node_id != node_id:
                 problems.append(f"node {node_id}: volume {volume.id} ({path}) was formatted for node {seen.node_id}")
+            elif not formatted and volume.id in recorded_ids and self._replace_approved(node, volume.id):
+                # A lost controller metadata disk, its replacement approved: formatted anew with
+                # --no-initial-controllers (a new directory id); the voter swap follows once it has
+                # caught up as an observer (`quorum_change`).
+                self.replacing.add(node_id)
+                unformatted.append(path)
             elif not formatted and volume.id in recorded_ids:
                 directory_id = recorded_ids[volume.id]
+                if node.is_controller and volume.id == node.pool.storage.volumes[0].id:
+                    key = f"{CONTROLLER_DISK_LOSS}/{CONTROLLER_DISK_FORMAT_STEP}"
+                    self.approvals.append(BlockerStatus(
+                        kind="approval", node_id=node_id,
+                        message=f"node {node_id}: formatting its new metadata volume {path} waits for approval: "
+                        f'kubectl annotate kc <cluster> {APPROVE_ANNOTATION}="{key}"'))
                 problems.append(
                     f"node {node_id}: volume {volume.id} ({path}) was formatted (directory id "
                     f"{directory_id}) and is now {'missing' if seen is None else 'empty'}; "
-                    "kraftwerk never re-formats it (replacing a lost volume is a lifecycle operation)"
+                    + ("kraftwerk formats a controller's new metadata volume only with approval (see the "
+                       "controller-disk-loss runbook)" if node.is_controller and volume.id == node.pool.storage.volumes[0].id
+                       else "kraftwerk never re-formats it (replacing a lost broker volume is not automated yet: see "
+                       "the broker-disk-loss runbook)")
                 )
             elif not formatted:
                 unformatted.append(path)
@@ -477,7 +498,8 @@ class _Planner:
             self.blocked.append(f"node {node_id}: the format job failed: {job.message or 'no message'}")
             return
         if node.is_controller:
-            bootstrap = QuorumBootstrap.INITIAL if node_id in initial_ids else QuorumBootstrap.JOIN
+            initial = node_id in initial_ids and node_id not in self.replacing
+            bootstrap = QuorumBootstrap.INITIAL if initial else QuorumBootstrap.JOIN
         else:
             bootstrap = QuorumBootstrap.NONE
         volumes = node.pool.storage.volumes
@@ -527,6 +549,14 @@ class _Planner:
             step="start",
         )
 
+    def _replace_approved(self, node: DesiredNode, volume_id: int) -> bool:
+        """Whether this lost volume is a controller's metadata volume whose replacement the
+        `kraftwerk.io/approve` annotation approves."""
+        if not node.is_controller or volume_id != node.pool.storage.volumes[0].id:
+            return False
+        approved = {v.strip() for v in self.annotations.get(APPROVE_ANNOTATION, "").split(",")}
+        return f"{CONTROLLER_DISK_LOSS}/{CONTROLLER_DISK_FORMAT_STEP}" in approved
+
     def _act(self, action: Action, *, step: str) -> None:
         if self.spec.paused:
             return
@@ -562,7 +592,12 @@ class _Planner:
             degraded = (ConditionStatus.FALSE, "AsExpected", "")
         waiting_for = "; ".join(self.waiting + self.blocked)
         operation = None
-        if (self.actions or self.waiting) and not self.spec.paused:
+        if self.approvals and not self.spec.paused:
+            prev = self.previous.operation if self.previous is not None else None
+            started = prev.started_at if prev is not None and prev.name == DISK_REPLACEMENT_OPERATION else self.builder.now_text
+            operation = OperationStatus(name=DISK_REPLACEMENT_OPERATION, step="await-approval", waiting_for=waiting_for,
+                                        started_at=started, blocked_by=list(self.approvals))
+        elif (self.actions or self.waiting) and not self.spec.paused:
             name = "Bootstrap" if ready[0] is not ConditionStatus.TRUE else "Reconcile"
             started = self.previous.operation.started_at if (
                 self.previous is not None and self.previous.operation is not None

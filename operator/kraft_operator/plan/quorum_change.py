@@ -15,6 +15,12 @@ voter set, or gets DUPLICATE_VOTER, which the reconciler takes as done), so it n
 status before it is sent. Status shows the step (`operation` QuorumChange) until the voter set
 holds the node.
 
+A controller whose metadata disk was replaced (a new directory id; the formatting waits for the
+`controller-disk-loss/format-observer` approval in `planning`) swaps its voter here: once it has
+caught up as an observer on the new disk, RemoveRaftVoter for the old directory id (only while the
+other voters are a caught-up majority), then AddRaftVoter for the new one as for any added
+controller. docs/controller-disk-replacement.md reasons out why this order is safe.
+
 Scale-down (RemoveRaftVoter, the active controller last, then stopping the pod) is `scale_down`;
 additions go first, so a spec that replaces controllers raises the voter count before lowering it.
 """
@@ -25,10 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kraft_operator.model import KRaftClusterSpec, KRaftClusterStatus, OperationStatus
-from kraft_operator.plan.actions import AddVoter, Event, EventType
+from kraft_operator.plan.actions import AddVoter, Event, EventType, RemoveVoter
 from kraft_operator.plan.facts import Layout, Observed, PodPhase
 from kraft_operator.plan.gates import voter_caught_up
 from kraft_operator.plan.rendering import CONTROLLER_LISTENER, DesiredNode, controller_endpoint
+from kraft_operator.plan.scale_down import removal_gate
 
 __all__ = ["QUORUM_CHANGE_OPERATION", "QuorumChangeDecision", "plan_quorum_change"]
 
@@ -37,7 +44,7 @@ QUORUM_CHANGE_OPERATION = "QuorumChange"
 
 @dataclass(frozen=True, slots=True)
 class QuorumChangeDecision:
-    actions: tuple[AddVoter, ...] = ()
+    actions: tuple[AddVoter | RemoveVoter, ...] = ()
     events: tuple[Event, ...] = ()
     operation: OperationStatus | None = None
     waiting: str = ""
@@ -60,7 +67,10 @@ def plan_quorum_change(
         return QuorumChangeDecision()
     voter_ids = {v.replica_id for v in quorum.voters}
     joining = [n for n in nodes if n.is_controller and n.ref.node_id not in voter_ids]
-    if not joining:
+    replaced = [(n, v) for n in nodes if n.is_controller for v in quorum.voters
+                if v.replica_id == n.ref.node_id and v.directory_id
+                and _metadata_directory_id(n, observed) not in (None, v.directory_id)]
+    if not joining and not replaced:
         return QuorumChangeDecision()
     prev = previous.operation if previous is not None else None
     started = prev.started_at if prev is not None and prev.name == QUORUM_CHANGE_OPERATION else now_text
@@ -68,6 +78,40 @@ def plan_quorum_change(
     def waiting(why: str, step: str) -> QuorumChangeDecision:
         operation = OperationStatus(name=QUORUM_CHANGE_OPERATION, step=step, started_at=started)
         return QuorumChangeDecision(operation=operation, waiting=why)
+
+    if replaced:
+        # A controller on a new disk (new directory id) while the voter set still holds its old one:
+        # once it has caught up as an observer, the old voter goes (RemoveRaftVoter); the new one
+        # then joins as any added controller does (below, on a later reconcile).
+        node, old = replaced[0]
+        node_id = node.ref.node_id
+        facts = observed.nodes.get(node_id)
+        new_id = _metadata_directory_id(node, observed)
+        observer = next((o for o in quorum.observers if o.replica_id == node_id and o.directory_id == new_id), None)
+        since = facts.started_at_ms if facts is not None and facts.started_at_ms is not None else -1
+        if (facts is None or facts.phase is not PodPhase.RUNNING or not facts.ready or observer is None
+                or not voter_caught_up(observer, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms,
+                                       since_ms=since)):
+            return waiting(f"controller {node_id} on its new disk (directory id {new_id}) to catch up as an observer "
+                           f"before its old voter ({old.directory_id}) is swapped out", "replace-disk/await-observer")
+        if prev is not None and prev.name == QUORUM_CHANGE_OPERATION and prev.step == "replace-disk/remove-old-voter":
+            return waiting(f"the removal of controller {node_id}'s old voter ({old.directory_id}) to commit",
+                           "replace-disk/await-removal")
+        running = {i: f.started_at_ms if f.started_at_ms is not None else -1
+                   for i, f in observed.nodes.items() if f.phase is PodPhase.RUNNING and f.ready}
+        blockers = removal_gate(node_id, quorum=quorum, running=running, now_ms=now_ms,
+                                fetch_timeout_ms=fetch_timeout_ms)
+        if blockers:
+            return waiting(f"the other voters to be a caught-up majority before controller {node_id}'s old voter is "
+                           "removed: " + "; ".join(b.message for b in blockers), "replace-disk/blocked")
+        removal = RemoveVoter(node=node.ref, directory_id=old.directory_id,
+                             reason=f"node {node_id}: RemoveRaftVoter for its lost disk (directory id "
+                             f"{old.directory_id}); its new disk ({new_id}) caught up as an observer and joins next")
+        operation = OperationStatus(name=QUORUM_CHANGE_OPERATION, step="replace-disk/remove-old-voter",
+                                    started_at=started)
+        return QuorumChangeDecision(actions=(removal,), events=(Event(EventType.NORMAL, "RemoveVoter", removal.reason),),
+                                    operation=operation,
+                                    waiting=f"the removal of controller {node_id}'s old voter to commit")
 
     lagging = [
         v.replica_id for v in quorum.voters
@@ -100,3 +144,10 @@ def plan_quorum_change(
     event = Event(EventType.NORMAL, "AddVoter", action.reason)
     return QuorumChangeDecision(actions=(action,), events=(event,), operation=operation,
                                 waiting=f"controller {node_id} to show in the committed voter set")
+
+
+def _metadata_directory_id(node: DesiredNode, observed: Observed) -> str | None:
+    """The directory id in the node's metadata volume's meta.properties, None while unknown."""
+    facts = observed.nodes.get(node.ref.node_id)
+    volume = facts.volume(node.pool.storage.volumes[0].id) if facts is not None else None
+    return volume.directory_id if volume is not None and volume.directory_id else None

@@ -10,10 +10,9 @@ One definition per situation the operator can detect. The same definition is
 Steps that can lose data or quorum (unclean leader election, re-forming a quorum from one
 survivor with `--standalone`, deleting a PVC) are marked `dangerous` and are never `automated`.
 A step is `automated` (the operator does it), `approval` (the operator does it once the
-`kraftwerk.io/approve` annotation names it, `<runbook>/<step>`) or `manual` (the operator never
-does it; the commands say how). No step the operator performs on approval exists yet, so every
-step it does not automate is `manual` for now; the annotation is read and an approved step shows
-as `approved`.
+`kraftwerk.io/approve` annotation names it, `<runbook>/<step>`; until then status.operation
+.blockedBy names the annotation) or `manual` (the operator never does it; the commands say how).
+The approval step so far: formatting a lost controller disk (`controller-disk-loss/format-observer`).
 
 What is detected today: quorum loss, controller and broker disk loss (a volume the status recorded
 as formatted is missing, empty, or carries another directory id), a stuck roll, and a broker that
@@ -40,6 +39,8 @@ from kraft_operator.plan.facts import Layout, Observed, PodPhase
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint
 
 __all__ = [
+    "CONTROLLER_DISK_FORMAT_STEP",
+    "CONTROLLER_DISK_LOSS",
     "RUNBOOKS",
     "RunbookDefinition",
     "StepDefinition",
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 Mode = Literal["automated", "approval", "manual"]
+
+CONTROLLER_DISK_LOSS = "controller-disk-loss"
+CONTROLLER_DISK_FORMAT_STEP = "format-observer"  # the step the approve annotation names
 
 # A broker running this long without a registration is reported (startup takes seconds).
 UNREGISTERED_AFTER_MS = 60_000
@@ -111,13 +115,15 @@ RUNBOOKS: tuple[RunbookDefinition, ...] = (
         "unformatted, or formatted with another directory id.",
         closes="The controller's volume holds the directory id the status records again, or the voter set holds the new one.",
         steps=(
-            StepDefinition("confirm-loss", "Confirm the old volume is gone for good (not a detached or slow disk).", "manual"),
-            StepDefinition("format-observer", "Format the new volume with `--no-initial-controllers` and start the "
-                           "controller: it joins as an observer.", "manual"),
-            StepDefinition("await-catch-up", "Wait until the observer has caught up with the leader.", "manual"),
-            StepDefinition("swap-voter", "Remove the old voter (old directory id) and add the new one "
-                           "(`remove-controller`, then `add-controller`), only while the other voters are a caught-up "
-                           "majority.", "manual", dangerous=True),
+            StepDefinition("confirm-loss", "Confirm the old volume is gone for good (not a detached or slow disk), "
+                           "then approve the replacement.", "manual"),
+            StepDefinition("format-observer", "Format the new volume with `--no-initial-controllers` (a new directory "
+                           "id) and start the controller: it fetches as an observer, never votes with the new disk.",
+                           "approval"),
+            StepDefinition("await-catch-up", "Wait until the observer has caught up with the leader.", "automated"),
+            StepDefinition("swap-voter", "RemoveRaftVoter for the old directory id, then AddRaftVoter for the new one, "
+                           "only while the other voters are a caught-up majority (docs/controller-disk-replacement.md "
+                           "says why this order never lowers the quorum's fault tolerance).", "automated"),
         ),
         commands=(
             "kubectl exec -n {namespace} {pod} -- kraft storage info --config /etc/kraftwerk/server.properties",
