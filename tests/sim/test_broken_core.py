@@ -11,16 +11,17 @@ from collections import Counter
 
 import pytest
 
-from kraft_engine.raft import RaftNode
+from kraft_engine.raft.elections import Elections
+from kraft_engine.raft.fetching import Fetching
 from kraft_engine.sim.invariants import SimulationFailure
 from kraft_engine.sim.scenarios import SCENARIOS
 
 
 def test_a_core_that_grants_every_vote_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    def grant_everything(self: RaftNode, candidate: object, *, up_to_date: bool, pre_vote: bool) -> bool:
+    def grant_everything(self: Elections, candidate: object, *, up_to_date: bool, pre_vote: bool) -> bool:
         return True
 
-    monkeypatch.setattr(RaftNode, "_can_grant_vote", grant_everything)
+    monkeypatch.setattr(Elections, "can_grant_vote", grant_everything)
     seen: Counter[str] = Counter()
     for name in ("leader-kill", "split-2-3"):
         for seed in range(8):
@@ -72,7 +73,7 @@ def test_a_snapshot_holding_another_value_fails_the_final_validation() -> None:
 def test_a_core_without_fast_failover_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fast-failover scenario requires every surviving voter to stand before its fetch timeout
     # fires; a core that, like Kafka, waits out controller.quorum.fetch.timeout.ms fails it.
-    monkeypatch.setattr(RaftNode, "_maybe_fail_over", lambda self, inflight, now_ms: False)
+    monkeypatch.setattr(Elections, "maybe_fail_over", lambda self, inflight, now_ms: False)
     for seed in range(3):
         with pytest.raises(SimulationFailure) as excinfo:
             SCENARIOS["fast-failover"].run(seed)
@@ -87,15 +88,15 @@ def test_a_leader_that_counts_itself_before_its_flush_is_caught(monkeypatch: pyt
     # seeds at least, where no follower's durable copy can save the day).
     from kraft_engine.raft import LeaderState
 
-    drain = RaftNode._drain_accumulator
+    drain = Fetching.drain_accumulator
 
-    def counts_itself_before_flush(self: RaftNode, state: LeaderState, now_ms: int) -> None:
+    def counts_itself_before_flush(self: Fetching, state: LeaderState, now_ms: int) -> None:
         drain(self, state, now_ms)
-        leader = self.state
-        if isinstance(leader, LeaderState) and leader.update_local_state(self.log_end_offset):
+        leader = self._ctx.quorum.state
+        if isinstance(leader, LeaderState) and leader.update_local_state(self._ctx.log.end_offset().offset):
             self._on_leader_hwm_advanced(leader, now_ms)
 
-    monkeypatch.setattr(RaftNode, "_drain_accumulator", counts_itself_before_flush)
+    monkeypatch.setattr(Fetching, "drain_accumulator", counts_itself_before_flush)
     caught = []
     for seed in range(13):
         try:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, Protocol, TypeAlias, TypeVar
 
 from kio.schema.add_raft_voter.v1 import request as add_voter_req
 from kio.schema.add_raft_voter.v1 import response as add_voter_resp
 from kio.schema.api_versions.v3 import request as api_versions_req
+from kio.schema.api_versions.v3 import response as api_versions_resp
 from kio.schema.begin_quorum_epoch.v1 import request as begin_req
 from kio.schema.begin_quorum_epoch.v1 import response as begin_resp
 from kio.schema.describe_quorum.v2 import request as describe_req
@@ -45,6 +47,10 @@ __all__ = [
     "METADATA_TOPIC",
     "METADATA_TOPIC_ID",
     "SERVED_REQUESTS",
+    "RaftRequest",
+    "RaftResponse",
+    "SentRequest",
+    "SentResponse",
 ]
 
 METADATA_TOPIC: Final = TopicName("__cluster_metadata")
@@ -52,6 +58,73 @@ METADATA_PARTITION: Final = 0
 METADATA_TOPIC_ID: Final = ONE_UUID
 
 _ZERO_DELTA: Final = i32Timedelta.parse(datetime.timedelta(0))
+
+# The wire boundary of the core, typed: what `RaftNode.handle_request` accepts and answers, and
+# what it sends (the raft requests plus the ApiVersions it asks a joining voter) and gets back.
+RaftRequest: TypeAlias = (
+    vote_req.VoteRequest
+    | begin_req.BeginQuorumEpochRequest
+    | end_req.EndQuorumEpochRequest
+    | fetch_req.FetchRequest
+    | snap_req.FetchSnapshotRequest
+    | describe_req.DescribeQuorumRequest
+    | add_voter_req.AddRaftVoterRequest
+    | remove_voter_req.RemoveRaftVoterRequest
+    | update_voter_req.UpdateRaftVoterRequest
+)
+RaftResponse: TypeAlias = (
+    vote_resp.VoteResponse
+    | begin_resp.BeginQuorumEpochResponse
+    | end_resp.EndQuorumEpochResponse
+    | fetch_resp.FetchResponse
+    | snap_resp.FetchSnapshotResponse
+    | describe_resp.DescribeQuorumResponse
+    | add_voter_resp.AddRaftVoterResponse
+    | remove_voter_resp.RemoveRaftVoterResponse
+    | update_voter_resp.UpdateRaftVoterResponse
+)
+SentRequest: TypeAlias = RaftRequest | api_versions_req.ApiVersionsRequest
+SentResponse: TypeAlias = RaftResponse | api_versions_resp.ApiVersionsResponse
+
+_P_co = TypeVar("_P_co", covariant=True)
+_P = TypeVar("_P")
+
+
+class _Topic(Protocol[_P_co]):
+    @property
+    def partitions(self) -> tuple[_P_co, ...]: ...
+
+
+def single_partition(topics: Sequence[_Topic[_P]], *, topic_field: str, partition_field: str) -> _P | None:
+    """The one `__cluster_metadata`-0 partition of a request/response, or None if it is not that
+    (each api names its topic and partition fields differently)."""
+    if len(topics) != 1 or getattr(topics[0], topic_field) != METADATA_TOPIC:
+        return None
+    partitions = topics[0].partitions
+    if len(partitions) != 1 or int(getattr(partitions[0], partition_field)) != METADATA_PARTITION:
+        return None
+    return partitions[0]
+
+
+def optional_id(value: int) -> int | None:
+    """A wire id where -1 (any negative) means none."""
+    return None if int(value) < 0 else int(value)
+
+
+class _NodeEndpoint(Protocol):
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+def response_endpoints(nodes: Sequence[_NodeEndpoint], leader_id: int | None, listener: str) -> tuple[Endpoint, ...]:
+    """Leader endpoints from a response's node_endpoints (they belong to the listener we used)."""
+    if leader_id is None:
+        return ()
+    return tuple(Endpoint(listener, n.host, int(n.port)) for n in nodes if int(n.node_id) == leader_id)
 
 # The requests a RaftNode answers, as {api key: the one version it speaks}: what the node
 # process registers on its controller listener (and advertises in ApiVersions).

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from kraft_engine.raft.quorum_state import ElectionState
 from kraft_engine.raft.voter_set import Endpoint
 from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch
+
+RecordT = TypeVar("RecordT")
+OtherRecordT = TypeVar("OtherRecordT")
 
 __all__ = [
     "CommittedBatch",
@@ -48,8 +51,13 @@ __all__ = [
 class LeaderAndEpoch:
     """The leader as this node knows it; `leader_id` is None while unknown."""
 
+    UNKNOWN: ClassVar[LeaderAndEpoch]
+
     leader_id: int | None
     epoch: int
+
+
+LeaderAndEpoch.UNKNOWN = LeaderAndEpoch(None, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,30 +102,55 @@ class RequestFailure(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class CommittedBatch:
-    """handleCommit: one committed batch. Data batches carry `records`; control batches carry
-    `control_records` (LeaderChange, Voters, KRaftVersion) and no data records."""
+class CommittedBatch(Generic[RecordT]):
+    """handleCommit: one committed batch (Kafka's `Batch<T>`).
+
+    As raft delivers it, a data batch carries its records' values as bytes and a control batch
+    carries `control_records` (LeaderChange, Voters, KRaftVersion) and no data records; a state
+    machine decodes the values into its own records with `with_records`, keeping the offsets.
+    Record i sits at `base_offset + i`; a batch without records still says where it ended.
+    """
 
     base_offset: int
-    last_offset: int
     epoch: int
-    append_timestamp_ms: int
-    records: tuple[bytes, ...]
-    control_records: tuple[Any, ...]
-    size_in_bytes: int
-    raw: bytes = field(repr=False)
+    records: tuple[RecordT, ...]
+    last_offset: int
+    append_timestamp_ms: int = -1
+    size_in_bytes: int = 0
+    control_records: tuple[Any, ...] = ()
+    raw: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        if self.records and self.last_offset != self.base_offset + len(self.records) - 1:
+            raise ValueError(
+                f"batch at {self.base_offset} holds {len(self.records)} records but claims last offset "
+                f"{self.last_offset}"
+            )
 
     @staticmethod
-    def of(batch: LogBatch) -> CommittedBatch:
+    def of(batch: LogBatch) -> CommittedBatch[bytes]:
         return CommittedBatch(
             base_offset=batch.base_offset,
-            last_offset=batch.last_offset,
             epoch=batch.epoch,
-            append_timestamp_ms=batch.append_timestamp_ms,
             records=batch.records,
-            control_records=batch.control_records,
+            last_offset=batch.last_offset,
+            append_timestamp_ms=batch.append_timestamp_ms,
             size_in_bytes=batch.size_in_bytes,
+            control_records=batch.control_records,
             raw=batch.raw,
+        )
+
+    def with_records(self, records: tuple[OtherRecordT, ...]) -> CommittedBatch[OtherRecordT]:
+        """The same batch holding `records` (the decoded form of this batch's values)."""
+        return CommittedBatch(
+            base_offset=self.base_offset,
+            epoch=self.epoch,
+            records=records,
+            last_offset=self.last_offset,
+            append_timestamp_ms=self.append_timestamp_ms,
+            size_in_bytes=self.size_in_bytes,
+            control_records=self.control_records,
+            raw=self.raw,
         )
 
 
@@ -131,7 +164,7 @@ class SnapshotLoad:
 
     snapshot_id: OffsetAndEpoch
     last_contained_log_timestamp_ms: int
-    batches: tuple[CommittedBatch, ...]
+    batches: tuple[CommittedBatch[bytes], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +175,7 @@ class LeaderChange:
     leader: LeaderAndEpoch
 
 
-ListenerEvent = SnapshotLoad | CommittedBatch | LeaderChange
+ListenerEvent = SnapshotLoad | CommittedBatch[bytes] | LeaderChange
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,3 +208,26 @@ class Output:
     @property
     def responses(self) -> list[OutboundResponse]:
         return [m for m in self.messages if isinstance(m, OutboundResponse)]
+
+
+class Outbox:
+    """The Output one call into the node assembles; every part of the node writes to it, and the
+    node hands it over (and starts a new one) when the call returns."""
+
+    __slots__ = ("output",)
+
+    def __init__(self) -> None:
+        self.output = Output()
+
+    def respond(self, token: int, response: Any) -> None:
+        self.output.messages.append(OutboundResponse(token=token, response=response))
+
+    def send(self, request: OutboundRequest) -> None:
+        self.output.messages.append(request)
+
+    def deliver(self, event: ListenerEvent) -> None:
+        self.output.events.append(event)
+
+    def take(self) -> Output:
+        out, self.output = self.output, Output()
+        return out

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
 
 from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.voters_record.v0.data import VotersRecord
 
 from kraft_engine.raft.voter_set import KRAFT_VERSION_0, VoterSet
-from kraft_engine.records.log_batch import LogBatch
+from kraft_engine.records.log_batch import LogBatch, parse_batches
 
-__all__ = ["VoterSetHistory"]
+if TYPE_CHECKING:
+    from kraft_engine.raft.log import RaftLog
+
+__all__ = ["VoterSetHistory", "load_control_state"]
+
+# How much of the log one read covers while replaying it.
+_READ_BYTES: Final = 1024 * 1024
 
 # Entries from config (static voters) sit before every log offset.
 _STATIC_OFFSET = -1
@@ -112,3 +119,35 @@ class VoterSetHistory:
 
     def latest_kraft_version_offset(self) -> int | None:
         return self._version_offsets[-1] if self._version_offsets else None
+
+
+def load_control_state(history: VoterSetHistory, log: RaftLog) -> None:
+    """Rebuild `history` from the log's latest snapshot plus the whole log after it."""
+    history.clear()
+    snapshots = log.snapshot_ids()
+    if snapshots:
+        latest = snapshots[-1]
+        size = log.snapshot_size(latest) or 0
+        voters: VoterSet | None = None
+        version: int | None = None
+        for batch in parse_batches(log.read_snapshot(latest, 0, size)):
+            for record in batch.control_records:
+                if isinstance(record, VotersRecord):
+                    voters = VoterSet.from_record(record)
+                elif isinstance(record, KRaftVersionRecord):
+                    version = int(record.k_raft_version)
+        at = latest.offset - 1
+        if voters is not None:
+            history.clear_voters()
+            history.add_voter_set(at, voters)
+        if version is not None:
+            history.add_kraft_version(at, version)
+    # The snapshot already holds every control record before its offset; replay only the rest.
+    offset = max(log.log_start_offset, snapshots[-1].offset if snapshots else 0)
+    end = log.end_offset().offset
+    while offset < end:
+        batches = [b for b in parse_batches(log.read(offset, _READ_BYTES)) if b.base_offset >= offset]
+        if not batches:
+            break
+        history.replay(batches)
+        offset = batches[-1].next_offset
