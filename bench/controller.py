@@ -61,11 +61,10 @@ from kio.static.primitive import i16, i32, i64, u16
 
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.admin.quorum_admin import QuorumAdminError
-from kraft_engine.controller import CommittedBatch, QuorumController, RecordAndVersion
-from kraft_engine.metadata import CommittedBatch as LoaderBatch
+from kraft_engine.controller import QuorumController, RecordAndVersion
 from kraft_engine.metadata import MetadataLoader, VersionRange
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError, request_class
-from kraft_engine.raft import ReplicaKey, parse_batches
+from kraft_engine.raft import CommittedBatch, ReplicaKey, parse_batches
 from kraft_engine.raft.messages import fetch_request
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
@@ -645,9 +644,9 @@ def bench_fencing(topics: int, partitions: int, *, profile_path: Path | None = N
         effects = controller.take_effects()
         batches = []
         for base, last, records in log.take():
-            controller.handle_commit(CommittedBatch(base, 1, records, last))
-            batches.append(LoaderBatch(base_offset=base, last_offset=last, epoch=1,
-                                       append_time_ms=0, size_bytes=0, records=records))
+            batch = CommittedBatch(base, 1, records, last, append_timestamp_ms=0)
+            controller.handle_commit(batch)
+            batches.append(batch)
             offsets["next"] = last + 1
         loader.handle_commit(batches, high_watermark=offsets["next"])
         more = controller.take_effects()
@@ -699,9 +698,8 @@ def bench_fencing(topics: int, partitions: int, *, profile_path: Path | None = N
             controller.handle_commit(CommittedBatch(base, 1, recs, last))
         cpu.append(time.process_time())
         wall.append(time.perf_counter())
-        loader.handle_commit([LoaderBatch(base_offset=base, last_offset=last, epoch=1, append_time_ms=0,
-                                          size_bytes=0, records=recs)
-                              for base, last, recs in appended], high_watermark=appended[-1][1] + 1)
+        loader.handle_commit([CommittedBatch(base, 1, recs, last, append_timestamp_ms=0) for base, last, recs in appended],
+                             high_watermark=appended[-1][1] + 1)
     cpu.append(time.process_time())
     wall.append(time.perf_counter())
     if profiler is not None:

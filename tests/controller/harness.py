@@ -23,8 +23,9 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicCo
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i64, u16
 
-from kraft_engine.controller import AppendRefused, CommittedBatch, QuorumController, RecordAndVersion
+from kraft_engine.controller import AppendRefused, QuorumController, RecordAndVersion
 from kraft_engine.metadata import PartitionRegistration, VersionRange
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records import FeatureLevelRecord, feature_versions
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"

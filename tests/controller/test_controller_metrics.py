@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from kraft_engine.controller import CommittedBatch
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records import TopicRecord
 
 from .harness import Harness

@@ -15,12 +15,12 @@ from kio.schema.errors import ErrorCode
 from kraft_engine.controller.event_handling import ControllerFault, EventHandling
 from kraft_engine.controller.periodic_tasks import PeriodicTask
 from kraft_engine.controller.results import (
-    CommittedBatch,
     ControllerApiError,
     ControllerResult,
     RecordAndVersion,
 )
 from kraft_engine.controller.timeline import TimelineHashMap
+from kraft_engine.raft import CommittedBatch
 
 from .harness import FakeRaft
 

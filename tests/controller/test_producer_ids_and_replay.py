@@ -13,13 +13,13 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i64
 
 from kraft_engine.controller import (
-    CommittedBatch,
     ControllerApiError,
     ControllerFault,
     QuorumController,
     RecordAndVersion,
 )
 from kraft_engine.metadata import VersionRange
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records import (
     AccessControlEntryRecord,
     ClientQuotaRecord,

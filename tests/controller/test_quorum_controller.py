@@ -11,8 +11,9 @@ from kio.static.primitive import i8, i16
 
 from kraft_engine.controller.event_handling import ControllerFault
 from kraft_engine.controller.quorum_controller import QuorumController
-from kraft_engine.controller.results import ApiError, CommittedBatch, RecordAndVersion
+from kraft_engine.controller.results import ApiError, RecordAndVersion
 from kraft_engine.metadata import VersionRange
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records import (
     AbortTransactionRecord,
     BeginTransactionRecord,

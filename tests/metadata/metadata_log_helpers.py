@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from kraft_engine.metadata import CommittedBatch, MetadataDelta, MetadataImage, MetadataProvenance
+from kraft_engine.metadata import MetadataDelta, MetadataImage, MetadataProvenance
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records.metadata_records import (
     BrokerEndpoint,
     BrokerFeature,
@@ -107,8 +108,8 @@ def batches_of(records: list[object], sizes: list[int], *, base_offset: int = 0,
                 base_offset=offset,
                 last_offset=offset + len(chunk) - 1,
                 epoch=epoch,
-                append_time_ms=1_700_000_000_000 + offset,
-                size_bytes=100 * len(chunk),
+                append_timestamp_ms=1_700_000_000_000 + offset,
+                size_in_bytes=100 * len(chunk),
                 records=tuple(chunk),
             )
         )

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from metadata_log_helpers import batches_of, change, mv_record, partition, register_broker, topic, topic_id
 
-from kraft_engine.metadata import CommittedBatch, MetadataImage, MetadataLoader, TopicIdPartition
+from kraft_engine.metadata import MetadataImage, MetadataLoader, TopicIdPartition
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records.framing import decode_metadata_record, encode_metadata_record
 from kraft_engine.records.metadata_records import (
     AbortTransactionRecord,

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import pytest
 from metadata_log_helpers import change, mv_record, partition, register_broker, topic, topic_id
 
-from kraft_engine.metadata import CommittedBatch as LoaderBatch
 from kraft_engine.metadata import MetadataImage, MetadataLoader
 from kraft_engine.raft import CommittedBatch, LeaderChange, ListenerEvent, RaftConfig, SnapshotLoad
 from kraft_engine.records.framing import decode_metadata_record, encode_metadata_record
@@ -74,15 +73,7 @@ class _MetadataStateMachine:
             if event.last_offset <= self.loader.last_applied_offset:
                 return  # already held by a snapshot this node loaded
             records = tuple(decode_metadata_record(value)[0] for value in event.records)
-            batch = LoaderBatch(
-                base_offset=event.base_offset,
-                last_offset=event.last_offset,
-                epoch=event.epoch,
-                append_time_ms=event.append_timestamp_ms,
-                size_bytes=event.size_in_bytes,
-                records=records,
-            )
-            self.loader.handle_commit([batch])
+            self.loader.handle_commit([event.with_records(records)])
             self.last_timestamp_ms = event.append_timestamp_ms
             self._report()
         elif isinstance(event, SnapshotLoad):

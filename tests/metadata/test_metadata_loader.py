@@ -8,8 +8,6 @@ import pytest
 from metadata_log_helpers import batches_of, change, mv_record, partition, register_broker, topic, topic_id
 
 from kraft_engine.metadata import (
-    CommittedBatch,
-    LeaderAndEpoch,
     LoaderManifest,
     LogDeltaManifest,
     MetadataDelta,
@@ -18,6 +16,7 @@ from kraft_engine.metadata import (
     MetadataReplayError,
     SnapshotManifest,
 )
+from kraft_engine.raft import CommittedBatch, LeaderAndEpoch
 from kraft_engine.records.metadata_records import (
     AbortTransactionRecord,
     BeginTransactionRecord,
@@ -198,12 +197,12 @@ def test_batches_must_move_forward() -> None:
     with pytest.raises(ValueError, match="not after the loader's last offset 2"):
         loader.handle_commit(batches_of([NoOpRecord()], [1], base_offset=2))
     with pytest.raises(ValueError, match="claims last offset"):
-        CommittedBatch(base_offset=0, last_offset=5, epoch=1, append_time_ms=0, size_bytes=0, records=(NoOpRecord(),))
+        CommittedBatch(base_offset=0, last_offset=5, epoch=1, append_timestamp_ms=0, size_in_bytes=0, records=(NoOpRecord(),))
 
 
 def test_control_batches_advance_the_offset() -> None:
     loader = caught_up_loader()
-    loader.handle_commit([CommittedBatch(base_offset=3, last_offset=3, epoch=2, append_time_ms=9, size_bytes=80)])
+    loader.handle_commit([CommittedBatch(base_offset=3, last_offset=3, epoch=2, append_timestamp_ms=9, size_in_bytes=80, records=())])
     assert loader.image.provenance.last_contained_offset == 3
     assert loader.image.provenance.last_contained_epoch == 2
 

@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry
 from kraft_engine.controller import ControllerApiError, QuorumController, RecordAndVersion
 from kraft_engine.metadata import VersionRange
 from kraft_engine.protocol import ConnectionConfig
-from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.raft import (
+    CommittedBatch,
     ElectionState,
     NotLeaderError,
     OffsetAndEpoch,
@@ -390,7 +390,7 @@ async def test_consecutive_commits_reach_the_loader_as_one_delta(node: InProcess
     offset = node.raft.log_end_offset
     for index in range(3):
         value = encode_metadata_record(NoOpRecord(), 0)
-        node.service.handle_raft_event(RaftBatch(
+        node.service.handle_raft_event(CommittedBatch(
             base_offset=offset + index, last_offset=offset + index, epoch=99, append_timestamp_ms=0,
             records=(value,), control_records=(), size_in_bytes=80, raw=b"",
         ))

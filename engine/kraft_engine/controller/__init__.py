@@ -17,7 +17,6 @@ from kraft_engine.controller.raft_port import AppendRefused, RaftAppendPort
 from kraft_engine.controller.replica_placement import StripedReplicaPlacer, UsableBroker
 from kraft_engine.controller.results import (
     ApiError,
-    CommittedBatch,
     ControllerApiError,
     ControllerEffects,
     ControllerResult,
@@ -32,7 +31,6 @@ __all__ = [
     "BrokerControlState",
     "BrokerHeartbeatManager",
     "BrokerHeartbeatTracker",
-    "CommittedBatch",
     "ConfigResourceType",
     "ControllerApiError",
     "ControllerEffects",

@@ -26,7 +26,6 @@ from kraft_engine.controller.purgatory import Purgatory
 from kraft_engine.controller.raft_port import AppendRefused, RaftAppendPort
 from kraft_engine.controller.results import (
     MAX_RECORDS_PER_BATCH,
-    CommittedBatch,
     ControllerApiError,
     ControllerEffects,
     ControllerResult,
@@ -35,6 +34,7 @@ from kraft_engine.controller.results import (
 )
 from kraft_engine.controller.timeline import SnapshotRegistry
 from kraft_engine.invariant import InvariantViolation, require
+from kraft_engine.raft import CommittedBatch
 
 __all__ = ["ControllerFault", "EventHandling", "ReplayFunction"]
 
@@ -236,7 +236,7 @@ class EventHandling:
 
     # -- raft listener ---------------------------------------------------------------------
 
-    def handle_commit(self, batch: CommittedBatch) -> None:
+    def handle_commit(self, batch: CommittedBatch[object]) -> None:
         """A batch became committed. The raft layer delivers every batch exactly once, in order."""
         if not batch.records:
             # Control batches carry no metadata; they do not move the controller's offsets.

@@ -64,7 +64,6 @@ from kraft_engine.controller.replication_control import ReplicationControlManage
 from kraft_engine.controller.results import (
     MAX_RECORDS_PER_BATCH,
     ApiError,
-    CommittedBatch,
     ControllerApiError,
     ControllerEffects,
     ControllerResult,
@@ -76,6 +75,7 @@ from kraft_engine.controller.security_control import (
     ScramControlManager,
 )
 from kraft_engine.metadata import VersionRange
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records import (
     AbortTransactionRecord,
     AccessControlEntryRecord,
@@ -267,7 +267,7 @@ class QuorumController:
     def is_active(self) -> bool:
         return self.events.is_active()
 
-    def handle_commit(self, batch: CommittedBatch) -> None:
+    def handle_commit(self, batch: CommittedBatch[object]) -> None:
         self.events.handle_commit(batch)
 
     def set_quorum_node_ids(self, node_ids: Iterable[int]) -> None:

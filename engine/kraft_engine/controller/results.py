@@ -20,7 +20,6 @@ __all__ = [
     "MAX_RECORDS_PER_USER_OP",
     "ApiError",
     "RecordAndVersion",
-    "CommittedBatch",
     "ControllerApiError",
     "ControllerEffects",
     "ControllerResult",
@@ -136,13 +135,3 @@ class ControllerEffects:
         return not (self.completed or self.failed or self.faults) and self.resign_epoch is None
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedBatch:
-    """One committed batch as the raft layer delivers it: data records in offset order from
-    `base_offset`, or none for a control batch (then `last_offset` says where it ended)."""
-
-    base_offset: int
-    epoch: int
-    records: tuple[object, ...]
-    last_offset: int
-    append_timestamp_ms: int = -1

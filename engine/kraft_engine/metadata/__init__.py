@@ -22,7 +22,7 @@ from kraft_engine.metadata.image_writer import (
     RecordListWriter,
     raise_on_loss,
 )
-from kraft_engine.metadata.loader import CommittedBatch, MetadataLoader
+from kraft_engine.metadata.loader import MetadataLoader
 from kraft_engine.metadata.metadata_delta import MetadataDelta
 from kraft_engine.metadata.metadata_image import MetadataImage
 from kraft_engine.metadata.node_registration import (
@@ -41,7 +41,6 @@ from kraft_engine.metadata.partition_registration import (
 from kraft_engine.metadata.producer_ids_image import ProducerIdsDelta, ProducerIdsImage
 from kraft_engine.metadata.provenance import MetadataProvenance
 from kraft_engine.metadata.publishing import (
-    LeaderAndEpoch,
     LoaderManifest,
     LogDeltaManifest,
     MetadataPublisher,
@@ -83,7 +82,6 @@ __all__ = [
     "ClientQuotasImage",
     "ClusterDelta",
     "ClusterImage",
-    "CommittedBatch",
     "ConfigResource",
     "ConfigResourceType",
     "ConfigurationsDelta",
@@ -96,7 +94,6 @@ __all__ = [
     "FeaturesImage",
     "ImageWriter",
     "ImageWriterOptions",
-    "LeaderAndEpoch",
     "LeaderRecoveryState",
     "LocalReplicaChanges",
     "LoaderManifest",

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import NoReturn
 
 from kraft_engine.metadata.errors import MetadataReplayError
@@ -34,42 +33,19 @@ from kraft_engine.metadata.metadata_delta import MetadataDelta
 from kraft_engine.metadata.metadata_image import MetadataImage
 from kraft_engine.metadata.provenance import MetadataProvenance
 from kraft_engine.metadata.publishing import (
-    LeaderAndEpoch,
     LoaderManifest,
     LogDeltaManifest,
     MetadataPublisher,
     SnapshotManifest,
 )
+from kraft_engine.raft import CommittedBatch, LeaderAndEpoch
 from kraft_engine.records.metadata_records import (
     AbortTransactionRecord,
     BeginTransactionRecord,
     EndTransactionRecord,
 )
 
-__all__ = ["CommittedBatch", "MetadataLoader"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommittedBatch:
-    """One committed raft batch as the loader needs it.
-
-    `records` are the batch's decoded metadata records in offset order (record i is at
-    base_offset + i); a control batch has none but still advances the loader's offset.
-    """
-
-    base_offset: int
-    last_offset: int
-    epoch: int
-    append_time_ms: int
-    size_bytes: int
-    records: tuple[object, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.records and self.last_offset != self.base_offset + len(self.records) - 1:
-            raise ValueError(
-                f"batch at {self.base_offset} holds {len(self.records)} records but claims last offset "
-                f"{self.last_offset}"
-            )
+__all__ = ["MetadataLoader"]
 
 
 class _TransactionState(enum.Enum):
@@ -124,7 +100,7 @@ class MetadataLoader:
     # -- inputs ------------------------------------------------------------------------------------
 
     def handle_commit(
-        self, batches: Iterable[CommittedBatch], *, high_watermark: int | None = None, elapsed_ns: int = 0
+        self, batches: Iterable[CommittedBatch[object]], *, high_watermark: int | None = None, elapsed_ns: int = 0
     ) -> None:
         """Fold committed batches (in offset order) into one delta and publish it."""
         self._check_usable()
@@ -212,12 +188,12 @@ class MetadataLoader:
         self._num_batches = 0
         self._elapsed_ns = 0
 
-    def _load_batch(self, batch: CommittedBatch) -> None:
+    def _load_batch(self, batch: CommittedBatch[object]) -> None:
         if batch.base_offset <= self._last_offset:
             raise ValueError(
                 f"batch at offset {batch.base_offset} is not after the loader's last offset {self._last_offset}"
             )
-        self._last_log_time_ms = batch.append_time_ms
+        self._last_log_time_ms = batch.append_timestamp_ms
         self._last_epoch = batch.epoch
         for index, record in enumerate(batch.records):
             offset = batch.base_offset + index
@@ -231,7 +207,7 @@ class MetadataLoader:
                 self._transaction = _TransactionState.STARTED
             self._last_offset = offset
         self._last_offset = batch.last_offset
-        self._num_bytes += batch.size_bytes
+        self._num_bytes += batch.size_in_bytes
         self._num_batches += 1
 
     def _replay(self, record: object) -> None:

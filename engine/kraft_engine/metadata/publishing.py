@@ -9,28 +9,16 @@ measured and passed in; the loader itself never reads a clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kraft_engine.metadata.provenance import MetadataProvenance
+from kraft_engine.raft import LeaderAndEpoch
 
 if TYPE_CHECKING:
     from kraft_engine.metadata.metadata_delta import MetadataDelta
     from kraft_engine.metadata.metadata_image import MetadataImage
 
-__all__ = ["LeaderAndEpoch", "LoaderManifest", "LogDeltaManifest", "MetadataPublisher", "SnapshotManifest"]
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderAndEpoch:
-    """The quorum leader (None when unknown) at a raft epoch."""
-
-    UNKNOWN: ClassVar[LeaderAndEpoch]
-
-    leader_id: int | None
-    epoch: int
-
-
-LeaderAndEpoch.UNKNOWN = LeaderAndEpoch(None, 0)
+__all__ = ["LoaderManifest", "LogDeltaManifest", "MetadataPublisher", "SnapshotManifest"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

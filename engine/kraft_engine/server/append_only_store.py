@@ -77,7 +77,7 @@ class AppendOnlyStore:
         self._last_timestamp_ms = event.last_contained_log_timestamp_ms
         self.snapshots_loaded += 1
 
-    def apply(self, batch: CommittedBatch) -> None:
+    def apply(self, batch: CommittedBatch[bytes]) -> None:
         """handleCommit: control batches consume offsets but hold no entries."""
         if batch.last_offset < self.next_offset:
             return

@@ -55,17 +55,16 @@ from kraft_engine.broker import (
     HeartbeatRequest,
     RegistrationRequest,
 )
-from kraft_engine.metadata import CommittedBatch as LoaderBatch
 from kraft_engine.metadata import (
-    LeaderAndEpoch,
     LoaderManifest,
     MetadataDelta,
     MetadataImage,
     MetadataLoader,
 )
 from kraft_engine.protocol import ExponentialBackoff, Features, Listener
-from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.raft import (
+    CommittedBatch,
+    LeaderAndEpoch,
     LeaderChange,
     SnapshotLoad,
 )
@@ -373,14 +372,11 @@ class BrokerNode:
         driver = self.driver
         if driver is None:
             return
-        if isinstance(event, RaftBatch):
+        if isinstance(event, CommittedBatch):
             if event.last_offset <= self.loader.last_applied_offset:
                 return
             records = tuple(decode_metadata_record(value)[0] for value in event.records)
-            self.loader.handle_commit([LoaderBatch(
-                base_offset=event.base_offset, last_offset=event.last_offset, epoch=event.epoch,
-                append_time_ms=event.append_timestamp_ms, size_bytes=event.size_in_bytes, records=records,
-            )], high_watermark=driver.high_watermark)
+            self.loader.handle_commit([event.with_records(records)], high_watermark=driver.high_watermark)
         elif isinstance(event, SnapshotLoad):
             snapshot_records = [decode_metadata_record(value)[0] for batch in event.batches for value in batch.records]
             self.loader.handle_load_snapshot(
@@ -390,7 +386,7 @@ class BrokerNode:
                 last_contained_log_time_ms=event.last_contained_log_timestamp_ms,
             )
         elif isinstance(event, LeaderChange):
-            self.loader.handle_leader_change(LeaderAndEpoch(event.leader.leader_id, event.leader.epoch))
+            self.loader.handle_leader_change(event.leader)
             self._wake.set()
 
     def _on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:

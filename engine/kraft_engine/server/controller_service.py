@@ -70,17 +70,16 @@ from prometheus_client.registry import Collector
 
 from kraft_engine.controller import (
     AppendRefused,
-    CommittedBatch,
     ControllerApiError,
     ControllerMetrics,
     QuorumController,
     RecordAndVersion,
 )
-from kraft_engine.metadata import CommittedBatch as LoaderBatch
-from kraft_engine.metadata import LeaderAndEpoch, MetadataImage, MetadataLoader, MetadataReplayError
+from kraft_engine.metadata import MetadataImage, MetadataLoader, MetadataReplayError
 from kraft_engine.protocol import Features
 from kraft_engine.raft import (
     BOOTSTRAP_SNAPSHOT_ID,
+    CommittedBatch,
     LeaderChange,
     NotLeaderError,
     OffsetAndEpoch,
@@ -89,7 +88,6 @@ from kraft_engine.raft import (
     SnapshotError,
     SnapshotLoad,
 )
-from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.records import decode_metadata_record, encode_metadata_record
 from kraft_engine.server.collector import collector_paused
 from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
@@ -288,7 +286,7 @@ class ControllerService:
         self._futures: dict[int, asyncio.Future[Any]] = {}
         # Commits delivered (raft loop) but not yet taken by the controller thread.
         self._group_lock = threading.Lock()
-        self._open_commit_group: list[RaftBatch] | None = None
+        self._open_commit_group: list[CommittedBatch[bytes]] | None = None
         self._thread: threading.Thread | None = None
         self._raft_loop: asyncio.AbstractEventLoop | None = None
         self._raft_thread: threading.Thread | None = None
@@ -353,10 +351,10 @@ class ControllerService:
         return self.loader.image
 
     # -- raft listener (the driver calls these on the raft loop, in raft order) ------------------
-    def handle_raft_event(self, event: SnapshotLoad | RaftBatch | LeaderChange) -> None:
+    def handle_raft_event(self, event: SnapshotLoad | CommittedBatch[bytes] | LeaderChange) -> None:
         """Queue a raft listener event; it runs on the controller thread in the order delivered."""
         with self._group_lock:
-            if isinstance(event, RaftBatch):
+            if isinstance(event, CommittedBatch):
                 # Consecutive commits the controller has not started on become one event, so the
                 # loader folds them into one delta and one new image (an image per batch would
                 # dominate a catch-up).
@@ -568,37 +566,29 @@ class ControllerService:
                 self._on_raft_loop(functools.partial(self._raft.resign, effects.resign_epoch))
 
     # -- raft events -----------------------------------------------------------------------------
-    def _commit(self, group: list[RaftBatch]) -> None:
+    def _commit(self, group: list[CommittedBatch[bytes]]) -> None:
         with self._group_lock:
             if self._open_commit_group is group:
                 self._open_commit_group = None  # later commits start a new event
             batches = list(group)
-        loaded: list[LoaderBatch] = []
+        loaded: list[CommittedBatch[object]] = []
         for batch in batches:
             records = self._own_records(batch)
             if records is None:
                 records = tuple(decode_metadata_record(value)[0] for value in batch.records)
                 for stale in [o for o in self._own_batches if o <= batch.last_offset]:
                     del self._own_batches[stale]
-            self.controller.handle_commit(
-                CommittedBatch(batch.base_offset, batch.epoch, records, batch.last_offset, batch.append_timestamp_ms)
-            )
+            decoded = batch.with_records(records)
+            self.controller.handle_commit(decoded)
             if batch.last_offset <= self.loader.last_applied_offset:
                 continue  # already in a snapshot the loader was given
-            loaded.append(LoaderBatch(
-                base_offset=batch.base_offset,
-                last_offset=batch.last_offset,
-                epoch=batch.epoch,
-                append_time_ms=batch.append_timestamp_ms,
-                size_bytes=batch.size_in_bytes,
-                records=records,
-            ))
+            loaded.append(decoded)
             self._bytes_since_snapshot += batch.size_in_bytes
         if loaded:
             self.loader.handle_commit(loaded, high_watermark=self._raft.high_watermark)
             self._applied_since_snapshot = True
 
-    def _own_records(self, batch: RaftBatch) -> tuple[Any, ...] | None:
+    def _own_records(self, batch: CommittedBatch[bytes]) -> tuple[Any, ...] | None:
         """The records of a committed batch this controller reserved itself (raft may have put
         several reserved batches in one log batch), or None when they must be decoded."""
         own_batches = self._own_batches
@@ -649,7 +639,7 @@ class ControllerService:
             logger.info("Controller %d is not activating: raft names it leader of epoch %d but does not hold "
                         "that leadership (resigned, e.g. restarted from a quorum-state naming itself)",
                         self.controller.node_id, leader.epoch)
-        self.loader.handle_leader_change(LeaderAndEpoch(leader.leader_id, leader.epoch))
+        self.loader.handle_leader_change(leader)
         if self.controller.is_active():
             logger.info("Controller %d is active in epoch %d", self.controller.node_id, leader.epoch)
 

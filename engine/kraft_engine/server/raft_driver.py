@@ -573,7 +573,7 @@ class RaftDriver:
             )
             self._quorum_state.write(data, data_version=0)
 
-    def _deliver(self, event: SnapshotLoad | CommittedBatch | LeaderChange) -> None:
+    def _deliver(self, event: SnapshotLoad | CommittedBatch[bytes] | LeaderChange) -> None:
         now_ms = self._clock_ms()
         if isinstance(event, SnapshotLoad):
             if self.store is not None:

@@ -33,8 +33,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i16, i64, u16
 
 from kraft_engine.controller import QuorumController
-from kraft_engine.raft import CommittedBatch as RaftBatch
-from kraft_engine.raft import Role
+from kraft_engine.raft import CommittedBatch, Role
 from kraft_engine.records import BrokerRegistrationChangeRecord, FenceBrokerRecord, decode_metadata_record
 from kraft_engine.sim.cluster import CLUSTER_ID, SimCluster
 from kraft_engine.sim.controller_machine import METADATA_VERSION, ControllerMachine, ControllerWrite
@@ -202,7 +201,7 @@ class SimBrokers:
                         f"{machine.activated_epoch} since {machine.activated_ms} ms (bound {bound_ms} ms)",
                     )
 
-    def check_committed(self, machine: ControllerMachine, batch: RaftBatch) -> None:
+    def check_committed(self, machine: ControllerMachine, batch: CommittedBatch[bytes]) -> None:
         """LiveBrokerNeverFenced, on a committed batch's records."""
         append_time_ms = batch.append_timestamp_ms
         for value in batch.records:

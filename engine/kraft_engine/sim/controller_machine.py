@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from kraft_engine.controller import (
     AppendRefused,
-    CommittedBatch,
     ControllerApiError,
     QuorumController,
     RecordAndVersion,
@@ -34,6 +33,7 @@ from kraft_engine.controller import (
 from kraft_engine.metadata import VersionRange
 from kraft_engine.raft import (
     BOOTSTRAP_SNAPSHOT_ID,
+    CommittedBatch,
     LeaderChange,
     ListenerEvent,
     NotLeaderError,
@@ -41,7 +41,6 @@ from kraft_engine.raft import (
     Role,
     SnapshotLoad,
 )
-from kraft_engine.raft import CommittedBatch as RaftBatch
 from kraft_engine.records import FeatureLevelRecord, decode_metadata_record, encode_metadata_record
 from kraft_engine.sim.cluster import CLUSTER_ID
 from kraft_engine.sim.invariants import Violation
@@ -124,7 +123,7 @@ class ControllerMachine:
     #: Leader changes naming this node in an epoch its raft did not hold (a Resigned restart).
     declined_activations: int = 0
     #: Called with every committed batch once the controller applied it (scenario invariants).
-    on_commit: Callable[[ControllerMachine, RaftBatch], None] | None = None
+    on_commit: Callable[[ControllerMachine, CommittedBatch[bytes]], None] | None = None
     #: When the controller last activated (virtual ms), and in which epoch.
     activated_ms: int = -1
     activated_epoch: int = -1
@@ -233,10 +232,9 @@ class ControllerMachine:
 
     def _apply(self, event: ListenerEvent, *, raft_is_leader: bool) -> None:
         controller = self.controller
-        if isinstance(event, RaftBatch):
+        if isinstance(event, CommittedBatch):
             records = tuple(decode_metadata_record(value)[0] for value in event.records)
-            controller.handle_commit(CommittedBatch(event.base_offset, event.epoch, records, event.last_offset,
-                                                    event.append_timestamp_ms))
+            controller.handle_commit(event.with_records(records))
             for delta, value in enumerate(event.records):
                 self.applied.append((event.base_offset + delta, zlib.crc32(value)))
             if self.on_commit is not None:

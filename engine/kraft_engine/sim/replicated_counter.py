@@ -97,7 +97,7 @@ class ReplicatedCounter:
                 self.uncommitted = -1
             self.snapshot_loads_since_leader_change = 0
 
-    def _commit(self, batch: CommittedBatch) -> None:
+    def _commit(self, batch: CommittedBatch[bytes]) -> None:
         for delta, data in enumerate(batch.records):
             value = decode_value(data)
             if value != self.committed + 1:

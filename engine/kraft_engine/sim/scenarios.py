@@ -29,8 +29,7 @@ from kio.schema.incremental_alter_configs.v1.request import (
 from kio.static.primitive import i8
 
 from kraft_engine.controller import QuorumController
-from kraft_engine.raft import KRAFT_VERSION_1, FollowerState, RaftConfig, ReplicaKey
-from kraft_engine.raft import CommittedBatch as RaftBatch
+from kraft_engine.raft import KRAFT_VERSION_1, CommittedBatch, FollowerState, RaftConfig, ReplicaKey
 from kraft_engine.raft import messages as raft_messages
 from kraft_engine.sim.broker_liveness import SimBrokers
 from kraft_engine.sim.cluster import ADMIN_ID, CLUSTER_ID, SimCluster, endpoint_of
@@ -739,7 +738,7 @@ def broker_liveness(seed: int) -> SimRun:
     # unfenced on every controller.
     holder: list[SimBrokers] = []
 
-    def check_committed(machine: ControllerMachine, batch: RaftBatch) -> None:
+    def check_committed(machine: ControllerMachine, batch: CommittedBatch[bytes]) -> None:
         holder[0].check_committed(machine, batch)
 
     def machine(cluster: SimCluster, node_id: int) -> ControllerMachine:
