@@ -64,7 +64,7 @@ from kraft_engine.admin.quorum_admin import QuorumAdminError
 from kraft_engine.controller import QuorumController, RecordAndVersion
 from kraft_engine.metadata import MetadataLoader, VersionRange
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError, request_class
-from kraft_engine.raft import CommittedBatch, ReplicaKey, parse_batches
+from kraft_engine.raft import CommittedBatch, ReplicaKey
 from kraft_engine.raft.messages import fetch_request
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
@@ -75,6 +75,7 @@ from kraft_engine.records import (
     encode_metadata_record,
     metadata_version,
 )
+from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.server.collector import collector_paused
 
 HOST = "127.0.0.1"

@@ -16,8 +16,8 @@ from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 
 from kraft_engine.cli.main import main
-from kraft_engine.raft import parse_batches
 from kraft_engine.records import FeatureLevelRecord, decode_metadata_record
+from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.storage.formatter import BOOTSTRAP_SNAPSHOT_NAME, CLUSTER_METADATA_DIR_NAME
 
 from .kafka_jars import CLASSPATH, needs_jars

@@ -32,8 +32,8 @@ from played_brokers import SESSION_TIMEOUT_MS, register_brokers, stop_all, until
 from quorum_processes import ProcessCluster
 
 from kraft_engine.admin.controller_admin import ControllerAdmin
-from kraft_engine.raft import LogBatch, parse_batches
 from kraft_engine.records import BrokerRegistrationChangeRecord, PartitionChangeRecord, decode_metadata_record
+from kraft_engine.records.log_batch import LogBatch, parse_batches
 
 PARTITIONS = int(os.environ.get("KRAFT_FENCE_TEST_PARTITIONS", "3000"))
 PER_TOPIC = 10

@@ -60,7 +60,8 @@ def bootstrap_log(voters: VoterSet) -> MemoryLog:
     from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
     from kio.static.primitive import i16, i64
 
-    from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, build_control_batch
+    from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID
+    from kraft_engine.records.control import build_control_batch
 
     chunks = [
         build_control_batch(base_offset=0, partition_leader_epoch=0, timestamp_ms=0,

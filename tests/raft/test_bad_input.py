@@ -10,16 +10,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 from raft_harness import CLUSTER_ID, Cluster, directory, endpoint, make_node, only_response, wire
 
-from kraft_engine.raft import (
-    ElectionState,
-    LeaderState,
-    OffsetAndEpoch,
-    RaftNode,
-    ReplicaKey,
-    Role,
-    build_data_batch,
-)
+from kraft_engine.raft import ElectionState, LeaderState, RaftNode, ReplicaKey, Role
 from kraft_engine.raft import messages as m
+from kraft_engine.records.log_batch import OffsetAndEpoch, build_data_batch
 
 NOW = 1_000_000
 
@@ -74,7 +67,7 @@ def test_records_that_do_not_start_at_the_log_end_are_not_appended() -> None:
 
 
 def test_served_requests_match_the_versions_the_core_itself_sends() -> None:
-    from kraft_engine.raft import OffsetAndEpoch
+    from kraft_engine.records.log_batch import OffsetAndEpoch
 
     node = make_node(1, [1])
     key = ReplicaKey(1, directory(1))

@@ -10,16 +10,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 from raft_harness import Cluster, Envelope, directory, make_node, only_response
 
-from kraft_engine.raft import (
-    ElectionState,
-    OffsetAndEpoch,
-    RaftConfig,
-    RaftNode,
-    ReplicaKey,
-    RequestFailure,
-    Role,
-)
+from kraft_engine.raft import ElectionState, RaftConfig, RaftNode, ReplicaKey, RequestFailure, Role
 from kraft_engine.raft import messages as m
+from kraft_engine.records.log_batch import OffsetAndEpoch
 
 NOW = 1_000_000
 

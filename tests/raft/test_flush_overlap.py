@@ -13,14 +13,8 @@ import random
 
 from raft_harness import CLUSTER_ID, Cluster, directory, endpoint, voter_set
 
-from kraft_engine.raft import (
-    ElectionState,
-    MemoryLog,
-    RaftConfig,
-    RaftNode,
-    Role,
-    build_data_batch,
-)
+from kraft_engine.raft import ElectionState, MemoryLog, RaftConfig, RaftNode, Role
+from kraft_engine.records.log_batch import build_data_batch
 
 NOW = 1_000_000
 

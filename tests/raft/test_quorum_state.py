@@ -11,15 +11,14 @@ from kraft_engine.invariant import InvariantViolation
 from kraft_engine.raft import (
     ElectionState,
     MemoryLog,
-    OffsetAndEpoch,
     QuorumState,
     RaftConfig,
     ReplicaKey,
     Role,
     VoterNode,
     VoterSet,
-    build_data_batch,
 )
+from kraft_engine.records.log_batch import OffsetAndEpoch, build_data_batch
 
 NOW = 1_000_000
 

@@ -7,17 +7,9 @@ from kio.schema.errors import ErrorCode
 from raft_harness import CLUSTER_ID, Cluster, directory, make_node, only_response, voter_set
 
 from kraft_engine.invariant import InvariantViolation
-from kraft_engine.raft import (
-    ElectionState,
-    LeaderState,
-    MemoryLog,
-    OffsetAndEpoch,
-    RaftConfig,
-    ReplicaKey,
-    Role,
-    build_data_batch,
-)
+from kraft_engine.raft import ElectionState, LeaderState, MemoryLog, RaftConfig, ReplicaKey, Role
 from kraft_engine.raft import messages as m
+from kraft_engine.records.log_batch import OffsetAndEpoch, build_data_batch
 
 NOW = 1_000_000
 

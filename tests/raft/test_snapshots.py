@@ -7,15 +7,8 @@ from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from raft_harness import Cluster
 
-from kraft_engine.raft import (
-    MemoryLog,
-    OffsetAndEpoch,
-    RaftConfig,
-    Role,
-    SnapshotError,
-    SnapshotLoad,
-    parse_batches,
-)
+from kraft_engine.raft import MemoryLog, RaftConfig, Role, SnapshotError, SnapshotLoad
+from kraft_engine.records.log_batch import OffsetAndEpoch, parse_batches
 
 
 def cluster_with_data(config: RaftConfig | None = None, count: int = 20) -> tuple[Cluster, object]:

@@ -5,14 +5,9 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 from raft_harness import CLUSTER_ID, directory, endpoint, make_node, only_response
 
-from kraft_engine.raft import (
-    ElectionState,
-    OffsetAndEpoch,
-    RaftConfig,
-    ReplicaKey,
-    Role,
-)
+from kraft_engine.raft import ElectionState, RaftConfig, ReplicaKey, Role
 from kraft_engine.raft import messages as m
+from kraft_engine.records.log_batch import OffsetAndEpoch
 
 NOW = 1_000_000
 

@@ -5,17 +5,9 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 from raft_harness import CLUSTER_ID, Cluster, directory, make_node, only_response
 
-from kraft_engine.raft import (
-    ElectionState,
-    MemoryLog,
-    OffsetAndEpoch,
-    RaftConfig,
-    ReplicaKey,
-    RequestFailure,
-    Role,
-    build_data_batch,
-)
+from kraft_engine.raft import ElectionState, MemoryLog, RaftConfig, ReplicaKey, RequestFailure, Role
 from kraft_engine.raft import messages as m
+from kraft_engine.records.log_batch import OffsetAndEpoch, build_data_batch
 
 NOW = 1_000_000
 EMPTY_LOG_END = OffsetAndEpoch(epoch=0, offset=0)

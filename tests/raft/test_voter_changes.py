@@ -16,11 +16,11 @@ from kraft_engine.raft import (
     RaftConfig,
     ReplicaKey,
     Role,
-    build_control_batch,
 )
 from kraft_engine.raft import messages as m
 from kraft_engine.raft.errors import KRaftVersionUpgradeError
 from kraft_engine.raft.voter_set_history import VoterSetHistory
+from kraft_engine.records.control import build_control_batch
 
 NOW = 1_000_000
 
@@ -56,7 +56,8 @@ def test_voter_history_takes_uncommitted_sets_and_reverts_them_on_truncation() -
 def test_a_follower_uses_an_uncommitted_voters_record_as_soon_as_it_reads_it() -> None:
     import random
 
-    from kraft_engine.raft import OffsetAndEpoch, RaftNode
+    from kraft_engine.raft import RaftNode
+    from kraft_engine.records.log_batch import OffsetAndEpoch
 
     follower = RaftNode(
         config=RaftConfig(), node_id=2, directory_id=directory(2), cluster_id=CLUSTER_ID,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, CommittedBatch, OffsetAndEpoch, SnapshotLoad
+from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, CommittedBatch, SnapshotLoad
+from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.config import ConfigError, parse_config
 

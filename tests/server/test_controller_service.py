@@ -31,7 +31,6 @@ from kraft_engine.raft import (
     CommittedBatch,
     ElectionState,
     NotLeaderError,
-    OffsetAndEpoch,
     RaftConfig,
     RaftNode,
     ReplicaKey,
@@ -47,7 +46,7 @@ from kraft_engine.records import (
     decode_metadata_record,
     encode_metadata_record,
 )
-from kraft_engine.records.log_batch import parse_batches
+from kraft_engine.records.log_batch import OffsetAndEpoch, parse_batches
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
 from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics

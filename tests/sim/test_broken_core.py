@@ -38,7 +38,9 @@ def test_a_snapshot_holding_another_value_fails_the_final_validation() -> None:
     from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
     from kio.static.primitive import i16, i64
 
-    from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID, build_control_batch, build_data_batch
+    from kraft_engine.raft import BOOTSTRAP_SNAPSHOT_ID
+    from kraft_engine.records.control import build_control_batch
+    from kraft_engine.records.log_batch import build_data_batch
     from kraft_engine.sim.invariants import Violation
     from kraft_engine.sim.replicated_counter import encode_value
     from kraft_engine.sim.scenarios import lagging_follower_snapshot

@@ -128,7 +128,8 @@ def test_directive_parsing() -> None:
 def test_a_crash_loses_exactly_the_unflushed_log_and_a_wipe_loses_everything() -> None:
     import uuid
 
-    from kraft_engine.raft import ElectionState, build_data_batch
+    from kraft_engine.raft import ElectionState
+    from kraft_engine.records.log_batch import build_data_batch
     from kraft_engine.sim.disk import SimDisk
 
     disk = SimDisk(uuid.UUID(int=1))

@@ -110,8 +110,6 @@ from kraft_engine.raft.voter_set import (
     VoterSet,
     parse_static_voters,
 )
-from kraft_engine.records.control import build_control_batch
-from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, build_data_batch, parse_batches
 
 __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",
@@ -128,11 +126,9 @@ __all__ = [
     "LeaderChange",
     "LeaderState",
     "ListenerEvent",
-    "LogBatch",
     "LogFlush",
     "MemoryLog",
     "NotLeaderError",
-    "OffsetAndEpoch",
     "OutboundRequest",
     "OutboundResponse",
     "Output",
@@ -154,8 +150,5 @@ __all__ = [
     "UnattachedState",
     "VoterNode",
     "VoterSet",
-    "build_control_batch",
-    "build_data_batch",
-    "parse_batches",
     "parse_static_voters",
 ]

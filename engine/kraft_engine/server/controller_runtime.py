@@ -40,9 +40,9 @@ from kraft_engine.raft import (
     NotLeaderError,
     RaftLog,
     Role,
-    parse_batches,
 )
 from kraft_engine.records import decode_metadata_record, feature_versions, metadata_version
+from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_apis import ControllerApis
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy

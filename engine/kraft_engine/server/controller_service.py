@@ -82,13 +82,13 @@ from kraft_engine.raft import (
     CommittedBatch,
     LeaderChange,
     NotLeaderError,
-    OffsetAndEpoch,
     RaftError,
     SnapshotBuilder,
     SnapshotError,
     SnapshotLoad,
 )
 from kraft_engine.records import decode_metadata_record, encode_metadata_record
+from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.collector import collector_paused
 from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
 

@@ -68,7 +68,6 @@ from kraft_engine.raft import (
     ListenerEvent,
     LogFlush,
     NotLeaderError,
-    OffsetAndEpoch,
     OutboundRequest,
     OutboundResponse,
     Output,
@@ -83,6 +82,7 @@ from kraft_engine.raft import (
     VoterSet,
 )
 from kraft_engine.records.batches import iter_batches
+from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals, is_inconsistent_cluster_id
 from kraft_engine.server.config import KafkaConfig

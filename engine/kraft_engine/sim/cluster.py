@@ -57,11 +57,11 @@ from kraft_engine.raft import (
     SnapshotError,
     VoterNode,
     VoterSet,
-    build_control_batch,
-    parse_batches,
 )
 from kraft_engine.raft.errors import KRaftVersionUpgradeError
 from kraft_engine.raft.log import ValidationKind, validate_offset_and_epoch
+from kraft_engine.records.control import build_control_batch
+from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.sim.disk import SimDisk
 from kraft_engine.sim.invariants import ElectionRecord, Invariant, NodeView, Violation
 from kraft_engine.sim.network import Envelope, LinkRule, Network

@@ -37,8 +37,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kraft_engine.raft import KRAFT_VERSION_1, RaftConfig, ReplicaKey, Role, parse_batches
+from kraft_engine.raft import KRAFT_VERSION_1, RaftConfig, ReplicaKey, Role
 from kraft_engine.raft import messages as raft_messages
+from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.sim.cluster import ADMIN_ID, CLUSTER_ID, SimCluster, SimNode, endpoint_of
 from kraft_engine.sim.datadriven import Directive, TranscriptError
 from kraft_engine.sim.invariants import default_invariants
