@@ -7,7 +7,8 @@ from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from raft_harness import Cluster
 
-from kraft_engine.raft import MemoryLog, RaftConfig, Role, SnapshotError, SnapshotLoad
+from kraft_engine.errors import SnapshotError
+from kraft_engine.raft import MemoryLog, RaftConfig, Role, SnapshotLoad
 from kraft_engine.records.log_batch import OffsetAndEpoch, parse_batches
 
 

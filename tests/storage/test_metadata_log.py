@@ -15,13 +15,14 @@ from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 from kio.static.primitive import i16, i64
 
+from kraft_engine.errors import SnapshotError
 from kraft_engine.raft.log import MemoryLog, validate_offset_and_epoch
 from kraft_engine.records.batches import build_batch
 from kraft_engine.records.control import build_control_batch
 from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.storage import snapshots
 from kraft_engine.storage.metadata_log import FileMetadataLog
-from kraft_engine.storage.snapshots import SnapshotError, list_snapshots
+from kraft_engine.storage.snapshots import list_snapshots
 
 
 def data_batch(base_offset: int, epoch: int, count: int) -> bytes:

@@ -8,11 +8,11 @@ import pytest
 from kio.schema.k_raft_version_record.v0 import KRaftVersionRecord
 from kio.static.primitive import i16
 
+from kraft_engine.errors import SnapshotError
 from kraft_engine.records.batches import build_batch, decode_records
 from kraft_engine.records.control import ControlRecordType, decode_control_batch
 from kraft_engine.storage.snapshots import (
     DownloadedSnapshotWriter,
-    SnapshotError,
     SnapshotId,
     SnapshotReader,
     SnapshotWriter,

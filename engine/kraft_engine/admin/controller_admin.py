@@ -17,6 +17,7 @@ from typing import Any, Self
 from kio.schema.errors import ErrorCode
 
 from kraft_engine.admin.quorum_admin import QuorumAdmin, QuorumAdminError
+from kraft_engine.errors import AdminError
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
 
 __all__ = ["ControllerAdmin", "ControllerAdminError"]
@@ -24,7 +25,7 @@ __all__ = ["ControllerAdmin", "ControllerAdminError"]
 _RETRY_INTERVAL_S = 0.1
 
 
-class ControllerAdminError(Exception):
+class ControllerAdminError(AdminError):
     """No controller could be reached, or none became active, within the timeout."""
 
 

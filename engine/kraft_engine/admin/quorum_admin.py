@@ -22,6 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
+from kraft_engine.errors import AdminError
 from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.protocol import (
     ConnectionConfig,
@@ -62,7 +63,7 @@ def _error_text(what: str, code: ErrorCode, message: str | None) -> str:
     return f"{what}: {code.name.upper()}" + (f": {message}" if message else "")
 
 
-class QuorumAdminError(Exception):
+class QuorumAdminError(AdminError):
     """A refusal from the quorum (Kafka error name and message) or no usable controller."""
 
     def __init__(self, message: str, *, error: ErrorCode | None = None) -> None:

@@ -34,6 +34,7 @@ from kio.schema.types import BrokerId, ProducerId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from kraft_engine.admin.broker_admin import BrokerAdmin
+from kraft_engine.errors import AdminError
 from kraft_engine.records.client_records import (
     ClientRecord,
     ProducedRecord,
@@ -54,7 +55,7 @@ _MOVED = frozenset({
 """Errors after which the same request is worth sending again (after a metadata refresh)."""
 
 
-class RecordClientError(Exception):
+class RecordClientError(AdminError):
     """A refusal to report: the error name and the broker's message."""
 
     def __init__(self, error: ErrorCode | str, message: str | None = None) -> None:

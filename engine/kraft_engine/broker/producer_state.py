@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from kraft_engine.errors import BrokerError
+
 __all__ = ["ActiveProducer", "BatchMetadata", "DuplicateBatch", "ProducerStateError", "ProducerStateTable"]
 
 _INT32_MAX = 2**31 - 1
@@ -41,7 +43,7 @@ class BatchMetadata:
     last_offset: int
 
 
-class ProducerStateError(Exception):
+class ProducerStateError(BrokerError):
     def __init__(self, error_code: int, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code

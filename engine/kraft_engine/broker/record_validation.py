@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from kraft_engine.errors import BrokerError
 from kraft_engine.records.batches import (
     LOG_OVERHEAD,
     MAGIC,
@@ -78,7 +79,7 @@ UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 
 
-class ProduceRefused(Exception):
+class ProduceRefused(BrokerError):
     """A partition's payload is refused; `error_code` is Kafka's code, nothing was written."""
 
     def __init__(self, error_code: int, message: str) -> None:

@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kraft_engine.errors import KraftError
+
 # (sub-command, module under kraft_engine.cli). Kept in the order `kraft --help` lists them.
 _TOOLS: tuple[tuple[str, str], ...] = (
     ("quickstart", "quickstart"),
@@ -31,7 +33,7 @@ _TOOLS: tuple[tuple[str, str], ...] = (
 )
 
 
-class CliError(Exception):
+class CliError(KraftError):
     """A refusal the user should read: printed without a traceback, exit code 1."""
 
 

@@ -17,6 +17,8 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kraft_engine.errors import ControllerError
+
 __all__ = [
     "BROKER_SYNONYMS",
     "TOPIC_CONFIGS",
@@ -35,7 +37,7 @@ _INT_MIN = -2147483648
 _LONG_MIN = -9223372036854775808
 
 
-class InvalidConfigError(ValueError):
+class InvalidConfigError(ControllerError, ValueError):
     """Kafka's ConfigException: the message names the key and the offending value."""
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from kraft_engine.errors import ControllerError
 from kraft_engine.controller.offset_control import OffsetControlManager
 from kraft_engine.controller.periodic_tasks import PeriodicTask, PeriodicTaskControl
 from kraft_engine.controller.purgatory import Purgatory
@@ -44,7 +45,7 @@ ReplayFunction = Callable[[Any, int], None]
 """Applies one record of a given type at its offset."""
 
 
-class ControllerFault(RuntimeError):
+class ControllerFault(ControllerError, RuntimeError):
     """A fatal controller fault (Kafka's fatalFaultHandler): the process must not go on."""
 
 

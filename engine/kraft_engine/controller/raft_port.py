@@ -23,11 +23,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kraft_engine.controller.results import RecordAndVersion
+from kraft_engine.errors import ControllerError
 
 __all__ = ["AppendRefused", "RaftAppendPort"]
 
 
-class AppendRefused(Exception):
+class AppendRefused(ControllerError):
     """The raft layer did not take the batch: this node is not the leader of the epoch any more
     (it learns so before the controller does), or the leader's write buffer is full."""
 

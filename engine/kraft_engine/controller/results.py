@@ -14,6 +14,8 @@ from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from kraft_engine.errors import ControllerError
+
 __all__ = [
     "MAX_PARTITIONS_PER_BATCH",
     "MAX_RECORDS_PER_BATCH",
@@ -37,7 +39,7 @@ MAX_RECORDS_PER_USER_OP = 10000
 """Kafka's MAX_RECORDS_PER_USER_OP: the most records any single client request may generate."""
 
 
-class ControllerApiError(Exception):
+class ControllerApiError(ControllerError):
     """An expected refusal of a client request: the shell answers it with `error_code`.
 
     Anything else raised by an operation is a bug, not a client error."""

@@ -8,12 +8,14 @@ names the record. Callers treat these as fatal faults, like Kafka's metadata-loa
 
 from __future__ import annotations
 
+from kraft_engine.errors import MetadataError
+
 __all__ = ["MetadataReplayError", "UnwritableMetadataError"]
 
 
-class MetadataReplayError(RuntimeError):
+class MetadataReplayError(MetadataError, RuntimeError):
     """A record could not be replayed into a `MetadataDelta`: unknown type, or invalid for the image."""
 
 
-class UnwritableMetadataError(RuntimeError):
+class UnwritableMetadataError(MetadataError, RuntimeError):
     """The image holds state that the requested metadata.version cannot represent in records."""

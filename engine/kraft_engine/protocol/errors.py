@@ -6,6 +6,8 @@ while still telling a timeout (retry later) from an api the peer does not serve 
 
 from __future__ import annotations
 
+from kraft_engine.errors import KraftError
+
 __all__ = [
     "ConnectionFailed",
     "ConnectionLost",
@@ -17,7 +19,7 @@ __all__ = [
 ]
 
 
-class KafkaProtocolError(Exception):
+class KafkaProtocolError(KraftError):
     """Base class of the wire layer's errors."""
 
 

@@ -32,7 +32,7 @@ only through methods that take `now_ms` and return an `Output`:
   `next_append_offset` is where the next batch would start.
 - `resign(epoch, *, now_ms)`, `shutdown(timeout_ms, *, now_ms)` (`Output.shutdown_complete`).
 - `create_snapshot(end_offset=, records=, last_contained_log_timestamp_ms=, now_ms=)`: freeze a
-  snapshot at a committed offset (SnapshotError otherwise); retention then cleans the log prefix
+  snapshot at a committed offset (`kraft_engine.errors.SnapshotError` otherwise); retention then cleans the log prefix
   above `retention_max_bytes`, always keeping the latest snapshot.
 - `upgrade_kraft_version(epoch, version, *, validate_only, now_ms)`: the kraft.version 0 -> 1
   upgrade the controller's UpdateFeatures calls (NotLeaderError / KRaftVersionUpgradeError).
@@ -71,9 +71,7 @@ from kraft_engine.raft.errors import (
     BufferFullError,
     KRaftVersionUpgradeError,
     NotLeaderError,
-    RaftError,
     RecordBatchTooLargeError,
-    SnapshotError,
 )
 from kraft_engine.raft.leader_state import LeaderState, ReplicaState
 from kraft_engine.raft.log import BOOTSTRAP_SNAPSHOT_ID, MemoryLog, RaftLog
@@ -135,7 +133,6 @@ __all__ = [
     "ProspectiveState",
     "QuorumState",
     "RaftConfig",
-    "RaftError",
     "RaftLog",
     "RaftNode",
     "RecordBatchTooLargeError",
@@ -145,7 +142,6 @@ __all__ = [
     "ResignedState",
     "Role",
     "SnapshotBuilder",
-    "SnapshotError",
     "SnapshotLoad",
     "UnattachedState",
     "VoterNode",

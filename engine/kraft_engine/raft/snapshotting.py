@@ -11,7 +11,7 @@ from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from kio.static.primitive import i16
 
-from kraft_engine.raft.errors import SnapshotError
+from kraft_engine.errors import SnapshotError
 from kraft_engine.raft.replica_context import RaftContext
 from kraft_engine.raft.snapshot_builder import SnapshotBuilder
 from kraft_engine.raft.voter_set import KRAFT_VERSION_1

@@ -36,6 +36,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from kraft_engine.errors import RecordsError
+
 MAGIC = 2
 """The only record-batch format the engine reads or writes (Kafka's `RecordBatch.MAGIC_VALUE_V2`)."""
 
@@ -64,7 +66,7 @@ _MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
 
 
-class CorruptBatchError(ValueError):
+class CorruptBatchError(RecordsError, ValueError):
     """The bytes at a position are not a valid v2 batch. `reason` says which check failed."""
 
     def __init__(self, reason: str, *, position: int = 0) -> None:
@@ -77,7 +79,7 @@ class IncompleteBatchError(CorruptBatchError):
     """The buffer ends before the batch does: a torn tail, not damage in the middle of a log."""
 
 
-class UnsupportedBatchError(ValueError):
+class UnsupportedBatchError(RecordsError, ValueError):
     """A well-formed batch the engine cannot decode (a compressed batch, for example)."""
 
 

@@ -26,6 +26,8 @@ import struct
 
 import cramjam
 
+from kraft_engine.errors import RecordsError
+
 __all__ = [
     "CODEC_GZIP",
     "CODEC_LZ4",
@@ -54,7 +56,7 @@ _XERIAL_BLOCK_LENGTH = struct.Struct(">i")
 _XERIAL_BLOCK_BYTES = 32 * 1024
 
 
-class CompressionError(ValueError):
+class CompressionError(RecordsError, ValueError):
     """Compressed records that do not decode with their batch's codec."""
 
 

@@ -30,6 +30,7 @@ from kio.schema.voters_record.v0 import VotersRecord
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
+from kraft_engine.errors import RecordsError
 from kraft_engine.records.batches import build_batch, decode_records, validate_batch
 
 
@@ -61,7 +62,7 @@ _ENTITY_BY_TYPE: dict[ControlRecordType, type[ControlRecord]] = {
 _TYPE_BY_ENTITY = {entity: record_type for record_type, entity in _ENTITY_BY_TYPE.items()}
 
 
-class ControlRecordError(ValueError):
+class ControlRecordError(RecordsError, ValueError):
     """A control record whose key or value cannot be decoded."""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kraft_engine.errors import RecordsError
 from kraft_engine.records import metadata_version
 from kraft_engine.records.metadata_version import MetadataVersion
 
@@ -48,7 +49,7 @@ SHARE_VERSION = "share.version"
 STREAMS_VERSION = "streams.version"
 
 
-class FeatureLevelError(ValueError):
+class FeatureLevelError(RecordsError, ValueError):
     """A feature or level Kafka's tools refuse, with Kafka's message."""
 
 

@@ -24,11 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
+from kraft_engine.errors import RecordsError
 from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
 from kraft_engine.records.metadata_records import METADATA_RECORD_VERSIONS, MetadataRecord
 
 
-class MetadataRecordError(ValueError):
+class MetadataRecordError(RecordsError, ValueError):
     """A metadata record that cannot be encoded or decoded; the message says why."""
 
 

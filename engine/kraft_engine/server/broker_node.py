@@ -55,6 +55,7 @@ from kraft_engine.broker import (
     HeartbeatRequest,
     RegistrationRequest,
 )
+from kraft_engine.errors import SnapshotError
 from kraft_engine.metadata import (
     LoaderManifest,
     MetadataDelta,
@@ -94,7 +95,6 @@ from kraft_engine.storage.quorum_state_store import (
     FileQuorumStateStore,
     QuorumStateError,
 )
-from kraft_engine.storage.snapshots import SnapshotError
 
 __all__ = ["BrokerNode"]
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kraft_engine.errors import ServerError
 from kraft_engine.node_config_keys import NODE_WIRING_KEYS
 from kraft_engine.raft.config import RaftConfig
 from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
@@ -43,7 +44,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
-class ConfigError(ValueError):
+class ConfigError(ServerError, ValueError):
     """A configuration the node refuses to run with; the message names the key and the reason."""
 
 

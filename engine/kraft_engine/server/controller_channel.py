@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kraft_engine.errors import ServerError
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
 
 __all__ = ["ControllerChannel", "ControllerUnavailable"]
@@ -20,7 +21,7 @@ __all__ = ["ControllerChannel", "ControllerUnavailable"]
 logger = logging.getLogger(__name__)
 
 
-class ControllerUnavailable(Exception):
+class ControllerUnavailable(ServerError):
     """No active controller known, or the exchange with it failed (retriable)."""
 
 

@@ -35,15 +35,14 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 from prometheus_client import CollectorRegistry
 
+from kraft_engine.errors import SnapshotError
 from kraft_engine.protocol import Features, Listener, RequestContext
 from kraft_engine.raft import (
     KRAFT_VERSION_0,
     KRAFT_VERSION_1,
     Endpoint,
+    NotLeaderError,
     Role,
-)
-from kraft_engine.raft import (
-    SnapshotError as RaftSnapshotError,
 )
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.config import KafkaConfig
@@ -53,7 +52,6 @@ from kraft_engine.server.listener_limits import listener_limits
 from kraft_engine.server.loop_stall import LoopStallMonitor
 from kraft_engine.server.raft_apis import register_raft_apis
 from kraft_engine.server.raft_driver import (
-    NotLeader,
     RaftDriver,
     RaftFatalError,
     open_raft_node,
@@ -75,7 +73,6 @@ from kraft_engine.storage.quorum_state_store import (
     FileQuorumStateStore,
     QuorumStateError,
 )
-from kraft_engine.storage.snapshots import SnapshotError
 from kraft_engine.storage.storage_error import StorageIOError
 
 __all__ = ["TEST_STATE_MACHINE_KEY", "ControllerNode", "StartupError"]
@@ -234,7 +231,7 @@ class ControllerNode:
                     quorum_state=self.quorum_state,
                     local_endpoints=tuple(advertised),
                 )
-            except (SnapshotError, RaftSnapshotError, StorageIOError) as e:
+            except (SnapshotError, StorageIOError) as e:
                 raise StartupError(f"cannot load the metadata log in {self.log.directory}: {e}") from None
             driver = RaftDriver(
                 raft=raft,
@@ -416,7 +413,7 @@ class ControllerNode:
             return HttpResponse.json(400, {"error": "no values"})
         try:
             result = await driver.append_and_wait(values, timeout_ms=_APPEND_TIMEOUT_MS)
-        except NotLeader as e:
+        except NotLeaderError as e:
             return HttpResponse.json(421, {"error": "NOT_LEADER", "message": str(e), "leader_id": e.leader_id,
                                            "epoch": e.epoch})
         except TimeoutError as e:

@@ -31,6 +31,7 @@ from kio.static.primitive import i16, i32, u16
 from prometheus_client import CollectorRegistry
 
 from kraft_engine.controller import QuorumController, RecordAndVersion
+from kraft_engine.errors import ServerError
 from kraft_engine.metadata import VersionRange
 from kraft_engine.protocol import ConnectionConfig, Features, KafkaConnection, KafkaProtocolError, Listener
 from kraft_engine.raft import (
@@ -59,7 +60,7 @@ _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_S
 _REGISTRATION_POLL_S = 0.1
 
 
-class ControllerFatalError(Exception):
+class ControllerFatalError(ServerError):
     """The node stopped on a fault it must not survive; the process must exit non-zero.
 
     `logged` says the one line describing it is already in the log (the raft driver's ERROR

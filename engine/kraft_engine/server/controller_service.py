@@ -75,6 +75,7 @@ from kraft_engine.controller import (
     QuorumController,
     RecordAndVersion,
 )
+from kraft_engine.errors import RaftError, ServerError, SnapshotError
 from kraft_engine.metadata import MetadataImage, MetadataLoader, MetadataReplayError
 from kraft_engine.protocol import Features
 from kraft_engine.raft import (
@@ -82,15 +83,12 @@ from kraft_engine.raft import (
     CommittedBatch,
     LeaderChange,
     NotLeaderError,
-    RaftError,
     SnapshotBuilder,
-    SnapshotError,
     SnapshotLoad,
 )
 from kraft_engine.records import decode_metadata_record, encode_metadata_record
 from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.collector import collector_paused
-from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
 
 __all__ = ["ControllerService", "ControllerStopped", "RaftAppends", "RaftPort", "SnapshotPolicy"]
 
@@ -165,7 +163,7 @@ class RaftAppends:
         self._call(self._raft.schedule_prepared_append)
 
 
-class ControllerStopped(Exception):
+class ControllerStopped(ServerError):
     """The controller loop is not running (shut down, or stopped by a fatal fault)."""
 
 
@@ -696,7 +694,7 @@ class ControllerService:
                                      last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
                                      now_ms=self._clock_ms())
                 snapshot_id = self._on_raft_loop(lambda: self._raft.store_snapshot(builder.snapshot_id, data))
-        except (SnapshotError, StorageSnapshotError, RaftError) as error:
+        except (SnapshotError, RaftError) as error:
             logger.warning("Skipping the snapshot at offset %d: %s", image.offset + 1, error)
             return
         self.snapshots_written.append(snapshot_id)

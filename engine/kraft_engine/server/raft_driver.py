@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kraft_engine.errors import ServerError, SnapshotError
 from kraft_engine.protocol import (
     API_VERSIONS_KEY,
     ConnectionConfig,
@@ -76,7 +77,6 @@ from kraft_engine.raft import (
     RequestFailure,
     Role,
     SnapshotBuilder,
-    SnapshotError,
     SnapshotLoad,
     VoterNode,
     VoterSet,
@@ -89,12 +89,10 @@ from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.storage.metadata_log import FileMetadataLog
 from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData
-from kraft_engine.storage.snapshots import SnapshotError as StorageSnapshotError
 from kraft_engine.storage.storage_error import StorageIOError
 
 __all__ = [
     "AppendResult",
-    "NotLeader",
     "RaftDriver",
     "RaftFatalError",
     "open_raft_node",
@@ -168,21 +166,12 @@ def raft_connection_config(config: KafkaConfig) -> ConnectionConfig:
     )
 
 
-class RaftFatalError(Exception):
+class RaftFatalError(ServerError):
     """The raft node stopped on a fault it must not survive; `cause` is the original error."""
 
     def __init__(self, message: str, *, cause: BaseException) -> None:
         super().__init__(message)
         self.cause = cause
-
-
-class NotLeader(Exception):
-    """An append refused or lost because this node is not (or no longer) the leader."""
-
-    def __init__(self, message: str, *, leader_id: int | None, epoch: int) -> None:
-        super().__init__(message)
-        self.leader_id = leader_id
-        self.epoch = epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +275,7 @@ class RaftDriver:
         await self.refusals.close()
         for waiter in self._waiters:
             if not waiter.future.done():
-                waiter.future.set_exception(NotLeader("the node is shutting down", leader_id=None, epoch=waiter.epoch))
+                waiter.future.set_exception(NotLeaderError("the node is shutting down", leader_id=None, epoch=waiter.epoch))
         self._waiters.clear()
         for future in self._inbound.values():
             future.cancel()
@@ -393,7 +382,7 @@ class RaftDriver:
                 last_contained_log_timestamp_ms=last_contained_log_timestamp_ms,
                 now_ms=self._clock_ms(),
             )
-        except (SnapshotError, StorageSnapshotError, NotLeaderError):
+        except (SnapshotError, NotLeaderError):
             raise
         except Exception as error:
             self._fail(error, where="creating a snapshot")
@@ -413,7 +402,7 @@ class RaftDriver:
             raise SnapshotError("the node is stopping")
         try:
             return self.raft.store_snapshot(snapshot_id, data, now_ms=self._clock_ms())
-        except (SnapshotError, StorageSnapshotError):
+        except SnapshotError:
             raise
         except Exception as error:
             self._fail(error, where="storing a snapshot")
@@ -424,11 +413,11 @@ class RaftDriver:
         raft = self.raft
         epoch = raft.epoch
         if raft.role is not Role.LEADER:
-            raise NotLeader(f"node {raft.node_id} is not the leader", leader_id=raft.leader_id, epoch=epoch)
+            raise NotLeaderError(f"node {raft.node_id} is not the leader", leader_id=raft.leader_id, epoch=epoch)
         try:
             offset = self.append(values, epoch=epoch)
         except NotLeaderError as e:
-            raise NotLeader(str(e), leader_id=raft.leader_id, epoch=raft.epoch) from None
+            raise NotLeaderError(str(e), leader_id=raft.leader_id, epoch=raft.epoch) from None
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         self._waiters.append(_Waiter(offset=offset, epoch=epoch, future=future))
         try:
@@ -604,7 +593,7 @@ class RaftDriver:
             waiter.future.set_result(AppendResult(offset=waiter.offset, epoch=waiter.epoch))
         else:
             waiter.future.set_exception(
-                NotLeader(
+                NotLeaderError(
                     f"offset {waiter.offset} of epoch {waiter.epoch} was replaced by another leader",
                     leader_id=self.raft.leader_id,
                     epoch=self.raft.epoch,
@@ -623,7 +612,7 @@ class RaftDriver:
                 last_contained_log_timestamp_ms=request.last_contained_log_timestamp_ms,
                 now_ms=self._clock_ms(),
             )
-        except (SnapshotError, StorageSnapshotError) as e:
+        except SnapshotError as e:
             logger.warning("Skipping snapshot at offset %d: %s", request.end_offset, e)
             return
         logger.info("Created snapshot %s", snapshot_id)

@@ -22,10 +22,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from kraft_engine.errors import ServerError, SnapshotError
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.storage.formatter import BOOTSTRAP_SNAPSHOT_ID, BOOTSTRAP_SNAPSHOT_NAME
 from kraft_engine.storage.metadata_log import FileMetadataLog, holds_metadata_log
-from kraft_engine.storage.snapshots import SnapshotError, SnapshotId, SnapshotReader, list_snapshots
+from kraft_engine.storage.snapshots import SnapshotId, SnapshotReader, list_snapshots
 
 __all__ = [
     "LostLogRecovery",
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 
-class StartupError(Exception):
+class StartupError(ServerError):
     """The node must not start; the message says why and what to do."""
 
 

@@ -40,6 +40,7 @@ from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32Timedelta, i64
 
+from kraft_engine.errors import SnapshotError
 from kraft_engine.raft import (
     BOOTSTRAP_SNAPSHOT_ID,
     KRAFT_VERSION_1,
@@ -54,7 +55,6 @@ from kraft_engine.raft import (
     ReplicaKey,
     RequestFailure,
     Role,
-    SnapshotError,
     VoterNode,
     VoterSet,
 )

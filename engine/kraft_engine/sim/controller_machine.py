@@ -30,6 +30,7 @@ from kraft_engine.controller import (
     QuorumController,
     RecordAndVersion,
 )
+from kraft_engine.errors import RaftError
 from kraft_engine.metadata import VersionRange
 from kraft_engine.raft import (
     BOOTSTRAP_SNAPSHOT_ID,
@@ -37,7 +38,6 @@ from kraft_engine.raft import (
     LeaderChange,
     ListenerEvent,
     NotLeaderError,
-    RaftError,
     Role,
     SnapshotLoad,
 )

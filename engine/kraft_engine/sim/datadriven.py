@@ -13,12 +13,14 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kraft_engine.errors import SimulationError
+
 __all__ = ["Directive", "TranscriptError", "TranscriptStep", "parse_transcript", "render_transcript"]
 
 _SEPARATOR = "----"
 
 
-class TranscriptError(ValueError):
+class TranscriptError(SimulationError, ValueError):
     """A transcript that cannot be parsed, or a directive that cannot be run; names file and line."""
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kraft_engine.errors import SimulationError
+
 __all__ = [
     "AtMostOneUncommittedVoterSet",
     "ConsistentCommittedData",
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 
-class Violation(Exception):
+class Violation(SimulationError):
     """Raised by an invariant; the scheduler adds the seed and event index."""
 
     def __init__(self, invariant: str, detail: str) -> None:
@@ -42,7 +44,7 @@ class Violation(Exception):
         self.detail = detail
 
 
-class SimulationFailure(Exception):
+class SimulationFailure(SimulationError):
     """A broken invariant (or missed liveness bound) in a seeded run: everything needed to replay it."""
 
     def __init__(self, *, seed: int, event_index: int, now_ms: int, invariant: str, detail: str) -> None:

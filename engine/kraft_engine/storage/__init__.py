@@ -55,7 +55,6 @@ from kraft_engine.storage.partition_log import (
 from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData, QuorumStateError
 from kraft_engine.storage.snapshots import (
     DownloadedSnapshotWriter,
-    SnapshotError,
     SnapshotId,
     SnapshotReader,
     SnapshotWriter,
@@ -84,7 +83,6 @@ __all__ = [
     "RecoveryReport",
     "ScanStop",
     "ScannedBatch",
-    "SnapshotError",
     "SnapshotId",
     "SnapshotReader",
     "SnapshotWriter",

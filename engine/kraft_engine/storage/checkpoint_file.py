@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from kraft_engine.errors import StorageError
 from kraft_engine.storage.atomic_file import atomic_replace
 
 __all__ = [
@@ -40,7 +41,7 @@ _VERSION = 0
 EpochEntry = tuple[int, int]
 
 
-class CheckpointError(Exception):
+class CheckpointError(StorageError):
     """A checkpoint file that exists but is malformed; the message names the file and the problem."""
 
 

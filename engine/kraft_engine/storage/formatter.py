@@ -34,6 +34,7 @@ from kio.schema.voters_record.v0.data import Endpoint as VoterEndpoint
 from kio.schema.voters_record.v0.data import KRaftVersionFeature, Voter
 from kio.static.primitive import i16, u16
 
+from kraft_engine.errors import StorageError
 from kraft_engine.kafka_uuid import from_kafka_str, random_uuid, to_kafka_str
 from kraft_engine.records import (
     ControlRecord,
@@ -121,7 +122,7 @@ KRAFT_VERSION_DYNAMIC = 1
 KRAFT_VERSION_DYNAMIC_MINIMUM_METADATA_VERSION = metadata_version.IBP_3_9_IV0
 
 
-class FormatterError(Exception):
+class FormatterError(StorageError):
     """A format the tool refuses; nothing on disk has been changed when it is raised."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from kraft_engine.errors import StorageError
+
 __all__ = ["JavaPropertiesError", "format_properties", "parse_properties"]
 
 _WHITESPACE = " \t\f"
@@ -18,7 +20,7 @@ _SEPARATORS = "=:"
 _SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
-class JavaPropertiesError(ValueError):
+class JavaPropertiesError(StorageError, ValueError):
     """Malformed properties text (only a bad `\\uXXXX` escape is malformed in Java's grammar)."""
 
 

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kraft_engine.errors import StorageError
 from kraft_engine.kafka_uuid import RESERVED_UUIDS, from_kafka_str, to_kafka_str
 from kraft_engine.storage.atomic_file import atomic_replace
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
@@ -44,7 +45,7 @@ __all__ = [
 META_PROPERTIES_FILE_NAME = "meta.properties"
 
 
-class MetaPropertiesError(Exception):
+class MetaPropertiesError(StorageError):
     """A meta.properties file, or a set of them, that the node must not start with."""
 
 

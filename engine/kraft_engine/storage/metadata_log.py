@@ -29,6 +29,7 @@ import bisect
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kraft_engine.errors import SnapshotError
 from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, parse_batches
 from kraft_engine.storage.partition_log import (
     DEFAULT_SEGMENT_BYTES,
@@ -38,7 +39,6 @@ from kraft_engine.storage.partition_log import (
 )
 from kraft_engine.storage.snapshots import (
     DownloadedSnapshotWriter,
-    SnapshotError,
     SnapshotId,
     SnapshotReader,
     delete_snapshot,

@@ -102,6 +102,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kraft_engine.errors import StorageError
 from kraft_engine.invariant import InvariantViolation
 from kraft_engine.records.batches import (
     LOG_OVERHEAD,
@@ -174,7 +175,7 @@ def index_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{_INDEX_SUFFIX}"
 
 
-class LogError(ValueError):
+class LogError(StorageError, ValueError):
     """Input the log refuses (bad batches, offsets that do not follow); the log is unchanged."""
 
 

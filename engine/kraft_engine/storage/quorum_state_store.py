@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kraft_engine.errors import StorageError
 from kraft_engine.kafka_uuid import ZERO_UUID, from_kafka_str, to_kafka_str
 from kraft_engine.storage.atomic_file import TMP_SUFFIX, atomic_replace
 
@@ -41,7 +42,7 @@ _NO_ID = -1
 _SUPPORTED_VERSIONS = (0, 1)
 
 
-class QuorumStateError(Exception):
+class QuorumStateError(StorageError):
     """The quorum-state file exists but cannot be trusted; the message names the file."""
 
 

@@ -44,6 +44,7 @@ from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 from kio.static.primitive import i16, i64
 
+from kraft_engine.errors import SnapshotError
 from kraft_engine.records.batches import (
     LOG_OVERHEAD,
     BatchHeader,
@@ -64,7 +65,6 @@ from kraft_engine.storage.storage_error import storage_io, write_fully
 
 __all__ = [
     "DownloadedSnapshotWriter",
-    "SnapshotError",
     "SnapshotId",
     "SnapshotReader",
     "SnapshotWriter",
@@ -85,10 +85,6 @@ _LENGTH = struct.Struct(">i")
 class SnapshotId(NamedTuple):
     end_offset: int
     epoch: int
-
-
-class SnapshotError(Exception):
-    """A snapshot file that is malformed, or a snapshot operation that cannot proceed."""
 
 
 def snapshot_file_name(snapshot_id: SnapshotId) -> str:

@@ -20,10 +20,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from kraft_engine.errors import StorageError
+
 __all__ = ["StorageIOError", "storage_io", "write_fully"]
 
 
-class StorageIOError(Exception):
+class StorageIOError(StorageError):
     """A file of the node's storage could not be changed; the process must stop (see module doc)."""
 
     def __init__(self, *, operation: str, path: Path, reason: str) -> None:
