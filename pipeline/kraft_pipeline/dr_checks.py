@@ -30,8 +30,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_engine.metadata.errors import MetadataReplayError
-from kraft_engine.metadata.loader import CommittedBatch, MetadataLoader
+from kraft_engine.metadata.loader import MetadataLoader
 from kraft_engine.metadata.metadata_image import MetadataImage
+from kraft_engine.raft import CommittedBatch
 from kraft_pipeline.record_schema import record_from_struct_value
 
 __all__ = ["CHECK_SCHEMA", "dr_checks"]
@@ -149,8 +150,7 @@ class _NodeLog:
                     base_offset=offset,
                     last_offset=batch["last"],
                     epoch=batch["epoch"],
-                    append_time_ms=batch["time_ms"],
-                    size_bytes=0,
+                    append_timestamp_ms=batch["time_ms"],
                     records=tuple(batch["records"]) if batch["records"] else (),
                 )
             )

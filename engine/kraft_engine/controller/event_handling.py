@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kraft_engine.errors import ControllerError
 from kraft_engine.controller.offset_control import OffsetControlManager
 from kraft_engine.controller.periodic_tasks import PeriodicTask, PeriodicTaskControl
 from kraft_engine.controller.purgatory import Purgatory
@@ -34,6 +33,7 @@ from kraft_engine.controller.results import (
     RecordAndVersion,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry
+from kraft_engine.errors import ControllerError
 from kraft_engine.invariant import InvariantViolation, require
 from kraft_engine.raft import CommittedBatch
 
