@@ -26,6 +26,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from kraft_engine.errors import RecordsError
+
 __all__ = [
     "GroupMetadataKey",
     "GroupMetadataValue",
@@ -51,7 +53,7 @@ _GROUP_VALUE_VERSION = 3
 _FLEXIBLE_VALUE_VERSION = 4
 
 
-class GroupRecordError(ValueError):
+class GroupRecordError(RecordsError, ValueError):
     """Bytes that are not a record of `__consumer_offsets` in any version we know."""
 
 

@@ -71,6 +71,7 @@ from kraft_engine.broker.group_coordinator import (
     SyncAnswer,
     Write,
 )
+from kraft_engine.errors import ServerError
 from kraft_engine.metadata import MetadataImage
 from kraft_engine.protocol import Listener, RequestContext
 from kraft_engine.records.client_records import ProducedRecord, encode_client_batch, read_client_records
@@ -161,7 +162,7 @@ class _Shard:
     dropped: bool = False
 
 
-class _NotCoordinator(Exception):
+class _NotCoordinator(ServerError):
     def __init__(self, error: ErrorCode) -> None:
         super().__init__(error.name)
         self.error = error
