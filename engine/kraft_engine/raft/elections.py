@@ -8,7 +8,7 @@ which this part calls once a candidacy is granted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final, TypeVar, overload
 
 from kio.schema.begin_quorum_epoch.v1 import request as begin_req
@@ -21,6 +21,7 @@ from kio.schema.vote.v2 import response as vote_resp
 
 from kraft_engine.raft import messages
 from kraft_engine.raft.leader_state import LeaderState
+from kraft_engine.raft.messages import SentRequest
 from kraft_engine.raft.quorum_state import (
     CandidateState,
     FollowerState,
@@ -31,7 +32,7 @@ from kraft_engine.raft.quorum_state import (
 from kraft_engine.raft.replica_context import RaftContext
 from kraft_engine.raft.request_manager import Inflight
 from kraft_engine.raft.transitions import EpochTransitions
-from kraft_engine.raft.voter_set import Endpoint, ReplicaKey
+from kraft_engine.raft.voter_set import Endpoint, ReplicaKey, VoterNode
 from kraft_engine.records.log_batch import OffsetAndEpoch
 
 __all__ = ["Elections"]
@@ -96,45 +97,31 @@ class Elections:
             ctx.quorum.transition_to_unattached(state.epoch + 1, now_ms=now_ms)
             ctx.requests.reset()
             return
-        voters = ctx.voters
-        for voter_id in sorted(state.unacked_voters):
-            voter = voters.get(voter_id)
-            if voter is None:
-                continue
-            ctx.requests.send(
-                voter_id,
-                voter.endpoints,
-                messages.end_quorum_epoch_request(
-                    cluster_id=ctx.cluster_id,
-                    leader_id=ctx.node_id,
-                    epoch=state.epoch,
-                    preferred=state.preferred_successors,
-                    leader_endpoints=ctx.local_endpoints,
-                ),
-                now_ms,
-            )
+        request = messages.end_quorum_epoch_request(
+            cluster_id=ctx.cluster_id,
+            leader_id=ctx.node_id,
+            epoch=state.epoch,
+            preferred=state.preferred_successors,
+            leader_endpoints=ctx.local_endpoints,
+        )
+        self._send_to_voters(sorted(state.unacked_voters), lambda _: request, now_ms)
 
     def send_begin_quorum_epoch(self, state: LeaderState, now_ms: int) -> None:
         """Announce the leader to every voter that has not acknowledged it (each fetch timeout / 2)."""
         ctx = self._ctx
         if now_ms < state.begin_quorum_deadline_ms:
             return
-        for voter_id in state.non_acknowledging_voters():
-            voter = ctx.voters.get(voter_id)
-            if voter is None:
-                continue
-            ctx.requests.send(
-                voter_id,
-                voter.endpoints,
-                messages.begin_quorum_epoch_request(
-                    cluster_id=ctx.cluster_id,
-                    voter=voter.key,
-                    leader_id=ctx.node_id,
-                    epoch=state.epoch,
-                    leader_endpoints=ctx.local_endpoints,
-                ),
-                now_ms,
-            )
+        self._send_to_voters(
+            state.non_acknowledging_voters(),
+            lambda voter: messages.begin_quorum_epoch_request(
+                cluster_id=ctx.cluster_id,
+                voter=voter.key,
+                leader_id=ctx.node_id,
+                epoch=state.epoch,
+                leader_endpoints=ctx.local_endpoints,
+            ),
+            now_ms,
+        )
         state.begin_quorum_deadline_ms = now_ms + ctx.config.fetch_timeout_ms // 2
 
     def deadlines(self, now_ms: int) -> list[int]:
@@ -165,20 +152,25 @@ class Elections:
     def _send_vote_requests(self, voter_ids: list[int], *, epoch: int, pre_vote: bool, now_ms: int) -> None:
         ctx = self._ctx
         last = ctx.log.end_offset()
+        self._send_to_voters(
+            [v for v in voter_ids if v != ctx.node_id],
+            lambda voter: messages.vote_request(
+                cluster_id=ctx.cluster_id, voter=voter.key, replica=ctx.local_key, epoch=epoch, last=last,
+                pre_vote=pre_vote,
+            ),
+            now_ms,
+        )
+
+    def _send_to_voters(
+        self, voter_ids: Iterable[int], build: Callable[[VoterNode], SentRequest], now_ms: int
+    ) -> None:
+        """One request to each voter of the latest set that is ready (ids the set lacks are skipped)."""
+        ctx = self._ctx
         voters = ctx.voters
         for voter_id in voter_ids:
             voter = voters.get(voter_id)
-            if voter_id == ctx.node_id or voter is None:
-                continue
-            ctx.requests.send(
-                voter_id,
-                voter.endpoints,
-                messages.vote_request(
-                    cluster_id=ctx.cluster_id, voter=voter.key, replica=ctx.local_key, epoch=epoch, last=last,
-                    pre_vote=pre_vote,
-                ),
-                now_ms,
-            )
+            if voter is not None:
+                ctx.requests.send(voter_id, voter.endpoints, build(voter), now_ms)
 
     def _backoff_ms(self) -> int:
         """Binary exponential backoff after a lost candidacy, capped (Kafka's formula)."""

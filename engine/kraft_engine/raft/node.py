@@ -41,6 +41,7 @@ from kraft_engine.raft.output import LeaderAndEpoch, LogFlush, Output, RequestFa
 from kraft_engine.raft.quorum_state import (
     CandidateState,
     ElectionState,
+    EpochState,
     FollowerState,
     ProspectiveState,
     QuorumState,
@@ -218,7 +219,7 @@ class RaftNode:
         return self._quorum.election_state()
 
     @property
-    def state(self) -> Any:
+    def state(self) -> EpochState:
         """The current role's state object (UnattachedState, LeaderState, ...)."""
         return self._quorum.state
 

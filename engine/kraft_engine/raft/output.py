@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar
 
+from kraft_engine.raft.messages import RaftResponse, SentRequest
 from kraft_engine.raft.quorum_state import ElectionState
 from kraft_engine.raft.voter_set import Endpoint
 from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch
@@ -70,7 +71,7 @@ class OutboundRequest:
     token: int
     destination_id: int
     endpoints: tuple[Endpoint, ...]
-    request: Any
+    request: SentRequest
     timeout_ms: int
 
 
@@ -79,7 +80,7 @@ class OutboundResponse:
     """The answer to the inbound request the driver submitted with `token`."""
 
     token: int
-    response: Any
+    response: RaftResponse
 
 
 class RequestFailure(Enum):
@@ -219,7 +220,7 @@ class Outbox:
     def __init__(self) -> None:
         self.output = Output()
 
-    def respond(self, token: int, response: Any) -> None:
+    def respond(self, token: int, response: RaftResponse) -> None:
         self.output.messages.append(OutboundResponse(token=token, response=response))
 
     def send(self, request: OutboundRequest) -> None:

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from kraft_engine.raft.config import RaftConfig
 from kraft_engine.raft.leader_state import LeaderState
 from kraft_engine.raft.log import RaftLog
+from kraft_engine.raft.messages import RaftResponse
 from kraft_engine.raft.output import LogFlush, Outbox
 from kraft_engine.raft.quorum_state import FollowerState, ProspectiveState, QuorumState
 from kraft_engine.raft.request_manager import RequestManager
@@ -141,7 +142,7 @@ class RaftContext:
             return state.high_watermark
         return self.hwm
 
-    def respond(self, token: int, response: object) -> None:
+    def respond(self, token: int, response: RaftResponse) -> None:
         self.outbox.respond(token, response)
 
     def check_cluster_id(self, cluster_id: str | None) -> bool:
