@@ -34,12 +34,13 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    from kraft_pipeline.job import TABLES, run
+    from kraft_pipeline.job import REPORT_NAME, TABLES, run
     from kraft_pipeline.session import DEFAULT_MASTER
 
     tables = run(inputs=args.input, output=args.output, master=args.master or DEFAULT_MASTER)
     for name in TABLES:
         print(f"{name}: {args.output.rstrip('/')}/{name}", file=out)
+    print(f"report: {args.output.rstrip('/')}/{REPORT_NAME}", file=out)
     checks = tables.dr_checks.orderBy("cluster_id", "check", "subject").collect()
     for row in checks:
         print(f"[{row['status'].upper()}] {row['cluster_id']} {row['check']} ({row['subject']}): {row['evidence']}",

@@ -9,10 +9,13 @@ partitioned by `cluster_id`, written by Spark's own writer into `DIR/<table>/`:
     urp_history          per cluster counts of under-replicated, under-min-ISR, offline partitions
     urp_partition_totals per partition time spent in each of those states
     dr_checks            pass/fail checks with evidence (dr_checks.py)
+
+and `DIR/report.html`, the self-contained report (report.py).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,8 +29,9 @@ from kraft_pipeline.partition_history import partition_history
 from kraft_pipeline.session import build_session
 from kraft_pipeline.urp_history import urp_history, urp_partition_totals
 
-__all__ = ["TABLES", "Tables", "derive", "run"]
+__all__ = ["REPORT_NAME", "TABLES", "Tables", "derive", "run"]
 
+REPORT_NAME = "report.html"
 TABLES = ("problems", "events", "partition_history", "urp_history", "urp_partition_totals", "dr_checks")
 
 
@@ -70,4 +74,19 @@ def run(*, inputs: Sequence[str], output: str, master: str | None = None, spark:
     tables = derive(session, inputs)
     for name in TABLES:
         tables.table(name).write.mode("overwrite").partitionBy("cluster_id").parquet(f"{output.rstrip('/')}/{name}")
+    from kraft_pipeline.report import render_report
+
+    _write_text(f"{output.rstrip('/')}/{REPORT_NAME}", render_report(tables))
     return tables
+
+
+def _write_text(uri: str, text: str) -> None:
+    """Beside the tables, on whatever filesystem they went to (local paths and Arrow's URIs)."""
+    import pyarrow.fs
+
+    if "://" in uri:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(uri)
+    else:
+        filesystem, path = pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
+    with filesystem.open_output_stream(path) as out:
+        out.write(text.encode("utf-8"))

@@ -12,8 +12,10 @@ disagrees with its log; the untouched copy passes every check.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -392,5 +394,23 @@ def test_kraftwerk_pipeline_run_writes_every_table(cluster_run: Run, tmp_path: P
     printed = capsys.readouterr().out
     for name in TABLES:
         assert f"{name}: {output}/{name}" in printed
+    assert f"report: {output}/report.html" in printed and (output / "report.html").is_file()
     assert "[PASS]" in printed and "[FAIL]" not in printed
     assert (output / "events" / f"cluster_id={cluster_run.cluster_id}").is_dir()
+
+
+def test_the_report_is_one_self_contained_file_with_plots_and_the_checks(
+    cluster_run: Run, pipeline_output: Path
+) -> None:
+    page = (pipeline_output / "report.html").read_text()
+    assert f"Cluster {cluster_run.cluster_id}" in page
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert len(images) == 2  # partition states over time, and the lifecycle timeline
+    for image in images:
+        png = base64.b64decode(image)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    # nothing is fetched from elsewhere: every src is a data URI, and there are no links or scripts
+    assert re.findall(r"src='(?!data:)", page) == [] and "<script" not in page and "href=" not in page
+    for check in ("log_agreement", "segment_continuity", "rebuildable_from", "snapshot_age", "voter_set_history"):
+        assert f"<td>{check}</td>" in page
+    assert "0 failed" in page
