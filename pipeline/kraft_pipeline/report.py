@@ -62,7 +62,7 @@ def _urp_plot(rows: Sequence[dict[str, Any]]) -> str:
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("partitions")
     axes.set_title("Partitions under-replicated, under min ISR and offline")
-    axes.legend(loc="upper right")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never over the lines
     axes.grid(alpha=0.3)
     axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
     axes.set_ylim(bottom=0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import io
 import re
 import shutil
 from collections.abc import Iterator
@@ -126,15 +127,27 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     yield Run(root=root, cluster_id=cluster_id, marks=marks)
 
 
-@pytest.fixture(scope="module")
-def pipeline_output(cluster_run: Run, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = Path(tmp_path_factory.mktemp("pipeline-output"))
-    before = tree_digest(cluster_run.root)
-    from kraft_pipeline.job import run
+@dataclasses.dataclass
+class Output:
+    path: Path
+    printed: str
 
-    run(inputs=[str(cluster_run.root)], output=str(output), spark=spark)
+
+@pytest.fixture(scope="module")
+def pipeline_run(cluster_run: Run, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Output:
+    """`kraftwerk pipeline run` as a user runs it (in this process, to reuse the session's JVM)."""
+    output = Path(tmp_path_factory.mktemp("pipeline-output")) / "tables"
+    before = tree_digest(cluster_run.root)
+    printed = io.StringIO()
+    argv = ["pipeline", "run", "--input", str(cluster_run.root), "--output", str(output)]
+    assert kraftwerk_main(argv, out=printed) == 0
     assert tree_digest(cluster_run.root) == before, "the pipeline changed its input"
-    return output
+    return Output(output, printed.getvalue())
+
+
+@pytest.fixture(scope="module")
+def pipeline_output(pipeline_run: Output) -> Path:
+    return pipeline_run.path
 
 
 def tree_digest(directory: Path) -> dict[str, str]:
@@ -387,11 +400,8 @@ def test_planted_faults_each_fail_their_dr_check(cluster_run: Run, spark: SparkS
     assert [c["subject"] for c in passed] == [f"node 2 snapshot {true_end + 1:020d}-{1:010d}"]
 
 
-def test_kraftwerk_pipeline_run_writes_every_table(cluster_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The command as a user runs it (in this process, to reuse the session's JVM)."""
-    output = tmp_path / "tables"
-    assert kraftwerk_main(["pipeline", "run", "--input", str(cluster_run.root), "--output", str(output)]) == 0
-    printed = capsys.readouterr().out
+def test_kraftwerk_pipeline_run_writes_every_table(cluster_run: Run, pipeline_run: Output) -> None:
+    output, printed = pipeline_run.path, pipeline_run.printed
     for name in TABLES:
         assert f"{name}: {output}/{name}" in printed
     assert f"report: {output}/report.html" in printed and (output / "report.html").is_file()
