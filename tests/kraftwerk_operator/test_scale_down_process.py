@@ -9,6 +9,7 @@ metadata-quorum` reporting the voters that stay."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from kraft_engine.storage.java_properties import parse_properties
 
 from .test_quorum_change_process import current_voters
 from .test_roll_process import REPO, _wait, kraftwerk_up
+from .test_up_process import KRAFTWERK
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -223,3 +225,95 @@ def test_controllers_five_to_three_leave_the_voter_set_one_at_a_time(tmp_path: P
         node_log = (state / "default" / "shrinking" / f"node-{node_id}" / "server.log").read_text()
         assert "removed from the cluster" in node_log
     assert status["controllers"] == "3/3"
+
+
+def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_loses_nothing(tmp_path: Path) -> None:
+    """The operator process itself (`kraftwerk up`) is SIGKILLed each time status shows a new
+    scale-down step, and started again: the nodes keep running (each in its own session), the new
+    operator adopts them and resumes from status.yaml. The drain still finishes, no running node is
+    restarted by a resumed operator, and every acknowledged record is read back."""
+    spec = tmp_path / "shrinking.yaml"
+    spec.write_text(textwrap.dedent(CLUSTER))
+    state = tmp_path / "state"
+    acks = tmp_path / "acks.jsonl"
+    logs: list[Path] = []
+
+    def start() -> subprocess.Popen:
+        log = tmp_path / f"up-{len(logs)}.log"
+        logs.append(log)
+        with log.open("w") as out:
+            return subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state), "--demo-topic", ""],
+                                    stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+
+    producer = None
+    up = start()
+    try:
+        _wait("Ready with four brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "4/4",
+              timeout_s=600, up=up, log=logs[-1])
+        bootstrap = _bootstrap(state, [3, 4, 5])
+        _create_topic(bootstrap)
+        _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=logs[-1])
+        pids = {i: _pid(state, i) for i in range(7)}
+        with acks.open("w") as out:
+            producer = subprocess.Popen([sys.executable, str(PRODUCER), bootstrap, TOPIC, "0", "1000000"],
+                                        stdout=out, stderr=subprocess.DEVNULL, cwd=REPO)
+        shrunk = yaml.safe_load(spec.read_text())
+        shrunk["spec"]["nodePools"][1]["replicas"] = 3
+        spec.write_text(yaml.safe_dump(shrunk))
+        killed_at: list[str] = []
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            status = _status(state)
+            operation = (status or {}).get("operation") or {}
+            step = f"{operation.get('name')}/{operation.get('step')}" if operation else ""
+            if operation.get("name") == "ScaleDown" and step not in killed_at:
+                up.kill()  # SIGKILL: no status write, no node stopped
+                up.wait()
+                killed_at.append(step)
+                up = start()
+            elif _settled(status) and sorted(n["id"] for n in status["nodes"]) == [0, 1, 2, 3, 4, 5]:
+                break
+            assert up.poll() is None, logs[-1].read_text()[-3000:]
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the drain did not finish; killed at {killed_at}:\n{logs[-1].read_text()[-3000:]}")
+        before = acks.read_text().count('"offset"')
+        _wait("acks after the removal", lambda: acks.read_text().count('"offset"') >= before + 20,
+              timeout_s=120, up=up, log=logs[-1])
+        producer.send_signal(signal.SIGTERM)
+        producer.wait(timeout=60)
+        layout = _layout(bootstrap)
+        stored = _read(bootstrap)
+        # No node the spec keeps was restarted by a resumed operator: the same processes run.
+        assert {i: _pid(state, i) for i in range(6)} == {i: pids[i] for i in range(6)}
+    finally:
+        if producer is not None and producer.poll() is None:
+            producer.kill()
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            up.kill()
+        _stop_nodes(state)
+    assert len(killed_at) >= 3 and "ScaleDown/drain-planned" in killed_at, killed_at
+    assert 6 not in layout and len(layout) == 3, layout
+    acked = [json.loads(line) for line in acks.read_text().splitlines() if '"offset"' in line]
+    lost = [a for a in acked if stored.get(a["offset"]) != f"v-{a['i']}".encode()]
+    assert len(acked) > 40 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
+
+
+def _pid(state: Path, node_id: int) -> int | None:
+    path = state / "default" / "shrinking" / f"node-{node_id}" / "pid"
+    return int(path.read_text()) if path.exists() else None
+
+
+def _stop_nodes(state: Path) -> None:
+    """SIGTERM every node process left (adopted processes are not stopped by `kraftwerk up`)."""
+    for pid_file in state.glob("default/shrinking/node-*/pid"):
+        pid = int(pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        try:
+            if str(pid_file.parent / "server.properties").encode() in cmdline.read_bytes():
+                os.kill(pid, signal.SIGTERM)
+        except OSError:
+            continue
