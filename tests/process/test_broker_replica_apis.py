@@ -64,11 +64,13 @@ def _create(cluster: BrokerCluster, admin: KafkaAdminClient, topic: str) -> None
     cluster.wait_isr(topic, 0, set(cluster.brokers))
 
 
-def _produce(cluster: BrokerCluster, topic: str, values: list[bytes]) -> list[int]:
+def _produce(cluster: BrokerCluster, topic: str, values: list[bytes], *,
+             timestamps_ms: list[int] | None = None) -> list[int]:
     producer = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", enable_idempotence=True,
                              linger_ms=2, request_timeout_ms=30000)
     try:
-        futures = [producer.send(topic, value=v, partition=0) for v in values]
+        stamps = timestamps_ms or [None] * len(values)
+        futures = [producer.send(topic, value=v, partition=0, timestamp_ms=t) for v, t in zip(values, stamps, strict=True)]
         producer.flush()
         return [f.get(timeout=60).offset for f in futures]
     finally:
@@ -101,7 +103,10 @@ def test_describe_log_dirs_and_describe_producers_through_kafka_python(cluster: 
                                                                         admin: KafkaAdminClient) -> None:
     topic = "described"
     _create(cluster, admin, topic)
-    offsets = _produce(cluster, topic, [f"v-{i}".encode() for i in range(50)])
+    # Timestamps that rise with the offset: the producer's last batch has the last record's as its max.
+    first_timestamp_ms = 1_700_000_000_000
+    offsets = _produce(cluster, topic, [f"v-{i}".encode() for i in range(50)],
+                       timestamps_ms=[first_timestamp_ms + 10 * i for i in range(50)])
     assert offsets == list(range(50))
     cluster.wait_isr(topic, 0, set(cluster.brokers))
     wait_for(lambda: all(cluster.partitions(n)[(topic, 0)]["log_end_offset"] == 50 for n in cluster.brokers),
@@ -123,15 +128,17 @@ def test_describe_log_dirs_and_describe_producers_through_kafka_python(cluster: 
         assert on_disk > 0
 
     states = admin.describe_producers([TopicPartition(topic, 0)])[TopicPartition(topic, 0)].active_producers
-    assert [(s.producer_epoch, s.last_sequence) for s in states] == [(0, 49)]
+    assert [(s.producer_epoch, s.last_sequence, s.last_timestamp, s.coordinator_epoch,
+             s.current_transaction_start_offset)
+            for s in states] == [(0, 49, first_timestamp_ms + 490, -1, -1)]
     # Every replica, leader or follower, remembers the same producer.
     for node_id in cluster.brokers:
         response = _ask(cluster, node_id, DescribeProducersRequest(topics=(
             TopicRequest(name=TopicName(topic), partition_indexes=(i32(0),)),)))
         answer = response.topics[0].partitions[0]
         assert ErrorCode(answer.error_code) == ErrorCode.none
-        assert [(int(p.producer_id), int(p.last_sequence)) for p in answer.active_producers] == [
-            (states[0].producer_id, 49)]
+        assert [(int(p.producer_id), int(p.last_sequence), int(p.last_timestamp))
+                for p in answer.active_producers] == [(states[0].producer_id, 49, first_timestamp_ms + 490)]
     unknown = _ask(cluster, min(cluster.brokers), DescribeProducersRequest(topics=(
         TopicRequest(name=TopicName("no-such-topic"), partition_indexes=(i32(0),)),)))
     assert ErrorCode(unknown.topics[0].partitions[0].error_code) == ErrorCode.unknown_topic_or_partition
@@ -225,3 +232,58 @@ def test_fetch_by_topic_id_and_bad_produce_input_on_one_connection_while_another
     assert ErrorCode(result["unknown_id"].responses[0].partitions[0].error_code) == ErrorCode.unknown_topic_id
     # The connection that sent garbage is still served, and nothing of the garbage was written.
     assert int(result["after"].responses[0].partitions[0].high_watermark) == 10
+
+
+def test_produce_v13_names_topics_by_id_and_a_follower_points_to_the_leader(cluster: BrokerCluster,
+                                                                             admin: KafkaAdminClient) -> None:
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.produce.v13.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.static.primitive import Records
+
+    from kraft_engine.records.client_records import ProducedRecord, encode_client_batch
+
+    topic = "by-id"
+    _create(cluster, admin, topic)
+    leader = _leader(cluster, topic)
+    follower = min(n for n in cluster.brokers if n != leader)
+    metadata = _ask(cluster, follower, MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+                                                       allow_auto_topic_creation=False,
+                                                       include_topic_authorized_operations=False))
+    topic_id = metadata.topics[0].topic_id
+    leader_epoch = int(metadata.topics[0].partitions[0].leader_epoch)
+
+    def produce(node_id: int, target: uuid.UUID, values: list[bytes]) -> Any:
+        batch = encode_client_batch([ProducedRecord(value=v, key=None, timestamp_ms=1_700_000_000_000, headers=())
+                                     for v in values], codec=0)
+        return _ask(cluster, node_id, ProduceRequest(acks=i16(-1), timeout=i32Timedelta.parse(timedelta(seconds=30)),
+                                                     topic_data=(TopicProduceData(topic_id=target, partition_data=(
+                                                         PartitionProduceData(index=i32(0), records=Records(batch)),)),)))
+
+    written = produce(leader, topic_id, [b"a", b"b", b"c"])
+    [answer] = written.responses
+    assert answer.topic_id == topic_id
+    assert (ErrorCode(answer.partition_responses[0].error_code), int(answer.partition_responses[0].base_offset)) == \
+        (ErrorCode.none, 0)
+    # A follower refuses with the leader it knows and that leader's endpoint (KIP-951), nothing written.
+    refused = produce(follower, topic_id, [b"not-here"])
+    part = refused.responses[0].partition_responses[0]
+    assert ErrorCode(part.error_code) == ErrorCode.not_leader_or_follower
+    assert (int(part.current_leader.leader_id), int(part.current_leader.leader_epoch)) == (leader, leader_epoch)
+    assert [(int(e.node_id), e.port) for e in refused.node_endpoints] == [(leader, cluster.broker_ports[leader])]
+    unknown = produce(leader, uuid.uuid4(), [b"nowhere"])
+    assert ErrorCode(unknown.responses[0].partition_responses[0].error_code) == ErrorCode.unknown_topic_id
+    # kafka-python reads exactly the three records written by id.
+    from kafka import KafkaConsumer
+    consumer = KafkaConsumer(bootstrap_servers=cluster.broker_bootstrap(), enable_auto_commit=False, group_id=None,
+                             consumer_timeout_ms=5000)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        read: list[tuple[int, bytes]] = []
+        for _ in range(30):
+            read.extend((r.offset, r.value) for batch in consumer.poll(timeout_ms=2000).values() for r in batch)
+            if len(read) >= 3:
+                break
+    finally:
+        consumer.close()
+    assert read == [(0, b"a"), (1, b"b"), (2, b"c")]

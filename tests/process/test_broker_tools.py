@@ -121,8 +121,12 @@ def test_console_tools_refuse_what_kafkas_refuse(cluster: BrokerCluster) -> None
         "Error: The partition is required when offset is specified."
     assert "cannot be specified together" in _consumer(cluster, topic, "--partition", "0", "--offset", "3",
                                                        "--from-beginning").stderr
+    # An error while consuming is logged and the count printed, status 0 (Kafka's ConsoleConsumer).
     unknown = _consumer(cluster, "no-such-topic", "--partition", "0", "--offset", "0", "--timeout-ms", "1000")
-    assert unknown.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
+    assert unknown.returncode == 0
+    assert unknown.stderr.splitlines()[0].startswith("ERROR Error processing message, terminating consumer process: ")
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
+    assert unknown.stderr.splitlines()[-1] == "Processed a total of 0 messages"
     # Nothing was written by the refused line.
     assert all(records == [] for records in _kafka_python_read(cluster, topic).values())
 
@@ -154,3 +158,71 @@ def test_log_dirs_describe_prints_kafkas_json_for_every_broker(cluster: BrokerCl
     assert missing.returncode == 1
     assert missing.stdout.strip() == ("ERROR: The given brokers do not exist from --broker-list: 999. "
                                       "Current existent brokers: " + ",".join(map(str, sorted(cluster.brokers))))
+
+
+def _create_small(cluster: BrokerCluster, topic: str, max_message_bytes: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.broker_bootstrap(), request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 3, topic_configs={"max.message.bytes": str(max_message_bytes)})])
+    finally:
+        admin.close()
+    cluster.wait_isr(topic, 0, set(cluster.brokers))
+
+
+def test_console_producer_acks_and_exit_status_follow_kafkas_console_producer(cluster: BrokerCluster) -> None:
+    topic = "acks"
+    _create_small(cluster, topic, 300)
+    big = "x" * 1000  # over the topic's max.message.bytes: MESSAGE_TOO_LARGE, nothing written
+
+    # acks=0 from --producer-property: written, nothing waited for; an oversized line's refusal is
+    # never seen (the broker answers acks=0 with nothing), so the status is 0.
+    zero = _producer(cluster, topic, f"zero-1\n{big}\nzero-2\n", "--producer-property", "acks=0", "--sync")
+    assert (zero.returncode, zero.stderr) == (0, "")
+    # acks=1 and the flag winning over the property (Kafka's maybeMergeOptions), asynchronous:
+    # the refusal is logged as Kafka's ErrorLoggingCallback logs it, the rest is written, status 0.
+    one = _producer(cluster, topic, f"one-1\n{big}\none-2\n", "--producer-property", "acks=0",
+                    "--request-required-acks", "1", "--batch-size", "1")
+    assert one.returncode == 0, one.stderr
+    assert one.stderr.splitlines() == [
+        f"ERROR Error when sending message to topic {topic} with key: null, value: 1000 bytes with error: "
+        "MESSAGE_TOO_LARGE" + one.stderr.split("MESSAGE_TOO_LARGE", 1)[1].rstrip("\n")]
+    # acks=all (the default) with --sync: the first refusal ends the run with status 1, as Kafka's
+    # tool does when producer.send(record).get() throws; the line after it is not sent.
+    synced = _producer(cluster, topic, f"all-1\n{big}\nall-2\n", "--sync")
+    assert synced.returncode == 1
+    assert "MESSAGE_TOO_LARGE" in synced.stderr
+
+    wait_for_values = [v for _, _, v in _kafka_python_read_one(cluster, topic)]
+    assert wait_for_values == [b"zero-1", b"zero-2", b"one-1", b"one-2", b"all-1"]
+
+    # Kafka's refusals of the configuration and the command line: status 1, nothing written.
+    idempotent = _producer(cluster, topic, "never\n", "--producer-property", "enable.idempotence=true",
+                           "--producer-property", "acks=1")
+    assert idempotent.returncode == 1
+    assert "Must set acks to all in order to use the idempotent producer" in idempotent.stderr
+    bad_acks = _producer(cluster, topic, "never\n", "--request-required-acks", "2")
+    assert bad_acks.returncode == 1
+    assert "Invalid value 2 for configuration acks: String must be one of: all, -1, 0, 1" in bad_acks.stderr
+    no_topic = subprocess.run([KRAFT, "console-producer", "--bootstrap-server", cluster.broker_bootstrap()],
+                              input="never\n", capture_output=True, text=True, timeout=300, check=False)
+    assert no_topic.returncode == 1 and "--topic" in no_topic.stderr
+    unknown = _producer(cluster, "no-such-topic", "never\n")
+    assert unknown.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
+    assert [v for _, _, v in _kafka_python_read_one(cluster, topic)] == wait_for_values
+
+
+def _kafka_python_read_one(cluster: BrokerCluster, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.broker_bootstrap(), enable_auto_commit=False, group_id=None,
+                             consumer_timeout_ms=5000)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning()
+        end = consumer.end_offsets([partition])[partition]
+        read: list[tuple[int, bytes | None, bytes | None]] = []
+        while consumer.position(partition) < end:
+            for records in consumer.poll(timeout_ms=2000).values():
+                read.extend((r.offset, r.key, r.value) for r in records)
+        return read
+    finally:
+        consumer.close()

@@ -18,6 +18,7 @@ group: groups come later).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.errors import AdminError
+from kraft_engine.protocol import KafkaProtocolError
 from kraft_engine.records.client_records import (
     ClientRecord,
     ProducedRecord,
@@ -162,6 +164,30 @@ class RecordClient(BrokerAdmin):
                 raise RecordClientError("TIMEOUT", f"{topic}-{partition}: {last} for {self.timeout_ms} ms")
             await asyncio.sleep(_RETRY_INTERVAL_S)
 
+    async def _to_leader_without_response(self, topic: str, partition: int, build: Any) -> None:
+        """`build(leader)` written to the partition's leader, with no answer to wait for: only a
+        leader that is unknown or unreachable is retried (after a metadata refresh)."""
+        deadline = self._deadline()
+        while True:
+            leader = self._leaders.get((topic, partition))
+            if leader is None or leader.address is None:
+                await self.refresh(topic)
+                leader = self._leaders.get((topic, partition))
+                if leader is None:
+                    raise RecordClientError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
+            if leader.address is not None:
+                connection = self._connection(leader.address)
+                try:
+                    await connection.send_without_response(build(leader), timeout_ms=self._config.request_timeout_ms)
+                    return
+                except (KafkaProtocolError, OSError):
+                    with contextlib.suppress(Exception):
+                        await connection.disconnect()
+            self._leaders.pop((topic, partition), None)
+            if asyncio.get_running_loop().time() >= deadline:
+                raise RecordClientError("TIMEOUT", f"{topic}-{partition}: no reachable leader for {self.timeout_ms} ms")
+            await asyncio.sleep(_RETRY_INTERVAL_S)
+
     # -- consuming ----------------------------------------------------------------------------------
     async def list_offset(self, topic: str, partition: int, *, timestamp: int) -> int:
         """ListOffsets: EARLIEST, LATEST (the high watermark) or the first offset at a timestamp."""
@@ -217,10 +243,11 @@ class RecordClient(BrokerAdmin):
 
     async def produce(self, topic: str, partition: int, records: Sequence[ProducedRecord], *, acks: int,
                       codec: int, timeout_ms: int) -> int:
-        """Write one batch (acks 1 or -1); its base offset. Idempotent when init_producer ran.
-        (acks=0 has no answer to wait for, which this client's connection cannot express.)"""
-        if acks not in (1, -1):
-            raise RecordClientError(ErrorCode.invalid_required_acks, f"acks={acks}: this client sends acks 1 or -1")
+        """Write one batch; its base offset, or -1 with acks=0 (the broker answers nothing, so
+        the offset and any refusal stay unknown, as Kafka's producer reports them). Idempotent
+        when init_producer ran."""
+        if acks not in (0, 1, -1):
+            raise RecordClientError(ErrorCode.invalid_required_acks, f"acks={acks}: acks must be -1, 0 or 1")
         producer_id, epoch, sequence = -1, -1, -1
         if self._producer is not None:
             producer_id, epoch = self._producer
@@ -234,6 +261,9 @@ class RecordClient(BrokerAdmin):
                                   topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
                                       PartitionProduceData(index=i32(partition), records=Records(data)),)),))
 
+        if acks == 0:
+            await self._to_leader_without_response(topic, partition, build)
+            return -1
         answer = await self._to_leader(topic, partition, build, lambda r: r.responses[0].partition_responses[0])
         _raise_unless_none(answer)
         if self._producer is not None:

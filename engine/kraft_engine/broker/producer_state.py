@@ -41,6 +41,9 @@ class BatchMetadata:
     last_seq: int
     first_offset: int
     last_offset: int
+    timestamp_ms: int
+    """The batch's max timestamp (Kafka's ProducerStateEntry.lastTimestamp: what DescribeProducers
+    reports, and what producer-id expiration would measure from)."""
 
 
 class ProducerStateError(BrokerError):
@@ -107,7 +110,8 @@ class ProducerStateTable:
                 )
         return None
 
-    def update(self, *, producer_id: int, epoch: int, base_sequence: int, first_offset: int, last_offset: int) -> None:
+    def update(self, *, producer_id: int, epoch: int, base_sequence: int, first_offset: int, last_offset: int,
+               timestamp_ms: int) -> None:
         """Record an appended batch (leader or follower, or while rebuilding from the log)."""
         if producer_id < 0:
             return
@@ -121,6 +125,7 @@ class ProducerStateTable:
             last_seq=_last_seq(base_sequence, last_offset - first_offset),
             first_offset=first_offset,
             last_offset=last_offset,
+            timestamp_ms=timestamp_ms,
         ))
 
     def clear(self) -> None:
@@ -131,7 +136,8 @@ class ProducerStateTable:
         return [
             ActiveProducer(producer_id=producer_id, epoch=entry.epoch,
                            last_sequence=entry.batches[-1].last_seq if entry.batches else -1,
-                           last_offset=entry.batches[-1].last_offset if entry.batches else -1)
+                           last_offset=entry.batches[-1].last_offset if entry.batches else -1,
+                           last_timestamp_ms=entry.batches[-1].timestamp_ms if entry.batches else -1)
             for producer_id, entry in sorted(self._producers.items())
         ]
 
@@ -151,3 +157,4 @@ class ActiveProducer:
     epoch: int
     last_sequence: int
     last_offset: int
+    last_timestamp_ms: int

@@ -10,10 +10,17 @@ older `--property`): parse.key and key.separator, parse.headers with headers.del
 headers.separator and headers.key.separator, null.marker, ignore.error.
 
 Like Kafka's producer since 3.0 it is idempotent whenever acks is all (unless
-enable.idempotence=false): retried batches are not written twice. Keys pick the partition with
-Kafka's murmur2 partitioner; unkeyed lines go to one partition per batch. A record the cluster
-refuses is reported on stderr as Kafka's ErrorLoggingCallback reports it; unlike Kafka's tool, the
-exit code is then 1. acks=0 is refused (this client always waits for an answer).
+enable.idempotence=false), and enable.idempotence=true with acks other than all is refused with
+Kafka's ConfigException message. A flag wins over the same `--producer-property` only when given
+(Kafka's maybeMergeOptions: `--request-required-acks` over acks). acks=0 writes each batch and
+waits for nothing: the broker answers nothing, so a refusal is never seen, as with Kafka's tool.
+Keys pick the partition with Kafka's murmur2 partitioner; unkeyed lines go to one partition per
+batch.
+
+Exit status as Kafka's ConsoleProducer: a record the cluster refuses in the default asynchronous
+mode is reported on stderr as Kafka's ErrorLoggingCallback reports it, the tool goes on reading and
+exits 0; with `--sync` the first refusal ends the run with status 1 (Kafka's tool prints the
+send's exception and exits 1). Bad flags, properties or input lines, and an unknown topic, exit 1.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                    description="Reads data from standard input and publishes it to Kafka.")
     parser.add_argument("--bootstrap-server", required=True, help="REQUIRED: The server(s) to connect to.")
     parser.add_argument("--topic", required=True, help="REQUIRED: The topic id to produce messages to.")
-    parser.add_argument("--request-required-acks", default="-1",
+    parser.add_argument("--request-required-acks",
                         help="The required acks of the producer requests (default: -1)")
     parser.add_argument("--compression-codec", nargs="?", const="gzip",
                         help="The compression codec: either 'none', 'gzip', 'snappy', 'lz4', or 'zstd'. "
@@ -80,13 +87,16 @@ class _Settings:
 
 def _settings(args: argparse.Namespace) -> _Settings:
     producer = parse_properties(args.producer_property, flag="--producer-property")
-    acks_text = producer.get("acks", args.request_required_acks).strip().lower()
-    acks = -1 if acks_text == "all" else _int(acks_text, "acks")
-    if acks == 0:
-        raise CliError("acks=0 is not supported by kraft console-producer (it always waits for the answer)")
-    if acks not in (1, -1):
+    given = args.request_required_acks
+    acks_text = (given if given is not None else producer.get("acks", "-1")).strip().lower()
+    if acks_text not in ("all", "-1", "0", "1"):
         raise CliError(f"Invalid value {acks_text} for configuration acks: String must be one of: all, -1, 0, 1")
-    idempotent = producer.get("enable.idempotence", "true").strip().lower() == "true" and acks == -1
+    acks = -1 if acks_text == "all" else int(acks_text)
+    idempotence = producer.get("enable.idempotence")
+    if idempotence is not None and idempotence.strip().lower() == "true" and acks != -1:
+        raise CliError("Must set acks to all in order to use the idempotent producer. "
+                       "Otherwise we cannot guarantee idempotence.")
+    idempotent = (idempotence or "true").strip().lower() == "true" and acks == -1
     codec_name = args.compression_codec or producer.get("compression.type", "none")
     try:
         codec = codec_by_name(codec_name.strip().lower())
@@ -161,10 +171,10 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise CliError(f"--bootstrap-server: {e}") from None
     try:
-        failed = asyncio.run(_produce(args.topic, bootstrap, settings))
+        asyncio.run(_produce(args.topic, bootstrap, settings))
     except (RecordClientError, ControllerAdminError) as e:
         raise CliError(str(e)) from None
-    return 1 if failed else 0
+    return 0
 
 
 async def _produce(topic: str, bootstrap: list[tuple[str, int]], settings: _Settings) -> int:
@@ -207,6 +217,8 @@ async def _produce(topic: str, bootstrap: list[tuple[str, int]], settings: _Sett
                         break
                     pending.append(reader.read(more))
             failed += await _send(client, topic, pending, settings)
+            if failed and settings.sync:
+                raise CliError(f"a record sent with --sync was refused; {failed} record(s) not written")
     return failed
 
 

@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        # Kafka's tools exit 1 on a usage error (CommandLineUtils.printUsageAndExit); argparse's 2
+        # would make a script that checks for Kafka's status miss it. --help still exits 0.
+        return 1 if e.code == 2 else int(e.code or 0)
     try:
         rc = args.func(args)
     except CliError as e:

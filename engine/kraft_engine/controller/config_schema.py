@@ -175,6 +175,8 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in (
     _d("min.compaction.lag.ms", _T.LONG, "0", _at_least(0), "log.cleaner.min.compaction.lag.ms"),
     _d("min.insync.replicas", _T.INT, "1", _at_least(1), "min.insync.replicas"),
     _d("preallocate", _T.BOOLEAN, "false", None, "log.preallocate"),
+    _d("remote.log.copy.disable", _T.BOOLEAN, "false"),
+    _d("remote.log.delete.on.disable", _T.BOOLEAN, "false"),
     _d("remote.storage.enable", _T.BOOLEAN, "false"),
     _d("retention.bytes", _T.LONG, "-1", None, "log.retention.bytes"),
     _d("retention.ms", _T.LONG, "604800000", _at_least(-1), "log.retention.ms", "log.retention.minutes",

@@ -288,8 +288,34 @@ class KafkaConnection:
         this api or version, RequestTimedOut, ConnectionFailed or ConnectionLost.
         """
         budget_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        await self._ready_for(request, timeout_ms=budget_ms)
+        return await self._exchange(request, timeout_ms=budget_ms)
+
+    async def send_without_response(self, request: Any, *, timeout_ms: int | None = None) -> None:
+        """Send a request the peer answers with nothing (Produce with acks=0): written and
+        drained, no correlation kept. The same checks and errors as `send`, except that a
+        refusal by the peer is never seen, as with Kafka's clients."""
+        budget_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        await self._ready_for(request, timeout_ms=budget_ms)
+        writer = self._writer
+        if writer is None:
+            raise ConnectionLost(f"not connected to {self.host}:{self.port}")
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = 0 if correlation_id == _INT32_MAX else correlation_id + 1
+        writer.write(encode_request(request, correlation_id=correlation_id, client_id=self.config.client_id))
+        try:
+            async with asyncio.timeout(budget_ms / 1000):
+                await writer.drain()
+        except TimeoutError:
+            raise RequestTimedOut(f"{api_name(type(request).__api_key__)} to {self.host}:{self.port} "
+                                  f"not written within {budget_ms} ms") from None
+        except (ConnectionError, OSError) as e:
+            raise ConnectionLost(f"connection to {self.host}:{self.port} failed: {e!r}") from e
+
+    async def _ready_for(self, request: Any, *, timeout_ms: int) -> None:
+        """Connected, and the peer serves the request's api at its version."""
         if not self.connected:
-            await self.connect(timeout_ms=budget_ms)
+            await self.connect(timeout_ms=timeout_ms)
         cls = type(request)
         api_key, version = int(cls.__api_key__), int(cls.__version__)
         if api_key != API_VERSIONS_KEY:
@@ -303,7 +329,6 @@ class KafkaConnection:
                     f"{self.host}:{self.port} serves {api_name(api_key)} versions {theirs[0]}..{theirs[1]}, "
                     f"not {version}"
                 )
-        return await self._exchange(request, timeout_ms=budget_ms)
 
     async def _exchange(self, request: Any, *, timeout_ms: int) -> Any:
         writer = self._writer

@@ -8,8 +8,11 @@ Served (ApiVersions lists exactly these, each for every version in its range):
   allow_auto_topic_creation is created through the controller when `auto.create.topics.enable`
   (with `num.partitions` and `default.replication.factor`), and answered LEADER_NOT_AVAILABLE
   meanwhile, as Kafka does.
-- Produce v3-9: acks 0 (no response at all), 1 and -1 (all); batches validated by
+- Produce v3-13 (v13 names topics by id; v10+ answer NOT_LEADER_OR_FOLLOWER with the current
+  leader and its endpoint): acks 0 (no response at all), 1 and -1 (all); batches validated by
   `broker.record_validation`; per-partition errors in the answer, never a closed connection.
+  v11 and v12 change only transactional producers (KIP-890), which this broker refuses anyway
+  (InitProducerId with a transactional id), so they are served as v10 is.
 - Fetch v4-17 (v13+ name topics by id, v15+ carry the follower in ReplicaState), sessionless: the answer's session id is always 0, which Kafka clients read as
   "no session created" and keep sending full requests; a request naming a session id gets
   FETCH_SESSION_ID_NOT_FOUND. Followers (replica id >= 0) read up to the log end and get
@@ -25,8 +28,9 @@ Served (ApiVersions lists exactly these, each for every version in its range):
 - DescribeCluster v0-1 (broker endpoints), and, forwarded to the active controller in an Envelope
   (`server.forwarding`) at every version Kafka's controllers serve: CreateTopics v2-7, DeleteTopics
   v1-6, CreatePartitions v0-3, IncrementalAlterConfigs v0-1, AlterPartitionReassignments v0-1,
-  ListPartitionReassignments v0, ElectLeaders v0-2; DescribeConfigs v1-4 is forwarded too (Kafka's
-  broker answers it itself).
+  ListPartitionReassignments v0, ElectLeaders v0-2.
+- DescribeConfigs v1-4, answered by this broker from its own config and metadata image, as Kafka's
+  broker answers it (`server.config_describing`).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from kraft_engine.protocol import NO_RESPONSE, FileRegion, Listener, RequestCont
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
 from kraft_engine.records.compression import CODEC_NONE, UnsupportedCodecError, decompress
 from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
-from kraft_engine.server.controller_apis import KAFKA_CONTROLLER_VERSIONS
+from kraft_engine.server.config_describing import BrokerConfigDescriber
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.forwarding import FORWARDED_API_VERSIONS, EnvelopeForwarder
 from kraft_engine.server.replica_apis import ReplicaApis, leader_at_epoch
@@ -67,16 +71,16 @@ logger = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 INIT_PRODUCER_ID = 22
 DESCRIBE_CLUSTER = 60
+DESCRIBE_CONFIGS = 32
 CLIENT_API_VERSIONS = {
-    PRODUCE: (3, 9),
+    PRODUCE: (3, 13),
     FETCH: (4, 17),
     LIST_OFFSETS: (1, 7),
     METADATA: (1, 12),
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_CLUSTER: (0, 2),  # v2: include_fenced_brokers (the operator sees a stopped broker still registered)
+    DESCRIBE_CONFIGS: (1, 4),
 }
-_DESCRIBE_CONFIGS = 32
-_FORWARDED = {**FORWARDED_API_VERSIONS, _DESCRIBE_CONFIGS: KAFKA_CONTROLLER_VERSIONS[_DESCRIBE_CONFIGS]}
 
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 _SCAN_CHUNK_BYTES = 1024 * 1024
@@ -117,6 +121,7 @@ class BrokerApis:
         self._channel = channel
         self._forwarder = EnvelopeForwarder(channel=channel)
         self._replica_apis = ReplicaApis(replicas=replicas)
+        self._configs = BrokerConfigDescriber(node_id=node_id, static_config=config.originals, image=image)
 
     def register(self, listener: Listener) -> None:
         handlers = {
@@ -126,12 +131,13 @@ class BrokerApis:
             METADATA: self.metadata,
             DESCRIBE_CLUSTER: self.describe_cluster,
             INIT_PRODUCER_ID: self.init_producer_id,
+            DESCRIBE_CONFIGS: self._configs.describe_configs,
         }
         for api_key, handler in handlers.items():
             low, high = CLIENT_API_VERSIONS[api_key]
             listener.register(api_key, min_version=low, max_version=high, handler=handler)
         self._replica_apis.register(listener)
-        for api_key, (low, high) in _FORWARDED.items():
+        for api_key, (low, high) in FORWARDED_API_VERSIONS.items():
             listener.register(api_key, min_version=low, max_version=high, handler=self._forwarder.forward)
 
     # -- Metadata ----------------------------------------------------------------------------------
@@ -257,22 +263,45 @@ class BrokerApis:
 
     # -- Produce -------------------------------------------------------------------------------------
     async def produce(self, request: Any, ctx: RequestContext) -> Any:
+        """v13 names topics by id (KIP-516): an id not in the image is UNKNOWN_TOPIC_ID for each of
+        its partitions. From v10 a NOT_LEADER_OR_FOLLOWER answer carries the leader this broker
+        knows and its endpoint (KIP-951), so the client need not refresh its metadata first."""
         module = ctx.response_schema
         acks = int(request.acks)
         timeout_ms = int(request.timeout.total_seconds() * 1000)
-        jobs: list[tuple[str, int, Any]] = []
+        image = self._image()
+        jobs: list[tuple[Any, str | None, int, Any]] = []
         for topic in request.topic_data:
+            topic_id = getattr(topic, "topic_id", None)
+            if topic_id is None:
+                key: Any = str(topic.name)
+                name: str | None = key
+            else:
+                key = topic_id
+                topic_image = image.topics.get_topic(topic_id)
+                name = None if topic_image is None else topic_image.name
             for data in topic.partition_data:
-                jobs.append((str(topic.name), int(data.index), data.records))
-        outcomes = await asyncio.gather(*(self._produce_one(t, p, r, acks=acks, timeout_ms=timeout_ms) for t, p, r in jobs))
-        for (topic_name, _, _), (error, *_rest) in zip(jobs, outcomes, strict=True):
-            if error != ErrorCode.none:
-                self._topic_metrics.failed_produce_requests.labels(topic_name).inc()
+                jobs.append((key, name, int(data.index), data.records))
+
+        async def one(name: str | None, index: int, records: Any) -> tuple[ErrorCode, int, int, str | None]:
+            if name is None:
+                return ErrorCode.unknown_topic_id, -1, -1, None
+            return await self._produce_one(name, index, records, acks=acks, timeout_ms=timeout_ms)
+
+        outcomes = await asyncio.gather(*(one(n, p, r) for _, n, p, r in jobs))
+        for (_, name, _, _), (error, *_rest) in zip(jobs, outcomes, strict=True):
+            if error != ErrorCode.none and name is not None:
+                self._topic_metrics.failed_produce_requests.labels(name).inc()
         if acks == 0:
             return NO_RESPONSE
-        by_topic: dict[str, list[Any]] = {}
-        for (topic_name, index, _), (error, base_offset, log_start, message) in zip(jobs, outcomes, strict=True):
-            by_topic.setdefault(topic_name, []).append(_make(
+        by_topic: dict[Any, list[Any]] = {}
+        leaders: dict[int, Any] = {}
+        for (key, name, index, _), (error, base_offset, log_start, message) in zip(jobs, outcomes, strict=True):
+            current_leader = None
+            if error == ErrorCode.not_leader_or_follower and name is not None and hasattr(module, "LeaderIdAndEpoch"):
+                current_leader = self._current_leader(module, image, name, index, listener_name=ctx.listener_name,
+                                                      endpoints=leaders)
+            by_topic.setdefault(key, []).append(_make(
                 module.PartitionProduceResponse,
                 index=i32(index),
                 error_code=error,
@@ -281,14 +310,35 @@ class BrokerApis:
                 log_start_offset=log_start,
                 record_errors=(),
                 error_message=message,
+                **({} if current_leader is None else {"current_leader": current_leader}),
             ))
         return _make(
             ctx.response_class,
             responses=tuple(
-                module.TopicProduceResponse(name=TopicName(name), partition_responses=tuple(ps)) for name, ps in by_topic.items()
+                _make(module.TopicProduceResponse, name=TopicName(key) if isinstance(key, str) else None,
+                      topic_id=None if isinstance(key, str) else key, partition_responses=tuple(ps))
+                for key, ps in by_topic.items()
             ),
             throttle_time=_NO_THROTTLE,
+            node_endpoints=tuple(leaders[n] for n in sorted(leaders)),
         )
+
+    @staticmethod
+    def _current_leader(module: Any, image: MetadataImage, topic: str, index: int, *, listener_name: str,
+                        endpoints: dict[int, Any]) -> Any:
+        """The partition's leader and epoch per this broker's image; its endpoint on this listener
+        joins `endpoints` (the response's node_endpoints)."""
+        topic_image = image.topics.get_topic_by_name(topic)
+        registration = None if topic_image is None else topic_image.partitions.get(index)
+        if registration is None or registration.leader < 0:
+            return module.LeaderIdAndEpoch()
+        broker = image.cluster.brokers.get(registration.leader)
+        endpoint = None if broker is None or broker.fenced else broker.listener(listener_name)
+        if broker is None or endpoint is None:
+            return module.LeaderIdAndEpoch()
+        endpoints[registration.leader] = module.NodeEndpoint(node_id=BrokerId(registration.leader), host=endpoint.host,
+                                                             port=i32(endpoint.port), rack=broker.rack)
+        return module.LeaderIdAndEpoch(leader_id=BrokerId(registration.leader), leader_epoch=i32(registration.leader_epoch))
 
     async def _produce_one(self, topic: str, index: int, records: Any, *, acks: int,
                            timeout_ms: int) -> tuple[ErrorCode, int, int, str | None]:

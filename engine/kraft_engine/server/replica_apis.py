@@ -7,9 +7,10 @@ for them), answered from the replica manager's hosted partitions:
   as Kafka's `Partition.lastOffsetForLeaderEpoch(fetchOnlyFromLeader = true)`. Consumers ask it after
   a leader change to detect truncation; followers of Kafka's older protocol ask it before fetching.
 - DescribeProducers v0: the idempotent producers a replica (leader or follower: any replica with a
-  local log) remembers for the partition: id, epoch, last sequence. `last_timestamp` is -1 (the
-  producer-state table keeps no timestamps yet); no transactions, so no coordinator epoch and no
-  open transaction.
+  local log) remembers for the partition: id, epoch, last sequence and last timestamp (the max
+  timestamp of its last batch, as Kafka's ProducerStateEntry keeps it, restored from producer
+  snapshots too); no transactions, so coordinator epoch and current transaction start offset are
+  -1, as Kafka reports them for a producer with no open transaction.
 - DeleteRecords (and the log-directory moves): `server.log_apis`, registered with these.
 - DescribeLogDirs v1-4: every log directory with the replicas in it (size on disk, offset lag 0 as
   Kafka reports for a replica that is not a future one), the future replicas of AlterReplicaLogDirs
@@ -109,7 +110,7 @@ class ReplicaApis:
                     continue
                 producers = tuple(
                     module.ProducerState(producer_id=ProducerId(p.producer_id), producer_epoch=i32(p.epoch),
-                                         last_sequence=i32(p.last_sequence), last_timestamp=i64(-1),
+                                         last_sequence=i32(p.last_sequence), last_timestamp=i64(p.last_timestamp_ms),
                                          coordinator_epoch=i32(-1), current_txn_start_offset=i64(-1))
                     for p in partition.producers.active_producers()
                 )

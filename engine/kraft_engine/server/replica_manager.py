@@ -614,7 +614,7 @@ class ReplicaManager:
             first_offset, last_offset = info.first_offset, info.last_offset
             partition.producers.update(producer_id=header.producer_id, epoch=header.producer_epoch,
                                        base_sequence=header.base_sequence, first_offset=first_offset,
-                                       last_offset=last_offset)
+                                       last_offset=last_offset, timestamp_ms=header.max_timestamp)
             self._advance_high_watermark(partition)
             partition.notify()
         outcome = ProduceOutcome(ErrorCode.none, base_offset=first_offset, log_start_offset=partition.log.log_start_offset)
@@ -1037,7 +1037,8 @@ class ReplicaManager:
                     for header, _ in iter_batches(bytes(records)):
                         partition.producers.update(producer_id=header.producer_id, epoch=header.producer_epoch,
                                                    base_sequence=header.base_sequence,
-                                                   first_offset=header.base_offset, last_offset=header.last_offset)
+                                                   first_offset=header.base_offset, last_offset=header.last_offset,
+                                                   timestamp_ms=header.max_timestamp)
                 except LogError as error:
                     logger.warning("Fetched data for %s-%d does not continue the log: %s", partition.topic, partition.index, error)
                     return False
@@ -1310,7 +1311,7 @@ def _rebuild_producer_state(partition: Partition) -> None:
             first_sequence = (e.last_sequence - e.offset_delta) % (2**31)
             table.restore(producer_id=e.producer_id, epoch=e.epoch, batch=BatchMetadata(
                 first_seq=first_sequence, last_seq=e.last_sequence,
-                first_offset=e.last_offset - e.offset_delta, last_offset=e.last_offset,
+                first_offset=e.last_offset - e.offset_delta, last_offset=e.last_offset, timestamp_ms=e.timestamp_ms,
             ))
         offset = max(offset, snapshot_offset)
     while offset < log.log_end_offset:
@@ -1320,7 +1321,7 @@ def _rebuild_producer_state(partition: Partition) -> None:
         for header, _ in iter_batches(data):
             table.update(producer_id=header.producer_id, epoch=header.producer_epoch,
                          base_sequence=header.base_sequence, first_offset=header.base_offset,
-                         last_offset=header.last_offset)
+                         last_offset=header.last_offset, timestamp_ms=header.max_timestamp)
             offset = header.next_offset
             replayed += 1
     logger.info("Producer state of %s-%d: %d producers, from the snapshot at %s and %d batches replayed",
@@ -1332,7 +1333,7 @@ def _write_producer_snapshot(partition: Partition) -> None:
     log = partition.log
     entries = [
         ProducerSnapshotEntry(producer_id=pid, epoch=epoch, last_sequence=batch.last_seq, last_offset=batch.last_offset,
-                              offset_delta=batch.last_offset - batch.first_offset)
+                              offset_delta=batch.last_offset - batch.first_offset, timestamp_ms=batch.timestamp_ms)
         for pid, epoch, batch in partition.producers.last_batches()
     ]
     write_producer_snapshot(log.directory, log.log_end_offset, entries)

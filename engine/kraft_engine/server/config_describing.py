@@ -1,0 +1,214 @@
+"""DescribeConfigs answered by the broker itself, as Kafka's broker answers it (ConfigHelper).
+
+A Kafka broker never forwards DescribeConfigs: the answer is what *this* broker has in force,
+its own server.properties under the dynamic configs of its metadata image, and Kafka's admin
+client sends a broker resource to that broker. `kafka-configs --describe` prints the answer's
+values and synonym chains, so the chains follow Kafka's rules exactly:
+
+- A broker key's synonyms are its own name and, for the keys Kafka groups, the others of its group
+  (`log.retention.ms/minutes/hours`, `log.roll.ms/hours`, `log.roll.jitter.ms/hours`,
+  `log.flush.interval.ms` with `log.flush.scheduler.interval.ms`). The chain lists every synonym
+  found, layer by layer: this broker's dynamic config, the cluster-wide dynamic default, the static
+  server.properties, Kafka's defaults (only keys whose default is not null); then the entries before
+  the first one named like the key are dropped (so `log.retention.ms`'s chain never starts with
+  `log.retention.hours`, and a topic's `retention.ms` with no override shows `{}`).
+- A topic config's chain is its broker synonym's chain, preceded by the topic's own override.
+- The cluster-default resource (empty name) lists the dynamic default keys, each with only its
+  dynamic-default synonym. A broker resource naming another broker is INVALID_REQUEST with Kafka's
+  message; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
+
+A broker's full listing (`--all`) holds the keys this broker knows: its server.properties, the
+dynamic keys, and the broker keys behind topic configs; Kafka's lists every KafkaConfig key with
+its default (about 300), which this engine does not carry. Every broker key is read-only except
+those topic-config synonyms (Kafka marks the keys its DynamicBrokerConfig can change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
+
+from kraft_engine.controller.config_schema import (
+    BROKER_SYNONYMS,
+    TOPIC_CONFIGS,
+    ConfigSource,
+    ConfigType,
+    broker_config,
+    resolve_topic_config,
+)
+from kraft_engine.metadata import MetadataImage
+from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
+from kraft_engine.protocol import RequestContext
+
+__all__ = ["BrokerConfigDescriber", "kafka_broker_synonyms"]
+
+_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+)
+# Kafka's broker defaults where they differ from the topic default behind them: the ms keys of a
+# group have no default (null), the coarser unit carries it.
+_NULL_DEFAULTS = frozenset({"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms",
+                            "log.flush.interval.ms"})
+_GROUP_DEFAULTS = {"log.retention.hours": "168", "log.roll.hours": "168", "log.roll.jitter.hours": "0",
+                   "log.flush.scheduler.interval.ms": "9223372036854775807"}
+_NO_THROTTLE = timedelta(0)
+
+
+def kafka_broker_synonyms(name: str) -> tuple[str, ...]:
+    """Kafka's DynamicBrokerConfig.brokerConfigSynonyms: the key's group, or the key alone."""
+    for group in _GROUPS:
+        if name in group:
+            return group
+    return (name,)
+
+
+def _kafka_default(name: str) -> str | None:
+    if name in _NULL_DEFAULTS:
+        return None
+    if name in _GROUP_DEFAULTS:
+        return _GROUP_DEFAULTS[name]
+    definition = broker_config(name)
+    if definition is not None and definition.default is not None:
+        return definition.default
+    topic_name = BROKER_SYNONYMS.get(name)
+    return None if topic_name is None else TOPIC_CONFIGS[topic_name].default
+
+
+class _Refused(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+class BrokerConfigDescriber:
+    def __init__(self, *, node_id: int, static_config: Mapping[str, str], image: Callable[[], MetadataImage]) -> None:
+        self._node_id = node_id
+        self._static = {k: v.strip() for k, v in static_config.items()}
+        self._image = image
+
+    async def describe_configs(self, request: Any, ctx: RequestContext) -> Any:
+        module = ctx.response_schema
+        image = self._image()
+        include_synonyms = bool(getattr(request, "include_synonyms", False))
+        results = []
+        for resource in request.resources:
+            resource_type, name = int(resource.resource_type), str(resource.resource_name)
+            try:
+                entries = self._entries(image, resource_type, name)
+                keys = resource.configuration_keys
+                if keys:
+                    entries = [e for e in entries if e.name in keys]
+                configs = tuple(self._entry(module, e, include_synonyms=include_synonyms) for e in entries)
+                error, message = ErrorCode.none, None
+            except _Refused as refusal:
+                configs, error, message = (), refusal.error, refusal.message
+            results.append(_make(module.DescribeConfigsResult, error_code=error, error_message=message,
+                                 resource_type=i8(resource_type), resource_name=name, configs=configs))
+        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, results=tuple(results))
+
+    # -- what is in force ----------------------------------------------------------------------------
+    def _layers(self, image: MetadataImage) -> list[tuple[Mapping[str, str], ConfigSource]]:
+        broker = ConfigResourceType.BROKER
+        return [
+            (image.configs.configs(ConfigResource(broker, str(self._node_id))), ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (image.configs.configs(ConfigResource(broker, "")), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self._static, ConfigSource.STATIC_BROKER_CONFIG),
+        ]
+
+    def _chain(self, image: MetadataImage, name: str) -> list[tuple[str, str | None, ConfigSource]]:
+        """Kafka's configSynonyms(name, brokerSynonyms(name))."""
+        synonyms = kafka_broker_synonyms(name)
+        found: list[tuple[str, str | None, ConfigSource]] = []
+        for layer, source in self._layers(image):
+            found.extend((s, layer[s], source) for s in synonyms if s in layer)
+        for s in synonyms:
+            default = _kafka_default(s)
+            if default is not None:
+                found.append((s, default, ConfigSource.DEFAULT_CONFIG))
+        while found and found[0][0] != name:
+            found.pop(0)
+        return found
+
+    def _entries(self, image: MetadataImage, resource_type: int, name: str) -> list[_Entry]:
+        if resource_type == ConfigResourceType.TOPIC:
+            if image.topics.get_topic_by_name(name) is None:
+                raise _Refused(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.")
+            return self._topic_entries(image, name)
+        if resource_type == ConfigResourceType.BROKER:
+            if name == "":
+                return self._default_entries(image)
+            if name != str(self._node_id):
+                raise _Refused(ErrorCode.invalid_request,
+                               f"Unexpected broker id, expected {self._node_id} or empty string, but received {name}")
+            return self._broker_entries(image)
+        raise _Refused(ErrorCode.invalid_request,
+                       f"Unsupported resource type {resource_type}: this broker describes topics and brokers")
+
+    def _topic_entries(self, image: MetadataImage, topic: str) -> list[_Entry]:
+        overrides = image.configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic))
+        layers = self._layers(image)
+        entries = []
+        for definition in sorted(TOPIC_CONFIGS.values(), key=lambda d: d.name):
+            value, _, _ = resolve_topic_config(definition, topic=overrides, node=layers[0][0], cluster=layers[1][0],
+                                               static=self._static)
+            chain = self._chain(image, definition.synonyms[0]) if definition.synonyms else []
+            if definition.name in overrides:
+                chain.insert(0, (definition.name, overrides[definition.name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+            entries.append(_Entry(definition.name, value, chain, definition.type, read_only=False))
+        return entries
+
+    def _broker_entries(self, image: MetadataImage) -> list[_Entry]:
+        names = set(self._static) | set(BROKER_SYNONYMS)
+        for layer, _ in self._layers(image)[:2]:
+            names |= set(layer)
+        entries = []
+        for name in sorted(names):
+            chain = self._chain(image, name)
+            value = chain[0][1] if chain else _kafka_default(name)
+            definition = broker_config(name)
+            entries.append(_Entry(name, value, chain, definition.type if definition else ConfigType.UNKNOWN,
+                                  read_only=name not in BROKER_SYNONYMS))
+        return entries
+
+    def _default_entries(self, image: MetadataImage) -> list[_Entry]:
+        dynamic_default = self._layers(image)[1][0]
+        entries = []
+        for name in sorted(dynamic_default):
+            definition = broker_config(name)
+            entries.append(_Entry(name, dynamic_default[name],
+                                  [(name, dynamic_default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)],
+                                  definition.type if definition else ConfigType.UNKNOWN,
+                                  read_only=name not in BROKER_SYNONYMS))
+        return entries
+
+    @staticmethod
+    def _entry(module: Any, entry: _Entry, *, include_synonyms: bool) -> Any:
+        source = entry.chain[0][2] if entry.chain else ConfigSource.DEFAULT_CONFIG
+        synonyms = tuple(module.DescribeConfigsSynonym(name=n, value=v, source=i8(s)) for n, v, s in entry.chain) \
+            if include_synonyms and hasattr(module, "DescribeConfigsSynonym") else ()
+        return _make(module.DescribeConfigsResourceResult, name=entry.name, value=entry.value, read_only=entry.read_only,
+                     config_source=i8(source), is_default=source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
+                     synonyms=synonyms, config_type=i8(entry.kind), documentation=None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Entry:
+    name: str
+    value: str | None
+    chain: Sequence[tuple[str, str | None, ConfigSource]]
+    kind: ConfigType
+    read_only: bool
+
+
+def _make(cls: type[Any], **fields: Any) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in names})

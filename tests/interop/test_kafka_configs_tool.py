@@ -1,0 +1,164 @@
+"""Apache Kafka 4.1's `kafka-configs --describe` prints the same against our broker as against
+Kafka's own node with the same settings.
+
+The same static config (log.retention.hours=100, num.partitions=2), the same topic overrides
+(retention.ms, cleanup.policy), the same dynamic broker config (log.retention.ms for the broker)
+and cluster-wide dynamic defaults (log.retention.bytes, min.insync.replicas) are set with Kafka's
+own tools on (1) our controller and our broker, answering DescribeConfigs itself, and (2) one
+Apache Kafka 4.1 combined node. Every describe (a topic's dynamic configs and all of them, the
+broker's dynamic configs, the cluster defaults, every broker) prints the same lines, value and
+synonym chain for value and chain, the broker's id aside. A broker's `--all` listing is compared
+on the keys behind topic configs (Kafka's also lists its ~300 other keys). Our broker refuses a
+resource naming another broker and an unknown topic with Kafka's errors.
+
+Needs the cached Kafka jars and a JDK; skips cleanly without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
+
+from kraft_engine.protocol import KafkaConnection
+
+from .kafka_jars import needs_jars
+from .test_mixed_brokers import (
+    _DEADLINE_S,
+    _LEVELS_OUR_BROKER_SUPPORTS,
+    CLUSTER_ID,
+    KRAFT,
+    _free_ports,
+    _java,
+    _properties,
+    _ready,
+    _running,
+    _until,
+)
+
+pytestmark = [pytest.mark.kafka_jars, pytest.mark.process, pytest.mark.slow]
+
+OURS = 101
+_STATIC = {"log.retention.hours": "100", "num.partitions": "2", "offsets.topic.replication.factor": "1"}
+_DESCRIBES = {
+    "topic": ["--entity-type", "topics", "--entity-name", "t1"],
+    "topic-all": ["--entity-type", "topics", "--entity-name", "t1", "--all"],
+    "broker": ["--entity-type", "brokers", "--entity-name", "{id}"],
+    "default": ["--entity-type", "brokers", "--entity-default"],
+    "brokers": ["--entity-type", "brokers"],
+    "broker-all": ["--entity-type", "brokers", "--entity-name", "{id}", "--all"],
+}
+# A broker's --all lines compared: the broker keys behind topic configs that this setup touches.
+_BROKER_KEYS = ("log.retention.ms", "log.retention.bytes", "min.insync.replicas", "log.cleanup.policy",
+                "message.max.bytes", "log.segment.bytes", "log.flush.interval.messages", "log.roll.ms",
+                "log.flush.interval.ms", "unclean.leader.election.enable")
+
+
+def _tool(main: str, bootstrap: str, *args: str) -> str:
+    result = subprocess.run(_java("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", main, "--bootstrap-server",
+                                  bootstrap, *args), capture_output=True, text=True, timeout=_DEADLINE_S, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _configure_and_describe(bootstrap: str, node_id: int) -> dict[str, list[str]]:
+    _tool("org.apache.kafka.tools.TopicCommand", bootstrap, "--create", "--topic", "t1", "--partitions", "1",
+          "--replication-factor", "1", "--config", "retention.ms=12345", "--config", "cleanup.policy=compact")
+    _tool("kafka.admin.ConfigCommand", bootstrap, "--alter", "--entity-type", "brokers", "--entity-name", str(node_id),
+          "--add-config", "log.retention.ms=777777")
+    _tool("kafka.admin.ConfigCommand", bootstrap, "--alter", "--entity-type", "brokers", "--entity-default",
+          "--add-config", "log.retention.bytes=999999,min.insync.replicas=1")
+
+    def described() -> dict[str, list[str]]:
+        out = {}
+        for name, args in _DESCRIBES.items():
+            text = _tool("kafka.admin.ConfigCommand", bootstrap, "--describe", *(a.format(id=node_id) for a in args))
+            out[name] = text.replace(f"broker {node_id} ", "broker <id> ").splitlines()
+        return out
+
+    # The dynamic configs reach the broker through its metadata: wait until it shows them.
+    result: dict[str, list[str]] = {}
+
+    def settled() -> bool:
+        result.update(described())
+        return any("log.retention.bytes=999999" in line for line in result["default"]) and any(
+            line.startswith("  log.retention.ms=777777") for line in result["broker"])
+
+    _until(settled, "the dynamic configs in the broker's answer")
+    return result
+
+
+def _ask(port: int, request: DescribeConfigsRequest) -> list[tuple[ErrorCode, str | None]]:
+    async def exchange() -> list[tuple[ErrorCode, str | None]]:
+        async with KafkaConnection("127.0.0.1", port) as connection:
+            await connection.connect()
+            response = await connection.send(request)
+            return [(ErrorCode(r.error_code), r.error_message) for r in response.results]
+    return asyncio.run(exchange())
+
+
+@needs_jars
+@pytest.mark.timeout(900)
+def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Path) -> None:
+    controller_port, controller_http, ours_port, ours_http, kafka_port, kafka_controller_port = _free_ports(6)
+    controller = _properties(tmp_path / "controller.properties", {
+        "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER", "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "log.dirs": str(tmp_path / "controller"), "kraftwerk.metrics.port": str(controller_http),
+    })
+    subprocess.run([KRAFT, "storage", "format", "-c", str(controller), "-t", CLUSTER_ID, "--standalone", "-r", "4.0",
+                    *_LEVELS_OUR_BROKER_SUPPORTS], check=True, capture_output=True)
+    ours = _properties(tmp_path / "ours.properties", {
+        "process.roles": "broker", "node.id": str(OURS), "listeners": f"PLAINTEXT://127.0.0.1:{ours_port}",
+        "controller.listener.names": "CONTROLLER", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}", "log.dirs": str(tmp_path / "ours"),
+        "metadata.log.dir": str(tmp_path / "ours-meta"), "kraftwerk.metrics.port": str(ours_http), **_STATIC,
+    })
+    subprocess.run([KRAFT, "storage", "format", "-c", str(ours), "-t", CLUSTER_ID], check=True, capture_output=True)
+    bootstrap = f"127.0.0.1:{ours_port}"
+    with _running([([KRAFT, "server", "start", "--config", str(controller)], tmp_path / "controller.log"),
+                   ([KRAFT, "server", "start", "--config", str(ours)], tmp_path / "ours.log")]):
+        _until(lambda: _ready(ours_http), "our broker to be RUNNING")
+        our_lines = _configure_and_describe(bootstrap, OURS)
+        refused = _ask(ours_port, DescribeConfigsRequest(resources=(
+            DescribeConfigsResource(resource_type=i8(4), resource_name="7", configuration_keys=None),
+            DescribeConfigsResource(resource_type=i8(2), resource_name="nope", configuration_keys=None),
+            DescribeConfigsResource(resource_type=i8(2), resource_name="t1", configuration_keys=("retention.ms",)),
+        ), include_synonyms=True, include_documentation=False))
+    assert refused == [
+        (ErrorCode.invalid_request, f"Unexpected broker id, expected {OURS} or empty string, but received 7"),
+        (ErrorCode.unknown_topic_or_partition, "Topic nope does not exist."),
+        (ErrorCode.none, None),
+    ]
+
+    kafka = _properties(tmp_path / "kafka.properties", {
+        "process.roles": "broker,controller", "node.id": "1",
+        "listeners": f"PLAINTEXT://127.0.0.1:{kafka_port},CONTROLLER://127.0.0.1:{kafka_controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{kafka_port}", "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{kafka_controller_port}", "log.dirs": str(tmp_path / "kafka"),
+        **_STATIC,
+    })
+    subprocess.run(_java("kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(kafka), "--standalone"),
+                   check=True, capture_output=True, timeout=_DEADLINE_S)
+    with _running([(_java("kafka.Kafka", str(kafka)), tmp_path / "kafka.log")]):
+        _until(lambda: "Kafka Server started" in (tmp_path / "kafka.log").read_text(), "the Kafka node to start")
+        kafka_lines = _configure_and_describe(f"127.0.0.1:{kafka_port}", 1)
+
+    for name in ("topic", "topic-all", "broker", "default", "brokers"):
+        assert our_lines[name] == kafka_lines[name], name
+    # Every topic config is there, with its chain (a sample the reader can see in the diff if not).
+    assert ("  retention.ms=12345 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=12345, "
+            "DYNAMIC_BROKER_CONFIG:log.retention.ms=777777, STATIC_BROKER_CONFIG:log.retention.hours=100, "
+            "DEFAULT_CONFIG:log.retention.hours=168}") in our_lines["topic-all"]
+
+    def keyed(lines: list[str]) -> dict[str, str]:
+        return {line.split("=", 1)[0].strip(): line for line in lines if line.startswith("  ")}
+
+    ours_all, kafka_all = keyed(our_lines["broker-all"]), keyed(kafka_lines["broker-all"])
+    assert {k: ours_all.get(k) for k in _BROKER_KEYS} == {k: kafka_all.get(k) for k in _BROKER_KEYS}
