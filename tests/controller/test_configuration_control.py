@@ -183,7 +183,7 @@ def test_create_topics_validates_its_configs() -> None:
     effective = {c.name: (c.value, int(c.config_source)) for c in created.configs}  # type: ignore[attr-defined]
     assert effective["min.insync.replicas"] == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert effective["retention.ms"] == ("604800000", ConfigSource.DEFAULT_CONFIG)
-    assert len(effective) == 31
+    assert len(effective) == 33  # Kafka 4.1 LogConfig: remote.log.copy.disable and remote.log.delete.on.disable too
 
 
 def test_deleting_a_topic_drops_only_its_configs_and_a_revert_brings_them_back() -> None:

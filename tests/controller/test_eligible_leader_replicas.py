@@ -195,3 +195,30 @@ def test_alter_partition_below_min_isr_keeps_the_dropped_follower_eligible_until
     assert (cluster.partition("t").isr, cluster.partition("t").elr) == ((1,), (2, 3))
     cluster.alter_isr("t", 0, [1, 3])
     assert (cluster.partition("t").isr, cluster.partition("t").elr) == ((1, 3), ())
+
+
+def test_a_min_insync_replicas_change_is_followed_by_a_clear_elr_record_whose_replay_empties_the_elrs() -> None:
+    from kraft_engine.records import ClearElrRecord, ConfigRecord
+
+    from .test_configuration_control import BROKER, SET, TOPIC, _alter
+
+    cluster = _offline_with_elr()
+    before = cluster.partition("t")
+    assert (before.elr, before.last_known_elr) == ((1, 2), (1,))
+    # A topic's change: its ConfigRecord, then Kafka's ClearElrRecord naming the topic.
+    assert _alter(cluster, (TOPIC, "t", [("min.insync.replicas", SET, "3")])) == [(0, None)]
+    assert cluster.written == [ConfigRecord(resource_type=TOPIC, resource_name="t", name="min.insync.replicas", value="3"),
+                               ClearElrRecord(topic_name="t")]
+    after = cluster.partition("t")
+    assert (after.elr, after.last_known_elr, after.partition_epoch) == ((), (), before.partition_epoch + 1)
+    assert (after.leader, after.isr, after.leader_epoch) == (before.leader, before.isr, before.leader_epoch)
+    # A broker-level change clears every topic's: the empty name. A partition with nothing to clear keeps its epoch.
+    assert _alter(cluster, (BROKER, "", [("min.insync.replicas", SET, "2")])) == [(0, None)]
+    assert cluster.written[-1] == ClearElrRecord(topic_name="")
+    assert cluster.partition("t").partition_epoch == after.partition_epoch
+    # Another config, or ELR off: no ClearElrRecord.
+    _alter(cluster, (TOPIC, "t", [("retention.ms", SET, "1000")]))
+    assert not any(isinstance(r, ClearElrRecord) for r in cluster.written)
+    off = _elr_cluster(elr=False)
+    _alter(off, (TOPIC, "t", [("min.insync.replicas", SET, "1")]))
+    assert not any(isinstance(r, ClearElrRecord) for r in off.written)

@@ -6,7 +6,8 @@ The same static config (log.retention.hours=100, num.partitions=2), the same top
 and cluster-wide dynamic defaults (log.retention.bytes, min.insync.replicas) are set with Kafka's
 own tools on (1) our controller and our broker, answering DescribeConfigs itself, and (2) one
 Apache Kafka 4.1 combined node. Every describe (a topic's dynamic configs and all of them, the
-broker's dynamic configs, the cluster defaults, every broker) prints the same lines, value and
+broker's dynamic configs, the cluster defaults, every broker, and `kafka-topics --describe`, which
+asks DescribeTopicPartitions and shows the ELR columns) prints the same lines, value and
 synonym chain for value and chain, the broker's id aside. A broker's `--all` listing is compared
 on the keys behind topic configs (Kafka's also lists its ~300 other keys). Our broker refuses a
 resource naming another broker and an unknown topic with Kafka's errors.
@@ -17,6 +18,7 @@ Needs the cached Kafka jars and a JDK; skips cleanly without them.
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 from pathlib import Path
 
@@ -90,6 +92,11 @@ def _configure_and_describe(bootstrap: str, node_id: int) -> dict[str, list[str]
             line.startswith("  log.retention.ms=777777") for line in result["broker"])
 
     _until(settled, "the dynamic configs in the broker's answer")
+    # Kafka 4.1's kafka-topics --describe: DescribeTopicPartitions (with the ELR columns) and the
+    # topic's non-default configs from DescribeConfigs.
+    described_topic = _tool("org.apache.kafka.tools.TopicCommand", bootstrap, "--describe", "--topic", "t1")
+    described_topic = re.sub(r"TopicId: \S+", "TopicId: <id>", described_topic)
+    result["kafka-topics"] = re.sub(r"(Leader|Replicas|Isr): \d+", r"\1: <id>", described_topic).splitlines()
     return result
 
 
@@ -150,7 +157,8 @@ def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Pat
         _until(lambda: "Kafka Server started" in (tmp_path / "kafka.log").read_text(), "the Kafka node to start")
         kafka_lines = _configure_and_describe(f"127.0.0.1:{kafka_port}", 1)
 
-    for name in ("topic", "topic-all", "broker", "default", "brokers"):
+    assert len(our_lines["kafka-topics"]) == 2 and "Elr: " in our_lines["kafka-topics"][1], our_lines["kafka-topics"]
+    for name in ("topic", "topic-all", "broker", "default", "brokers", "kafka-topics"):
         assert our_lines[name] == kafka_lines[name], name
     # Every topic config is there, with its chain (a sample the reader can see in the diff if not).
     assert ("  retention.ms=12345 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=12345, "

@@ -287,3 +287,40 @@ def test_produce_v13_names_topics_by_id_and_a_follower_points_to_the_leader(clus
     finally:
         consumer.close()
     assert read == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_describe_topic_partitions_pages_with_a_cursor_in_topic_name_order(cluster: BrokerCluster,
+                                                                           admin: KafkaAdminClient) -> None:
+    from kio.schema.describe_topic_partitions.v0.request import Cursor, DescribeTopicPartitionsRequest
+    from kio.schema.describe_topic_partitions.v0.request import TopicRequest as DescribeTopic
+
+    admin.create_topics([NewTopic("dtp-a", 3, 3), NewTopic("dtp-b", 2, 3)])
+    for topic, count in (("dtp-a", 3), ("dtp-b", 2)):
+        for p in range(count):
+            cluster.wait_isr(topic, p, set(cluster.brokers))
+    node = min(cluster.brokers)
+    named = tuple(DescribeTopic(name=TopicName(n)) for n in ("nope", "dtp-b", "dtp-a"))
+
+    def page(cursor: Cursor | None) -> tuple[list[tuple[str, int, list[int]]], tuple[str, int] | None]:
+        response = _ask(cluster, node, DescribeTopicPartitionsRequest(topics=named, response_partition_limit=i32(2),
+                                                                      cursor=cursor))
+        shown = [(str(t.name), int(t.error_code), [int(p.partition_index) for p in t.partitions]) for t in response.topics]
+        for t in response.topics:
+            for p in t.partitions:
+                metadata = cluster.partitions(node)[(str(t.name), int(p.partition_index))]
+                assert (int(p.leader_id), sorted(int(r) for r in p.isr_nodes)) == (metadata["leader"], sorted(cluster.brokers))
+                assert (p.eligible_leader_replicas, p.last_known_elr, p.offline_replicas) == ((), (), ())
+        after = response.next_cursor
+        return shown, None if after is None else (str(after.topic_name), int(after.partition_index))
+
+    assert page(None) == ([("dtp-a", 0, [0, 1])], ("dtp-a", 2))
+    assert page(Cursor(topic_name=TopicName("dtp-a"), partition_index=i32(2))) == (
+        [("dtp-a", 0, [2]), ("dtp-b", 0, [0])], ("dtp-b", 1))
+    assert page(Cursor(topic_name=TopicName("dtp-b"), partition_index=i32(1))) == (
+        [("dtp-b", 0, [1]), ("nope", int(ErrorCode.unknown_topic_or_partition), [])], None)
+    # A cursor naming a topic the request does not name: Kafka's INVALID_REQUEST for every topic.
+    refused = _ask(cluster, node, DescribeTopicPartitionsRequest(
+        topics=named, response_partition_limit=i32(2), cursor=Cursor(topic_name=TopicName("other"),
+                                                                     partition_index=i32(0))))
+    assert {(str(t.name), ErrorCode(t.error_code)) for t in refused.topics} == {
+        (n, ErrorCode.invalid_request) for n in ("nope", "dtp-b", "dtp-a")}

@@ -41,7 +41,7 @@ from kraft_engine.controller.results import (
     check_request_size,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap
-from kraft_engine.records import ConfigRecord
+from kraft_engine.records import ClearElrRecord, ConfigRecord
 
 __all__ = ["ConfigResourceType", "ConfigurationControlManager", "OpType"]
 
@@ -101,6 +101,7 @@ class ConfigurationControlManager:
         static_config: Mapping[str, str] | None = None,
         topic_exists: Callable[[str], bool] = lambda _: True,
         node_exists: Callable[[int], bool] = lambda _: True,
+        elr_enabled: Callable[[], bool] = lambda: False,
     ) -> None:
         self._registry = registry
         # (resource type, resource name) -> config name -> value. One timeline map per resource,
@@ -113,6 +114,7 @@ class ConfigurationControlManager:
         self._static_config = dict(static_config or {})
         self._topic_exists = topic_exists
         self._node_exists = node_exists
+        self._elr_enabled = elr_enabled
 
     # -- replay and reads ------------------------------------------------------------------
 
@@ -263,7 +265,9 @@ class ConfigurationControlManager:
             try:
                 if repeats[resource] > 1:
                     raise ControllerApiError(ErrorCode.invalid_request, "Duplicate resource.")
-                records.extend(self._alter_resource(resource, entry.configs, min_replication_factor))
+                altered = self._alter_resource(resource, entry.configs, min_replication_factor)
+                records.extend(altered)
+                records.extend(self._clear_elr_records(altered))
                 error = ApiError.NONE
             except ControllerApiError as failure:
                 error = ApiError(failure.error_code, failure.message)
@@ -277,6 +281,20 @@ class ConfigurationControlManager:
         if request.validate_only:
             return ControllerResult((), response)
         return ControllerResult(records, response, is_atomic=True)
+
+    def _clear_elr_records(self, records: Sequence[RecordAndVersion]) -> list[RecordAndVersion]:
+        """Kafka's createClearElrRecordsAsNeeded: with ELR enabled, each min.insync.replicas
+        ConfigRecord is followed by a ClearElrRecord for its topic (all topics, named "", for a
+        broker-level change): ELRs chosen under the old minimum no longer hold."""
+        if not self._elr_enabled():
+            return []
+        cleared = []
+        for entry in records:
+            record = entry.record
+            if isinstance(record, ConfigRecord) and record.name == _MIN_ISR:
+                topic = record.resource_name if record.resource_type == ConfigResourceType.TOPIC else ""
+                cleared.append(RecordAndVersion(ClearElrRecord(topic_name=topic), 0))
+        return cleared
 
     def _alter_resource(
         self, resource: Resource, configs: Sequence[alter_request.AlterableConfig],

@@ -81,6 +81,7 @@ from kraft_engine.records import (
     AccessControlEntryRecord,
     BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
+    ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
@@ -188,6 +189,7 @@ class QuorumController:
             static_config=static_config,
             topic_exists=lambda name: self.replication_control.topic_id(name) is not None,
             node_exists=lambda node: self.cluster_control.broker(node) is not None or node in self._quorum_node_ids,
+            elr_enabled=self.feature_control.is_elr_enabled,
         )
         self.replication_control = ReplicationControlManager(
             registry,
@@ -237,6 +239,7 @@ class QuorumController:
         events.register_replayer(PartitionRecord, replication.replay_partition)
         events.register_replayer(PartitionChangeRecord, replication.replay_partition_change)
         events.register_replayer(RemoveTopicRecord, replication.replay_remove_topic)
+        events.register_replayer(ClearElrRecord, replication.replay_clear_elr)
         events.register_replayer(ConfigRecord, self.configuration_control.replay)
         events.register_replayer(ProducerIdsRecord, self.producer_ids_control.replay)
         events.register_replayer(AccessControlEntryRecord, self.acl_control.replay)

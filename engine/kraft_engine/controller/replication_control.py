@@ -66,6 +66,7 @@ from kraft_engine.kafka_uuid import ONE_UUID, ZERO_UUID
 from kraft_engine.metadata import LeaderRecoveryState, PartitionRegistration
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
+    ClearElrRecord,
     ConfigRecord,
     MetadataVersion,
     PartitionChangeRecord,
@@ -320,6 +321,25 @@ class ReplicationControlManager:
         if previous is None:
             raise RuntimeError(f"PartitionChangeRecord at offset {offset} names unknown partition {key}")
         self._set_partition(key, previous, previous.merge(record))
+
+    def replay_clear_elr(self, record: ClearElrRecord, offset: int) -> None:
+        """Kafka's replay(ClearElrRecord): the ELR and last known ELR of the named topic's partitions
+        (every topic's, for the empty name) are emptied in place, each merged as a
+        PartitionChangeRecord would be (the partition epoch moves)."""
+        if record.topic_name:
+            topic_id = self._topics_by_name.get(record.topic_name)
+            if topic_id is None:
+                raise RuntimeError(f"ClearElrRecord at offset {offset} names unknown topic {record.topic_name!r}")
+            topic_ids = [topic_id]
+        else:
+            topic_ids = list(self._topic_names.keys())
+        for topic_id in topic_ids:
+            for partition_id in range(self._partition_counts.get(topic_id) or 0):
+                key = (topic_id, partition_id)
+                previous = self._partitions.get(_pack(key))
+                if previous is not None and (previous.elr or previous.last_known_elr):
+                    self._set_partition(key, previous, previous.merge(PartitionChangeRecord(
+                        partition_id=partition_id, topic_id=topic_id, eligible_leader_replicas=(), last_known_elr=())))
 
     def replay_remove_topic(self, record: RemoveTopicRecord, offset: int) -> None:
         name = self._topic_names.get(record.topic_id)

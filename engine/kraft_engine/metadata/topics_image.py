@@ -22,6 +22,7 @@ from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriter, ImageWriterOptions
 from kraft_engine.metadata.partition_registration import NO_LEADER, PartitionRegistration
 from kraft_engine.records.metadata_records import (
+    ClearElrRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RemoveTopicRecord,
@@ -279,6 +280,19 @@ class TopicDelta:
             )
         self.partition_changes[partition_id] = current.merge(record)
 
+    def replay_clear_elr(self) -> int:
+        """ClearElrRecord for this topic: every partition holding an ELR or a last known ELR gets
+        both emptied, as a PartitionChangeRecord merged in place would (its partition epoch moves);
+        the number of partitions changed."""
+        cleared = 0
+        for partition_id in sorted({*self.image.partitions, *self.partition_changes}):
+            current = self.partition(partition_id)
+            if current is not None and (current.elr or current.last_known_elr):
+                self.partition_changes[partition_id] = current.merge(PartitionChangeRecord(
+                    partition_id=partition_id, topic_id=self.id, eligible_leader_replicas=(), last_known_elr=()))
+                cleared += 1
+        return cleared
+
     def _local_changes_into(self, broker_id: int, out: _LocalChangesBuilder) -> None:
         for partition_id, new in self.partition_changes.items():
             tp = TopicPartition(self.name, partition_id)
@@ -352,6 +366,32 @@ class TopicsDelta:
     def replay_partition_change(self, record: PartitionChangeRecord) -> None:
         delta = self._topic_delta(record.topic_id, record)
         delta.replay_partition_change(record)
+
+    def replay_clear_elr(self, record: ClearElrRecord) -> None:
+        """Kafka's TopicsDelta.replay(ClearElrRecord): the named topic (created in this delta or in
+        the image; an unknown name is an error), or every topic when the name is empty."""
+        if record.topic_name:
+            topic_id = next((d.id for d in self.changed_topics.values()
+                             if d.name == record.topic_name and d.id in self.created_topic_ids), None)
+            if topic_id is None:
+                topic = self.image.topics_by_name.get(record.topic_name)
+                if topic is None or topic.id in self.deleted_topic_ids:
+                    raise MetadataReplayError(f"ClearElrRecord for unknown topic {record.topic_name!r}")
+                topic_id = topic.id
+            self._clear_elr_of(topic_id)
+            return
+        for topic_id in [*self.image.topics_by_id, *self.created_topic_ids]:
+            if topic_id not in self.deleted_topic_ids:
+                self._clear_elr_of(topic_id)
+
+    def _clear_elr_of(self, topic_id: uuid.UUID) -> None:
+        delta = self.changed_topics.get(topic_id)
+        if delta is None:
+            delta = TopicDelta(self.image.topics_by_id[topic_id])
+            if delta.replay_clear_elr():
+                self.changed_topics[topic_id] = delta
+            return
+        delta.replay_clear_elr()
 
     def replay_remove_topic(self, record: RemoveTopicRecord) -> str:
         """Delete the topic; returns its name (its configs go with it)."""

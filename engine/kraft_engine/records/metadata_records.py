@@ -615,6 +615,18 @@ class RegisterControllerRecord:
     features: tuple[ControllerFeature, ...] = field(metadata={"kafka_type": "ControllerFeature", "kafka_name": "Features"})
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClearElrRecord:
+    """ClearElrRecord (api key 28), version 0, the latest."""
+
+    __type__: ClassVar = EntityType.data
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(28)
+
+    topic_name: str = field(metadata={"kafka_type": "string", "kafka_name": "TopicName"})
+
+
 # api key -> the classes of versions 0, 1, ..., latest.
 METADATA_RECORD_VERSIONS: Final[dict[int, tuple[type, ...]]] = {
     0: (RegisterBrokerRecordV0, RegisterBrokerRecordV1, RegisterBrokerRecordV2, RegisterBrokerRecord),
@@ -642,6 +654,7 @@ METADATA_RECORD_VERSIONS: Final[dict[int, tuple[type, ...]]] = {
     25: (AbortTransactionRecord,),
     26: (RemoveDelegationTokenRecord,),
     27: (RegisterControllerRecord,),
+    28: (ClearElrRecord,),
 }
 
 # The latest version of every record: what the engine builds, replays and hands around.
@@ -671,6 +684,7 @@ MetadataRecord = (
     | AbortTransactionRecord
     | RemoveDelegationTokenRecord
     | RegisterControllerRecord
+    | ClearElrRecord
 )
 
 __all__ = [
@@ -682,6 +696,7 @@ __all__ = [
     "BrokerRegistrationChangeRecord",
     "BrokerRegistrationChangeRecordV0",
     "BrokerRegistrationChangeRecordV1",
+    "ClearElrRecord",
     "ClientQuotaRecord",
     "ConfigRecord",
     "ControllerEndpoint",

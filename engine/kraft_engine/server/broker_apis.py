@@ -29,6 +29,8 @@ Served (ApiVersions lists exactly these, each for every version in its range):
   (`server.forwarding`) at every version Kafka's controllers serve: CreateTopics v2-7, DeleteTopics
   v1-6, CreatePartitions v0-3, IncrementalAlterConfigs v0-1, AlterPartitionReassignments v0-1,
   ListPartitionReassignments v0, ElectLeaders v0-2.
+- DescribeTopicPartitions v0 (KIP-966: ELR and last known ELR, paged with a cursor):
+  `server.topic_describing`.
 - DescribeConfigs v1-4, answered by this broker from its own config and metadata image, as Kafka's
   broker answers it (`server.config_describing`).
 """
@@ -62,6 +64,7 @@ from kraft_engine.server.controller_channel import ControllerChannel, Controller
 from kraft_engine.server.forwarding import FORWARDED_API_VERSIONS, EnvelopeForwarder
 from kraft_engine.server.replica_apis import ReplicaApis, leader_at_epoch
 from kraft_engine.server.replica_manager import Partition, ReplicaManager
+from kraft_engine.server.topic_describing import DESCRIBE_TOPIC_PARTITIONS, describe_topic_partitions
 from kraft_engine.storage.partition_log import OffsetOutOfRangeError
 
 __all__ = ["BrokerApis", "CLIENT_API_VERSIONS"]
@@ -80,6 +83,7 @@ CLIENT_API_VERSIONS = {
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_CLUSTER: (0, 2),  # v2: include_fenced_brokers (the operator sees a stopped broker still registered)
     DESCRIBE_CONFIGS: (1, 4),
+    DESCRIBE_TOPIC_PARTITIONS: (0, 0),
 }
 
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
@@ -132,6 +136,7 @@ class BrokerApis:
             DESCRIBE_CLUSTER: self.describe_cluster,
             INIT_PRODUCER_ID: self.init_producer_id,
             DESCRIBE_CONFIGS: self._configs.describe_configs,
+            DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions,
         }
         for api_key, handler in handlers.items():
             low, high = CLIENT_API_VERSIONS[api_key]
@@ -209,6 +214,10 @@ class BrokerApis:
             controller_id=BrokerId(self._node_id),
             topics=tuple(topics),
         )
+
+    async def describe_topic_partitions(self, request: Any, ctx: RequestContext) -> Any:
+        return describe_topic_partitions(request, ctx, image=self._image(),
+                                         limit_max=self._config.max_request_partition_size_limit)
 
     async def _auto_create(self, names: list[str]) -> None:
         request = CreateTopicsRequest(

@@ -173,6 +173,7 @@ class KafkaConfig(BaseModel):
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = _INT_MAX
     message_max_bytes: int = 1024 * 1024 + 12
+    max_request_partition_size_limit: int = 2000
     log_segment_bytes: int = _DEFAULT_SEGMENT_BYTES
     log_retention_ms: int = _DEFAULT_RETENTION_MS
     log_retention_bytes: int = -1
@@ -290,6 +291,7 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 0, _INT_MAX),
     "group.max.size": ("group_max_size", 1, _INT_MAX),
     "message.max.bytes": ("message_max_bytes", 0, _INT_MAX),
+    "max.request.partition.size.limit": ("max_request_partition_size_limit", 1, _INT_MAX),
     "log.segment.bytes": ("log_segment_bytes", 1024 * 1024, _INT_MAX),
     "log.retention.bytes": ("log_retention_bytes", -1, _LONG_MAX),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1, _LONG_MAX),
