@@ -92,3 +92,19 @@ def test_a_stale_committed_state_is_ignored() -> None:
     state.committed(isr=(1,), partition_epoch=4)
     assert state.isr == {1, 2, 3}
     assert state.partition_epoch == 5
+
+
+def test_with_elr_the_high_watermark_holds_while_the_isr_is_below_min_isr() -> None:
+    # KIP-966: ISR {1, 2} with an effective min ISR of 3 commits nothing, though both have fetched.
+    state = leader(isr=(1, 2))
+    state.min_isr_to_advance = 3
+    assert not state.follower_fetched(2, fetch_offset=10, leader_log_end=10, now_ms=1)
+    assert state.high_watermark == 0
+    # The ISR back at min ISR: the high watermark moves at once to what all three have.
+    state.committed(isr=(1, 2, 3), partition_epoch=6)
+    state.follower_fetched(3, fetch_offset=10, leader_log_end=10, now_ms=2)
+    assert state.high_watermark == 10
+    # Without ELR (no floor) the same ISR of two commits, as before.
+    plain = leader(isr=(1, 2))
+    plain.follower_fetched(2, fetch_offset=10, leader_log_end=10, now_ms=1)
+    assert plain.high_watermark == 10

@@ -40,7 +40,7 @@ INITIAL = f"1@localhost:19093:{DIR_1},2@localhost:19094:{DIR_2},3@localhost:1909
 
 # What `kafka-storage format` finalizes besides metadata.version for 4.2-IV1, the engine's latest
 # production release: on a controller, Kafka's defaults; on a node that also runs the engine's
-# broker, what that broker supports, i.e. nothing (feature_versions._BROKER_MAX_LEVELS).
+# broker, what that broker supports of them, i.e. ELR only (feature_versions._BROKER_MAX_LEVELS).
 LATEST_RELEASE_FEATURES: list[FeatureLevelRecord] = [
     FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1),
     FeatureLevelRecord(name="group.version", feature_level=1),
@@ -345,7 +345,7 @@ def test_every_role_quorum_and_flag_combination(
     features = [r for r in records if isinstance(r, FeatureLevelRecord)]
     # metadata.version first, then every feature the release starts above level 0, by name.
     assert features == [FeatureLevelRecord(name="metadata.version", feature_level=metadata_version.latest().level),
-                        *(LATEST_RELEASE_FEATURES if roles == "controller" else [])]
+                        *(LATEST_RELEASE_FEATURES if roles == "controller" else LATEST_RELEASE_FEATURES[:1])]
     if quorum == "static":
         assert kinds == ["SnapshotHeaderRecord"] + ["FeatureLevelRecord"] * len(features) + ["SnapshotFooterRecord"]
     else:
@@ -586,9 +586,9 @@ _TV2_GV1 = {"group.version": 1, "transaction.version": 2}
     ("controller", "4.0-IV0", {"group.version": 1}),
     ("controller", "4.0-IV2", _TV2_GV1),
     ("controller", "4.1-IV1", {**_TV2_GV1, "eligible.leader.replicas.version": 1}),
-    # A node that also runs the engine's broker stops at what that broker supports: level 0 of
-    # each, or its own broker would be refused at registration.
-    ("broker,controller", "4.1-IV1", {}),
+    # A node that also runs the engine's broker stops at what that broker supports (ELR 1, level 0
+    # of group and transaction versions), or its own broker would be refused at registration.
+    ("broker,controller", "4.1-IV1", {"eligible.leader.replicas.version": 1}),
 ])
 def test_release_version_finalizes_kafkas_default_feature_levels(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], roles: str, release: str, expected: dict[str, int]
@@ -641,7 +641,19 @@ def test_bad_feature_flags_are_refused_with_kafkas_message_and_nothing_is_writte
     assert on_disk(tmp_path) == []
 
 
-@pytest.mark.parametrize("feature", ["eligible.leader.replicas.version=1", "transaction.version=2", "group.version=1"])
+def test_a_combined_node_lowers_only_the_defaults_its_broker_lacks(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # Kafka's defaults for 4.1-IV1, less what the engine's broker cannot support (the KIP-848 group
+    # coordinator, KIP-890 transactions): ELR stays at Kafka's 1, since the broker now keeps
+    # KIP-966's high-watermark rule and serves DescribeTopicPartitions.
+    config = write_config(tmp_path, roles="broker,controller", node_id=1)
+    rc, _, err = fmt(capsys, config, "-s", "--release-version", "4.1-IV1")
+    assert rc == 0, err
+    assert [(f.name, f.feature_level) for f in snapshot_records(tmp_path / "meta")
+            if isinstance(f, FeatureLevelRecord)] == [("metadata.version", 27), ("eligible.leader.replicas.version", 1)]
+
+
+@pytest.mark.parametrize("feature", ["transaction.version=2", "group.version=1"])
 def test_a_level_the_engines_broker_lacks_is_refused_on_a_node_that_runs_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], feature: str
 ) -> None:

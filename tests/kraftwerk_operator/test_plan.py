@@ -319,21 +319,20 @@ def _format_features(text: str, rules, **spec_changes: object) -> set[tuple[tupl
 
 
 def test_format_finalizes_only_levels_every_pool_supports(rules) -> None:
-    # The engine's brokers lack the coordinators behind group.version 1, transaction.version 1-2
-    # and the high-watermark rule of eligible.leader.replicas.version 1: a cluster that runs them
-    # is formatted at level 0 of each (Kafka's defaults would refuse them at registration).
+    # The engine's brokers lack the coordinators behind group.version 1 and transaction.version
+    # 1-2: a cluster that runs them is formatted at level 0 of each (Kafka's defaults would refuse
+    # them at registration). eligible.leader.replicas.version 1 they support: Kafka's default stays.
     engine_brokers = WITH_BROKERS.replace("      implementation: apache-kafka\n", "")
     assert "apache-kafka" not in engine_brokers
     assert _format_features(engine_brokers, rules) == {(
-        ("eligible.leader.replicas.version", 0), ("group.version", 0), ("share.version", 0),
-        ("transaction.version", 0),
+        ("group.version", 0), ("share.version", 0), ("transaction.version", 0),
     )}
     world = World(random.Random(0))
     cluster, _ = step(cluster_from(engine_brokers), world, rules=rules)
     _, result = step(cluster, world, rules=rules, apply=False)
     args = next(a for a in result.actions if isinstance(a, FormatStorage)).format_arguments(config_path="/c")
     at = args.index("--feature")
-    assert args[at:at + 2] == ["--feature", "eligible.leader.replicas.version=0"]
+    assert args[at:at + 2] == ["--feature", "group.version=0"]
     # Engine controllers alone, or with Apache Kafka brokers, support every level Kafka's
     # defaults for the release finalize: no overrides, the same records as kafka-storage writes.
     assert _format_features(THREE_CONTROLLERS, rules) == {()}

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from broker_processes import BrokerCluster, start_cluster
+from kio.schema.describe_topic_partitions.v0.request import DescribeTopicPartitionsRequest
+from kio.schema.describe_topic_partitions.v0.request import TopicRequest as DescribeTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -282,6 +284,26 @@ def test_acks_all_is_refused_with_not_enough_replicas_below_min_insync_replicas(
     assert asyncio.run(produce(-1))[0] == ErrorCode.not_enough_replicas
     # acks=1 does not need the ISR: it is written, and it is the first record (nothing was before).
     assert asyncio.run(produce(1)) == (ErrorCode.none, 0)
+
+    # The cluster finalizes eligible.leader.replicas.version 1 (every node supports it): the fenced
+    # follower left the ISR below min ISR, so it stays eligible (KIP-966), which
+    # DescribeTopicPartitions shows; and the leader holds its high watermark below min ISR, so the
+    # acks=1 record is not committed (consumers do not see it) until the follower is back.
+    async def described() -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        async with KafkaConnection("127.0.0.1", brokers.broker_ports[leader]) as connection:
+            response = await connection.send(DescribeTopicPartitionsRequest(topics=(DescribeTopic(name=TopicName(TOPIC)),)))
+            part = response.topics[0].partitions[0]
+            listed = await connection.send(ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
+                ListOffsetsTopic(name=TopicName(TOPIC), partitions=(ListOffsetsPartition(
+                    partition_index=i32(0), current_leader_epoch=i32(-1), timestamp=i64(-1)),)),)))
+            return (tuple(sorted(int(r) for r in part.isr_nodes)), tuple(int(r) for r in part.eligible_leader_replicas),
+                    int(listed.topics[0].partitions[0].offset))
+
+    assert asyncio.run(described()) == (tuple(sorted(brokers.brokers - {follower})), (follower,), 0)
+    brokers.start(follower)
+    brokers.wait_isr(TOPIC, 0, set(brokers.brokers))
+    wait_for(lambda: asyncio.run(described()) == (tuple(sorted(brokers.brokers)), (), 1), timeout_s=90,
+             what="the ELR cleared and the acks=1 record committed once the ISR is back at min ISR")
 
 
 def _metric(cluster: BrokerCluster, node_id: int, name: str) -> float:

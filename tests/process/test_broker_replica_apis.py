@@ -242,7 +242,7 @@ def test_produce_v13_names_topics_by_id_and_a_follower_points_to_the_leader(clus
 
     from kraft_engine.records.client_records import ProducedRecord, encode_client_batch
 
-    topic = "by-id"
+    topic = "produced-by-id"
     _create(cluster, admin, topic)
     leader = _leader(cluster, topic)
     follower = min(n for n in cluster.brokers if n != leader)

@@ -92,6 +92,7 @@ def test_api_keys_and_type_names_match_kafka() -> None:
         25: "ABORT_TRANSACTION_RECORD",
         26: "REMOVE_DELEGATION_TOKEN_RECORD",
         27: "REGISTER_CONTROLLER_RECORD",
+        28: "CLEAR_ELR_RECORD",  # Kafka 4.1 (KIP-966), not in the shared reference schemas
     }
     assert {k: t.highest_version for k, t in METADATA_RECORD_TYPES.items() if t.highest_version} == {
         0: 3,

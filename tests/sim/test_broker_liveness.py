@@ -20,7 +20,7 @@ from concurrent.futures import Executor
 
 import pytest
 
-from kraft_engine.controller import cluster_control, quorum_controller
+from kraft_engine.controller import cluster_control, partition_change, quorum_controller
 from kraft_engine.controller.broker_heartbeat import BrokerHeartbeatManager
 from kraft_engine.sim import broker_liveness, scenarios
 from kraft_engine.sim.controller_machine import ControllerMachine
@@ -111,3 +111,39 @@ def test_the_runs_exercise_failovers_resigned_restarts_and_fences(monkeypatch: p
                         if isinstance(n.counter, ControllerMachine))
         fences += len(made[-1].fences_checked)
     assert declined >= 2 and fences >= 8, (declined, fences)
+
+
+def _elr_states_seen(seeds: range, monkeypatch: pytest.MonkeyPatch) -> int:
+    made: list[broker_liveness.SimBrokers] = []
+    original = broker_liveness.SimBrokers
+
+    def recording(*args: object, **kwargs: object) -> broker_liveness.SimBrokers:
+        brokers = original(*args, **kwargs)  # type: ignore[arg-type]
+        made.append(brokers)
+        return brokers
+
+    monkeypatch.setattr(scenarios, "SimBrokers", recording)
+    for seed in seeds:
+        SCENARIOS["broker-liveness"].run(seed)
+    return sum(b.elr_states_seen for b in made)
+
+
+def test_the_runs_fill_eligible_leader_replicas_under_kip_966s_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards the ELR half of the scenario: with two of four brokers silenced, partitions of the
+    min-ISR-2 topic drop below min ISR and keep their fenced replicas eligible, on committed
+    states that hold EligibleLeaderReplicas (the seeds pass)."""
+    assert _elr_states_seen(range(10), monkeypatch) > 0
+
+
+@pytest.mark.slow
+def test_a_controller_that_keeps_isr_members_in_the_elr_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = partition_change.PartitionChangeBuilder._populate_target_elr
+
+    def broken(self: partition_change.PartitionChangeBuilder) -> None:
+        real(self)
+        if self.target_elr:  # the ISR members are left in the ELR too
+            self.target_elr = tuple(dict.fromkeys((*self.target_elr, *self.target_isr)))
+
+    monkeypatch.setattr(partition_change.PartitionChangeBuilder, "_populate_target_elr", broken)
+    seen = _failures(range(20))
+    assert seen["EligibleLeaderReplicas"] >= 3, seen

@@ -7,7 +7,10 @@ offset the follower asked for is its log end offset) and the leader's own log en
 - `high_watermark`: the smallest log end offset among the leader and every replica of the
   *maximal* ISR (the committed ISR plus a pending expansion; a pending shrink still counts the
   replica it removes, so a write is never acknowledged on the strength of an ISR the controller
-  has not accepted). It never moves back.
+  has not accepted). It never moves back. With KIP-966's ELR on, it does not move at all while
+  the committed ISR is smaller than the effective min.insync.replicas (`min_isr_to_advance`), as
+  Kafka's Partition.maybeIncrementLeaderHW: the ELR may only hold replicas that have every
+  committed record, so a write below min ISR is not committed.
 - `shrink_candidates`: ISR members that have not caught up to the leader's log end within
   `replica.lag.time.max.ms` (Kafka's lastCaughtUpTime rule: a fetch that reaches the leader's log
   end makes the follower caught up at that fetch's time; one that reaches the log end the leader
@@ -58,6 +61,9 @@ class LeaderReplicaState:
         self.high_watermark = high_watermark
         self.leader_epoch_start_offset = leader_epoch_start_offset
         self.pending_isr: frozenset[int] | None = None
+        self.min_isr_to_advance = 0
+        """With ELR on, the effective min.insync.replicas (min of the topic's and its replication
+        factor); 0 otherwise. The shell sets it before asking the high watermark to move."""
         # Kafka starts every follower as caught up at leadership time: a new leader must not
         # shrink the ISR before its followers had a chance to fetch.
         self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in replicas if r != local_id}
@@ -91,6 +97,8 @@ class LeaderReplicaState:
         return self.maybe_advance_high_watermark(leader_log_end=leader_log_end)
 
     def maybe_advance_high_watermark(self, *, leader_log_end: int) -> bool:
+        if len(self.isr) < self.min_isr_to_advance:
+            return False
         candidate = leader_log_end
         maximal = self.maximal_isr
         for replica_id, follower in self.followers.items():

@@ -121,22 +121,19 @@ _BY_NAME = {f.name: f for f in FEATURES}
 _BROKER_MAX_LEVELS = {
     TRANSACTION_VERSION: 0,
     GROUP_VERSION: 0,
-    ELIGIBLE_LEADER_REPLICAS_VERSION: 0,
     SHARE_VERSION: 0,
     STREAMS_VERSION: 0,
 }
 """What the engine's broker supports of each feature it does not implement above level 0:
 transaction.version 1-2 (KIP-890 server-side transaction checks), group.version 1 (KIP-848
 consumer groups), share.version 1 (KIP-932 share groups) and streams.version 1 (KIP-1071) live in
-the broker's group and transaction coordinators, which the engine's broker does not have;
-eligible.leader.replicas.version 1 needs the leader to hold its high watermark while the ISR is
-below min.insync.replicas (KIP-966), which the engine's broker does not do. The engine's
-controller supports every level of Kafka's table: of these features only
-eligible.leader.replicas.version changes what a controller does, and it keeps KIP-966's eligible
-leader replicas (`controller/partition_change.py`). So a cluster formatted with Kafka's defaults
-runs engine controllers with Apache Kafka brokers, and refuses the engine's brokers at
-registration (UNSUPPORTED_VERSION) until they are formatted with levels they support, as Kafka
-refuses a broker that lacks a finalized level."""
+the broker's group and transaction coordinators, which the engine's broker does not have at those
+levels. eligible.leader.replicas.version 1 is supported: its leader holds the high watermark while
+the ISR is below min.insync.replicas (`broker/replica_state.py`) and it serves
+DescribeTopicPartitions with the ELR fields. The engine's controller supports every level of
+Kafka's table. So a cluster formatted with Kafka's defaults runs engine controllers with Apache
+Kafka brokers, and refuses the engine's brokers at registration (UNSUPPORTED_VERSION) until they
+are formatted with levels they support, as Kafka refuses a broker that lacks a finalized level."""
 
 
 def engine_max_level(definition: FeatureDefinition, *, unstable_enabled: bool, broker: bool = False) -> int:

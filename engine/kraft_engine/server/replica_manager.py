@@ -100,6 +100,7 @@ from kraft_engine.metadata import (
 )
 from kraft_engine.protocol import ConnectionConfig, FileRegion, KafkaConnection, KafkaProtocolError
 from kraft_engine.records.batches import BatchHeader, iter_batches
+from kraft_engine.records.feature_versions import ELIGIBLE_LEADER_REPLICAS_VERSION
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
 from kraft_engine.storage.checkpoint_file import (
@@ -638,8 +639,19 @@ class ReplicaManager:
 
     def _advance_high_watermark(self, partition: Partition) -> None:
         state = partition.leader_state
-        if state is not None and state.maybe_advance_high_watermark(leader_log_end=partition.log.log_end_offset):
+        if state is None:
+            return
+        state.min_isr_to_advance = self._min_isr_to_advance(partition)
+        if state.maybe_advance_high_watermark(leader_log_end=partition.log.log_end_offset):
             partition.notify()
+
+    def _min_isr_to_advance(self, partition: Partition) -> int:
+        """KIP-966: with eligible.leader.replicas.version >= 1 finalized, the high watermark holds
+        while the ISR is below min(min.insync.replicas, replication factor); 0 (no floor) without."""
+        if self._image().features.finalized_level(ELIGIBLE_LEADER_REPLICAS_VERSION) < 1:
+            return 0
+        min_isr = self.topic_config_int(partition.topic, "min.insync.replicas", self.config.min_insync_replicas)
+        return min(min_isr, len(partition.replicas))
 
     def follower_fetch(self, partition: Partition, *, replica_id: int, fetch_offset: int,
                        log_start_offset: int = -1) -> None:
@@ -650,6 +662,7 @@ class ReplicaManager:
         if partition.follower_log_starts.get(replica_id) != log_start_offset:
             partition.follower_log_starts[replica_id] = log_start_offset
             partition.notify()  # a DeleteRecords may be waiting for this replica's log start
+        state.min_isr_to_advance = self._min_isr_to_advance(partition)
         if state.follower_fetched(replica_id, fetch_offset=fetch_offset, leader_log_end=partition.log.log_end_offset,
                                   now_ms=_now_ms()):
             partition.notify()

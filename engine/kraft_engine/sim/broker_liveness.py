@@ -19,6 +19,14 @@ Checked after every event of the run:
   after its last heartbeat reached the active controller.
 - ControllerActivation / ControllerWrite (in `ControllerMachine`): no controller activates in, or
   writes to, an epoch its raft node never led.
+
+With ELR on (eligible.leader.replicas.version 1 finalized at bootstrap, a topic of replication
+factor 3 and min.insync.replicas 2 over the four brokers), every committed batch also holds each
+controller's partitions to KIP-966's rules (EligibleLeaderReplicas):
+
+- the ELR and the last known ELR are replicas of the partition, and no ELR member is in the ISR;
+- with the ISR at or above min ISR, the ELR and the last known ELR are empty;
+- the leader is in the ISR (or there is none), and is never a fenced broker.
 """
 
 from __future__ import annotations
@@ -26,20 +34,30 @@ from __future__ import annotations
 import functools
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
-from kio.schema.types import BrokerId
-from kio.static.primitive import i16, i64, u16
+from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i16, i32, i32Timedelta, i64, u16
 
 from kraft_engine.controller import QuorumController
 from kraft_engine.raft import CommittedBatch, Role
 from kraft_engine.records import BrokerRegistrationChangeRecord, FenceBrokerRecord, decode_metadata_record
 from kraft_engine.sim.cluster import CLUSTER_ID, SimCluster
-from kraft_engine.sim.controller_machine import METADATA_VERSION, ControllerMachine, ControllerWrite
+from kraft_engine.sim.controller_machine import (
+    ELR_FEATURE,
+    METADATA_VERSION,
+    ControllerMachine,
+    ControllerWrite,
+)
 from kraft_engine.sim.invariants import Violation
 
-__all__ = ["HEARTBEAT_INTERVAL_MS", "SESSION_TIMEOUT_MS", "SimBroker", "SimBrokers"]
+__all__ = ["ELR_MIN_ISR", "ELR_TOPIC", "HEARTBEAT_INTERVAL_MS", "SESSION_TIMEOUT_MS", "SimBroker", "SimBrokers"]
+
+ELR_TOPIC = "elr"
+ELR_MIN_ISR = 2
 
 SESSION_TIMEOUT_MS = 9000
 """broker.session.timeout.ms's default (the controllers' default too)."""
@@ -81,6 +99,8 @@ class SimBrokers:
         }
         self.fences_checked: set[tuple[int, int]] = set()  # (broker, epoch) already seen committed
         self.fenced_live: list[str] = []
+        #: Committed partition states seen with a non-empty ELR (the runs exercise KIP-966).
+        self.elr_states_seen = 0
         for broker in self.brokers.values():
             self.scheduler.every(HEARTBEAT_INTERVAL_MS, functools.partial(self._beat, broker),
                                  label=f"broker {broker.broker_id}", jitter_ms=200, delay_ms=random.randint(1, 500))
@@ -165,7 +185,8 @@ class SimBrokers:
             listeners=(Listener(name="PLAINTEXT", host="localhost", port=u16(9092 + broker.broker_id),
                                 security_protocol=i16(0)),),
             features=(Feature(name="metadata.version", min_supported_version=i16(7),
-                              max_supported_version=i16(METADATA_VERSION)),),
+                              max_supported_version=i16(METADATA_VERSION)),
+                      Feature(name=ELR_FEATURE, min_supported_version=i16(0), max_supported_version=i16(1))),
             rack=None, log_dirs=(uuid.UUID(int=self.scheduler.random.getrandbits(128)),),
         )
 
@@ -202,7 +223,9 @@ class SimBrokers:
                     )
 
     def check_committed(self, machine: ControllerMachine, batch: CommittedBatch[bytes]) -> None:
-        """LiveBrokerNeverFenced, on a committed batch's records."""
+        """LiveBrokerNeverFenced, on a committed batch's records; EligibleLeaderReplicas on the
+        controller's partitions once it applied the batch."""
+        self._check_elr(machine)
         append_time_ms = batch.append_timestamp_ms
         for value in batch.records:
             record = decode_metadata_record(value)[0]
@@ -225,3 +248,38 @@ class SimBrokers:
                     f"{machine.node_id}; its last heartbeat reached the active controller at "
                     f"{broker.last_contact_ms} ms (session {SESSION_TIMEOUT_MS} ms)",
                 )
+
+    def create_elr_topic(self) -> ControllerWrite | None:
+        """CreateTopics of the ELR topic (four partitions, three replicas, min ISR 2) on the active controller."""
+        machine = self.active_controller()
+        if machine is None:
+            return None
+        request = CreateTopicsRequest(
+            topics=(CreatableTopic(name=TopicName(ELR_TOPIC), num_partitions=i32(4), replication_factor=i16(3),
+                                   assignments=(), configs=(CreatableTopicConfig(name="min.insync.replicas",
+                                                                                 value=str(ELR_MIN_ISR)),)),),
+            timeout=i32Timedelta.parse(timedelta(seconds=30)), validate_only=False)
+        return machine.write("createTopics", lambda c: c.create_topics(request))
+
+    def _check_elr(self, machine: ControllerMachine) -> None:
+        """EligibleLeaderReplicas (see the module docstring)."""
+        replication = machine.controller.replication_control
+        topic_id = replication.topic_id(ELR_TOPIC)
+        if topic_id is None:
+            return
+        cluster = machine.controller.cluster_control
+        partition_id = 0
+        while (partition := replication.partition(topic_id, partition_id)) is not None:
+            where = f"{ELR_TOPIC}-{partition_id} on controller {machine.node_id}: {partition}"
+            elr, last_known, isr = set(partition.elr), set(partition.last_known_elr), set(partition.isr)
+            if not (elr | last_known) <= set(partition.replicas) or elr & isr:
+                raise Violation("EligibleLeaderReplicas", f"ELR outside the replicas or inside the ISR: {where}")
+            if len(isr) >= ELR_MIN_ISR and (elr or last_known):
+                raise Violation("EligibleLeaderReplicas", f"an ELR kept at or above min ISR {ELR_MIN_ISR}: {where}")
+            if partition.leader >= 0:
+                registration = cluster.broker(partition.leader)
+                if partition.leader not in isr or registration is None or registration.fenced:
+                    raise Violation("EligibleLeaderReplicas", f"a leader outside the ISR or fenced: {where}")
+            if elr:
+                self.elr_states_seen += 1
+            partition_id += 1

@@ -50,10 +50,11 @@ from kraft_engine.sim.scheduler import EventHandle
 if TYPE_CHECKING:
     from kraft_engine.sim.cluster import SimCluster, SimNode
 
-__all__ = ["METADATA_VERSION", "ControllerMachine", "ControllerWrite", "SimRaftAppends"]
+__all__ = ["ELR_FEATURE", "METADATA_VERSION", "ControllerMachine", "ControllerWrite", "SimRaftAppends"]
 
 METADATA_VERSION = 25
 """The bootstrap metadata.version of simulated controllers (4.0-IV3)."""
+ELR_FEATURE = "eligible.leader.replicas.version"
 
 
 class SimRaftAppends:
@@ -124,6 +125,8 @@ class ControllerMachine:
     declined_activations: int = 0
     #: Called with every committed batch once the controller applied it (scenario invariants).
     on_commit: Callable[[ControllerMachine, CommittedBatch[bytes]], None] | None = None
+    #: Finalize eligible.leader.replicas.version 1 at bootstrap (KIP-966's ELR in every partition change).
+    elr: bool = False
     #: When the controller last activated (virtual ms), and in which epoch.
     activated_ms: int = -1
     activated_epoch: int = -1
@@ -134,9 +137,11 @@ class ControllerMachine:
             raft=SimRaftAppends(self),
             quorum_node_ids=sorted(self.cluster.voter_ids),
             bootstrap_records=[
-                RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=METADATA_VERSION), 0)
+                RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=METADATA_VERSION), 0),
+                *([RecordAndVersion(FeatureLevelRecord(name=ELR_FEATURE, feature_level=1), 0)] if self.elr else []),
             ],
-            local_supported_features={"metadata.version": VersionRange(7, METADATA_VERSION)},
+            local_supported_features={"metadata.version": VersionRange(7, METADATA_VERSION),
+                                      ELR_FEATURE: VersionRange(0, 1)},
             cluster_id=CLUSTER_ID,
             rng=self.cluster.scheduler.random,
         )

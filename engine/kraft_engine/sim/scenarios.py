@@ -31,9 +31,9 @@ from kio.static.primitive import i8
 from kraft_engine.controller import QuorumController
 from kraft_engine.raft import KRAFT_VERSION_1, CommittedBatch, FollowerState, RaftConfig, ReplicaKey
 from kraft_engine.raft import messages as raft_messages
-from kraft_engine.sim.broker_liveness import SimBrokers
+from kraft_engine.sim.broker_liveness import ELR_TOPIC, SimBrokers
 from kraft_engine.sim.cluster import ADMIN_ID, CLUSTER_ID, SimCluster, endpoint_of
-from kraft_engine.sim.controller_machine import ControllerMachine
+from kraft_engine.sim.controller_machine import ControllerMachine, ControllerWrite
 from kraft_engine.sim.invariants import (
     AtMostOneUncommittedVoterSet,
     ConsistentCommittedData,
@@ -742,7 +742,7 @@ def broker_liveness(seed: int) -> SimRun:
         holder[0].check_committed(machine, batch)
 
     def machine(cluster: SimCluster, node_id: int) -> ControllerMachine:
-        return ControllerMachine(cluster, node_id, on_commit=check_committed)
+        return ControllerMachine(cluster, node_id, on_commit=check_committed, elr=True)
 
     run = SimRun(seed, voters=3, state_machine_factory=machine)
     cluster = run.cluster
@@ -750,6 +750,17 @@ def broker_liveness(seed: int) -> SimRun:
     holder.append(brokers)
     run.warm_up()
     run.until(lambda: all(_unfenced_everywhere(cluster, brokers, b) for b in brokers.live()), "brokers unfenced")
+    # KIP-966: a topic whose partitions fill their ELR when two of their three replicas' brokers
+    # are fenced (ELR is finalized at bootstrap; EligibleLeaderReplicas is checked on every commit).
+    created: list[ControllerWrite | None] = [None]
+
+    def topic_created() -> bool:
+        last = created[-1]
+        if last is None or last.outcome not in (None, "ok"):
+            created.append(brokers.create_elr_topic())
+        return all(_has_elr_topic(node.counter) for node in cluster.running.values())
+
+    run.until(topic_created, "the ELR topic on every controller")
     everyone = [ADMIN_ID, *cluster.all_ids]
     for _ in range(8):
         run.scheduler.run_for(run.random.randint(500, 6000))
@@ -781,6 +792,11 @@ def broker_liveness(seed: int) -> SimRun:
         "silent brokers fenced and live ones unfenced on every controller",
     )
     return run
+
+
+def _has_elr_topic(machine: object) -> bool:
+    return isinstance(machine, ControllerMachine) and \
+        machine.controller.replication_control.topic_id(ELR_TOPIC) is not None
 
 
 def _restart(cluster: SimCluster, node_id: int) -> None:
