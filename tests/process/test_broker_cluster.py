@@ -360,6 +360,8 @@ def test_kraft_topics_against_brokers_creates_describes_and_shows_under_replicat
     assert lines[0].startswith("Topic: demo\tTopicId: ") and "PartitionCount: 2\tReplicationFactor: 3" in lines[0]
     assert "min.insync.replicas=3" in lines[0]
     assert len(lines) == 3 and all("\tIsr: " in line for line in lines[1:])
+    # ELR from DescribeTopicPartitions, as Kafka 4.x's kafka-topics prints it: empty at full ISR.
+    assert all(line.endswith("\tElr: \tLastKnownElr: ") for line in lines[1:]), lines
     assert kraft_tool("topics", "--bootstrap-server", bootstrap, "--describe", "--under-replicated-partitions",
                       check=True).stdout == ""
     victim = max(brokers.brokers)
@@ -370,6 +372,8 @@ def test_kraft_topics_against_brokers_creates_describes_and_shows_under_replicat
     under = kraft_tool("topics", "--bootstrap-server", survivors, "--describe", "--under-replicated-partitions",
                        check=True).stdout.splitlines()
     assert [line.split("\t")[2] for line in under] == ["Partition: 0", "Partition: 1"]
+    # Below min.insync.replicas=3 the fenced broker stays eligible (KIP-966, ELR finalized).
+    assert all(line.endswith(f"\tElr: {victim}\tLastKnownElr: ") for line in under), under
     under_min = kraft_tool("topics", "--bootstrap-server", survivors, "--describe", "--under-min-isr-partitions",
                            check=True).stdout.splitlines()
     assert len(under_min) == 2

@@ -94,15 +94,7 @@ def test_a_controller_that_activates_for_an_epoch_raft_does_not_hold_is_caught(m
 def test_the_runs_exercise_failovers_resigned_restarts_and_fences(monkeypatch: pytest.MonkeyPatch) -> None:
     """Guards the scenario against silently testing less: across a few seeds, restarted leaders
     declined an activation raft did not back, and silent brokers were fenced."""
-    made: list[broker_liveness.SimBrokers] = []
-    original = broker_liveness.SimBrokers
-
-    def recording(*args: object, **kwargs: object) -> broker_liveness.SimBrokers:
-        brokers = original(*args, **kwargs)  # type: ignore[arg-type]
-        made.append(brokers)
-        return brokers
-
-    monkeypatch.setattr(scenarios, "SimBrokers", recording)
+    made = _recording_brokers(monkeypatch)
     declined = fences = 0
     for seed in range(8):
         run = SCENARIOS["broker-liveness"].story(seed)
@@ -113,7 +105,8 @@ def test_the_runs_exercise_failovers_resigned_restarts_and_fences(monkeypatch: p
     assert declined >= 2 and fences >= 8, (declined, fences)
 
 
-def _elr_states_seen(seeds: range, monkeypatch: pytest.MonkeyPatch) -> int:
+def _recording_brokers(monkeypatch: pytest.MonkeyPatch) -> list[broker_liveness.SimBrokers]:
+    """Every SimBrokers the scenario makes from now on, in order."""
     made: list[broker_liveness.SimBrokers] = []
     original = broker_liveness.SimBrokers
 
@@ -123,6 +116,11 @@ def _elr_states_seen(seeds: range, monkeypatch: pytest.MonkeyPatch) -> int:
         return brokers
 
     monkeypatch.setattr(scenarios, "SimBrokers", recording)
+    return made
+
+
+def _elr_states_seen(seeds: range, monkeypatch: pytest.MonkeyPatch) -> int:
+    made = _recording_brokers(monkeypatch)
     for seed in seeds:
         SCENARIOS["broker-liveness"].run(seed)
     return sum(b.elr_states_seen for b in made)

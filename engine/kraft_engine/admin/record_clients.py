@@ -140,7 +140,8 @@ class RecordClient(BrokerAdmin):
 
     async def _to_leader(self, topic: str, partition: int, build: Any, answer_of: Any) -> Any:
         """`build(leader)` sent to the partition's leader until `answer_of(response)` is not a
-        moved-leader error; returns that answer."""
+        moved-leader error; returns that answer. With `answer_of` None the request has no answer
+        (Produce with acks=0): it is written once to a reachable leader and None returned."""
         deadline = self._deadline()
         last: str = "no leader"
         while True:
@@ -150,7 +151,11 @@ class RecordClient(BrokerAdmin):
                 leader = self._leaders.get((topic, partition))
                 if leader is None:
                     raise RecordClientError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
-            if leader.address is not None:
+            if leader.address is not None and answer_of is None:
+                if await self._write_without_response(leader.address, build(leader)):
+                    return None
+                last = f"broker {leader.leader_id} unreachable"
+            elif leader.address is not None:
                 response = await self._send(leader.address, build(leader))
                 if response is not None:
                     answer = answer_of(response)
@@ -164,29 +169,16 @@ class RecordClient(BrokerAdmin):
                 raise RecordClientError("TIMEOUT", f"{topic}-{partition}: {last} for {self.timeout_ms} ms")
             await asyncio.sleep(_RETRY_INTERVAL_S)
 
-    async def _to_leader_without_response(self, topic: str, partition: int, build: Any) -> None:
-        """`build(leader)` written to the partition's leader, with no answer to wait for: only a
-        leader that is unknown or unreachable is retried (after a metadata refresh)."""
-        deadline = self._deadline()
-        while True:
-            leader = self._leaders.get((topic, partition))
-            if leader is None or leader.address is None:
-                await self.refresh(topic)
-                leader = self._leaders.get((topic, partition))
-                if leader is None:
-                    raise RecordClientError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
-            if leader.address is not None:
-                connection = self._connection(leader.address)
-                try:
-                    await connection.send_without_response(build(leader), timeout_ms=self._config.request_timeout_ms)
-                    return
-                except (KafkaProtocolError, OSError):
-                    with contextlib.suppress(Exception):
-                        await connection.disconnect()
-            self._leaders.pop((topic, partition), None)
-            if asyncio.get_running_loop().time() >= deadline:
-                raise RecordClientError("TIMEOUT", f"{topic}-{partition}: no reachable leader for {self.timeout_ms} ms")
-            await asyncio.sleep(_RETRY_INTERVAL_S)
+    async def _write_without_response(self, address: tuple[str, int], request: Any) -> bool:
+        """One request the broker answers with nothing; False when the broker cannot be reached."""
+        connection = self._connection(address)
+        try:
+            await connection.send_without_response(request, timeout_ms=self._config.request_timeout_ms)
+        except (KafkaProtocolError, OSError):
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+            return False
+        return True
 
     # -- consuming ----------------------------------------------------------------------------------
     async def list_offset(self, topic: str, partition: int, *, timestamp: int) -> int:
@@ -262,7 +254,7 @@ class RecordClient(BrokerAdmin):
                                       PartitionProduceData(index=i32(partition), records=Records(data)),)),))
 
         if acks == 0:
-            await self._to_leader_without_response(topic, partition, build)
+            await self._to_leader(topic, partition, build, None)
             return -1
         answer = await self._to_leader(topic, partition, build, lambda r: r.responses[0].partition_responses[0])
         _raise_unless_none(answer)

@@ -9,8 +9,10 @@ line and one tab-indented line per partition). `--topic` is a regular expression
 With `--bootstrap-server` every request goes to any broker, which forwards the writes to the active
 controller. With `--bootstrap-controller` the controllers answer directly: CreateTopics,
 CreatePartitions and DeleteTopics go to the active controller, topics are read with Metadata from the committed image of any
-controller, and `--describe` takes the non-default configs from DescribeConfigs. ELR is not part of
-a Metadata answer, so `Elr` and `LastKnownElr` print `N/A` as kafka-topics does in that case.
+controller, and `--describe` takes the non-default configs from DescribeConfigs. `Elr` and
+`LastKnownElr` come from DescribeTopicPartitions (KIP-966, paged with its cursor) where the node
+serves it, as Kafka 4.x's kafka-topics asks brokers; a controller does not, and ELR is not part
+of a Metadata answer, so there they print `N/A` as kafka-topics does in that case.
 `--under-replicated-partitions` / `--under-min-isr-partitions` print only the matching partition
 lines (ISR smaller than the replicas / than the topic's `min.insync.replicas`), as kafka-topics does.
 """
@@ -32,6 +34,9 @@ from kio.schema.create_topics.v7.request import (
 )
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
+from kio.schema.describe_topic_partitions.v0.request import Cursor as DescribeTopicPartitionsCursor
+from kio.schema.describe_topic_partitions.v0.request import DescribeTopicPartitionsRequest
+from kio.schema.describe_topic_partitions.v0.request import TopicRequest as DescribeTopicPartitionsTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.types import BrokerId, TopicName
@@ -46,6 +51,8 @@ from kraft_engine.protocol import parse_bootstrap_servers
 __all__ = ["register"]
 
 _DESCRIBE_CONFIGS = 32
+_DESCRIBE_TOPIC_PARTITIONS = 75
+_NO_ELR = "Elr: N/A\tLastKnownElr: N/A"
 _TOPIC_RESOURCE = 2
 _DEFAULT_CONFIG_SOURCE = 5
 _NO_LEADER = -1
@@ -262,6 +269,8 @@ async def _describe(admin: ControllerAdmin, names: list[str], topics: dict[str, 
             overrides[result.resource_name] = ",".join(
                 f"{c.name}={c.value}" for c in result.configs if int(c.config_source) != _DEFAULT_CONFIG_SOURCE
             )
+    elrs = await _eligible_leader_replicas(admin, names) if _DESCRIBE_TOPIC_PARTITIONS in connection.peer_api_versions \
+        else {}
     for name in names:
         topic = topics[name]
         partitions = sorted(topic.partitions, key=lambda p: int(p.partition_index))
@@ -286,6 +295,25 @@ async def _describe(admin: ControllerAdmin, names: list[str], topics: dict[str, 
                 f"\tLeader: {leader if leader != _NO_LEADER else 'none'}"
                 f"\tReplicas: {','.join(str(int(r)) for r in p.replica_nodes)}"
                 f"\tIsr: {','.join(str(int(r)) for r in p.isr_nodes)}"
-                f"\tElr: N/A\tLastKnownElr: N/A"
+                f"\t{elrs.get((name, int(p.partition_index)), _NO_ELR)}"
             )
     return 0
+
+
+async def _eligible_leader_replicas(admin: ControllerAdmin, names: list[str]) -> dict[tuple[str, int], str]:
+    """(topic, partition) -> the `Elr: …\tLastKnownElr: …` columns, from DescribeTopicPartitions
+    pages (the cursor says where the next starts)."""
+    columns: dict[tuple[str, int], str] = {}
+    cursor = None
+    while True:
+        response = await admin.send_to_any(DescribeTopicPartitionsRequest(
+            topics=tuple(DescribeTopicPartitionsTopic(name=TopicName(n)) for n in names), cursor=cursor))
+        for topic in response.topics:
+            for p in topic.partitions:
+                elr = ",".join(str(int(r)) for r in p.eligible_leader_replicas or ())
+                last_known = ",".join(str(int(r)) for r in p.last_known_elr or ())
+                columns[(str(topic.name), int(p.partition_index))] = f"Elr: {elr}\tLastKnownElr: {last_known}"
+        after = response.next_cursor
+        if after is None:
+            return columns
+        cursor = DescribeTopicPartitionsCursor(topic_name=after.topic_name, partition_index=after.partition_index)
