@@ -41,6 +41,7 @@ from kraft_engine.controller.config_schema import (
     broker_config,
     resolve_topic_config,
 )
+from kraft_engine.errors import ServerError
 from kraft_engine.metadata import MetadataImage
 from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
 from kraft_engine.protocol import RequestContext
@@ -82,7 +83,9 @@ def _kafka_default(name: str) -> str | None:
     return None if topic_name is None else TOPIC_CONFIGS[topic_name].default
 
 
-class _Refused(Exception):
+class _Refused(ServerError):
+    """A resource this broker does not describe: its error code and Kafka's message."""
+
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error = error
