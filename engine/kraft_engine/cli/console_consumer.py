@@ -108,9 +108,38 @@ class _Count:
     value = 0
 
 
+class _Progress:
+    """What both consuming loops share: printing, `--max-messages` and `--timeout-ms`."""
+
+    def __init__(self, args: argparse.Namespace, *, formatter: _Formatter, consumed: _Count) -> None:
+        self._args, self._formatter, self._consumed = args, formatter, consumed
+        self._loop = asyncio.get_running_loop()
+        self._last_record = self._loop.time()
+        self.done = False
+
+    def print(self, records: list[ClientRecord], *, partition: int, position: int) -> int:
+        """Print `records`; the next position (`done` once --max-messages are printed)."""
+        for record in records:
+            self._formatter.write(record, partition=partition)
+            self._consumed.value += 1
+            position = record.offset + 1
+            self._last_record = self._loop.time()
+            if self._args.max_messages is not None and self._consumed.value >= self._args.max_messages:
+                self.done = True
+                break
+        return position
+
+    def idle_too_long(self) -> bool:
+        timeout_ms = self._args.timeout_ms
+        if timeout_ms is None or (self._loop.time() - self._last_record) * 1000 < timeout_ms:
+            return False
+        print("ERROR Error processing message, terminating consumer process: "
+              "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
+        return True
+
+
 async def _consume(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, start: int, formatter: _Formatter,
                    consumed: _Count) -> None:
-    loop = asyncio.get_running_loop()
     async with RecordClient(bootstrap, client_id="console-consumer") as client:
         count = await client.refresh(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(count))
@@ -119,23 +148,14 @@ async def _consume(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *
         positions = {}
         for p in partitions:
             positions[p] = start if start >= 0 else await client.list_offset(args.topic, p, timestamp=start)
-        last_record = loop.time()
+        progress = _Progress(args, formatter=formatter, consumed=consumed)
         while True:
-            got = False
             for p in partitions:
                 records, _hwm = await client.fetch(args.topic, p, offset=positions[p], max_wait_ms=_FETCH_WAIT_MS)
-                for record in records:
-                    formatter.write(record, partition=p)
-                    consumed.value += 1
-                    positions[p] = record.offset + 1
-                    got = True
-                    if args.max_messages is not None and consumed.value >= args.max_messages:
-                        return
-            if got:
-                last_record = loop.time()
-            elif args.timeout_ms is not None and (loop.time() - last_record) * 1000 >= args.timeout_ms:
-                print("ERROR Error processing message, terminating consumer process: "
-                      "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
+                positions[p] = progress.print(records, partition=p, position=positions[p])
+                if progress.done:
+                    return
+            if progress.idle_too_long():
                 return
 
 
@@ -148,31 +168,23 @@ async def _consume_in_group(args: argparse.Namespace, bootstrap: list[tuple[str,
                                from_beginning=start == EARLIEST)
         try:
             assigned = await member.join()
-            last_record = last_commit = loop.time()
+            progress = _Progress(args, formatter=formatter, consumed=consumed)
+            last_commit = loop.time()
             while True:
                 if member.needs_rejoin:
                     assigned = await member.join()
-                got = False
-                for topic, p in assigned:
-                    records, _hwm = await admin.fetch(topic, p, offset=member.positions[(topic, p)],
+                for tp in assigned:
+                    records, _hwm = await admin.fetch(tp[0], tp[1], offset=member.positions[tp],
                                                       max_wait_ms=_FETCH_WAIT_MS // max(1, len(assigned)))
-                    for record in records:
-                        formatter.write(record, partition=p)
-                        consumed.value += 1
-                        member.positions[(topic, p)] = record.offset + 1
-                        got = True
-                        if args.max_messages is not None and consumed.value >= args.max_messages:
-                            return
+                    member.positions[tp] = progress.print(records, partition=tp[1], position=member.positions[tp])
+                    if progress.done:
+                        return
                 if not assigned:
                     await asyncio.sleep(_FETCH_WAIT_MS / 1000)
                 if loop.time() - last_commit >= _AUTO_COMMIT_INTERVAL_S:
                     await member.commit()
                     last_commit = loop.time()
-                if got:
-                    last_record = loop.time()
-                elif args.timeout_ms is not None and (loop.time() - last_record) * 1000 >= args.timeout_ms:
-                    print("ERROR Error processing message, terminating consumer process: "
-                          "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
+                if progress.idle_too_long():
                     return
         finally:
             await member.leave()
