@@ -1,6 +1,8 @@
 """A rolling restart on the local runtime: `kraftwerk up` as a user runs it, three engine
 controllers and three engine brokers as real processes with a topic of RF 3 and min ISR 2; the
-spec file is edited and the operator rolls every node, one at a time, each with SIGTERM.
+spec file is edited and the operator rolls every node, one at a time, each with SIGTERM, while a
+kafka-python producer (acks=all, idempotence) writes to the topic; nothing it saw acknowledged is
+lost.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kraft_engine.storage.java_properties import parse_properties
+
 from .test_up_process import KRAFTWERK, REPO
+from .workload import acked_count, lost_records, producing, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
 
@@ -95,6 +100,7 @@ def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tm
     spec.write_text(textwrap.dedent(CLUSTER))
     state = tmp_path / "state"
     log = tmp_path / "up.log"
+    acks = tmp_path / "acks.jsonl"
     with kraftwerk_up(spec, state, log) as up:
         status = _wait("Ready with the demo topic",
                        lambda: (s := _status(state)) is not None and _ready(s) and (s.get("partitions") or {}).get("total", 0) >= 3
@@ -102,6 +108,12 @@ def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tm
         before = _started(state)
         assert sorted(before) == [0, 1, 2, 3, 4, 5] and all(b["revision"] for b in before.values())
         assert status.get("operation") is None
+        bootstrap = ",".join(
+            parse_properties((state / "default" / "rolling" / f"node-{i}" / "server.properties").read_text())
+            ["advertised.listeners"].split("//", 1)[1] for i in (3, 4, 5))
+        workload = contextlib.ExitStack()
+        workload.enter_context(producing(bootstrap, "demo", acks))
+        _wait("the producer's first acks", lambda: acked_count(acks) >= 20, timeout_s=120, up=up, log=log)
         # `kubectl apply` of a changed config: every node's server.properties changes.
         changed = yaml.safe_load(spec.read_text())
         changed["spec"]["config"]["log.retention.hours"] = "100"
@@ -116,8 +128,14 @@ def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tm
             return (current is not None and current.get("operation") is None and _ready(current)
                     and all(after.get(i, {}).get("revision") not in (None, before[i]["revision"]) for i in before))
 
-        _wait("the roll to finish", rolled, timeout_s=600, up=up, log=log)
+        with workload:
+            _wait("the roll to finish", rolled, timeout_s=600, up=up, log=log)
+            before_end = acked_count(acks)
+            _wait("acks after the roll", lambda: acked_count(acks) >= before_end + 20, timeout_s=120, up=up, log=log)
+        stored = read_partition(bootstrap, "demo")
     output = log.read_text()
+    acked, lost = lost_records(acks, stored)
+    assert acked > 40 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
     after = _started(state)
     # Each node was restarted exactly once (a new process), by a RestartNode the operator announced.
     restarts = [int(line.split("node ", 1)[1].split(":", 1)[0]) for line in output.splitlines()

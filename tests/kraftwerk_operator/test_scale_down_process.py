@@ -8,12 +8,11 @@ metadata-quorum` reporting the voters that stay."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 import warnings
@@ -27,6 +26,7 @@ from kraft_engine.storage.java_properties import parse_properties
 from .test_quorum_change_process import current_voters
 from .test_roll_process import REPO, _wait, kraftwerk_up
 from .test_up_process import KRAFTWERK
+from .workload import acked_count, lost_records, producing, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -63,7 +63,6 @@ spec:
   lifecycle: {terminationGracePeriodSeconds: 60}
 """
 
-PRODUCER = REPO / "tests" / "process" / "kafka_python_producer.py"
 TOPIC = "drained"
 
 
@@ -116,29 +115,6 @@ def _create_topic(bootstrap: str) -> None:
             admin.close()
 
 
-def _read(bootstrap: str) -> dict[int, bytes]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from kafka import KafkaConsumer, TopicPartition
-
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                                 consumer_timeout_ms=5000, request_timeout_ms=30000)
-        try:
-            tp = TopicPartition(TOPIC, 0)
-            consumer.assign([tp])
-            consumer.seek_to_beginning()
-            end = consumer.end_offsets([tp])[tp]
-            stored: dict[int, bytes] = {}
-            deadline = time.monotonic() + 180
-            while consumer.position(tp) < end and time.monotonic() < deadline:
-                for records in consumer.poll(timeout_ms=2000).values():
-                    for record in records:
-                        stored[record.offset] = record.value
-            return stored
-        finally:
-            consumer.close()
-
-
 def test_a_broker_is_drained_stopped_and_unregistered_under_a_live_producer_losing_nothing(tmp_path: Path) -> None:
     spec = tmp_path / "shrinking.yaml"
     spec.write_text(textwrap.dedent(CLUSTER))
@@ -151,12 +127,8 @@ def test_a_broker_is_drained_stopped_and_unregistered_under_a_live_producer_losi
         bootstrap = _bootstrap(state, [3, 4, 5])
         _create_topic(bootstrap)
         _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=log)
-        with acks.open("w") as out:
-            producer = subprocess.Popen([sys.executable, str(PRODUCER), bootstrap, TOPIC, "0", "1000000"],
-                                        stdout=out, stderr=subprocess.DEVNULL, cwd=REPO)
-        try:
-            _wait("the producer's first acks", lambda: acks.read_text().count('"offset"') >= 20, timeout_s=120,
-                  up=up, log=log)
+        with producing(bootstrap, TOPIC, acks):
+            _wait("the producer's first acks", lambda: acked_count(acks) >= 20, timeout_s=120, up=up, log=log)
             shrunk = yaml.safe_load(spec.read_text())
             shrunk["spec"]["nodePools"][1]["replicas"] = 3
             spec.write_text(yaml.safe_dump(shrunk))
@@ -168,14 +140,10 @@ def test_a_broker_is_drained_stopped_and_unregistered_under_a_live_producer_losi
                 return status
 
             status = _wait("broker 6 removed", drained, timeout_s=900, up=up, log=log)
-            before = acks.read_text().count('"offset"')
-            _wait("acks after the removal", lambda: acks.read_text().count('"offset"') >= before + 20,
-                  timeout_s=120, up=up, log=log)
-        finally:
-            producer.send_signal(signal.SIGTERM)
-            producer.wait(timeout=60)
+            before = acked_count(acks)
+            _wait("acks after the removal", lambda: acked_count(acks) >= before + 20, timeout_s=120, up=up, log=log)
         layout = _layout(bootstrap)
-        stored = _read(bootstrap)
+        stored = read_partition(bootstrap, TOPIC)
     output = log.read_text()
     assert status["brokers"] == "3/3", status
     assert 6 not in layout and len(layout) == 3, layout
@@ -187,10 +155,8 @@ def test_a_broker_is_drained_stopped_and_unregistered_under_a_live_producer_losi
     assert order == sorted(order), output[-4000:]
     node_log = (state / "default" / "shrinking" / "node-6" / "server.log").read_text()
     assert "stopped by SIGTERM" in node_log and "removed from the cluster" in node_log, node_log[-2000:]
-    acked = [json.loads(line) for line in acks.read_text().splitlines() if '"offset"' in line]
-    assert len(acked) > 40
-    lost = [a for a in acked if stored.get(a["offset"]) != f"v-{a['i']}".encode()]
-    assert lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
+    acked, lost = lost_records(acks, stored)
+    assert acked > 40 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
 
 
 def test_controllers_five_to_three_leave_the_voter_set_one_at_a_time(tmp_path: Path) -> None:
@@ -245,7 +211,7 @@ def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_lose
             return subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state), "--demo-topic", ""],
                                     stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 
-    producer = None
+    workload = contextlib.ExitStack()
     up = start()
     try:
         _wait("Ready with four brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "4/4",
@@ -254,9 +220,7 @@ def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_lose
         _create_topic(bootstrap)
         _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=logs[-1])
         pids = {i: _pid(state, i) for i in range(7)}
-        with acks.open("w") as out:
-            producer = subprocess.Popen([sys.executable, str(PRODUCER), bootstrap, TOPIC, "0", "1000000"],
-                                        stdout=out, stderr=subprocess.DEVNULL, cwd=REPO)
+        workload.enter_context(producing(bootstrap, TOPIC, acks))
         shrunk = yaml.safe_load(spec.read_text())
         shrunk["spec"]["nodePools"][1]["replicas"] = 3
         spec.write_text(yaml.safe_dump(shrunk))
@@ -277,18 +241,15 @@ def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_lose
             time.sleep(0.2)
         else:
             raise AssertionError(f"the drain did not finish; killed at {killed_at}:\n{logs[-1].read_text()[-3000:]}")
-        before = acks.read_text().count('"offset"')
-        _wait("acks after the removal", lambda: acks.read_text().count('"offset"') >= before + 20,
-              timeout_s=120, up=up, log=logs[-1])
-        producer.send_signal(signal.SIGTERM)
-        producer.wait(timeout=60)
+        before = acked_count(acks)
+        _wait("acks after the removal", lambda: acked_count(acks) >= before + 20, timeout_s=120, up=up, log=logs[-1])
+        workload.close()  # the producer stops
         layout = _layout(bootstrap)
-        stored = _read(bootstrap)
+        stored = read_partition(bootstrap, TOPIC)
         # No node the spec keeps was restarted by a resumed operator: the same processes run.
         assert {i: _pid(state, i) for i in range(6)} == {i: pids[i] for i in range(6)}
     finally:
-        if producer is not None and producer.poll() is None:
-            producer.kill()
+        workload.close()
         up.send_signal(signal.SIGTERM)
         try:
             up.wait(timeout=120)
@@ -297,9 +258,8 @@ def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_lose
         _stop_nodes(state)
     assert len(killed_at) >= 3 and "ScaleDown/drain-planned" in killed_at, killed_at
     assert 6 not in layout and len(layout) == 3, layout
-    acked = [json.loads(line) for line in acks.read_text().splitlines() if '"offset"' in line]
-    lost = [a for a in acked if stored.get(a["offset"]) != f"v-{a['i']}".encode()]
-    assert len(acked) > 40 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
+    acked, lost = lost_records(acks, stored)
+    assert acked > 40 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
 
 
 def _pid(state: Path, node_id: int) -> int | None:
