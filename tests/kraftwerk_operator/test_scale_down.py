@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import kraft_operator.plan.scale_down as scale_down_module
 from kraft_operator.model import (
+    APPROVE_ANNOTATION,
     ConditionStatus,
     ConditionType,
     KRaftCluster,
@@ -42,7 +43,7 @@ from kraft_operator.plan import (
     plan,
 )
 
-from .sim import LAYOUT, RULES, ScaleScenario, bootstrap, publish, reconcile, scaled, step
+from .sim import LAYOUT, RULES, ScaleScenario, SimNode, bootstrap, publish, reconcile, scaled, step
 
 SEEDS = int(os.environ.get("KRAFTWERK_SIM_SEEDS", "150")) // 3
 
@@ -309,3 +310,27 @@ def test_a_planner_without_the_removal_gate_is_caught(monkeypatch: pytest.Monkey
     with pytest.raises(AssertionError):
         _check(cluster, observed, now)
 
+
+
+def test_a_stale_broker_registration_is_named_and_unregistered_only_with_approval() -> None:
+    """A registration the cluster holds for broker 42, which is no node of this cluster (a broker
+    removed by hand without UnregisterBroker): status names it and the approval it waits for;
+    approved, the operator unregisters it."""
+    cluster, sim = bootstrap(8)
+    rng = random.Random(8)
+    sim.nodes[42] = SimNode(42, "", roles=frozenset({"broker"}), registered=True)
+    for _ in range(5):
+        cluster, result = step(cluster, sim, rng)
+        assert not any(isinstance(a, UnregisterBroker) for a in result.actions)
+    operation = result.status.operation
+    assert operation is not None and (operation.name, operation.step) == ("StaleRegistrations", "await-approval")
+    assert [(b.kind, b.node_id) for b in operation.blocked_by] == [("approval", 42)]
+    assert 'kraftwerk.io/approve="stale-registration/unregister"' in result.waiting_for
+    assert sim.nodes[42].registered
+    meta = cluster.metadata.model_copy(update={"annotations": {APPROVE_ANNOTATION: "stale-registration/unregister"}})
+    cluster = cluster.model_copy(update={"metadata": meta})
+    for _ in range(5):
+        cluster, result = step(cluster, sim, rng)
+        if result.status.operation is None:
+            break
+    assert not sim.nodes[42].registered and result.status.operation is None and sim.violations == []

@@ -62,6 +62,7 @@ from kraft_operator.plan.actions import (
     PlannedAction,
     QuorumBootstrap,
     StartNode,
+    UnregisterBroker,
     WriteConfig,
 )
 from kraft_operator.plan.facts import (
@@ -71,6 +72,7 @@ from kraft_operator.plan.facts import (
     JobPhase,
     Layout,
     NodeFacts,
+    NodeRef,
     Observed,
     PodPhase,
     QuorumFacts,
@@ -82,7 +84,13 @@ from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desi
 from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import RollDecision, fetch_timeout_ms, node_revision, plan_roll
 from kraft_operator.plan.runbooks import CONTROLLER_DISK_FORMAT_STEP, CONTROLLER_DISK_LOSS, detect_runbooks
-from kraft_operator.plan.scale_down import SCALE_DOWN_OPERATION, even_controllers, plan_scale_down
+from kraft_operator.plan.scale_down import (
+    SCALE_DOWN_OPERATION,
+    STALE_REGISTRATION_APPROVAL,
+    even_controllers,
+    plan_scale_down,
+    stale_registrations,
+)
 from kraft_operator.plan.validation import (
     SpecProblem,
     target_feature_levels,
@@ -96,6 +104,7 @@ if TYPE_CHECKING:
 __all__ = ["DISK_REPLACEMENT_OPERATION", "Plan", "plan"]
 
 DISK_REPLACEMENT_OPERATION = "ControllerDiskReplacement"
+STALE_REGISTRATION_OPERATION = "StaleRegistrations"
 
 # How soon to look again: quickly while something is moving, slowly when all is well.
 _BUSY_REQUEUE_MS = 1000
@@ -233,7 +242,8 @@ class _Planner:
         self.events.extend(opened_or_closed)
         status = status.model_copy(update={"runbooks": runbooks})
         if roll is None or (roll.operation is None and not roll.actions):
-            change = self._quorum_change() or self._scale_down(status) or self._metadata_version()
+            change = (self._quorum_change() or self._scale_down(status) or self._stale_registrations()
+                      or self._metadata_version())
             if self.removed:
                 status = status.model_copy(update={"nodes": [n for n in status.nodes if n.id not in self.removed]})
             if change is not None:
@@ -293,6 +303,39 @@ class _Planner:
         self.requeue_now = self.requeue_now or decision.requeue_now
         self.step = self.step or "scale-down"
         return decision.operation
+
+    def _stale_registrations(self) -> OperationStatus | None:
+        """Broker registrations of ids that are no node of the cluster (`stale_registrations`),
+        unregistered one at a time once `kraftwerk.io/approve` names stale-registration/unregister;
+        until then the operation's blockedBy names them and the annotation."""
+        if self.spec.paused or self.actions or self.waiting or self.blocked:
+            return None
+        stale = stale_registrations(nodes=self.nodes, observed=self.observed, previous=self.previous)
+        if not stale:
+            return None
+        prev = self.previous.operation if self.previous is not None else None
+        started = prev.started_at if prev is not None and prev.name == STALE_REGISTRATION_OPERATION else self.builder.now_text
+        approved = {v.strip() for v in self.annotations.get(APPROVE_ANNOTATION, "").split(",")}
+        self.step = self.step or "stale-registrations"
+        if STALE_REGISTRATION_APPROVAL not in approved:
+            message = (f"stale broker registration(s) {stale}: no node of this cluster has those ids; unregistering "
+                       f'them waits for approval: kubectl annotate kc <cluster> {APPROVE_ANNOTATION}="'
+                       f'{STALE_REGISTRATION_APPROVAL}"')
+            self.waiting.append(message)
+            self.events.append(Event(EventType.WARNING, "StaleRegistration", message))
+            blockers = [BlockerStatus(kind="approval", node_id=i, message=f"broker {i} is registered but is no node "
+                                      f"of this cluster; approve with {APPROVE_ANNOTATION}={STALE_REGISTRATION_APPROVAL}")
+                        for i in stale]
+            return OperationStatus(name=STALE_REGISTRATION_OPERATION, step="await-approval", started_at=started,
+                                   blocked_by=blockers)
+        node_id = stale[0]
+        ref = NodeRef(self.nodes[0].ref.namespace, self.nodes[0].ref.cluster, "", node_id)
+        action = UnregisterBroker(node=ref, reason=f"node {node_id}: UnregisterBroker for a stale registration "
+                                  f"(approved by {APPROVE_ANNOTATION}={STALE_REGISTRATION_APPROVAL})")
+        self.actions.append(action)
+        self.events.append(Event(EventType.NORMAL, "UnregisterBroker", action.reason))
+        self.waiting.append(f"stale broker registration {node_id} to go")
+        return OperationStatus(name=STALE_REGISTRATION_OPERATION, step="unregister", started_at=started)
 
     def _metadata_version(self) -> OperationStatus | None:
         """metadata.version finalization, once nothing else is under way; its operation."""
@@ -632,6 +675,7 @@ class _Planner:
             "quorum-change": "QuorumChange",
             "metadata-version": "MetadataVersion",
             "scale-down": "ScaleDown",
+            "stale-registrations": "StaleRegistrations",
             "paused": "Paused",
         }.get(self.step, "Observing")
 

@@ -59,7 +59,18 @@ from kraft_operator.plan.gates import voter_caught_up
 from kraft_operator.plan.rendering import DesiredNode
 from kraft_operator.plan.roll import rfc3339_ms
 
-__all__ = ["SCALE_DOWN_OPERATION", "ScaleDownDecision", "even_controllers", "plan_scale_down", "removal_gate"]
+__all__ = [
+    "SCALE_DOWN_OPERATION",
+    "STALE_REGISTRATION_APPROVAL",
+    "ScaleDownDecision",
+    "even_controllers",
+    "plan_scale_down",
+    "removal_gate",
+    "stale_registrations",
+]
+
+# The approval (`kraftwerk.io/approve`) that lets the operator unregister stale broker registrations.
+STALE_REGISTRATION_APPROVAL = "stale-registration/unregister"
 
 SCALE_DOWN_OPERATION = "ScaleDown"
 
@@ -389,3 +400,17 @@ def even_controllers(spec: KRaftClusterSpec) -> str | None:
         return None
     return (f"{count} controllers tolerate {count // 2 - 1} failure(s), as {count - 1} do, and each commit needs "
             f"{count // 2 + 1} of them; an odd count is recommended")
+
+
+def stale_registrations(
+    *, nodes: Sequence[DesiredNode], observed: Observed, previous: KRaftClusterStatus | None
+) -> list[int]:
+    """Broker registrations the cluster holds for ids that are no node of this cluster: not in the
+    spec, not leaving (not in the last status), no process or pod. Kafka keeps such a registration
+    until UnregisterBroker, and it holds a metadata.version bump back (KAFKA-20395)."""
+    brokers = observed.cluster.brokers if observed.cluster is not None else None
+    if brokers is None:
+        return []
+    known = {n.ref.node_id for n in nodes} | {n.id for n in (previous.nodes if previous is not None else [])}
+    running = {i for i, f in observed.nodes.items() if f.phase in (PodPhase.RUNNING, PodPhase.PENDING)}
+    return sorted(i for i in brokers if i not in known and i not in running)
