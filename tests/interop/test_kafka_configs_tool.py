@@ -132,6 +132,18 @@ def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Pat
                    ([KRAFT, "server", "start", "--config", str(ours)], tmp_path / "ours.log")]):
         _until(lambda: _ready(ours_http), "our broker to be RUNNING")
         our_lines = _configure_and_describe(bootstrap, OURS)
+        # Kafka 4.1's own producer names the topic by id (Produce v13) once its metadata has the
+        # topic id; its --sync sends fail the tool on any refusal. Read back by Kafka's consumer.
+        _tool("org.apache.kafka.tools.TopicCommand", bootstrap, "--create", "--topic", "java", "--partitions", "1",
+              "--replication-factor", "1")
+        produced = subprocess.run(
+            _java("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "org.apache.kafka.tools.ConsoleProducer",
+                  "--bootstrap-server", bootstrap, "--topic", "java", "--sync"),
+            input="java-1\njava-2\njava-3\n", capture_output=True, text=True, timeout=_DEADLINE_S, check=False)
+        assert produced.returncode == 0, produced.stdout + produced.stderr
+        consumed = _tool("org.apache.kafka.tools.consumer.ConsoleConsumer", bootstrap, "--topic", "java", "--partition",
+                         "0", "--offset", "0", "--max-messages", "3")
+        assert consumed.splitlines() == ["java-1", "java-2", "java-3"]
         refused = _ask(ours_port, DescribeConfigsRequest(resources=(
             DescribeConfigsResource(resource_type=i8(4), resource_name="7", configuration_keys=None),
             DescribeConfigsResource(resource_type=i8(2), resource_name="nope", configuration_keys=None),
