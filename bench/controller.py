@@ -114,6 +114,7 @@ class Quorum:
         self.ports = {i: ports[i - 1] for i in (1, 2, 3)}
         self.http_ports = {i: ports[i + 2] for i in (1, 2, 3)}
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.killed_stall_ms = 0.0
         self.cluster_id = _kraft("storage", "random-uuid").strip()
 
     def config(self, node_id: int) -> Path:
@@ -154,6 +155,10 @@ class Quorum:
             self.processes[node_id] = subprocess.Popen(self._command(node_id), stdout=out, stderr=subprocess.STDOUT)
 
     def kill(self, node_id: int) -> None:
+        # The longest stall of a node about to be killed still counts toward the run's longest.
+        status = self.status(node_id) if self.name == "kraftwerk" else None
+        if status is not None:
+            self.killed_stall_ms = max(self.killed_stall_ms, float(status["loop_stall_ms_max"]))
         process = self.processes.pop(node_id)
         process.send_signal(signal.SIGKILL)
         process.wait()
@@ -170,9 +175,9 @@ class Quorum:
             return None
 
     def raft_stall_ms(self) -> float | None:
-        """The longest stall of raft's event loop on any running node since it started."""
+        """The longest stall of raft's event loop on any node of this run, the killed ones included."""
         stalls = [s["loop_stall_ms_max"] for s in map(self.status, self.processes) if s is not None]
-        return max(stalls) if stalls else None
+        return max([*stalls, self.killed_stall_ms]) if stalls else None
 
 
 class KafkaQuorum(Quorum):
