@@ -223,6 +223,25 @@ def test_changes_after_deletion_in_the_same_delta_are_refused() -> None:
         delta.replay(change(1, 0, isr=(1,)))
 
 
+def test_a_topic_removed_or_declared_again_right_after_its_partition_changes_is_not_changed_through_its_old_delta() -> None:
+    """Partition records of one topic go to the same topic delta without looking it up again; a
+    removal or a new TopicRecord for that topic in between must end that."""
+    delta = MetadataDelta(cluster_with_topics())
+    delta.replay(change(1, 0, isr=(1,)))
+    delta.replay(RemoveTopicRecord(topic_id=topic_id(1)))
+    with pytest.raises(MetadataReplayError, match="unknown topic id"):
+        delta.replay(change(1, 0, isr=(1,)))
+    delta = MetadataDelta(cluster_with_topics())
+    delta.replay(change(1, 0, isr=(1,)))
+    delta.replay(topic("orders-again", 1))  # the same id declared again, as a snapshot over an image does
+    with pytest.raises(MetadataReplayError, match="unknown partition 0"):
+        delta.replay(change(1, 0, isr=(1,)))
+    delta.replay(partition(1, 0, replicas=(1,)))
+    delta.replay(change(1, 0, leader=-1))
+    assert delta.topics_delta is not None
+    assert delta.topics_delta.changed_topics[topic_id(1)].partition(0).leader == -1  # type: ignore[union-attr]
+
+
 def test_configs_set_delete_and_disappear_when_empty() -> None:
     broker = ConfigResource(ConfigResourceType.BROKER, "1")
     image = image_of(

@@ -57,6 +57,7 @@ class _TransactionState(enum.Enum):
 
 
 _IN_TRANSACTION = (_TransactionState.STARTED, _TransactionState.CONTINUED)
+_TRANSACTION_MARKERS = frozenset({BeginTransactionRecord, EndTransactionRecord, AbortTransactionRecord})
 
 FaultHandler = Callable[[str, BaseException], None]
 
@@ -212,7 +213,14 @@ class MetadataLoader:
 
     def _replay(self, record: object) -> None:
         state = self._transaction
-        if isinstance(record, BeginTransactionRecord):
+        if type(record) not in _TRANSACTION_MARKERS:
+            # Almost every record: one set lookup by type; the transaction markers are the rare case.
+            if state is _TransactionState.STARTED:
+                self._transaction = _TransactionState.CONTINUED
+            elif state in (_TransactionState.ENDED, _TransactionState.ABORTED):
+                self._transaction = _TransactionState.NONE
+            self._delta.replay(record)
+        elif isinstance(record, BeginTransactionRecord):
             if state in _IN_TRANSACTION:
                 raise MetadataReplayError("BeginTransactionRecord inside an open metadata transaction")
             self._transaction = _TransactionState.STARTED
@@ -220,17 +228,11 @@ class MetadataLoader:
             if state not in _IN_TRANSACTION:
                 raise MetadataReplayError("EndTransactionRecord without a BeginTransactionRecord")
             self._transaction = _TransactionState.ENDED
-        elif isinstance(record, AbortTransactionRecord):
+        else:
             if state not in _IN_TRANSACTION:
                 raise MetadataReplayError("AbortTransactionRecord without a BeginTransactionRecord")
             self._transaction = _TransactionState.ABORTED
             self._delta = MetadataDelta(self._image)
-        else:
-            if state is _TransactionState.STARTED:
-                self._transaction = _TransactionState.CONTINUED
-            elif state in (_TransactionState.ENDED, _TransactionState.ABORTED):
-                self._transaction = _TransactionState.NONE
-            self._delta.replay(record)
 
     def _log_manifest(self, *, is_offset_batch_aligned: bool) -> LogDeltaManifest:
         return LogDeltaManifest(

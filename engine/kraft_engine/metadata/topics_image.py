@@ -340,8 +340,14 @@ class TopicsDelta:
         # leaves no trace in either set.
         self.deleted_topic_ids: set[uuid.UUID] = set()
         self.created_topic_ids: set[uuid.UUID] = set()
+        # The topic delta the last partition record went to, by the topic id's integer: a topic's
+        # partition records come together (a fence writes them in topic order), and finding the
+        # delta by Uuid hashes it through a Python call per record. Reset whenever a topic record
+        # or a removal replaces or drops a topic's delta.
+        self._last_topic: tuple[int, TopicDelta] | None = None
 
     def replay_topic(self, record: TopicRecord) -> None:
+        self._last_topic = None
         topic_id = record.topic_id
         empty = TopicImage(record.name, topic_id, EMPTY_MAP)
         existed = topic_id in self.image.topics_by_id and topic_id not in self.deleted_topic_ids
@@ -349,6 +355,9 @@ class TopicsDelta:
         self.created_topic_ids.add(topic_id)
 
     def _topic_delta(self, topic_id: uuid.UUID, record: PartitionRecord | PartitionChangeRecord) -> TopicDelta:
+        last = self._last_topic
+        if last is not None and last[0] == topic_id.int:
+            return last[1]
         delta = self.changed_topics.get(topic_id)
         if delta is None:
             topic = self.image.topics_by_id.get(topic_id)
@@ -358,6 +367,7 @@ class TopicsDelta:
                 )
             delta = TopicDelta(topic)
             self.changed_topics[topic_id] = delta
+        self._last_topic = (topic_id.int, delta)
         return delta
 
     def replay_partition(self, record: PartitionRecord) -> None:
@@ -395,6 +405,7 @@ class TopicsDelta:
 
     def replay_remove_topic(self, record: RemoveTopicRecord) -> str:
         """Delete the topic; returns its name (its configs go with it)."""
+        self._last_topic = None
         topic_id = record.topic_id
         delta = self.changed_topics.pop(topic_id, None)
         if delta is not None:
