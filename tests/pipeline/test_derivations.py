@@ -32,6 +32,9 @@ from kraft_engine.records import (
 )
 from kraft_pipeline.job import derive
 
+# One derivation of every table on a loaded 2-core machine takes minutes, not the default 300 s.
+pytestmark = pytest.mark.timeout(900)
+
 T = uuid.UUID(int=0xABC)
 TOPIC = "orders"
 

@@ -43,7 +43,8 @@ from kraft_engine.storage.snapshots import SnapshotId, SnapshotWriter
 from kraft_operator.cli import main as kraftwerk_main
 from kraft_pipeline.job import TABLES
 
-pytestmark = pytest.mark.process
+# Cluster runs and Spark jobs on a loaded 2-core machine take minutes, not the default 300 s.
+pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
 
 TOPIC = "pipeline-demo"
 PARTITIONS = 2
