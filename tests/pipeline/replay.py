@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kraft_engine.metadata.loader import CommittedBatch, MetadataLoader
+from kraft_engine.metadata.loader import MetadataLoader
 from kraft_engine.metadata.metadata_image import MetadataImage
+from kraft_engine.raft import CommittedBatch
 from kraft_engine.records import decode_control_record, decode_metadata_record
 from kraft_engine.storage.log_file_reader import (
     LogFileKind,
@@ -63,8 +64,8 @@ def straight_replay(partition_dir: Path) -> Replay:
                         base_offset=header.base_offset,
                         last_offset=header.last_offset,
                         epoch=header.partition_leader_epoch,
-                        append_time_ms=header.max_timestamp,
-                        size_bytes=header.size_bytes,
+                        append_timestamp_ms=header.max_timestamp,
+                        size_in_bytes=header.size_bytes,
                         records=tuple(decoded),
                     )
                 ]
