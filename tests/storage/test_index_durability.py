@@ -244,18 +244,21 @@ def test_kill_9_while_appending_and_flushing_leaves_a_log_that_reopens_whole(tmp
 
 @pytest.fixture
 def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the files fsynced (directories appear with a trailing slash)."""
+    """Names of the files fsynced or fdatasynced (directories appear with a trailing slash)."""
     names: list[str] = []
-    real_fsync = os.fsync
 
-    def recording_fsync(fd: int) -> None:
-        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        names.append(path.name + ("/" if path.is_dir() else ""))
-        real_fsync(fd)
+    def recording(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            names.append(path.name + ("/" if path.is_dir() else ""))
+            real(fd)
+
+        return sync
 
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("needs /proc to name file descriptors")
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "fsync", recording(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", recording(os.fdatasync))
     return names
 
 

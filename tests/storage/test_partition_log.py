@@ -266,13 +266,13 @@ def test_a_flush_synced_on_another_thread_covers_only_what_was_appended_before_i
     import threading
 
     synced: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real_fdatasync(fd))[1])
     with open_log(log_dir) as log:
         log.append_as_leader(batch(b"a"), epoch=1)
         pending = log.begin_flush()
         log.append_as_leader(batch(b"b"), epoch=1)  # the caller keeps appending meanwhile
-        synced.clear()  # (appends fsync the leader-epoch checkpoint when an epoch starts)
+        synced.clear()
         worker = threading.Thread(target=pending.sync)
         worker.start()
         worker.join()

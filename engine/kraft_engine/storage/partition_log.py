@@ -383,10 +383,11 @@ class _Segment:
         self.bytes_since_index_entry = position - entries[-1][1] if entries else position
 
     def flush(self) -> None:
-        """fsync the segment's data; the index is derived and synced only at roll and close."""
+        """fdatasync the segment's data (`_sync_data`); the index is derived and synced only at
+        roll and close."""
         if self.unflushed:
             with storage_io("fsyncing", self.log_path):
-                os.fsync(self.fd)
+                _sync_data(self.fd)
             self.unflushed = False
 
     def seal(self) -> None:
@@ -605,9 +606,21 @@ class PendingFlush:
         fd, self._fd = self._fd, -1
         try:
             with storage_io("fsyncing", self._segment.log_path):
-                os.fsync(fd)
+                _sync_data(fd)
         finally:
             os.close(fd)
+
+
+def _sync_data(fd: int) -> None:
+    """Make an append to a segment durable: fdatasync, not fsync.
+
+    fdatasync writes the data and the metadata needed to read it back (the file size grown by the
+    append); it skips the timestamps, which nothing reads after a crash. That is the commit path's
+    one blocking wait (the raft leader counts itself, and a follower fetches again, only after
+    it), and on ext4 it is measurably shorter than fsync (bench/quorum.py's profile: the follower's
+    fsync thread was busy 37 % of the run). etcd syncs its WAL the same way.
+    """
+    os.fdatasync(fd)
 
 
 class PartitionLog:
