@@ -21,6 +21,7 @@ from test_controller_service import CLUSTER_ID, NODE_ID, InProcessController
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, RequestContext
 from kraft_engine.protocol import Listener as KafkaListener
 from kraft_engine.raft import messages
+from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.server.raft_apis import RAFT_API_VERSIONS, register_raft_apis
 
 _METADATA = TopicName("__cluster_metadata")
@@ -125,5 +126,54 @@ async def test_vote_begin_and_end_quorum_epoch_v0_reach_the_core(served: _Served
                 preferred_successors=(i32(NODE_ID),)),)),)))
         assert end.topics[0].partitions[0].error_code == ErrorCode.fenced_leader_epoch
         assert served.node.raft.raft.epoch == current  # nothing moved the quorum
+    finally:
+        await connection.close()
+
+
+async def test_fetch_v12_by_topic_name_reads_the_metadata_log_and_names_the_topic_back(served: _Served) -> None:
+    from kio.schema.fetch.v12 import request as f12
+
+    raft = served.node.raft.raft
+    end = raft.log.end_offset()
+    connection = await served.connection()
+    try:
+        fetched = await connection.send(f12.FetchRequest(
+            cluster_id=CLUSTER_ID, replica_id=BrokerId(7), max_wait=i32Timedelta.parse(timedelta(0)),
+            min_bytes=i32(0), max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(0),
+            session_epoch=i32(-1), forgotten_topics_data=(), rack_id="",
+            topics=(f12.FetchTopic(topic=_METADATA, partitions=(f12.FetchPartition(
+                partition=i32(0), current_leader_epoch=i32(raft.epoch), fetch_offset=i64(0),
+                last_fetched_epoch=i32(0), log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),)),),
+        ))
+        (topic,) = fetched.responses
+        (partition,) = topic.partitions
+        assert (fetched.error_code, topic.topic, partition.error_code) == (ErrorCode.none, _METADATA, ErrorCode.none)
+        assert int(partition.high_watermark) == raft.high_watermark
+        batches = parse_batches(bytes(partition.records or b""))
+        assert batches and batches[0].base_offset == 0 and batches[-1].next_offset <= end.offset
+    finally:
+        await connection.close()
+
+
+async def test_fetch_v4_without_fetch_epochs_is_refused_as_kafkas_raft_client_refuses_it(served: _Served) -> None:
+    # v4-v11 carry no last_fetched_epoch: Kafka's raft client answers INVALID_REQUEST, so do we,
+    # and a topic other than __cluster_metadata is refused at the top level.
+    from kio.schema.fetch.v4 import request as f4
+
+    def fetch(topic: str) -> Any:
+        return f4.FetchRequest(
+            replica_id=BrokerId(7), max_wait=i32Timedelta.parse(timedelta(0)), min_bytes=i32(0),
+            max_bytes=i32(1 << 20), isolation_level=i8(0),
+            topics=(f4.FetchTopic(topic=TopicName(topic), partitions=(f4.FetchPartition(
+                partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),)),),
+        )
+
+    connection = await served.connection()
+    try:
+        answer = await connection.send(fetch("__cluster_metadata"))
+        (topic,) = answer.responses
+        assert (topic.topic, topic.partitions[0].error_code) == (_METADATA, ErrorCode.invalid_request)
+        other = await connection.send(fetch("orders"))
+        assert other.responses == ()  # the top-level INVALID_REQUEST has no field in v4: nothing answered
     finally:
         await connection.close()

@@ -24,7 +24,7 @@ from kraft_engine.protocol.entities import api_name, request_class, response_cla
 if TYPE_CHECKING:
     from kraft_engine.protocol.listener import Handler, RequestContext
 
-__all__ = ["Upgrade", "bridge", "bridged_handler", "unbridgeable_fields"]
+__all__ = ["Downgrade", "Upgrade", "bridge", "bridged_handler", "unbridgeable_fields"]
 
 _HINTS: dict[type[Any], dict[str, Any]] = {}
 
@@ -103,6 +103,11 @@ Upgrade = Callable[[Any, type[Any]], Any]
 for a version whose differences are not by field name (see `bridged_handler`)."""
 
 
+Downgrade = Callable[[Any, type[Any]], Any]
+"""`downgrade(response, asked_response_cls)`: a response of the served version in the version
+asked for, where a field the older version needs has no counterpart by name (see `bridged_handler`)."""
+
+
 def bridged_handler(
     api_key: int,
     *,
@@ -110,20 +115,23 @@ def bridged_handler(
     versions: tuple[int, int],
     handler: Handler,
     upgrades: Mapping[int, Upgrade] | None = None,
+    downgrades: Mapping[int, Downgrade] | None = None,
 ) -> Handler:
     """A handler for `versions` of `api_key` that runs `handler`, written for `served_version`.
 
     Requests of other versions are bridged up (or converted by `upgrades[version]`), responses
-    bridged back down. Raises ValueError at once for a
-    version neither the bridge nor `upgrades` can serve."""
+    bridged back down (or converted by `downgrades[version]`). Raises ValueError at once for a
+    version neither the bridge nor the conversions can serve."""
     upgrades = dict(upgrades or {})
+    downgrades = dict(downgrades or {})
     served_request = request_class(api_key, served_version)
     served_response = response_class(api_key, served_version)
     for version in range(versions[0], versions[1] + 1):
         if version == served_version:
             continue
         gaps = [] if version in upgrades else unbridgeable_fields(request_class(api_key, version), served_request)
-        gaps += unbridgeable_fields(served_response, response_class(api_key, version))
+        if version not in downgrades:
+            gaps += unbridgeable_fields(served_response, response_class(api_key, version))
         if gaps:
             raise ValueError(f"{api_name(api_key)} v{version} cannot be served by v{served_version}: {gaps}")
 
@@ -134,6 +142,7 @@ def bridged_handler(
         upgrade = upgrades.get(version)
         up = upgrade(request, served_request) if upgrade is not None else bridge(request, served_request)
         response = await handler(up, dataclasses.replace(ctx, api_version=served_version))
-        return bridge(response, ctx.response_class)
+        downgrade = downgrades.get(version)
+        return downgrade(response, ctx.response_class) if downgrade is not None else bridge(response, ctx.response_class)
 
     return serve

@@ -37,6 +37,7 @@ from prometheus_client import CollectorRegistry
 
 from kraft_engine.errors import SnapshotError
 from kraft_engine.protocol import Features, Listener, RequestContext
+from kraft_engine.protocol.version_bridging import bridged_handler
 from kraft_engine.raft import (
     KRAFT_VERSION_0,
     KRAFT_VERSION_1,
@@ -45,6 +46,7 @@ from kraft_engine.raft import (
     Role,
 )
 from kraft_engine.server.append_only_store import AppendOnlyStore
+from kraft_engine.server.broker_apis import CLIENT_API_VERSIONS
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
@@ -86,6 +88,7 @@ _APPEND_TIMEOUT_MS = 30000
 
 # (api key, version) the raft core speaks; the listener registers exactly these.
 _DESCRIBE_CLUSTER = 60
+_DESCRIBE_CLUSTER_VERSIONS = CLIENT_API_VERSIONS[_DESCRIBE_CLUSTER]
 _CONTROLLER_ENDPOINT_TYPE = 2
 
 
@@ -316,7 +319,13 @@ class ControllerNode:
         # (bridged to the version the core speaks): ApiVersions never advertises an api the node
         # would drop.
         register_raft_apis(listener, served_requests=driver.raft.served_requests, handler=forward)
-        listener.register(_DESCRIBE_CLUSTER, min_version=1, max_version=1, handler=self._describe_cluster)
+        # DescribeCluster at the broker's range (0-2, Kafka's): the handler builds v2, v0-v1 are
+        # bridged (a v0 request has no endpoint type, so it asks for brokers and is refused as
+        # Kafka's controller refuses it).
+        low, high = _DESCRIBE_CLUSTER_VERSIONS
+        listener.register(_DESCRIBE_CLUSTER, min_version=low, max_version=high, handler=bridged_handler(
+            _DESCRIBE_CLUSTER, served_version=high, versions=(low, high), handler=self._describe_cluster,
+        ))
 
     async def _describe_cluster(self, request: Any, ctx: RequestContext) -> Any:
         """DescribeCluster on a controller (KIP-919): the cluster id, the leader, the voters."""

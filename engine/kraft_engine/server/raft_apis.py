@@ -12,10 +12,15 @@ field names:
 - BeginQuorumEpoch v0 and EndQuorumEpoch v0 carry no leader endpoints (the receiver knows them
   from `controller.quorum.voters`); EndQuorumEpoch v0 lists `preferred_successors` by id, v1
   `preferred_candidates` with directory ids (none in v0).
-- Fetch v13-v14 name the fetching replica in `replica_id`, v15+ in `replica_state`.
+- Fetch v4-v14 name the fetching replica in `replica_id`, v15+ in `replica_state`.
+- Fetch v4-v12 name topics (`topic`), v13+ by id (`topic_id`): `__cluster_metadata` is the
+  topic with the metadata topic id both ways; any other name gets the zero id, which the core
+  refuses like any topic that is not the metadata partition. Their responses name the topic again.
+  Fetch v4-v11 carry no `last_fetched_epoch` (and v4-v8 no `current_leader_epoch`): the core
+  reads the defaults (-1) and answers INVALID_REQUEST, as Kafka's raft client validates them.
 
-Fetch v4-v12 (topics by name, not id) are not served: a KRaft peer of Kafka 3.x or later sends
-Fetch v13+, and only a raft client fetches `__cluster_metadata` from a controller.
+Kafka 4.1's controllers advertise Fetch 4-18 on their controller listener (the range Kafka 4.0
+kept after KIP-896 removed v0-v3) and send v18 to each other; a KRaft peer of Kafka 3.x sends v13+.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from typing import Any, Final
 from kio.schema.types import BrokerId
 from kio.static.primitive import i64
 
+from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.protocol import Listener
 from kraft_engine.protocol.listener import Handler
-from kraft_engine.protocol.version_bridging import Upgrade, bridge, bridged_handler
+from kraft_engine.protocol.version_bridging import Downgrade, Upgrade, bridge, bridged_handler
+from kraft_engine.raft.messages import METADATA_TOPIC, METADATA_TOPIC_ID
 
 __all__ = ["RAFT_API_VERSIONS", "register_raft_apis"]
 
@@ -42,7 +49,7 @@ _END_QUORUM_EPOCH: Final = 54
 # {api key: (min, max)} served on the controller listener: Kafka 4.1's ranges for these apis,
 # from the lowest version a KRaft peer or tool of Kafka 3.x/4.x sends to the core's own version.
 RAFT_API_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
-    _FETCH: (13, 18),
+    _FETCH: (4, 18),
     _VOTE: (0, 2),
     _BEGIN_QUORUM_EPOCH: (0, 1),
     _END_QUORUM_EPOCH: (0, 1),
@@ -126,11 +133,45 @@ def _fetch_with_replica_state(request: Any, served: type[Any]) -> Any:
     return dataclasses.replace(upgraded, replica_state=replica_state)
 
 
+def _fetch_by_topic_name(request: Any, served: type[Any]) -> Any:
+    upgraded = _fetch_with_replica_state(request, served)
+    schema = _module(served)
+    topics = tuple(
+        schema.FetchTopic(
+            topic_id=METADATA_TOPIC_ID if topic.topic == METADATA_TOPIC else ZERO_UUID,
+            partitions=tuple(bridge(p, schema.FetchPartition) for p in topic.partitions),
+        )
+        for topic in request.topics
+    )
+    return dataclasses.replace(upgraded, topics=topics)
+
+
+def _fetch_response_by_topic_name(response: Any, asked: type[Any]) -> Any:
+    schema = _module(asked)
+    downgraded = bridge(dataclasses.replace(response, responses=()), asked)
+    responses = tuple(
+        schema.FetchableTopicResponse(
+            topic=METADATA_TOPIC,
+            partitions=tuple(bridge(p, schema.PartitionData) for p in topic.partitions),
+        )
+        for topic in response.responses
+        if topic.topic_id == METADATA_TOPIC_ID  # the core answers nothing else
+    )
+    return dataclasses.replace(downgraded, responses=responses)
+
+
 _UPGRADES: Final[Mapping[int, Mapping[int, Upgrade]]] = {
     _VOTE: {0: _vote_with_pre_vote, 1: _vote_with_pre_vote},
     _BEGIN_QUORUM_EPOCH: {0: _begin_quorum_epoch_v0},
     _END_QUORUM_EPOCH: {0: _end_quorum_epoch_v0},
-    _FETCH: {13: _fetch_with_replica_state, 14: _fetch_with_replica_state},
+    _FETCH: {
+        **dict.fromkeys(range(4, 13), _fetch_by_topic_name),
+        13: _fetch_with_replica_state,
+        14: _fetch_with_replica_state,
+    },
+}
+_DOWNGRADES: Final[Mapping[int, Mapping[int, Downgrade]]] = {
+    _FETCH: dict.fromkeys(range(4, 13), _fetch_response_by_topic_name),
 }
 
 
@@ -141,4 +182,5 @@ def register_raft_apis(listener: Listener, *, served_requests: Mapping[int, int]
         low, high = RAFT_API_VERSIONS.get(api_key, (version, version))
         listener.register(api_key, min_version=low, max_version=high, handler=bridged_handler(
             api_key, served_version=version, versions=(low, high), handler=handler, upgrades=_UPGRADES.get(api_key),
+            downgrades=_DOWNGRADES.get(api_key),
         ))
