@@ -21,6 +21,7 @@ through the HTTP test routes; the raft-level process tests and bench/quorum.py s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import sys
@@ -37,7 +38,7 @@ from prometheus_client import CollectorRegistry
 
 from kraft_engine.errors import SnapshotError
 from kraft_engine.protocol import Features, Listener, RequestContext
-from kraft_engine.protocol.version_bridging import bridged_handler
+from kraft_engine.protocol.version_bridging import bridge, bridged_handler
 from kraft_engine.raft import (
     KRAFT_VERSION_0,
     KRAFT_VERSION_1,
@@ -323,8 +324,13 @@ class ControllerNode:
         # bridged (a v0 request has no endpoint type, so it asks for brokers and is refused as
         # Kafka's controller refuses it).
         low, high = _DESCRIBE_CLUSTER_VERSIONS
+        def without_fenced_brokers(request: Any, served: type[Any]) -> Any:
+            # v0-v1 have no include_fenced_brokers: false, as Kafka reads them.
+            return dataclasses.replace(bridge(request, served), include_fenced_brokers=False)
+
         listener.register(_DESCRIBE_CLUSTER, min_version=low, max_version=high, handler=bridged_handler(
             _DESCRIBE_CLUSTER, served_version=high, versions=(low, high), handler=self._describe_cluster,
+            upgrades=dict.fromkeys(range(low, high), without_fenced_brokers),
         ))
 
     async def _describe_cluster(self, request: Any, ctx: RequestContext) -> Any:
@@ -347,7 +353,9 @@ class ControllerNode:
             for endpoint in voter.endpoints:
                 if endpoint.name == listener_name:
                     brokers.append(
-                        module.DescribeClusterBroker(broker_id=i32(voter.key.id), host=endpoint.host, port=i32(endpoint.port))
+                        module.DescribeClusterBroker(
+                            broker_id=i32(voter.key.id), host=endpoint.host, port=i32(endpoint.port), is_fenced=False,
+                        )
                     )
                     break
         leader = driver.raft.leader_id
