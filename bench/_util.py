@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kraft_engine.cli.quickstart import free_loopback_ports as free_ports
+from kraft_engine.loopback_ports import free_loopback_ports as free_ports
 
 __all__ = [
     "HOST",

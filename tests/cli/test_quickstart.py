@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft_engine.cli import quickstart as quickstart_module
+from kraft_engine import loopback_ports
 from kraft_engine.cli.main import main
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.server.config import load_config
@@ -106,9 +106,9 @@ def test_picked_ports_are_free_and_outside_the_ephemeral_range(tmp_path: Path) -
     # A port from the ephemeral range can be taken by any outgoing connection (even one to that
     # very port, a loopback self-connect) before or while its controller binds it.
     first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    ports = quickstart_module.free_loopback_ports(6)
+    ports = loopback_ports.free_loopback_ports(6)
     assert len(set(ports)) == 6
-    assert all(quickstart_module._LOWEST_PICKED_PORT <= p < first_ephemeral for p in ports)
+    assert all(loopback_ports.LOWEST_PICKED_PORT <= p < first_ephemeral for p in ports)
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", port))
@@ -124,7 +124,7 @@ def test_a_taken_candidate_is_skipped_and_the_kernel_chooses_when_none_is_left(
         # The only candidate is in use: every port comes from the kernel instead, still distinct.
         range_file = tmp_path / "ip_local_port_range"
         range_file.write_text(f"{taken_port + 1}\t65000\n")
-        monkeypatch.setattr(quickstart_module, "_EPHEMERAL_RANGE_PATH", range_file)
-        monkeypatch.setattr(quickstart_module, "_LOWEST_PICKED_PORT", taken_port)
-        ports = quickstart_module.free_loopback_ports(3)
+        monkeypatch.setattr(loopback_ports, "_EPHEMERAL_RANGE_PATH", range_file)
+        monkeypatch.setattr(loopback_ports, "LOWEST_PICKED_PORT", taken_port)
+        ports = loopback_ports.free_loopback_ports(3)
     assert len(set(ports)) == 3 and taken_port not in ports

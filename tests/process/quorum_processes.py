@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kraft_engine.cli.main import main as kraft_main
-from kraft_engine.cli.quickstart import free_loopback_ports as free_ports
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
+from kraft_engine.loopback_ports import free_loopback_ports as free_ports
 
 T = TypeVar("T")
 

@@ -44,7 +44,7 @@ from quorum_processes import (
 )
 
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
-from kraft_engine.cli.quickstart import free_loopback_ports
+from kraft_engine.loopback_ports import free_loopback_ports
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
 
 pytestmark = pytest.mark.process

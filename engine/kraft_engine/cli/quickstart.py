@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +34,7 @@ from kraft_engine.cli.main import CliError
 from kraft_engine.cli.metadata_quorum import describe_replication, describe_status
 from kraft_engine.cli.storage import info
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
+from kraft_engine.loopback_ports import HOST, free_loopback_ports
 from kraft_engine.server.config import ConfigError, KafkaConfig, load_config
 from kraft_engine.storage.formatter import (
     BOOTSTRAP_SNAPSHOT_NAME,
@@ -53,14 +52,12 @@ __all__ = [
     "QuickstartCluster",
     "QuickstartNode",
     "format_cluster",
-    "free_loopback_ports",
     "prepare_cluster",
     "register",
     "run_cluster",
 ]
 
 NODE_IDS = (1, 2, 3)
-HOST = "127.0.0.1"
 CONTROLLER_LISTENER = "CONTROLLER"
 PLAN_FILE_NAME = "quickstart.properties"
 
@@ -333,56 +330,6 @@ def _read_plan(path: Path) -> tuple[str, str]:
     if missing:
         raise CliError(f"{path} lacks {', '.join(missing)}; remove the state directory to start over")
     return plan["cluster.id"], plan["initial.controllers"]
-
-
-# The kernel hands ports of its ephemeral range to every outgoing connection. A listener port
-# picked from that range can be taken by one before the controller binds it, or while it is down:
-# a peer reconnecting to a stopped controller's port can even connect to itself (TCP
-# simultaneous open on loopback), and the controller then cannot bind its own port. Picking below
-# the range rules both out. Linux publishes its range; elsewhere assume the common defaults
-# (Linux 32768-60999, BSD/macOS/IANA 49152-65535).
-_EPHEMERAL_RANGE_PATH = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_DEFAULT_EPHEMERAL_LOW = 32768
-_LOWEST_PICKED_PORT = 10000
-
-
-def _first_ephemeral_port() -> int:
-    try:
-        low, _high = _EPHEMERAL_RANGE_PATH.read_text(encoding="ascii").split()
-        return int(low)
-    except (OSError, ValueError):
-        return _DEFAULT_EPHEMERAL_LOW
-
-
-def free_loopback_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that are free now and outside the kernel's ephemeral range.
-
-    Candidates are tried in random order (so concurrent callers rarely pick the same ones) and
-    held open together until `count` are found. Should the ephemeral range leave too few ports
-    below it, the kernel's own choice (bind to port 0) is used instead.
-    """
-    candidates = list(range(_LOWEST_PICKED_PORT, _first_ephemeral_port()))
-    random.shuffle(candidates)
-    sockets: list[socket.socket] = []
-    try:
-        for port in candidates:
-            if len(sockets) == count:
-                break
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.bind((HOST, port))
-            except OSError:
-                sock.close()
-                continue
-            sockets.append(sock)
-        while len(sockets) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _server_properties(node: QuickstartNode, voters: tuple[DynamicVoter, ...]) -> str:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kraft_engine.kafka_uuid import to_kafka_str
+from kraft_engine.loopback_ports import LOWEST_PICKED_PORT, first_ephemeral_port
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
 from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
 from kraft_operator.model import Implementation, KRaftCluster, Role
@@ -167,9 +168,17 @@ class LocalRuntime:
         return base
 
     def _free_port_block(self) -> int:
-        """A base port whose first nodes' ports are free now (node ids 0..15 are checked)."""
+        """A base port whose first nodes' ports are free now (node ids 0..15 are checked).
+
+        The block lies below the kernel's ephemeral range: a port from that range can be taken by
+        any outgoing connection while its node is down (a roll, a kill), and the node then cannot
+        bind it again.
+        """
+        high = first_ephemeral_port() - _PORT_SPAN
+        if high <= LOWEST_PICKED_PORT:
+            high = 60000 - _PORT_SPAN
         for _ in range(200):
-            base = self._rng.randrange(20000, 60000 - _PORT_SPAN, _PORTS_PER_NODE)
+            base = self._rng.randrange(LOWEST_PICKED_PORT, high, _PORTS_PER_NODE)
             if all(_port_free(base + offset) for offset in range(16 * _PORTS_PER_NODE)):
                 return base
         raise RuntimeActionError("no free block of loopback ports found")
