@@ -15,6 +15,12 @@ the pods:
   `broker.rack` to the config: once the pod is scheduled, the operator reads the topology label of
   its node and writes it on the pod as an annotation, which reaches the init container through a
   downward-API volume (the node pods get no API credentials);
+- a node restarts (one step of a roll) by deleting its pod with the spec's grace period (the kubelet
+  sends SIGTERM: the engine's controlled shutdown), waiting until the pod is gone, and creating it
+  again from the stored config; the pod carries the revision it was started with
+  (`kraftwerk.io/revision`), which is what a roll compares, and a node leaving the cluster is stopped
+  the same way without the new pod (its PVCs and ConfigMap stay: deleting a volume is never
+  automatic);
 - a format Job per node (and per set of directories to format) running `kraft storage format`
   through `kraft_operator.runtime.format_job`, which reports each directory's id in the container's
   termination message. Once the node starts, those ids are also written on its PVCs, so the facts
@@ -31,7 +37,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +49,15 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from kraft_engine.storage.java_properties import format_properties, parse_properties
-from kraft_operator.model import API_VERSION, KIND, Implementation, KRaftCluster, NodePool, Role
+from kraft_operator.model import (
+    API_VERSION,
+    KIND,
+    MANUAL_ROLL_ANNOTATION,
+    Implementation,
+    KRaftCluster,
+    NodePool,
+    Role,
+)
 from kraft_operator.plan import (
     Action,
     FormatJobFacts,
@@ -52,7 +68,9 @@ from kraft_operator.plan import (
     Observed,
     PodPhase,
     ResizeVolume,
+    RestartNode,
     StartNode,
+    StopNode,
     VolumeFacts,
     WriteConfig,
 )
@@ -83,6 +101,9 @@ LABEL_BROKER = "kraftwerk.io/broker"
 ANNOTATION_CLUSTER_ID = "kraftwerk.io/cluster-id"
 ANNOTATION_DIRECTORY_ID = "kraftwerk.io/directory-id"
 ANNOTATION_DIRECTORIES = "kraftwerk.io/directories"
+ANNOTATION_REVISION = "kraftwerk.io/revision"
+# how long past its grace period a deleted pod may take to go (the kubelet's SIGKILL, volume detach)
+_POD_GONE_SLACK_S = 120.0
 
 CONFIG_DIR = "/etc/kraftwerk"
 CONFIG_PATH = f"{CONFIG_DIR}/server.properties"
@@ -313,6 +334,11 @@ class KubernetesRuntime:
             await self._format(cluster, action)
         elif isinstance(action, StartNode):
             await self._start(cluster, action)
+        elif isinstance(action, RestartNode):
+            await self._delete_pod(action.node, grace_period_ms=action.grace_period_ms)
+            await self._start(cluster, action)
+        elif isinstance(action, StopNode):
+            await self._delete_pod(action.node, grace_period_ms=action.grace_period_ms)
         elif isinstance(action, ResizeVolume):
             await self._resize(action)
         else:  # pragma: no cover - the Action union is closed
@@ -415,7 +441,26 @@ class KubernetesRuntime:
         }
         await self._create_if_absent(job)
 
-    async def _start(self, cluster: KRaftCluster, action: StartNode) -> None:
+    async def _delete_pod(self, node: NodeRef, *, grace_period_ms: int) -> None:
+        """The node's controlled shutdown: delete its pod with the grace period (the kubelet sends
+        SIGTERM, then SIGKILL once the period is over) and wait until the pod is gone, so the node's
+        volumes are free and nothing of it still answers when this returns."""
+        name = pod_name(node)
+        grace_s = math.ceil(grace_period_ms / 1000)
+        try:
+            await self._call(self._core.delete_namespaced_pod, name, node.namespace,
+                             grace_period_seconds=grace_s)
+        except ApiException as e:
+            if e.status != 404:
+                raise RuntimeActionError(_api_error({"kind": "Pod", "metadata": {"name": name}}, e)) from None
+        deadline = time.monotonic() + grace_s + _POD_GONE_SLACK_S
+        while await self._read_optional(self._core.read_namespaced_pod, name, node.namespace) is not None:
+            if time.monotonic() > deadline:
+                raise RuntimeActionError(f"pod {name} still exists {grace_s + _POD_GONE_SLACK_S:.0f} s after its "
+                                         f"deletion (grace period {grace_s} s)")
+            await asyncio.sleep(0.5)
+
+    async def _start(self, cluster: KRaftCluster, action: StartNode | RestartNode) -> None:
         node = action.node
         pool = _pool(cluster, node.pool)
         await self._record_directory_ids(cluster, node)
@@ -430,11 +475,11 @@ class KubernetesRuntime:
                 raise RuntimeActionError(f"pod {name} had ended ({existing.status.phase}); deleted, recreating next")
             return
         labels = _labels(cluster, component=_pool_component(pool), pool=pool, node=node)
-        annotations: dict[str, str] = {}
+        annotations: dict[str, str] = {ANNOTATION_REVISION: action.revision} if action.revision else {}
         template = cluster.spec.pod_template
         if template is not None and template.metadata is not None:
             labels = {**template.metadata.labels, **labels}
-            annotations.update(template.metadata.annotations)
+            annotations = {**template.metadata.annotations, **annotations}
         rack_aware = pool.rack is not None and Role.BROKER in pool.roles
         command = ["kraft", "server", "start", "--config", RACK_CONFIG_PATH if rack_aware else CONFIG_PATH]
         spec = self._pod_spec(cluster, node=node, pool=pool, command=command, restart_policy="Always",
@@ -489,7 +534,7 @@ class KubernetesRuntime:
                                           "initialDelaySeconds": 30, "periodSeconds": 10, "failureThreshold": 6}
         spec: dict[str, Any] = {
             "restartPolicy": restart_policy,
-            "terminationGracePeriodSeconds": 60,
+            "terminationGracePeriodSeconds": cluster.spec.lifecycle.termination_grace_period_seconds,
             "enableServiceLinks": False,
             "securityContext": {"runAsNonRoot": True, "runAsUser": POD_UID, "runAsGroup": POD_UID,
                                 "fsGroup": POD_UID, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -623,12 +668,20 @@ def _pod_facts(pod: Any) -> dict[str, Any]:
     if pod.metadata.deletion_timestamp is not None:
         phase = PodPhase.PENDING if phase is PodPhase.RUNNING else phase
     ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+    annotations = pod.metadata.annotations or {}
     facts: dict[str, Any] = {"phase": phase, "ready": ready and pod.metadata.deletion_timestamp is None,
-                             "version": (pod.metadata.labels or {}).get("app.kubernetes.io/version")}
+                             "version": (pod.metadata.labels or {}).get("app.kubernetes.io/version"),
+                             "restart_requested": MANUAL_ROLL_ANNOTATION in annotations}
+    if phase is PodPhase.RUNNING:
+        facts["started_revision"] = annotations.get(ANNOTATION_REVISION) or None
     for container in status.container_statuses or []:
         if container.name != _CONTAINER:
             continue
         facts["restarts"] = container.restart_count or 0
+        running = container.state.running if container.state else None
+        if phase is PodPhase.RUNNING and running is not None and running.started_at is not None:
+            # the running process's start (a container restarted in place counts as a new start)
+            facts["started_at_ms"] = int(running.started_at.timestamp() * 1000)
         ended = (container.state and container.state.terminated) or (
             container.last_state and container.last_state.terminated)
         if ended is not None:
