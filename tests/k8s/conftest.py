@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from .kube import Kube, unavailable
+from .kube import IMAGE, REPO, Kube, unavailable
+
+CHART = REPO / "charts" / "kraftwerk"
+RELEASE = "kraftwerk"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -40,3 +43,26 @@ def namespace(kube: Kube) -> Iterator[str]:
     kube.kubectl("create", "namespace", name)
     yield name
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _image_ref() -> tuple[str, str]:
+    repository, _, tag = IMAGE.rpartition(":")
+    return repository, tag
+
+
+@pytest.fixture(scope="module")
+def operator_ns(kube: Kube) -> Iterator[str]:
+    """A namespace with the operator installed by the chart (two replicas), torn down afterwards."""
+    ns = f"kw-op-{uuid.uuid4().hex[:6]}"
+    kube.kubectl("create", "namespace", ns)
+    # `helm install` leaves a CRD that exists alone: bring the cluster's to this checkout's, as an
+    # upgrade of the chart does (kubectl apply of its crds/ first)
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", f"{CHART}/crds/")
+    repository, tag = _image_ref()
+    kube.helm("install", RELEASE, str(CHART), "--namespace", ns, "--wait", "--timeout", "5m",
+              "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+              "--set", "image.pullPolicy=Never", "--set", "logLevel=debug")
+    yield ns
+    kube.kubectl("-n", ns, "delete", "kraftclusters", "--all", "--wait=true", "--timeout=120s", check=False)
+    kube.helm("uninstall", RELEASE, "--namespace", ns, "--wait", check=False)
+    kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)

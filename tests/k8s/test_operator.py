@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,13 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from .conftest import RELEASE
 from .kube import IMAGE, REPO, Kube
 
 pytestmark = pytest.mark.timeout(900)
 
-CHART = REPO / "charts" / "kraftwerk"
 EXAMPLE = REPO / "examples" / "kraftcluster.yaml"
 CLIENT = Path(__file__).with_name("client_check.py")
-RELEASE = "kraftwerk"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 ZONE = "e2e-zone-a"
 EXPANDABLE_CLASS = "kraftwerk-e2e-expandable"
@@ -45,29 +43,6 @@ def _wait(what: str, probe: Any, *, timeout_s: float = 300, every_s: float = 1.0
             return last
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
-
-
-def _image_ref() -> tuple[str, str]:
-    repository, _, tag = IMAGE.rpartition(":")
-    return repository, tag
-
-
-@pytest.fixture(scope="module")
-def operator_ns(kube: Kube) -> Iterator[str]:
-    """A namespace with the operator installed by the chart (two replicas), torn down afterwards."""
-    ns = f"kw-op-{uuid.uuid4().hex[:6]}"
-    kube.kubectl("create", "namespace", ns)
-    # `helm install` leaves a CRD that exists alone: bring the cluster's to this checkout's, as an
-    # upgrade of the chart does (kubectl apply of its crds/ first)
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", f"{CHART}/crds/")
-    repository, tag = _image_ref()
-    kube.helm("install", RELEASE, str(CHART), "--namespace", ns, "--wait", "--timeout", "5m",
-              "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-              "--set", "image.pullPolicy=Never", "--set", "logLevel=debug")
-    yield ns
-    kube.kubectl("-n", ns, "delete", "kraftclusters", "--all", "--wait=true", "--timeout=120s", check=False)
-    kube.helm("uninstall", RELEASE, "--namespace", ns, "--wait", check=False)
-    kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def _controllers_only_example() -> dict[str, Any]:
