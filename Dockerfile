@@ -14,13 +14,14 @@ RUN python3 -c "import sys; want = tuple(int(p) for p in '${PYTHON_VERSION}'.spl
 have = sys.version_info[:len(want)]; \
 sys.exit(0 if have == want else f'BASE_IMAGE has Python {sys.version.split()[0]}, this image pins ${PYTHON_VERSION}')"
 RUN python3 -m venv /opt/kraftwerk && /opt/kraftwerk/bin/pip install --no-cache-dir --upgrade pip
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml /src/
 # the dependencies first, read from pyproject.toml, in a layer of their own: a change of the
-# project's code alone then rebuilds from the next step in seconds instead of reinstalling them all;
+# project's code (or README) alone then rebuilds from the next step in seconds instead of reinstalling them all;
 # with the `clients` extra: kafka-python, for client pods and `kubectl exec` checks against the brokers
 RUN /opt/kraftwerk/bin/python -c "import tomllib; p = tomllib.load(open('/src/pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['dependencies'] + p['optional-dependencies']['clients']))" > /tmp/requirements.txt \
  && /opt/kraftwerk/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+COPY README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
 COPY pipeline /src/pipeline
