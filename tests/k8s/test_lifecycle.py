@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .kube import IMAGE, Kube
-from .test_operator import _apply, _condition, _controllers_only_example, _scale_operator, _wait
+from .kube import Kube
+from .test_operator import _apply, _condition, _controllers_only_example, _scale_operator, _script_pod, _wait
 
 pytestmark = pytest.mark.timeout(2400)
 
@@ -114,24 +114,10 @@ def workload(kube: Kube, operator_ns: str) -> Iterator[Callable[[], None]]:
     ns = operator_ns
 
     def start() -> None:
-        kube.kubectl("-n", ns, "create", "configmap", "workload", f"--from-file=workload.py={WORKLOAD}")
+        pod = _script_pod(kube, ns, name="workload", script=WORKLOAD,
+                          args=[f"{NAME}-bootstrap:9092", "acked", STOP_FILE])
         kube.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
 
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "workload", "namespace": ns},
-        "spec": {
-            "restartPolicy": "Never",
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "workload", "image": IMAGE, "imagePullPolicy": "Never",
-                "command": ["python3", "/workload/workload.py", f"{NAME}-bootstrap:9092", "acked", STOP_FILE],
-                "volumeMounts": [{"name": "workload", "mountPath": "/workload"}],
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            }],
-            "volumes": [{"name": "workload", "configMap": {"name": "workload"}}],
-        },
-    }
     try:
         yield start
     finally:

@@ -179,25 +179,32 @@ def zoned_node(kube: Kube) -> Iterator[str]:
     kube.kubectl("label", "node", node, f"{ZONE_LABEL}-", check=False)
 
 
-def _run_client(kube: Kube, ns: str, *, bootstrap: str, topic: str, count: int) -> dict[str, Any]:
-    """A client pod (the project's image, kafka-python) that produces and consumes through `bootstrap`;
-    its JSON report."""
-    kube.kubectl("-n", ns, "create", "configmap", "client-check", f"--from-file=client_check.py={CLIENT}")
-    pod = {
+def _script_pod(kube: Kube, ns: str, *, name: str, script: Path, args: list[str]) -> dict[str, Any]:
+    """A pod of the project's image running `script` (from a ConfigMap of the same name, created
+    here) with `args`, non-root, never restarted: the body to apply."""
+    kube.kubectl("-n", ns, "create", "configmap", name, f"--from-file={script.name}={script}")
+    return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "client-check", "namespace": ns},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {
             "restartPolicy": "Never",
             "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
-                "name": "client", "image": IMAGE, "imagePullPolicy": "Never",
-                "command": ["python3", "/client/client_check.py", bootstrap, topic, str(count)],
-                "volumeMounts": [{"name": "client", "mountPath": "/client"}],
+                "name": name, "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["python3", f"/script/{script.name}", *args],
+                "volumeMounts": [{"name": "script", "mountPath": "/script"}],
                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
             }],
-            "volumes": [{"name": "client", "configMap": {"name": "client-check"}}],
+            "volumes": [{"name": "script", "configMap": {"name": name}}],
         },
     }
+
+
+def _run_client(kube: Kube, ns: str, *, bootstrap: str, topic: str, count: int) -> dict[str, Any]:
+    """A client pod (the project's image, kafka-python) that produces and consumes through `bootstrap`;
+    its JSON report."""
+    pod = _script_pod(kube, ns, name="client-check", script=CLIENT,
+                      args=[bootstrap, topic, str(count)])
     kube.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
     try:
         def ended() -> str | None:
