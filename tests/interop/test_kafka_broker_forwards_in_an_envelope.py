@@ -10,7 +10,6 @@ also advertises the admin version ranges our controller serves (it intersects th
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kraft_engine.loopback_ports import free_loopback_ports
 from kraft_engine.protocol import KafkaConnection
 
 from .kafka_jars import CLASSPATH, needs_jars
@@ -30,17 +30,6 @@ pytestmark = [pytest.mark.kafka_jars, pytest.mark.process, pytest.mark.slow]
 KRAFT = str(Path(sys.executable).parent / "kraft")
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
 _DEADLINE_S = 120  # a JVM start on a loaded 2-core machine; bounds the wait, never asserted on
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _until(condition: object, what: str) -> None:
@@ -62,7 +51,7 @@ def _metric(port: int, name: str) -> float:
 
 @pytest.fixture
 def kafka_broker_on_our_controller(tmp_path: Path) -> Iterator[tuple[int, int]]:
-    controller_port, http_port, broker_port = _free_ports(3)
+    controller_port, http_port, broker_port = free_loopback_ports(3)
     controller = tmp_path / "controller.properties"
     controller.write_text(
         "process.roles=controller\nnode.id=1\n"

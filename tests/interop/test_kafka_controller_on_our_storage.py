@@ -9,7 +9,6 @@ as Kafka's DumpLogSegments does. Needs the cached Kafka jars (scripts/fetch-kafk
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from kraft_engine.cli.main import main
 from kraft_engine.kafka_uuid import to_kafka_str
+from kraft_engine.loopback_ports import free_loopback_ports
 from kraft_engine.records import (
     RegisterControllerRecord,
     decode_metadata_record,
@@ -33,13 +33,6 @@ pytestmark = [pytest.mark.kafka_jars, pytest.mark.process, pytest.mark.slow]
 
 # Generous: a JVM start on a loaded 2-core machine. This bounds the wait; it is not asserted on.
 _STARTUP_DEADLINE_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _registered_controllers(log: Path) -> list[RegisterControllerRecord]:
@@ -60,7 +53,7 @@ def _registered_controllers(log: Path) -> list[RegisterControllerRecord]:
 def test_kafka_controller_elects_itself_from_our_bootstrap_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    port = _free_port()
+    (port,) = free_loopback_ports(1)
     config = tmp_path / "server.properties"
     config.write_text(
         "process.roles=controller\nnode.id=1\n"

@@ -18,7 +18,6 @@ Needs the cached Kafka jars and a JDK; skips cleanly without them.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+
+from kraft_engine.loopback_ports import free_loopback_ports
 
 from .kafka_jars import CLASSPATH, needs_jars
 
@@ -45,17 +46,6 @@ OURS, THEIRS = 101, 102
 # our broker now supports) is kept at 0 here, as these tests were written and run with it.
 _LEVELS_OUR_BROKER_SUPPORTS = ("--feature", "group.version=0", "--feature", "transaction.version=0",
                                "--feature", "eligible.leader.replicas.version=0")
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _until(condition: Callable[[], object], what: str) -> None:
@@ -178,7 +168,7 @@ def test_our_broker_and_a_kafka_broker_replicate_the_same_partitions_and_each_si
         from kafka import TopicPartition
         from kafka.admin import KafkaAdminClient, NewTopic
 
-    controller_port, controller_http, ours_port, ours_http, theirs_port = _free_ports(5)
+    controller_port, controller_http, ours_port, ours_http, theirs_port = free_loopback_ports(5)
     controller = _properties(tmp_path / "controller.properties", {
         "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
         "controller.listener.names": "CONTROLLER", "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
@@ -234,7 +224,7 @@ def test_our_broker_registers_with_a_kafka_controller_and_serves_kafka_python(tm
         warnings.simplefilter("ignore")
         from kafka.admin import KafkaAdminClient, NewTopic
 
-    controller_port, ours_port, ours_http = _free_ports(3)
+    controller_port, ours_port, ours_http = free_loopback_ports(3)
     controller = _properties(tmp_path / "kafka-controller.properties", {
         "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
         "controller.listener.names": "CONTROLLER", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
