@@ -358,9 +358,9 @@ class LocalRuntime:
         self._controllers.discard(key)
         if Role.CONTROLLER in action.roles:
             self._controllers.add(key)
-        (node_dir / "pid").write_text(str(process.pid), encoding="utf-8")
+        _write_atomically(node_dir / "pid", str(process.pid))
         started = {"revision": action.revision, "startedAtMs": int(time.time() * 1000), "pid": process.pid}
-        (node_dir / "started.json").write_text(json.dumps(started), encoding="utf-8")
+        _write_atomically(node_dir / "started.json", json.dumps(started))
 
     def _command(self, implementation: Implementation, *, tool: str) -> list[str]:
         if implementation is Implementation.KRAFTWERK:
@@ -459,6 +459,14 @@ def _note(node_dir: Path, message: str) -> None:
     """A line of the runtime's own in the node's log, as a kubelet event would say it."""
     with (node_dir / "server.log").open("a", encoding="utf-8") as log:
         log.write(f"[kraftwerk local runtime] {message}\n")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a file readers may open at any moment (the next observe, a test, a human): a temporary
+    file renamed over it, so a reader sees the old content or the new, never half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def _read_started(path: Path) -> dict[str, Any]:
