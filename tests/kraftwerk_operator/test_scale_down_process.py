@@ -268,12 +268,27 @@ def _pid(state: Path, node_id: int) -> int | None:
 
 
 def _stop_nodes(state: Path) -> None:
-    """SIGTERM every node process left (adopted processes are not stopped by `kraftwerk up`)."""
-    for pid_file in state.glob("default/shrinking/node-*/pid"):
+    """Stop every node process left (adopted processes are not stopped by `kraftwerk up`): brokers
+    first while the controllers still answer their controlled shutdown, then the controllers;
+    SIGKILL for any still running after 60 s (a broker whose controllers are gone never finishes
+    its controlled shutdown)."""
+    def alive(pid_file: Path) -> int | None:
         pid = int(pid_file.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline")
         try:
-            if str(pid_file.parent / "server.properties").encode() in cmdline.read_bytes():
-                os.kill(pid, signal.SIGTERM)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
-            continue
+            return None
+        return pid if str(pid_file.parent / "server.properties").encode() in cmdline else None
+
+    pid_files = sorted(state.glob("default/shrinking/node-*/pid"))
+    brokers = [f for f in pid_files if "process.roles=broker" in (f.parent / "server.properties").read_text()]
+    for group in (brokers, [f for f in pid_files if f not in brokers]):
+        for pid_file in group:
+            if (pid := alive(pid_file)) is not None:
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(alive(f) is not None for f in group):
+            time.sleep(0.2)
+        for pid_file in group:
+            if (pid := alive(pid_file)) is not None:
+                os.kill(pid, signal.SIGKILL)
