@@ -27,6 +27,7 @@ from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, Descr
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
+from kraft_engine.loopback_ports import free_loopback_ports
 from kraft_engine.protocol import KafkaConnection
 
 from .kafka_jars import needs_jars
@@ -35,7 +36,6 @@ from .test_mixed_brokers import (
     _LEVELS_OUR_BROKER_SUPPORTS,
     CLUSTER_ID,
     KRAFT,
-    _free_ports,
     _java,
     _properties,
     _ready,
@@ -112,7 +112,7 @@ def _ask(port: int, request: DescribeConfigsRequest) -> list[tuple[ErrorCode, st
 @needs_jars
 @pytest.mark.timeout(900)
 def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Path) -> None:
-    controller_port, controller_http, ours_port, ours_http, kafka_port, kafka_controller_port = _free_ports(6)
+    controller_port, controller_http, ours_port, ours_http, kafka_port, kafka_controller_port = free_loopback_ports(6)
     controller = _properties(tmp_path / "controller.properties", {
         "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
         "controller.listener.names": "CONTROLLER", "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
