@@ -10,7 +10,7 @@ import random
 import socket
 from pathlib import Path
 
-__all__ = ["HOST", "LOWEST_PICKED_PORT", "first_ephemeral_port", "free_loopback_ports"]
+__all__ = ["HOST", "LOWEST_PICKED_PORT", "first_ephemeral_port", "free_loopback_ports", "port_is_free"]
 
 HOST = "127.0.0.1"
 
@@ -62,3 +62,13 @@ def free_loopback_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a listener could bind `port` on the loopback address now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True

@@ -31,7 +31,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kraft_engine.kafka_uuid import to_kafka_str
-from kraft_engine.loopback_ports import LOWEST_PICKED_PORT, first_ephemeral_port
+from kraft_engine.loopback_ports import HOST, LOWEST_PICKED_PORT, first_ephemeral_port, port_is_free
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
 from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
 from kraft_operator.model import Implementation, KRaftCluster, Role
@@ -66,7 +65,6 @@ from kraft_operator.runtime.port import RuntimeActionError
 
 __all__ = ["HOST", "LocalLayout", "LocalRuntime", "kafka_classpath"]
 
-HOST = "127.0.0.1"
 _PORTS_PER_NODE = 10
 _PORT_SPAN = 64 * _PORTS_PER_NODE
 _STOP_TIMEOUT_S = 30.0
@@ -179,7 +177,7 @@ class LocalRuntime:
             high = 60000 - _PORT_SPAN
         for _ in range(200):
             base = self._rng.randrange(LOWEST_PICKED_PORT, high, _PORTS_PER_NODE)
-            if all(_port_free(base + offset) for offset in range(16 * _PORTS_PER_NODE)):
+            if all(port_is_free(base + offset) for offset in range(16 * _PORTS_PER_NODE)):
                 return base
         raise RuntimeActionError("no free block of loopback ports found")
 
@@ -408,15 +406,6 @@ class LocalRuntime:
 
     async def close(self) -> None:
         self.stop_all()
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def _read_config(path: Path) -> dict[str, str] | None:
