@@ -53,42 +53,33 @@ def _of(log: DataFrame, record_type: str) -> DataFrame:
     return log.where(F.col("record_type") == record_type)
 
 
+def _field(record_type: str, name: str) -> Column:
+    return F.col(f"record.{record_type}.{name}")
+
+
+def _copied(log: DataFrame, record_type: str, event_name: str, /, **fields: str) -> DataFrame:
+    """One event per `record_type` record, each event column a copy of the named record field."""
+    return _event(
+        _of(log, record_type), event_name, **{column: _field(record_type, name) for column, name in fields.items()}
+    )
+
+
 def _record_events(log: DataFrame) -> list[DataFrame]:
-    r = "record."
-    register = _of(log, "RegisterBrokerRecord")
-    change = _of(log, "BrokerRegistrationChangeRecord")
-    fence_value = F.col(r + "BrokerRegistrationChangeRecord.fenced")
-    shutdown_value = F.col(r + "BrokerRegistrationChangeRecord.in_controlled_shutdown")
-    topics = _of(log, "TopicRecord")
-    config = _of(log, "ConfigRecord")
-    resource_type = F.col(r + "ConfigRecord.resource_type")
+    change = "BrokerRegistrationChangeRecord"
+    fence_value, shutdown_value = _field(change, "fenced"), _field(change, "in_controlled_shutdown")
+    resource_type = _field("ConfigRecord", "resource_type")
     resource_name = F.create_map(*(x for code, name in _RESOURCE_TYPES.items() for x in (F.lit(code), F.lit(name))))
     return [
-        _event(
-            register,
-            "broker_registered",
-            node_id=F.col(r + "RegisterBrokerRecord.broker_id"),
-            broker_epoch=F.col(r + "RegisterBrokerRecord.broker_epoch"),
-            incarnation_id=F.col(r + "RegisterBrokerRecord.incarnation_id"),
-        ),
-        _event(
-            _of(log, "FenceBrokerRecord"),
-            "broker_fenced",
-            node_id=F.col(r + "FenceBrokerRecord.id"),
-            broker_epoch=F.col(r + "FenceBrokerRecord.epoch"),
-        ),
-        _event(
-            _of(log, "UnfenceBrokerRecord"),
-            "broker_unfenced",
-            node_id=F.col(r + "UnfenceBrokerRecord.id"),
-            broker_epoch=F.col(r + "UnfenceBrokerRecord.epoch"),
-        ),
+        _copied(log, "RegisterBrokerRecord", "broker_registered",
+                node_id="broker_id", broker_epoch="broker_epoch", incarnation_id="incarnation_id"),
+        _copied(log, "FenceBrokerRecord", "broker_fenced", node_id="id", broker_epoch="epoch"),
+        _copied(log, "UnfenceBrokerRecord", "broker_unfenced", node_id="id", broker_epoch="epoch"),
         *(
             _event(
-                change.where(condition),
+                _of(log, change).where(condition),
                 name,
-                node_id=F.col(r + "BrokerRegistrationChangeRecord.broker_id"),
-                broker_epoch=F.col(r + "BrokerRegistrationChangeRecord.broker_epoch"),
+                node_id=_field(change, "broker_id"),
+                broker_epoch=_field(change, "broker_epoch"),
             )
             for condition, name in (
                 (fence_value == 1, "broker_fenced"),
@@ -96,56 +87,38 @@ def _record_events(log: DataFrame) -> list[DataFrame]:
                 (shutdown_value == 1, "broker_controlled_shutdown"),
             )
         ),
-        _event(
-            _of(log, "UnregisterBrokerRecord"),
-            "broker_unregistered",
-            node_id=F.col(r + "UnregisterBrokerRecord.broker_id"),
-            broker_epoch=F.col(r + "UnregisterBrokerRecord.broker_epoch"),
-        ),
-        _event(
-            _of(log, "RegisterControllerRecord"),
-            "controller_registered",
-            node_id=F.col(r + "RegisterControllerRecord.controller_id"),
-            incarnation_id=F.col(r + "RegisterControllerRecord.incarnation_id"),
-        ),
+        _copied(log, "UnregisterBrokerRecord", "broker_unregistered", node_id="broker_id", broker_epoch="broker_epoch"),
+        _copied(log, "RegisterControllerRecord", "controller_registered",
+                node_id="controller_id", incarnation_id="incarnation_id"),
         _event(
             _of(log, "LeaderChangeMessage"),
             "controller_elected",
-            node_id=F.col(r + "LeaderChangeMessage.leader_id"),
-            leader=F.col(r + "LeaderChangeMessage.leader_id"),
-            voters=F.transform(F.col(r + "LeaderChangeMessage.voters"), lambda v: v["voter_id"]),
+            node_id=_field("LeaderChangeMessage", "leader_id"),
+            leader=_field("LeaderChangeMessage", "leader_id"),
+            voters=F.transform(_field("LeaderChangeMessage", "voters"), lambda v: v["voter_id"]),
         ),
         _event(
             _of(log, "VotersRecord"),
             "voters_changed",
-            voters=F.array_sort(F.transform(F.col(r + "VotersRecord.voters"), lambda v: v["voter_id"])),
+            voters=F.array_sort(F.transform(_field("VotersRecord", "voters"), lambda v: v["voter_id"])),
         ),
         _event(
             _of(log, "FeatureLevelRecord"),
             "feature_level_changed",
-            name=F.col(r + "FeatureLevelRecord.name"),
-            value=F.col(r + "FeatureLevelRecord.feature_level").cast("string"),
+            name=_field("FeatureLevelRecord", "name"),
+            value=_field("FeatureLevelRecord", "feature_level").cast("string"),
         ),
+        _copied(log, "TopicRecord", "topic_created", topic_id="topic_id", topic="name"),
+        _copied(log, "RemoveTopicRecord", "topic_deleted", topic_id="topic_id"),
         _event(
-            topics,
-            "topic_created",
-            topic_id=F.col(r + "TopicRecord.topic_id"),
-            topic=F.col(r + "TopicRecord.name"),
-        ),
-        _event(
-            _of(log, "RemoveTopicRecord"),
-            "topic_deleted",
-            topic_id=F.col(r + "RemoveTopicRecord.topic_id"),
-        ),
-        _event(
-            config,
+            _of(log, "ConfigRecord"),
             "config_changed",
             resource=F.concat_ws(
                 ":", F.coalesce(resource_name[resource_type], resource_type.cast("string")),
-                F.col(r + "ConfigRecord.resource_name"),
+                _field("ConfigRecord", "resource_name"),
             ),
-            name=F.col(r + "ConfigRecord.name"),
-            value=F.col(r + "ConfigRecord.value"),
+            name=_field("ConfigRecord", "name"),
+            value=_field("ConfigRecord", "value"),
         ),
     ]
 
