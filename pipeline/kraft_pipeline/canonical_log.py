@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-__all__ = ["PROBLEM_COLUMNS", "canonical_log", "good_rows", "problem_rows"]
+__all__ = ["PROBLEM_COLUMNS", "canonical_log", "good_rows", "problem_rows", "topic_names"]
 
 PROBLEM_COLUMNS = ["cluster_id", "node_id", "file", "position", "offset", "batch_base_offset", "problem", "raw"]
 
@@ -43,3 +43,10 @@ def canonical_log(good: DataFrame) -> DataFrame:
     # Batches of different boundaries at the same offsets (never in one raft log, but cheap to rule out).
     once = Window.partitionBy("cluster_id", "offset").orderBy("node_id")
     return rows.withColumn("copy", F.row_number().over(once)).where(F.col("copy") == 1).drop("copy")
+
+
+def topic_names(log: DataFrame) -> DataFrame:
+    """(cluster_id, topic_id, topic): the name each TopicRecord of the log gives its topic id."""
+    return log.where(F.col("record_type") == "TopicRecord").select(
+        "cluster_id", F.col("record.TopicRecord.topic_id").alias("topic_id"), F.col("record.TopicRecord.name").alias("topic")
+    )

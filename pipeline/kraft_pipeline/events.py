@@ -16,6 +16,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType
 
+from kraft_pipeline.canonical_log import topic_names
+
 __all__ = ["EVENT_COLUMNS", "events"]
 
 _TYPES = {
@@ -174,11 +176,7 @@ def events(log: DataFrame, history: DataFrame) -> DataFrame:
     timeline = parts[0]
     for part in parts[1:]:
         timeline = timeline.unionByName(part)
-    names = log.where(F.col("record_type") == "TopicRecord").select(
-        "cluster_id",
-        F.col("record.TopicRecord.topic_id").alias("topic_id"),
-        F.col("record.TopicRecord.name").alias("topic_name"),
-    )
+    names = topic_names(log).withColumnRenamed("topic", "topic_name")
     return (
         timeline.join(names, ["cluster_id", "topic_id"], "left")
         .withColumn("topic", F.coalesce("topic", "topic_name"))

@@ -18,6 +18,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from kraft_pipeline.canonical_log import topic_names
+
 __all__ = ["urp_history", "urp_partition_totals"]
 
 _TOPIC, _BROKER = 2, 4
@@ -48,12 +50,9 @@ def _min_isr(log: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 def _states(history: DataFrame, log: DataFrame) -> DataFrame:
     topics, default = _min_isr(log)
-    names = log.where(F.col("record_type") == "TopicRecord").select(
-        "cluster_id", F.col("record.TopicRecord.topic_id").alias("topic_id"), F.col("record.TopicRecord.name").alias("topic")
-    )
     min_isr = F.coalesce("topic_min_isr", "default_min_isr", F.lit(_DEFAULT_MIN_ISR))
     return (
-        history.join(names, ["cluster_id", "topic_id"], "left")
+        history.join(topic_names(log), ["cluster_id", "topic_id"], "left")
         .join(topics, ["cluster_id", "topic"], "left")
         .join(default, ["cluster_id"], "left")
         .withColumn("min_isr", min_isr)
