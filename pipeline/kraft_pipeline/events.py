@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType
 
+from kraft_engine.metadata.configs_image import ConfigResourceType
 from kraft_pipeline.canonical_log import topic_names
 
 __all__ = ["EVENT_COLUMNS", "events"]
@@ -38,8 +39,8 @@ _TYPES = {
     "resource": StringType(),
 }
 EVENT_COLUMNS = ["cluster_id", "offset", "batch_timestamp_ms", "leader_epoch", "event", *_TYPES]
-# Kafka's ConfigResource.Type codes as ConfigRecord carries them.
-_RESOURCE_TYPES = {2: "topic", 4: "broker", 8: "broker_logger", 16: "client_metrics", 32: "group"}
+# Kafka's ConfigResource.Type codes as ConfigRecord carries them, by name ("topic", "broker_logger").
+_RESOURCE_TYPES = {int(t): t.name.lower() for t in ConfigResourceType}
 
 
 def _event(rows: DataFrame, event_name: str, /, **columns: Column) -> DataFrame:

@@ -18,11 +18,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from kraft_engine.metadata.configs_image import ConfigResourceType
 from kraft_pipeline.canonical_log import topic_names
 
 __all__ = ["urp_history", "urp_partition_totals"]
 
-_TOPIC, _BROKER = 2, 4
 _DEFAULT_MIN_ISR = 1
 _STATES = ("under_replicated", "under_min_isr", "offline")
 
@@ -39,10 +39,10 @@ def _min_isr(log: DataFrame) -> tuple[DataFrame, DataFrame]:
     )
     latest = Window.partitionBy("cluster_id", "resource_type", "resource_name").orderBy(F.desc("offset"))
     last = configs.withColumn("n", F.row_number().over(latest)).where(F.col("n") == 1)
-    topics = last.where(F.col("resource_type") == _TOPIC).select(
+    topics = last.where(F.col("resource_type") == int(ConfigResourceType.TOPIC)).select(
         "cluster_id", F.col("resource_name").alias("topic"), F.col("value").alias("topic_min_isr")
     )
-    default = last.where((F.col("resource_type") == _BROKER) & (F.col("resource_name") == "")).select(
+    default = last.where((F.col("resource_type") == int(ConfigResourceType.BROKER)) & (F.col("resource_name") == "")).select(
         "cluster_id", F.col("value").alias("default_min_isr")
     )
     return topics, default
