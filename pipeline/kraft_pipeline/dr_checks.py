@@ -126,17 +126,8 @@ class _NodeLog:
     def replay(self, start: tuple[int, int] | None, end_offset: int) -> MetadataImage | str:
         """The image after replaying batches up to `end_offset` (exclusive) from snapshot `start`
         (or from offset 0), or why it cannot be done."""
-        loader = MetadataLoader()
-        offset = 0
-        if start is not None:
-            snapshot = self.snapshots[start]
-            loader.handle_load_snapshot(
-                snapshot["records"],
-                last_contained_offset=start[0] - 1,
-                last_contained_epoch=start[1],
-                last_contained_log_time_ms=snapshot["time_ms"] or 0,
-            )
-            offset = start[0]
+        loader = self._loader(start)
+        offset = 0 if start is None else start[0]
         committed = []
         while offset < end_offset:
             batch = self.batches.get(offset)
@@ -151,7 +142,7 @@ class _NodeLog:
                     last_offset=batch["last"],
                     epoch=batch["epoch"],
                     append_timestamp_ms=batch["time_ms"],
-                    records=tuple(batch["records"]) if batch["records"] else (),
+                    records=tuple(batch["records"]),
                 )
             )
             offset = batch["last"] + 1
@@ -162,15 +153,20 @@ class _NodeLog:
         return loader.image
 
     def snapshot_image(self, key: tuple[int, int]) -> MetadataImage:
+        return self._loader(key).image
+
+    def _loader(self, snapshot_key: tuple[int, int] | None) -> MetadataLoader:
+        """A loader holding snapshot `snapshot_key`'s image (an empty one for None)."""
         loader = MetadataLoader()
-        snapshot = self.snapshots[key]
-        loader.handle_load_snapshot(
-            snapshot["records"],
-            last_contained_offset=key[0] - 1,
-            last_contained_epoch=key[1],
-            last_contained_log_time_ms=snapshot["time_ms"] or 0,
-        )
-        return loader.image
+        if snapshot_key is not None:
+            snapshot = self.snapshots[snapshot_key]
+            loader.handle_load_snapshot(
+                snapshot["records"],
+                last_contained_offset=snapshot_key[0] - 1,
+                last_contained_epoch=snapshot_key[1],
+                last_contained_log_time_ms=snapshot["time_ms"] or 0,
+            )
+        return loader
 
 
 def _image_bytes(image: MetadataImage) -> bytes | str:
