@@ -71,7 +71,7 @@ class _NodeLog:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.cluster_id: str = rows[0]["cluster_id"]
         self.node_id: int = rows[0]["node_id"]
-        # base offset -> batch (last offset, epoch, time, file, records)
+        # base offset -> batch (last offset, epoch, time, records)
         self.batches: dict[int, dict[str, Any]] = {}
         self.bad_batches: dict[int, str] = {}
         self.snapshots: dict[tuple[int, int], dict[str, Any]] = {}
@@ -83,7 +83,7 @@ class _NodeLog:
 
     def _snapshot_row(self, row: dict[str, Any]) -> None:
         key = (row["snapshot_end_offset"], row["snapshot_epoch"])
-        snapshot = self.snapshots.setdefault(key, {"records": [], "problems": [], "time_ms": None, "file": row["file"]})
+        snapshot = self.snapshots.setdefault(key, {"records": [], "problems": [], "time_ms": None})
         if row["problem"] is not None:
             snapshot["problems"].append(row["problem"])
         elif row["record_type"] == "SnapshotHeaderRecord":
@@ -105,7 +105,6 @@ class _NodeLog:
                 "last": row["batch_last_offset"],
                 "epoch": row["leader_epoch"],
                 "time_ms": row["batch_timestamp_ms"],
-                "file": row["file"],
                 "records": [],
             },
         )
