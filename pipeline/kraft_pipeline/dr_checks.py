@@ -333,7 +333,9 @@ def _rebuildable(node_checks: DataFrame, committed_end: DataFrame) -> DataFrame:
 
 
 def _snapshot_age(records: DataFrame, log: DataFrame) -> DataFrame:
-    newest_batch = log.groupBy("cluster_id").agg(F.max("batch_timestamp_ms").alias("newest_ms"))
+    batch_times = log.groupBy("cluster_id").agg(
+        F.max("batch_timestamp_ms").alias("newest_ms"), F.min("batch_timestamp_ms").alias("oldest_ms")
+    )
     newest_snapshot = (
         records.where((F.col("file_kind") == "snapshot") & (F.col("record_type") == "SnapshotHeaderRecord"))
         .where(F.col("snapshot_end_offset") > 0)
@@ -343,8 +345,7 @@ def _snapshot_age(records: DataFrame, log: DataFrame) -> DataFrame:
             F.max("snapshot_end_offset").alias("snapshot_end"),
         )
     )
-    first_batch = log.groupBy("cluster_id").agg(F.min("batch_timestamp_ms").alias("oldest_ms"))
-    joined = newest_batch.join(first_batch, "cluster_id").join(newest_snapshot, "cluster_id", "left")
+    joined = batch_times.join(newest_snapshot, "cluster_id", "left")
     age = F.col("newest_ms") - F.coalesce("snapshot_ms", "oldest_ms")
     return joined.select(
         "cluster_id",
