@@ -32,6 +32,7 @@ from kraft_engine.records import (
 )
 from kraft_engine.storage.log_file_reader import (
     LogFileKind,
+    ScannedBatch,
     ScanStop,
     classify_log_file,
     read_batch_records,
@@ -160,17 +161,16 @@ class _Rows:
         return batch
 
 
-def decode_file(file: LogFile, *, data: bytes | None = None) -> Iterator[pa.RecordBatch]:
+def decode_file(file: LogFile) -> Iterator[pa.RecordBatch]:
     """The rows of one file as Arrow record batches; never raises on damaged input."""
     rows = _Rows(file)
     if file.identity_problem is not None:
         rows.add(problem=f"{file.path}: cannot tell the node: {file.identity_problem}")
-    if data is None:
-        try:
-            data = read_log_file(Path(file.path))
-        except OSError as e:
-            rows.add(problem=f"{file.path}: cannot read: {e.strerror or e}")
-            data = b""
+    try:
+        data = read_log_file(Path(file.path))
+    except OSError as e:
+        rows.add(problem=f"{file.path}: cannot read: {e.strerror or e}")
+        data = b""
     next_offset: int | None = None
     for item in scan_batches(data):
         if isinstance(item, ScanStop):
@@ -208,15 +208,15 @@ def decode_file(file: LogFile, *, data: bytes | None = None) -> Iterator[pa.Reco
                 raw=item.raw,
             )
         else:
-            _add_records(rows, file=file, batch=batch, header_raw=(header, item.raw))
+            _add_records(rows, batch=batch, item=item)
         if rows.full():
             yield rows.flush()
     if rows.rows:
         yield rows.flush()
 
 
-def _add_records(rows: _Rows, *, file: LogFile, batch: dict[str, Any], header_raw: tuple[Any, bytes]) -> None:
-    header, raw = header_raw
+def _add_records(rows: _Rows, *, batch: dict[str, Any], item: ScannedBatch) -> None:
+    file, header, raw = rows.file, item.header, item.raw
     try:
         records = read_batch_records(header, raw)
     except ValueError as e:
