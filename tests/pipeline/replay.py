@@ -10,12 +10,11 @@ from pathlib import Path
 from kraft_engine.metadata.loader import MetadataLoader
 from kraft_engine.metadata.metadata_image import MetadataImage
 from kraft_engine.raft import CommittedBatch
-from kraft_engine.records import decode_control_record, decode_metadata_record
+from kraft_engine.records import decode_metadata_record, parse_batches
 from kraft_engine.storage.log_file_reader import (
     LogFileKind,
     ScannedBatch,
     list_log_files,
-    read_batch_records,
     read_log_file,
     scan_batches,
 )
@@ -38,6 +37,8 @@ class Replay:
 
 
 def straight_replay(partition_dir: Path) -> Replay:
+    """Every segment's batches up to the first damaged one, decoded and replayed as a broker does
+    (`parse_batches`, `CommittedBatch.of(...).with_records(...)`, `MetadataLoader.handle_commit`)."""
     replay = Replay()
     loader = MetadataLoader()
     for name in list_log_files(partition_dir):
@@ -46,29 +47,11 @@ def straight_replay(partition_dir: Path) -> Replay:
         for item in scan_batches(read_log_file(partition_dir / name.name)):
             if not isinstance(item, ScannedBatch) or item.crc_error is not None:
                 break
-            header = item.header
-            decoded: list[object] = []
-            for record in read_batch_records(header, item.raw):
-                if header.is_control:
-                    _, control = decode_control_record(record.key, record.value)
-                    replay.records[record.offset] = (type(control).__name__, control)
-                else:
-                    assert record.value is not None
-                    entity, _ = decode_metadata_record(record.value)
-                    replay.records[record.offset] = (type(entity).__name__, entity)
-                    decoded.append(entity)
-                replay.batch_times_ms[record.offset] = header.max_timestamp
-            loader.handle_commit(
-                [
-                    CommittedBatch(
-                        base_offset=header.base_offset,
-                        last_offset=header.last_offset,
-                        epoch=header.partition_leader_epoch,
-                        append_timestamp_ms=header.max_timestamp,
-                        size_in_bytes=header.size_bytes,
-                        records=tuple(decoded),
-                    )
-                ]
-            )
-            replay.images[header.last_offset] = loader.image
+            (batch,) = parse_batches(item.raw)
+            decoded = tuple(decode_metadata_record(value)[0] for value in batch.records)
+            for offset, entity in enumerate(batch.control_records or decoded, start=batch.base_offset):
+                replay.records[offset] = (type(entity).__name__, entity)
+                replay.batch_times_ms[offset] = batch.append_timestamp_ms
+            loader.handle_commit([CommittedBatch.of(batch).with_records(decoded)])
+            replay.images[batch.last_offset] = loader.image
     return replay
