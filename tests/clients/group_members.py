@@ -181,11 +181,11 @@ async def _aiokafka_produce(bootstrap: str, topic: str, numbers: range) -> list[
         await producer.stop()
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+def create_topic(bootstrap: str, topic: str, *, replication_factor: int = 3) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 3)], request_timeout=60).values():
+    for future in admin.create_topics([NewTopic(topic, PARTITIONS, replication_factor)], request_timeout=60).values():
         future.result(timeout=TIMEOUT_S)
 
 

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import quorum_processes
 from broker_processes import BrokerCluster
 from group_members import TIMEOUT_S, committed_and_ends, create_topic, produce
 from group_workload import PARTITIONS
-from quorum_processes import KRAFT, wait_for
+from quorum_processes import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
 from kafka_jars import CLASSPATH, needs_jars
@@ -25,10 +26,7 @@ RECORDS = 40
 
 
 def kraft(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([KRAFT, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    if check:
-        assert result.returncode == 0, (args, result.stdout, result.stderr)
-    return result
+    return quorum_processes.kraft(*args, timeout_s=TIMEOUT_S, check=check)
 
 
 def kafka(main_class: str, *args: str) -> subprocess.CompletedProcess[str]:

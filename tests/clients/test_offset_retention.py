@@ -5,15 +5,14 @@ kill -9 after that reloads `__consumer_offsets` without them."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from broker_processes import BrokerCluster, start_cluster
-from group_members import TIMEOUT_S, committed_and_ends, produce
-from quorum_processes import KRAFT, wait_for
+from group_members import TIMEOUT_S, committed_and_ends, create_topic, produce
+from quorum_processes import kraft, wait_for
 
 pytestmark = [pytest.mark.process]
 
@@ -33,24 +32,19 @@ def one_broker(tmp_path: Path) -> Iterator[BrokerCluster]:
         processes.cleanup()
 
 
-def kraft(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([KRAFT, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    assert result.returncode == 0, (args, result.stdout, result.stderr)
-    return result
-
-
 def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_restart(one_broker: BrokerCluster) -> None:
     bootstrap = one_broker.broker_bootstrap()
     topic, group = "retained-orders", "simple-group"
-    create_topic_rf1(bootstrap, topic)
+    create_topic(bootstrap, topic, replication_factor=1)
     produce("confluent-kafka", bootstrap, topic, range(20))
     # A simple commit (no members, generation -1), as an admin's reset makes it.
     committed_at = time.monotonic()
     kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group, "--topic", topic,
-          "--to-latest", "--execute")
+          "--to-latest", "--execute", timeout_s=TIMEOUT_S, check=True)
     committed, ends = committed_and_ends(bootstrap, topic, group)
     assert committed == ends
-    assert group in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list").stdout.split()
+    assert group in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", timeout_s=TIMEOUT_S,
+                          check=True).stdout.split()
 
     def expired() -> bool:
         offsets, _ = committed_and_ends(bootstrap, topic, group)
@@ -58,7 +52,8 @@ def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_re
 
     wait_for(expired, timeout_s=60 + TIMEOUT_S, what="the offsets to expire", interval_s=2)
     assert time.monotonic() - committed_at >= 60, "expired before offsets.retention.minutes passed"
-    assert group not in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list").stdout.split()
+    assert group not in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", timeout_s=TIMEOUT_S,
+                              check=True).stdout.split()
 
     broker = next(iter(one_broker.brokers))
     one_broker.kill(broker)
@@ -69,14 +64,3 @@ def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_re
     one_broker.wait_ready([broker])
     offsets, _ = committed_and_ends(bootstrap, topic, group)
     assert all(o < 0 for o in offsets.values()), "the tombstones were written: a reload does not bring them back"
-
-
-def create_topic_rf1(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from group_workload import PARTITIONS
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)], request_timeout=60).values():
-        future.result(timeout=TIMEOUT_S)
-
-
