@@ -66,9 +66,7 @@ class Member:
                 try:
                     consumer.commit({tp: OffsetAndMetadata(rs[-1].offset + 1, "", -1) for tp, rs in polled.items()})
                 except KafkaError:
-                    for tp, records in polled.items():
-                        if tp in consumer.assignment():
-                            consumer.seek(tp, records[0].offset)
+                    _rewind(consumer, polled)
                     continue
                 self._ledger.committed(self.name, batch)
         finally:
@@ -98,9 +96,7 @@ class Member:
                 try:
                     await consumer.commit({tp: rs[-1].offset + 1 for tp, rs in polled.items()})
                 except KafkaError:
-                    for tp, records in polled.items():
-                        if tp in consumer.assignment():
-                            consumer.seek(tp, records[0].offset)
+                    _rewind(consumer, polled)
                     continue
                 self._ledger.committed(self.name, batch)
         finally:
@@ -140,6 +136,14 @@ class Member:
                 self._ledger.committed(self.name, [(m.partition(), m.offset(), m.value()) for m in records])
         finally:
             consumer.close()  # LeaveGroup
+
+
+def _rewind(consumer: Any, polled: dict[Any, list[Any]]) -> None:
+    """Seek back to a batch's first offsets on the partitions still held (kafka-python and aiokafka
+    share the consumer calls used here)."""
+    for tp, records in polled.items():
+        if tp in consumer.assignment():
+            consumer.seek(tp, records[0].offset)
 
 
 def produce(client: str, bootstrap: str, topic: str, numbers: range) -> list[tuple[int, int, bytes]]:
