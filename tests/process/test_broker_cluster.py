@@ -57,10 +57,11 @@ def brokers(tmp_path: Path) -> Iterator[BrokerCluster]:
         cluster.cleanup()
 
 
-def create_topic(cluster: BrokerCluster, name: str, *, partitions: int, replication_factor: int) -> None:
+def create_topic(cluster: BrokerCluster, name: str, *, partitions: int, replication_factor: int,
+                 configs: dict[str, str] | None = None) -> None:
     admin = KafkaAdminClient(bootstrap_servers=cluster.broker_bootstrap(), request_timeout_ms=30000)
     try:
-        admin.create_topics([NewTopic(name, partitions, replication_factor)])
+        admin.create_topics([NewTopic(name, partitions, replication_factor, topic_configs=configs or {})])
     finally:
         admin.close()
     for partition in range(partitions):

@@ -29,7 +29,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32
 from quorum_processes import kraft_tool, wait_for
-from test_broker_cluster import anomalies, read_back
+from record_checks import CLEAN, anomalies
+from test_broker_cluster import create_topic, read_back
 from test_broker_storage import _librdkafka_read, _librdkafka_send, _metric
 
 from kraft_engine.protocol import KafkaConnection
@@ -37,7 +38,7 @@ from kraft_engine.protocol import KafkaConnection
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.admin import KafkaAdminClient
     from kafka.errors import OffsetOutOfRangeError, PolicyViolationError
 
 pytestmark = [
@@ -47,16 +48,6 @@ pytestmark = [
 ]
 
 brokers = test_broker_cluster.brokers  # three controllers and three brokers, per test
-
-
-def _create(cluster: BrokerCluster, name: str, *, partitions: int, configs: dict[str, str]) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.broker_bootstrap(), request_timeout_ms=30000)
-    try:
-        admin.create_topics([NewTopic(name, partitions, 3, topic_configs=configs)])
-    finally:
-        admin.close()
-    for partition in range(partitions):
-        cluster.wait_isr(name, partition, set(cluster.brokers))
 
 
 def _produce(cluster: BrokerCluster, topic: str, *, partitions: int, count: int, size: int = 1000) -> list[tuple[int, int, bytes]]:
@@ -88,7 +79,7 @@ def _replicas_settle(cluster: BrokerCluster, topic: str, partition: int, *, log_
 def test_delete_records_moves_the_log_start_on_every_replica_and_survives_kill_9(
         brokers: BrokerCluster, tmp_path: Path) -> None:
     topic = "trimmed"
-    _create(brokers, topic, partitions=2, configs={"segment.bytes": str(1024 * 1024)})
+    create_topic(brokers, topic, partitions=2, replication_factor=3, configs={"segment.bytes": str(1024 * 1024)})
     acked = _produce(brokers, topic, partitions=2, count=3000)
     assert len(acked) == 3000
     offsets = tmp_path / "offsets.json"
@@ -140,13 +131,13 @@ def test_delete_records_moves_the_log_start_on_every_replica_and_survives_kill_9
     kept = [(p, o, v) for p, o, v in acked if (p == 0 and o >= 1200)]
     stored = read_back(brokers, topic, 2)
     assert {k for k in stored if k[0] == 1} == set()  # all of partition 1 was deleted
-    assert anomalies(kept, {k: v for k, v in stored.items() if k[1] >= 1200}) == {"lost": [], "duplicated": [], "reordered": []}
+    assert anomalies(kept, {k: v for k, v in stored.items() if k[1] >= 1200}) == CLEAN
     assert min(o for p, o in stored if p == 0) == 1200  # the batch holding 1200 is trimmed by the consumer
 
 
 def test_delete_records_on_a_compacted_topic_is_a_policy_violation(brokers: BrokerCluster) -> None:
     topic = "table"
-    _create(brokers, topic, partitions=1, configs={"cleanup.policy": "compact"})
+    create_topic(brokers, topic, partitions=1, replication_factor=3, configs={"cleanup.policy": "compact"})
     send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all")
     for i in range(10):
         send.send(topic, key=b"k%d" % i, value=b"v", partition=0)
@@ -172,7 +163,8 @@ def _file_region_bytes(cluster: BrokerCluster, node_id: int, mode: str) -> float
 def test_fetch_uses_sendfile_for_kafka_python_and_librdkafka_and_the_topic_codec_and_segment_ms_hold(
         brokers: BrokerCluster) -> None:
     topic = "served"
-    _create(brokers, topic, partitions=1, configs={"compression.type": "zstd", "segment.ms": "60000"})
+    create_topic(brokers, topic, partitions=1, replication_factor=3,
+                 configs={"compression.type": "zstd", "segment.ms": "60000"})
     # Three groups of records, their timestamps ten minutes apart: segment.ms (one minute) rolls a
     # segment at each group, on the leader and on the followers alike (they roll on append too).
     start_ms = int(time.time() * 1000) - 30 * 60_000
@@ -211,7 +203,7 @@ def test_fetch_uses_sendfile_for_kafka_python_and_librdkafka_and_the_topic_codec
     log_bytes = sum(path.stat().st_size for path in (brokers.root / f"broker-{leader}").glob(f"data-*/{topic}-0/*.log"))
     before = sum(_file_region_bytes(brokers, n, "sendfile") for n in brokers.brokers)
     stored = read_back(brokers, topic, 1)
-    assert anomalies(acked, stored) == {"lost": [], "duplicated": [], "reordered": []}
+    assert anomalies(acked, stored) == CLEAN
     assert _librdkafka_read(brokers, topic, 1500) == stored
     assert sum(_file_region_bytes(brokers, n, "sendfile") for n in brokers.brokers) - before >= 2 * log_bytes
     assert all(_file_region_bytes(brokers, n, "copy") == 0 for n in brokers.brokers)
@@ -238,7 +230,7 @@ def _log_dirs_of(cluster: BrokerCluster, broker: int, topic: str) -> list[tuple[
 def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses_nothing(
         brokers: BrokerCluster, tmp_path: Path) -> None:
     topic = "moving"
-    _create(brokers, topic, partitions=1, configs={"segment.bytes": str(1024 * 1024)})
+    create_topic(brokers, topic, partitions=1, replication_factor=3, configs={"segment.bytes": str(1024 * 1024)})
     acked = _produce(brokers, topic, partitions=1, count=3000)
     mover = 101
     node_dir = brokers.root / f"broker-{mover}"
@@ -319,7 +311,7 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     wait_for(lambda: all(brokers.partitions(b)[(topic, 0)]["log_end_offset"] == 5000 for b in brokers.brokers),
              timeout_s=90, what="every replica to hold the 5000 records")
     stored = read_back(brokers, topic, 1)
-    assert anomalies(acked + more, stored) == {"lost": [], "duplicated": [], "reordered": []}
+    assert anomalies(acked + more, stored) == CLEAN
     # The moved replica holds the leader's batches byte for byte (offsets, epochs, records).
     other = next(b for b in sorted(brokers.brokers) if b != mover)
     assert _log_bytes(brokers, mover, topic) == _log_bytes(brokers, other, topic)

@@ -25,7 +25,6 @@ from kraft_engine.storage.producer_snapshots import decode_snapshot
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import InvalidRecordError
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -117,15 +116,6 @@ def test_every_codec_from_kafka_python_and_librdkafka_is_stored_as_received_and_
         assert dump.count("valueSize:") == number
 
 
-def _create_with_configs(cluster: BrokerCluster, topic: str, configs: dict[str, str]) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=cluster.broker_bootstrap(), request_timeout_ms=30000)
-    try:
-        admin.create_topics([NewTopic(topic, 1, 3, topic_configs=configs)])
-    finally:
-        admin.close()
-    cluster.wait_isr(topic, 0, set(cluster.brokers))
-
-
 def _log_starts(cluster: BrokerCluster, topic: str) -> dict[int, int]:
     return {n: cluster.partitions(n)[(topic, 0)]["log_start_offset"] for n in sorted(cluster.brokers)}
 
@@ -152,9 +142,10 @@ def test_size_and_time_retention_move_the_log_start_on_every_replica_and_survive
     try:
         start_cluster(cluster)
         # Size: 1 MiB segments, at least 2 MiB kept; about 4.5 MiB written.
-        _create_with_configs(cluster, "sized", {"segment.bytes": "1048576", "retention.bytes": "2097152"})
+        create_topic(cluster, "sized", partitions=1, replication_factor=3,
+                     configs={"segment.bytes": "1048576", "retention.bytes": "2097152"})
         # Time: records stamped two days ago on a topic that keeps them one day.
-        _create_with_configs(cluster, "aged", {"retention.ms": "86400000"})
+        create_topic(cluster, "aged", partitions=1, replication_factor=3, configs={"retention.ms": "86400000"})
         send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", linger_ms=5,
                              request_timeout_ms=30000, max_request_size=2 * 1024 * 1024)
         values = [f"r-{i}-".encode() + b"x" * 15_000 for i in range(300)]
@@ -230,7 +221,8 @@ def test_a_compacted_topic_keeps_each_keys_latest_value_on_every_replica_through
     try:
         start_cluster(cluster)
         topic = "table"
-        _create_with_configs(cluster, topic, {"cleanup.policy": "compact", "segment.bytes": "1048576"})
+        create_topic(cluster, topic, partitions=1, replication_factor=3,
+                     configs={"cleanup.policy": "compact", "segment.bytes": "1048576"})
         send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", linger_ms=5,
                              compression_type="lz4", request_timeout_ms=30000)
         written: dict[bytes, bytes] = {}
