@@ -28,6 +28,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from quorum_processes import HOST, wait_for
+from test_broker_cluster import read_back
 
 from kraft_engine.protocol import KafkaConnection
 
@@ -273,20 +274,7 @@ def test_produce_v13_names_topics_by_id_and_a_follower_points_to_the_leader(clus
     unknown = produce(leader, uuid.uuid4(), [b"nowhere"])
     assert ErrorCode(unknown.responses[0].partition_responses[0].error_code) == ErrorCode.unknown_topic_id
     # kafka-python reads exactly the three records written by id.
-    from kafka import KafkaConsumer
-    consumer = KafkaConsumer(bootstrap_servers=cluster.broker_bootstrap(), enable_auto_commit=False, group_id=None,
-                             consumer_timeout_ms=5000)
-    try:
-        consumer.assign([TopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        read: list[tuple[int, bytes]] = []
-        for _ in range(30):
-            read.extend((r.offset, r.value) for batch in consumer.poll(timeout_ms=2000).values() for r in batch)
-            if len(read) >= 3:
-                break
-    finally:
-        consumer.close()
-    assert read == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert read_back(cluster, topic, 1) == {(0, 0): b"a", (0, 1): b"b", (0, 2): b"c"}
 
 
 def test_describe_topic_partitions_pages_with_a_cursor_in_topic_name_order(cluster: BrokerCluster,
