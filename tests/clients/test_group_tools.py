@@ -18,7 +18,7 @@ from group_workload import PARTITIONS
 from quorum_processes import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
-from kafka_jars import CLASSPATH, needs_jars
+from kafka_jars import kafka_tool, needs_jars
 
 pytestmark = [pytest.mark.process]
 
@@ -30,9 +30,7 @@ def kraft(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def kafka(main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
-    assert CLASSPATH is not None
-    return subprocess.run(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", CLASSPATH, main_class, *args],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    return kafka_tool(main_class, *args, timeout_s=TIMEOUT_S)
 
 
 def _table(output: str) -> tuple[list[str], list[str]]:

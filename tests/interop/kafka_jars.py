@@ -1,4 +1,4 @@
-"""Where the interop tests find Apache Kafka's jars, and how they run Kafka's DumpLogSegments.
+"""Where the interop tests find Apache Kafka's jars, and how they run Kafka's tools (DumpLogSegments and others).
 
 `scripts/fetch-kafka-jars` caches the jars under `.kafka-jars/<version>/` (or `$KAFKA_JARS_DIR`);
 without them, or without a JDK, every interop test skips.
@@ -32,25 +32,22 @@ needs_jars = pytest.mark.skipif(
 )
 
 
-def kafka_dump(*files: Path) -> str:
+def kafka_tool(main_class: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run one of Kafka's tools (a main class in the jars); its status and output are the caller's to check."""
     assert CLASSPATH is not None
-    result = subprocess.run(
-        [
-            "java",
-            # Kafka's INFO logs would bury a real problem on stderr; warnings still show.
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp",
-            CLASSPATH,
-            "kafka.tools.DumpLogSegments",
-            "--cluster-metadata-decoder",
-            "--files",
-            ",".join(str(f) for f in files),
-        ],
+    return subprocess.run(
+        # Kafka's INFO logs would bury a real problem on stderr; warnings still show.
+        ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", CLASSPATH, main_class, *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout_s,
         check=False,
     )
+
+
+def kafka_dump(*files: Path) -> str:
+    result = kafka_tool("kafka.tools.DumpLogSegments", "--cluster-metadata-decoder", "--files",
+                        ",".join(str(f) for f in files))
     assert result.returncode == 0, result.stderr
     assert "Exception" not in result.stdout + result.stderr, result.stderr
     return result.stdout

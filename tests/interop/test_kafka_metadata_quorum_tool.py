@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .kafka_jars import CLASSPATH, needs_jars
+from .kafka_jars import kafka_tool, needs_jars
 
 pytestmark = [pytest.mark.kafka_jars, pytest.mark.process, pytest.mark.slow]
 
@@ -31,12 +31,7 @@ _MOVING = ("LeaderEpoch:", "HighWatermark:", "MaxFollowerLag:", "MaxFollowerLagT
 
 
 def _kafka_tool(bootstrap: str, *args: str) -> str:
-    assert CLASSPATH is not None
-    result = subprocess.run(
-        ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", CLASSPATH,
-         "org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-controller", bootstrap, *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
+    result = kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-controller", bootstrap, *args)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 

@@ -4,7 +4,6 @@ offset commits, group metadata (a static member) and tombstones, as Kafka's own 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from kraft_engine.records.client_records import ProducedRecord, encode_client_batch
@@ -20,7 +19,7 @@ from kraft_engine.records.group_records import (
     encode_offset_commit_value,
 )
 
-from .kafka_jars import CLASSPATH, needs_jars
+from .kafka_jars import kafka_tool, needs_jars
 
 pytestmark = [needs_jars]
 
@@ -44,10 +43,7 @@ def test_dump_log_offsets_decoder_reads_our_records(tmp_path: Path) -> None:
     segment = directory / "00000000000000000000.log"
     segment.write_bytes(encode_client_batch([ProducedRecord(value=v, key=k, timestamp_ms=1700000000000)
                                              for k, v in records]))
-    assert CLASSPATH is not None
-    result = subprocess.run(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", CLASSPATH,
-                             "kafka.tools.DumpLogSegments", "--offsets-decoder", "--files", str(segment)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = kafka_tool("kafka.tools.DumpLogSegments", "--offsets-decoder", "--files", str(segment))
     assert result.returncode == 0, result.stderr
     decoded = [line for line in result.stdout.splitlines() if line.startswith("| offset:")]
     assert len(decoded) == 3
