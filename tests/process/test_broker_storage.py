@@ -137,6 +137,15 @@ def _earliest_and_records(cluster: BrokerCluster, topic: str) -> tuple[int, dict
         consumer.close()
 
 
+def _segment_sizes(cluster: BrokerCluster, node_id: int, topic: str) -> list[int] | None:
+    """The sizes of a replica's segment files, oldest first; None if one went while they were listed."""
+    try:
+        return [path.stat().st_size for path in sorted((cluster.root / f"broker-{node_id}").glob(f"data-*/{topic}-0/*.log"),
+                                                       key=lambda path: path.name)]
+    except FileNotFoundError:
+        return None
+
+
 def test_size_and_time_retention_move_the_log_start_on_every_replica_and_survive_kill_9(tmp_path: Path) -> None:
     cluster = BrokerCluster(root=tmp_path, broker_config={"log.retention.check.interval.ms": "300"})
     try:
@@ -157,21 +166,17 @@ def test_size_and_time_retention_move_the_log_start_on_every_replica_and_survive
         send.flush()
         send.close()
 
-        # Retention deletes one segment per check, so the log start moves in steps. Wait until every
-        # replica agrees on a start past 0 that holds across several check intervals (the last step).
-        seen: list[tuple[float, int]] = []
-
+        # Retention moves the log start in steps. Wait for the state no retention check can change:
+        # no replica has a segment that size retention still deletes (Kafka's rule: the oldest goes
+        # while the segments after it hold retention.bytes), and then every replica starts at one
+        # offset past 0 (read after the segments, so it is the start those segments left).
         def settled() -> int | None:
+            for node_id in cluster.brokers:
+                sizes = _segment_sizes(cluster, node_id, "sized")
+                if sizes is None or (len(sizes) > 1 and sum(sizes) - sizes[0] >= 2 * 1024 * 1024):
+                    return None
             starts = set(_log_starts(cluster, "sized").values())
-            now = time.monotonic()
-            if len(starts) != 1 or min(starts) == 0:
-                seen.clear()
-                return None
-            start = starts.pop()
-            if not seen or seen[0][1] != start:
-                seen[:] = [(now, start)]
-                return None
-            return start if now - seen[0][0] >= 3.0 else None
+            return starts.pop() if len(starts) == 1 and min(starts) > 0 else None
 
         start = wait_for(settled, timeout_s=90, what="every replica of sized-0 to settle its log start past 0")
         earliest, stored = _earliest_and_records(cluster, "sized")
