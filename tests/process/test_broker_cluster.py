@@ -263,12 +263,7 @@ def test_bad_produce_input_gets_kafkas_error_and_nothing_is_written(brokers: Bro
 
 
 def test_acks_all_is_refused_with_not_enough_replicas_below_min_insync_replicas(brokers: BrokerCluster) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=brokers.broker_bootstrap(), request_timeout_ms=30000)
-    try:
-        admin.create_topics([NewTopic(TOPIC, 1, 3, topic_configs={"min.insync.replicas": "3"})])
-    finally:
-        admin.close()
-    brokers.wait_isr(TOPIC, 0, set(brokers.brokers))
+    create_topic(brokers, TOPIC, partitions=1, replication_factor=3, configs={"min.insync.replicas": "3"})
     leader = next(n for n in brokers.brokers if brokers.partitions(n)[(TOPIC, 0)]["leader"] == n)
     follower = min(brokers.brokers - {leader})
     brokers.kill(follower)
@@ -294,9 +289,7 @@ def test_acks_all_is_refused_with_not_enough_replicas_below_min_insync_replicas(
         async with KafkaConnection("127.0.0.1", brokers.broker_ports[leader]) as connection:
             response = await connection.send(DescribeTopicPartitionsRequest(topics=(DescribeTopic(name=TopicName(TOPIC)),)))
             part = response.topics[0].partitions[0]
-            listed = await connection.send(ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
-                ListOffsetsTopic(name=TopicName(TOPIC), partitions=(ListOffsetsPartition(
-                    partition_index=i32(0), current_leader_epoch=i32(-1), timestamp=i64(-1)),)),)))
+            listed = await _latest_offset(connection, TOPIC)()
             return (tuple(sorted(int(r) for r in part.isr_nodes)), tuple(int(r) for r in part.eligible_leader_replicas),
                     int(listed.topics[0].partitions[0].offset))
 
