@@ -41,15 +41,6 @@ def _paths(options: dict[str, str]) -> list[str]:
     raise ValueError("kraft-metadata needs one or more paths: spark.read.format('kraft-metadata').load(paths)")
 
 
-class _FilePartition(InputPartition):
-    def __init__(self, path: str, cluster_id: str, node_id: int, identity_problem: str | None) -> None:
-        super().__init__(path)
-        self.path = path
-        self.cluster_id = cluster_id
-        self.node_id = node_id
-        self.identity_problem = identity_problem
-
-
 class _Reader(DataSourceReader):
     def __init__(self, paths: list[str]) -> None:
         self.paths = paths
@@ -57,18 +48,16 @@ class _Reader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from kraft_pipeline.log_files import find_log_files
 
-        files = find_log_files(self.paths)
-        return [_FilePartition(f.path, f.cluster_id, f.node_id, f.identity_problem) for f in files]
+        return [InputPartition(file) for file in find_log_files(self.paths)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: this runs in the executor's Python worker.
         from kraft_pipeline.log_files import LogFile, decode_file
 
-        if not isinstance(partition, _FilePartition):
+        file = getattr(partition, "value", None)
+        if not isinstance(file, LogFile):
             raise TypeError(f"kraft-metadata cannot read a {type(partition).__name__}")
-        yield from decode_file(
-            LogFile(partition.path, partition.cluster_id, partition.node_id, partition.identity_problem)
-        )
+        yield from decode_file(file)
 
 
 class KRaftMetadataDataSource(DataSource):
