@@ -35,6 +35,7 @@ from kraft_engine.storage.log_file_reader import (
     ScannedBatch,
     ScanStop,
     classify_log_file,
+    list_log_files,
     read_batch_records,
     read_log_file,
     scan_batches,
@@ -120,10 +121,9 @@ def find_log_files(paths: list[str]) -> list[LogFile]:
             continue
         for partition_dir in _partition_dirs(path):
             cluster_id, node_id, problem = _identity(partition_dir.parent)
-            for entry in sorted(os.listdir(partition_dir)):
-                if classify_log_file(entry) is not None:
-                    file = str(partition_dir / entry)
-                    found[file] = LogFile(file, cluster_id, node_id, problem)
+            for name in list_log_files(partition_dir):
+                file = str(partition_dir / name.name)
+                found[file] = LogFile(file, cluster_id, node_id, problem)
     return sorted(found.values(), key=lambda f: (f.cluster_id, f.node_id, f.path))
 
 
