@@ -337,9 +337,8 @@ class ReplicationControlManager:
             for partition_id in range(self._partition_counts.get(topic_id) or 0):
                 key = (topic_id, partition_id)
                 previous = self._partitions.get(_pack(key))
-                if previous is not None and (previous.elr or previous.last_known_elr):
-                    self._set_partition(key, previous, previous.merge(PartitionChangeRecord(
-                        partition_id=partition_id, topic_id=topic_id, eligible_leader_replicas=(), last_known_elr=())))
+                if previous is not None and (cleared := previous.with_elr_cleared(topic_id, partition_id)) is not None:
+                    self._set_partition(key, previous, cleared)
 
     def replay_remove_topic(self, record: RemoveTopicRecord, offset: int) -> None:
         name = self._topic_names.get(record.topic_id)

@@ -218,6 +218,15 @@ class PartitionRegistration:
         _set_partition_epoch(registration, self.partition_epoch + 1)
         return registration
 
+    def with_elr_cleared(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
+        """Kafka's replay of a ClearElrRecord on this partition, in the controller and in the image
+        alike: the ELR and the last known ELR emptied as a merged PartitionChangeRecord empties them
+        (the partition epoch moves); None when it holds neither, which leaves it as it is."""
+        if not (self.elr or self.last_known_elr):
+            return None
+        return self.merge(PartitionChangeRecord(
+            partition_id=partition_id, topic_id=topic_id, eligible_leader_replicas=(), last_known_elr=()))
+
     # -- predicates the controller and brokers use ------------------------------------------------
 
     @property

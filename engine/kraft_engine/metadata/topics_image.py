@@ -287,9 +287,8 @@ class TopicDelta:
         cleared = 0
         for partition_id in sorted({*self.image.partitions, *self.partition_changes}):
             current = self.partition(partition_id)
-            if current is not None and (current.elr or current.last_known_elr):
-                self.partition_changes[partition_id] = current.merge(PartitionChangeRecord(
-                    partition_id=partition_id, topic_id=self.id, eligible_leader_replicas=(), last_known_elr=()))
+            if current is not None and (without_elr := current.with_elr_cleared(self.id, partition_id)) is not None:
+                self.partition_changes[partition_id] = without_elr
                 cleared += 1
         return cleared
 
