@@ -732,14 +732,7 @@ class ReplicationControlManager:
     ) -> RecordAndVersion:
         if mv is None:
             mv = self._features.metadata_version_or_raise()
-        record = PartitionChangeRecord(
-            partition_id=key[1], topic_id=key[0],
-            isr=change.isr, leader=change.leader, replicas=change.replicas,
-            removing_replicas=change.removing_replicas, adding_replicas=change.adding_replicas,
-            leader_recovery_state=change.leader_recovery_state, directories=change.directories,
-            eligible_leader_replicas=change.eligible_leader_replicas, last_known_elr=change.last_known_elr,
-        )
-        return RecordAndVersion(record, mv.partition_change_record_version)
+        return RecordAndVersion(_change_record_of(key, change), mv.partition_change_record_version)
 
     def _builder(
         self, partition: PartitionRegistration, *, min_isr: int, exclude: int | None = None,
@@ -1435,6 +1428,16 @@ _uuid_int = operator.attrgetter("int")
 _UNBUILT = object()
 
 
+def _change_record_of(key: TopicPartition, change: PartitionChange) -> PartitionChangeRecord:
+    return PartitionChangeRecord(
+        partition_id=key[1], topic_id=key[0],
+        isr=change.isr, leader=change.leader, replicas=change.replicas,
+        removing_replicas=change.removing_replicas, adding_replicas=change.adding_replicas,
+        leader_recovery_state=change.leader_recovery_state, directories=change.directories,
+        eligible_leader_replicas=change.eligible_leader_replicas, last_known_elr=change.last_known_elr,
+    )
+
+
 def _no_config(name: str) -> str | None:
     return None
 
@@ -1446,13 +1449,7 @@ class _ChangeRecordMaker:
     __slots__ = ("_template",)
 
     def __init__(self, change: PartitionChange) -> None:
-        self._template = PartitionChangeRecord(
-            partition_id=0, topic_id=ZERO_UUID,
-            isr=change.isr, leader=change.leader, replicas=change.replicas,
-            removing_replicas=change.removing_replicas, adding_replicas=change.adding_replicas,
-            leader_recovery_state=change.leader_recovery_state, directories=change.directories,
-            eligible_leader_replicas=change.eligible_leader_replicas, last_known_elr=change.last_known_elr,
-        )
+        self._template = _change_record_of((ZERO_UUID, 0), change)
 
     def record(self, partition_id: int, topic_id: uuid.UUID) -> PartitionChangeRecord:
         t = self._template
