@@ -771,13 +771,16 @@ class ReplicationControlManager:
         """Kafka's getTopicEffectiveMinIsr: the topic's min.insync.replicas in force, capped at its
         replication factor (that of partition 0)."""
         name = self._topic_names.get(topic_id)
-        configured = 1
-        if name is not None and self._configuration is not None:
-            value = self._configuration.topic_config(name, _MIN_ISR)
-            if value is not None:
-                configured = int(value)
+        configuration = self._configuration
+        return self._capped_min_isr(
+            topic_id, None if name is None or configuration is None else configuration.topic_config(name, _MIN_ISR))
+
+    def _capped_min_isr(self, topic_id: uuid.UUID, configured: str | None) -> int:
+        """The topic's min.insync.replicas `configured` (1 when unset), capped at its replication
+        factor (that of partition 0)."""
+        min_isr = 1 if configured is None else int(configured)
         first = self._partitions.get(_pack_ids(topic_id, 0))
-        return configured if first is None else min(configured, len(first.replicas))
+        return min_isr if first is None else min(min_isr, len(first.replicas))
 
     def _topic_settings_reader(self) -> Callable[[uuid.UUID], tuple[int, bool]]:
         """A topic's (`_effective_min_isr`, `unclean_leader_election_enabled`) for one generation,
@@ -792,16 +795,10 @@ class ReplicationControlManager:
 
         def settings(topic_id: uuid.UUID) -> tuple[int, bool]:
             name = self._topic_names.get(topic_id)
-            configured = 1
-            unclean = False
-            if name is not None:
-                value = read_min_isr(name)
-                if value is not None:
-                    configured = int(value)
-                value = read_unclean(name)
-                unclean = value is not None and parse_bool(value) is True
-            first = self._partitions.get(_pack_ids(topic_id, 0))
-            return (configured if first is None else min(configured, len(first.replicas))), unclean
+            if name is None:
+                return self._capped_min_isr(topic_id, None), False
+            unclean = read_unclean(name)
+            return self._capped_min_isr(topic_id, read_min_isr(name)), unclean is not None and parse_bool(unclean) is True
 
         return settings
 
