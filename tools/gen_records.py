@@ -167,25 +167,24 @@ def load_schema(path: Path) -> Schema:
 
 
 def _schema_from(raw: dict[str, object], *, origin: str) -> Schema:
-    path_name = origin
     if raw.get("type") != "metadata":
-        raise SchemaError(f"{path_name}: not a metadata record schema")
+        raise SchemaError(f"{origin}: not a metadata record schema")
     flexible = Versions.parse(_optional_str(raw.get("flexibleVersions")))
     versions = Versions.parse(_optional_str(raw["validVersions"]))
     if flexible.low != 0 or flexible.high is not None:
-        raise SchemaError(f"{path_name}: every metadata record is flexible in every version")
+        raise SchemaError(f"{origin}: every metadata record is flexible in every version")
     if versions.low != 0 or versions.high is None:
-        raise SchemaError(f"{path_name}: expected validVersions 0..N")
+        raise SchemaError(f"{origin}: expected validVersions 0..N")
     structs: dict[str, Struct] = {}
     common = raw.get("commonStructs", [])
     if not isinstance(common, list):
-        raise SchemaError(f"{path_name}: commonStructs is not a list")
+        raise SchemaError(f"{origin}: commonStructs is not a list")
     for item in common:
         structs[str(item["name"])] = Struct(str(item["name"]), ())
         structs[str(item["name"])] = Struct(str(item["name"]), _parse_fields(item["fields"], structs))
     raw_fields = raw["fields"]
     if not isinstance(raw_fields, list):
-        raise SchemaError(f"{path_name}: fields is not a list")
+        raise SchemaError(f"{origin}: fields is not a list")
     fields = _parse_fields(raw_fields, structs)
     schema = Schema(str(raw["name"]), int(str(raw["apiKey"])), versions, fields, tuple(structs.values()))
     _check_supported(schema)
