@@ -700,12 +700,12 @@ def bench_fencing(topics: int, partitions: int, *, profile_path: Path | None = N
     encoded = log.encoded[encoded_before:]
     with collector_paused():
         appended = log.take()
-        for base, last, recs in appended:
-            controller.handle_commit(CommittedBatch(base, 1, recs, last))
+        committed = [CommittedBatch(base, 1, recs, last, append_timestamp_ms=0) for base, last, recs in appended]
+        for batch in committed:
+            controller.handle_commit(batch)
         cpu.append(time.process_time())
         wall.append(time.perf_counter())
-        loader.handle_commit([CommittedBatch(base, 1, recs, last, append_timestamp_ms=0) for base, last, recs in appended],
-                             high_watermark=appended[-1][1] + 1)
+        loader.handle_commit(committed, high_watermark=appended[-1][1] + 1)
     cpu.append(time.process_time())
     wall.append(time.perf_counter())
     if profiler is not None:
