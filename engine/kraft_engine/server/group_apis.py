@@ -117,7 +117,6 @@ GROUP_API_VERSIONS = {
 _GROUP_KEY_TYPE = 0
 _NO_THROTTLE = timedelta(0)
 _LOAD_CHUNK_BYTES = 1024 * 1024
-_OFFSETS_TOPIC_SEGMENT_BYTES = 100 * 1024 * 1024  # Kafka's offsets.topic.segment.bytes default
 _SUBSCRIPTIONS = {0: _SubscriptionV0, 1: _SubscriptionV1, 2: _SubscriptionV2, 3: _SubscriptionV3}
 
 
