@@ -68,6 +68,7 @@ from kraft_engine.protocol.entities import (
     API_VERSIONS_KEY,
     api_name,
     kio_version_range,
+    make_entity,
     request_class,
     response_class,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "api_name",
     "close_server",
     "kio_version_range",
+    "make_entity",
     "parse_bootstrap_servers",
     "request_class",
     "response_class",

@@ -25,6 +25,7 @@ __all__ = [
     "api_name",
     "error_codes_of",
     "kio_version_range",
+    "make_entity",
     "reader_for",
     "request_class",
     "response_class",
@@ -55,6 +56,13 @@ def api_name(api_key: int) -> str:
     if name is None:
         return f"Unknown({api_key})"
     return "".join(part.capitalize() for part in name.split("_"))
+
+
+def make_entity(cls: type[Any], **values: Any) -> Any:
+    """An entity of `cls` from the `values` this version has fields for (later versions add
+    fields; a handler builds one answer for all the versions it serves)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 @functools.cache

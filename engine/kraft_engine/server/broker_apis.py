@@ -55,7 +55,14 @@ from prometheus_client import CollectorRegistry
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import parse_records, topic_codec
 from kraft_engine.metadata import MetadataImage
-from kraft_engine.protocol import NO_RESPONSE, FileRegion, Listener, RequestContext, SplicedResponse
+from kraft_engine.protocol import (
+    NO_RESPONSE,
+    FileRegion,
+    Listener,
+    RequestContext,
+    SplicedResponse,
+    make_entity,
+)
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
 from kraft_engine.records.compression import CODEC_NONE, UnsupportedCodecError, decompress
 from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
@@ -90,12 +97,6 @@ _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 _SCAN_CHUNK_BYTES = 1024 * 1024
 _NO_THROTTLE = timedelta(0)
 _BROKER_ENDPOINT_TYPE = 1
-
-
-def _make(cls: type[Any], **fields: Any) -> Any:
-    """An entity of `cls` from the fields this version has (later versions add fields)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in fields.items() if k in names})
 
 
 def _now_ms() -> int:
@@ -155,8 +156,8 @@ class BrokerApis:
             endpoint = broker.listener(listener_name)
             if broker.fenced or endpoint is None:
                 continue
-            brokers.append(_make(module.MetadataResponseBroker, node_id=BrokerId(broker.id), host=endpoint.host,
-                                 port=i32(endpoint.port), rack=broker.rack))
+            brokers.append(make_entity(module.MetadataResponseBroker, node_id=BrokerId(broker.id), host=endpoint.host,
+                                       port=i32(endpoint.port), rack=broker.rack))
         alive = {int(b.node_id) for b in brokers}
         wanted = request.topics
         topics = []
@@ -169,8 +170,8 @@ class BrokerApis:
                 if name is None and getattr(t, "topic_id", None) is not None:
                     topic_image = image.topics.get_topic(t.topic_id)
                     if topic_image is None:
-                        topics.append(_make(module.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id, name=None,
-                                            topic_id=t.topic_id, is_internal=False, partitions=()))
+                        topics.append(make_entity(module.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id, name=None,
+                                                  topic_id=t.topic_id, is_internal=False, partitions=()))
                         continue
                     name = topic_image.name
                 names.append(str(name))
@@ -183,8 +184,8 @@ class BrokerApis:
                         and wanted is not None:
                     to_create.append(name)
                     error = ErrorCode.leader_not_available
-                topics.append(_make(module.MetadataResponseTopic, error_code=error, name=TopicName(name), topic_id=None,
-                                    is_internal=False, partitions=()))
+                topics.append(make_entity(module.MetadataResponseTopic, error_code=error, name=TopicName(name), topic_id=None,
+                                          is_internal=False, partitions=()))
                 continue
             partitions = []
             for index in sorted(topic_image.partitions):
@@ -192,7 +193,7 @@ class BrokerApis:
                 error = ErrorCode.none
                 if registration.leader < 0 or registration.leader not in alive:
                     error = ErrorCode.leader_not_available
-                partitions.append(_make(
+                partitions.append(make_entity(
                     module.MetadataResponsePartition,
                     error_code=error,
                     partition_index=i32(index),
@@ -202,11 +203,11 @@ class BrokerApis:
                     isr_nodes=tuple(BrokerId(r) for r in registration.isr),
                     offline_replicas=tuple(BrokerId(r) for r in registration.replicas if r not in alive),
                 ))
-            topics.append(_make(module.MetadataResponseTopic, error_code=ErrorCode.none, name=TopicName(name),
-                                topic_id=topic_image.id, is_internal=name.startswith("__"), partitions=tuple(partitions)))
+            topics.append(make_entity(module.MetadataResponseTopic, error_code=ErrorCode.none, name=TopicName(name),
+                                      topic_id=topic_image.id, is_internal=name.startswith("__"), partitions=tuple(partitions)))
         if to_create:
             asyncio.get_running_loop().create_task(self._auto_create(to_create))
-        return _make(
+        return make_entity(
             ctx.response_class,
             throttle_time=_NO_THROTTLE,
             brokers=tuple(brokers),
@@ -238,20 +239,20 @@ class BrokerApis:
         module = ctx.response_schema
         image = self._image()
         if int(getattr(request, "endpoint_type", _BROKER_ENDPOINT_TYPE)) != _BROKER_ENDPOINT_TYPE:
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
-                         error_message="A broker describes brokers only (endpoint type 1).",
-                         endpoint_type=request.endpoint_type, cluster_id=self._cluster_id, brokers=())
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
+                               error_message="A broker describes brokers only (endpoint type 1).",
+                               endpoint_type=request.endpoint_type, cluster_id=self._cluster_id, brokers=())
         brokers = []
         for registration in sorted(image.cluster.brokers.values(), key=lambda b: b.id):
             endpoint = registration.listener(ctx.listener_name)
             if endpoint is None or (registration.fenced and not getattr(request, "include_fenced_brokers", False)):
                 continue
-            brokers.append(_make(module.DescribeClusterBroker, broker_id=BrokerId(registration.id), host=endpoint.host,
-                                 port=i32(endpoint.port), rack=registration.rack, is_fenced=registration.fenced))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-                     endpoint_type=request.endpoint_type if hasattr(request, "endpoint_type") else None,
-                     cluster_id=self._cluster_id, controller_id=BrokerId(self._node_id), brokers=tuple(brokers),
-                     cluster_authorized_operations=i32(-2147483648))
+            brokers.append(make_entity(module.DescribeClusterBroker, broker_id=BrokerId(registration.id), host=endpoint.host,
+                                       port=i32(endpoint.port), rack=registration.rack, is_fenced=registration.fenced))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                           endpoint_type=request.endpoint_type if hasattr(request, "endpoint_type") else None,
+                           cluster_id=self._cluster_id, controller_id=BrokerId(self._node_id), brokers=tuple(brokers),
+                           cluster_authorized_operations=i32(-2147483648))
 
     # -- InitProducerId --------------------------------------------------------------------------------
     async def init_producer_id(self, request: Any, ctx: RequestContext) -> Any:
@@ -259,16 +260,16 @@ class BrokerApis:
         Kafka's coordinator does for a request without a transactional id. Transactions are not
         served (no FindCoordinator), so a transactional id gets COORDINATOR_NOT_AVAILABLE."""
         if request.transactional_id is not None:
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
-                         producer_id=ProducerId(-1), producer_epoch=i16(-1))
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
+                               producer_id=ProducerId(-1), producer_epoch=i16(-1))
         try:
             producer_id = await self._producer_ids.next_id()
         except ControllerUnavailable as error:
             logger.info("No producer id block: %s", error)
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.coordinator_load_in_progress,
-                         producer_id=ProducerId(-1), producer_epoch=i16(-1))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
-                     producer_id=ProducerId(producer_id), producer_epoch=i16(0))
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.coordinator_load_in_progress,
+                               producer_id=ProducerId(-1), producer_epoch=i16(-1))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none,
+                           producer_id=ProducerId(producer_id), producer_epoch=i16(0))
 
     # -- Produce -------------------------------------------------------------------------------------
     async def produce(self, request: Any, ctx: RequestContext) -> Any:
@@ -310,7 +311,7 @@ class BrokerApis:
             if error == ErrorCode.not_leader_or_follower and name is not None and hasattr(module, "LeaderIdAndEpoch"):
                 current_leader = self._current_leader(module, image, name, index, listener_name=ctx.listener_name,
                                                       endpoints=leaders)
-            by_topic.setdefault(key, []).append(_make(
+            by_topic.setdefault(key, []).append(make_entity(
                 module.PartitionProduceResponse,
                 index=i32(index),
                 error_code=error,
@@ -321,10 +322,10 @@ class BrokerApis:
                 error_message=message,
                 **({} if current_leader is None else {"current_leader": current_leader}),
             ))
-        return _make(
+        return make_entity(
             ctx.response_class,
             responses=tuple(
-                _make(module.TopicProduceResponse, name=TopicName(key) if isinstance(key, str) else None,
+                make_entity(module.TopicProduceResponse, name=TopicName(key) if isinstance(key, str) else None,
                       topic_id=None if isinstance(key, str) else key, partition_responses=tuple(ps))
                 for key, ps in by_topic.items()
             ),
@@ -388,8 +389,8 @@ class BrokerApis:
         module = ctx.response_schema
         session_id = int(getattr(request, "session_id", 0))
         if session_id != 0:
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
-                         session_id=i32(0), responses=())
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
+                               session_id=i32(0), responses=())
         # v15+ carry the follower in ReplicaState (a tagged field; -1 for consumers).
         replica_id = int(request.replica_id) if hasattr(request, "replica_id") else int(request.replica_state.replica_id)
         max_wait_s = max(0.0, request.max_wait.total_seconds())
@@ -426,13 +427,13 @@ class BrokerApis:
                                             by_follower=replica_id >= 0)
 
         def build(records_of: Callable[[FileRegion], bytes]) -> Any:
-            return _make(
+            return make_entity(
                 ctx.response_class,
                 throttle_time=_NO_THROTTLE,
                 error_code=ErrorCode.none,
                 session_id=i32(0),
                 responses=tuple(
-                    _make(module.FetchableTopicResponse, topic=TopicName(t), topic_id=topic_id, partitions=tuple(
+                    make_entity(module.FetchableTopicResponse, topic=TopicName(t), topic_id=topic_id, partitions=tuple(
                         answer if region is None else dataclasses.replace(answer, records=records_of(region))
                         for answer, region in parts))
                     for t, topic_id, parts in answers),
@@ -461,10 +462,10 @@ class BrokerApis:
             answers.append((name if name is not None else str(topic_id), topic_id, parts))
             for wanted in topic.partitions:
                 if name is None:
-                    parts.append((_make(module.PartitionData, partition_index=wanted.partition,
-                                        error_code=ErrorCode.unknown_topic_id, high_watermark=-1, last_stable_offset=-1,
-                                        log_start_offset=-1, aborted_transactions=None,
-                                        preferred_read_replica=BrokerId(-1), records=b""), None))
+                    parts.append((make_entity(module.PartitionData, partition_index=wanted.partition,
+                                              error_code=ErrorCode.unknown_topic_id, high_watermark=-1, last_stable_offset=-1,
+                                              log_start_offset=-1, aborted_transactions=None,
+                                              preferred_read_replica=BrokerId(-1), records=b""), None))
                     continue
                 answer, region, partition = self._fetch_partition(
                     module, name, wanted, replica_id=replica_id,
@@ -485,9 +486,9 @@ class BrokerApis:
         def answer(error: ErrorCode, partition: Partition | None = None, **extra: Any) -> Any:
             hwm = -1 if partition is None else partition.high_watermark
             start = -1 if partition is None else partition.log.log_start_offset
-            return _make(module.PartitionData, partition_index=i32(index), error_code=error, high_watermark=hwm,
-                         last_stable_offset=hwm, log_start_offset=start, aborted_transactions=None,
-                         preferred_read_replica=BrokerId(-1), records=b"", **extra)
+            return make_entity(module.PartitionData, partition_index=i32(index), error_code=error, high_watermark=hwm,
+                               last_stable_offset=hwm, log_start_offset=start, aborted_transactions=None,
+                               preferred_read_replica=BrokerId(-1), records=b"", **extra)
 
         partition, error = leader_at_epoch(self._replicas, topic, index,
                                            current_leader_epoch=int(getattr(wanted, "current_leader_epoch", -1)))
@@ -526,10 +527,10 @@ class BrokerApis:
             for wanted in topic.partitions:
                 index = int(wanted.partition_index)
                 error, timestamp, offset, epoch = self._list_offset(name, index, wanted, replica_id=replica_id)
-                parts.append(_make(module.ListOffsetsPartitionResponse, partition_index=i32(index), error_code=error,
-                                   timestamp=timestamp, offset=offset, leader_epoch=i32(epoch)))
+                parts.append(make_entity(module.ListOffsetsPartitionResponse, partition_index=i32(index), error_code=error,
+                                         timestamp=timestamp, offset=offset, leader_epoch=i32(epoch)))
             topics.append(module.ListOffsetsTopicResponse(name=TopicName(name), partitions=tuple(parts)))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, topics=tuple(topics))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, topics=tuple(topics))
 
     def _list_offset(self, topic: str, index: int, wanted: Any, *, replica_id: int) -> tuple[ErrorCode, int, int, int]:
         partition, error = leader_at_epoch(self._replicas, topic, index,

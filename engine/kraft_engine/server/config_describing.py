@@ -44,7 +44,7 @@ from kraft_engine.controller.config_schema import (
 from kraft_engine.errors import ServerError
 from kraft_engine.metadata import MetadataImage
 from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
-from kraft_engine.protocol import RequestContext
+from kraft_engine.protocol import RequestContext, make_entity
 
 __all__ = ["BrokerConfigDescriber", "kafka_broker_synonyms"]
 
@@ -114,9 +114,9 @@ class BrokerConfigDescriber:
                 error, message = ErrorCode.none, None
             except _Refused as refusal:
                 configs, error, message = (), refusal.error, refusal.message
-            results.append(_make(module.DescribeConfigsResult, error_code=error, error_message=message,
-                                 resource_type=i8(resource_type), resource_name=name, configs=configs))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, results=tuple(results))
+            results.append(make_entity(module.DescribeConfigsResult, error_code=error, error_message=message,
+                                       resource_type=i8(resource_type), resource_name=name, configs=configs))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, results=tuple(results))
 
     # -- what is in force ----------------------------------------------------------------------------
     def _layers(self, image: MetadataImage) -> list[tuple[Mapping[str, str], ConfigSource]]:
@@ -198,9 +198,9 @@ class BrokerConfigDescriber:
         source = entry.chain[0][2] if entry.chain else ConfigSource.DEFAULT_CONFIG
         synonyms = tuple(module.DescribeConfigsSynonym(name=n, value=v, source=i8(s)) for n, v, s in entry.chain) \
             if include_synonyms and hasattr(module, "DescribeConfigsSynonym") else ()
-        return _make(module.DescribeConfigsResourceResult, name=entry.name, value=entry.value, read_only=entry.read_only,
-                     config_source=i8(source), is_default=source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
-                     synonyms=synonyms, config_type=i8(entry.kind), documentation=None)
+        return make_entity(module.DescribeConfigsResourceResult, name=entry.name, value=entry.value, read_only=entry.read_only,
+                           config_source=i8(source), is_default=source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
+                           synonyms=synonyms, config_type=i8(entry.kind), documentation=None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -210,8 +210,3 @@ class _Entry:
     chain: Sequence[tuple[str, str | None, ConfigSource]]
     kind: ConfigType
     read_only: bool
-
-
-def _make(cls: type[Any], **fields: Any) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in fields.items() if k in names})

@@ -73,7 +73,7 @@ from kraft_engine.broker.group_coordinator import (
 )
 from kraft_engine.errors import ServerError
 from kraft_engine.metadata import MetadataImage
-from kraft_engine.protocol import Listener, RequestContext
+from kraft_engine.protocol import Listener, RequestContext, make_entity
 from kraft_engine.records.client_records import ProducedRecord, encode_client_batch, read_client_records
 from kraft_engine.records.group_records import (
     GroupMetadataValue,
@@ -119,11 +119,6 @@ _NO_THROTTLE = timedelta(0)
 _LOAD_CHUNK_BYTES = 1024 * 1024
 _SUBSCRIPTIONS = {0: _SubscriptionV0, 1: _SubscriptionV1, 2: _SubscriptionV2, 3: _SubscriptionV3}
 
-
-def _make(cls: type[Any], **fields: Any) -> Any:
-    """An entity of `cls` from the fields this version has (later versions add fields)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in fields.items() if k in names})
 
 
 def _now_ms() -> int:
@@ -419,10 +414,10 @@ class GroupApis:
                 error, message, node_id, host, port = self._coordinator(str(key), key_type, ctx.listener_name)
                 coordinators.append(module.Coordinator(key=key, node_id=BrokerId(node_id), host=host, port=i32(port),
                                                        error_code=error, error_message=message))
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, coordinators=tuple(coordinators))
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, coordinators=tuple(coordinators))
         error, message, node_id, host, port = self._coordinator(str(request.key), key_type, ctx.listener_name)
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error, error_message=message,
-                     node_id=BrokerId(node_id), host=host, port=i32(port))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error, error_message=message,
+                           node_id=BrokerId(node_id), host=host, port=i32(port))
 
     def _coordinator(self, key: str, key_type: int, listener_name: str) -> tuple[ErrorCode, str | None, int, str, int]:
         if key_type != _GROUP_KEY_TYPE:
@@ -477,16 +472,16 @@ class GroupApis:
 
         def answer(error: ErrorCode, result: JoinAnswer | None = None) -> Any:
             members = () if result is None else tuple(
-                _make(module.JoinGroupResponseMember, member_id=m, group_instance_id=i, metadata=md)
+                make_entity(module.JoinGroupResponseMember, member_id=m, group_instance_id=i, metadata=md)
                 for m, i, md in result.members)
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error,
-                         generation_id=i32(-1 if result is None else result.generation),
-                         protocol_type=None if result is None else result.protocol_type,
-                         protocol_name=("" if version < 7 else None) if result is None or result.protocol_name is None
-                         else result.protocol_name,
-                         leader="" if result is None else result.leader,
-                         skip_assignment=False if result is None else result.skip_assignment,
-                         member_id=str(request.member_id) if result is None else result.member_id, members=members)
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error,
+                               generation_id=i32(-1 if result is None else result.generation),
+                               protocol_type=None if result is None else result.protocol_type,
+                               protocol_name=("" if version < 7 else None) if result is None or result.protocol_name is None
+                               else result.protocol_name,
+                               leader="" if result is None else result.leader,
+                               skip_assignment=False if result is None else result.skip_assignment,
+                               member_id=str(request.member_id) if result is None else result.member_id, members=members)
 
         session_ms = _ms(request.session_timeout)
         join = JoinRequest(
@@ -507,17 +502,17 @@ class GroupApis:
             return answer(refusal.error)
         if result.error != ErrorCode.none:
             # MEMBER_ID_REQUIRED carries the member id to join with.
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=result.error, generation_id=i32(-1),
-                         protocol_type=None, protocol_name="" if version < 7 else None, leader="", skip_assignment=False,
-                         member_id=result.member_id, members=())
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=result.error, generation_id=i32(-1),
+                               protocol_type=None, protocol_name="" if version < 7 else None, leader="", skip_assignment=False,
+                               member_id=result.member_id, members=())
         return answer(ErrorCode.none, result)
 
     async def sync_group(self, request: Any, ctx: RequestContext) -> Any:
         def answer(error: ErrorCode, result: SyncAnswer | None = None) -> Any:
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error,
-                         protocol_type=None if result is None else result.protocol_type,
-                         protocol_name=None if result is None else result.protocol_name,
-                         assignment=b"" if result is None else result.assignment)
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error,
+                               protocol_type=None if result is None else result.protocol_type,
+                               protocol_name=None if result is None else result.protocol_name,
+                               assignment=b"" if result is None else result.assignment)
 
         group_id = str(request.group_id)
         try:
@@ -543,7 +538,7 @@ class GroupApis:
                                          generation=int(request.generation_id), now_ms=_now_ms())
         except _NotCoordinator as refusal:
             error = refusal.error
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error)
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error)
 
     async def leave_group(self, request: Any, ctx: RequestContext) -> Any:
         module = ctx.response_schema
@@ -559,9 +554,9 @@ class GroupApis:
         except _NotCoordinator as refusal:
             error, errors = refusal.error, [refusal.error] * len(wanted)
         if ctx.api_version < 3:
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE,
-                         error_code=errors[0] if error == ErrorCode.none else error)
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error, members=tuple(
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE,
+                               error_code=errors[0] if error == ErrorCode.none else error)
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error, members=tuple(
             module.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
             for (m, i), e in zip(wanted, errors, strict=True)))
 
@@ -603,7 +598,7 @@ class GroupApis:
         for topic, index, _ in wanted:
             by_topic.setdefault(topic, []).append(module.OffsetCommitResponsePartition(
                 partition_index=i32(index), error_code=errors[(topic, index)]))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, topics=tuple(
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, topics=tuple(
             module.OffsetCommitResponseTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items()))
 
     async def offset_fetch(self, request: Any, ctx: RequestContext) -> Any:
@@ -613,9 +608,9 @@ class GroupApis:
             for group in request.groups:
                 error, topics = self._fetch_group(module, str(group.group_id), group.topics, batched=True)
                 groups.append(module.OffsetFetchResponseGroup(group_id=group.group_id, topics=topics, error_code=error))
-            return _make(ctx.response_class, throttle_time=_NO_THROTTLE, groups=tuple(groups))
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, groups=tuple(groups))
         error, topics = self._fetch_group(module, str(request.group_id), request.topics, batched=False)
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, topics=topics, error_code=error)
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, topics=topics, error_code=error)
 
     def _fetch_group(self, module: Any, group_id: str, wanted_topics: Any, *, batched: bool) -> tuple[ErrorCode, Any]:
         topic_cls = module.OffsetFetchResponseTopics if batched else module.OffsetFetchResponseTopic
@@ -633,7 +628,7 @@ class GroupApis:
         by_topic: dict[str, list[Any]] = {}
         for topic, index in wanted:
             committed = found.get((topic, index))
-            by_topic.setdefault(topic, []).append(_make(
+            by_topic.setdefault(topic, []).append(make_entity(
                 partition_cls, partition_index=i32(index), committed_offset=i64(-1 if committed is None else committed.offset),
                 committed_leader_epoch=i32(-1 if committed is None else committed.leader_epoch),
                 metadata="" if committed is None else committed.metadata, error_code=ErrorCode.none))
@@ -653,9 +648,9 @@ class GroupApis:
             for group in shard.core.list_groups():
                 if (states and group.state.value.lower() not in states) or (types and "classic" not in types):
                     continue
-                listed.append(_make(module.ListedGroup, group_id=GroupId(group.group_id), protocol_type=group.protocol_type,
-                                    group_state=group.state.value, group_type="classic"))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error, groups=tuple(listed))
+                listed.append(make_entity(module.ListedGroup, group_id=GroupId(group.group_id), protocol_type=group.protocol_type,
+                                          group_state=group.state.value, group_type="classic"))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error, groups=tuple(listed))
 
     async def describe_groups(self, request: Any, ctx: RequestContext) -> Any:
         module = ctx.response_schema
@@ -665,24 +660,24 @@ class GroupApis:
             try:
                 description = self._shard_for(str(group_id)).core.describe(str(group_id))
             except _NotCoordinator as refusal:
-                described.append(_make(module.DescribedGroup, error_code=refusal.error, group_state="", protocol_type="",
-                                       protocol_data="", members=(), **fields))
+                described.append(make_entity(module.DescribedGroup, error_code=refusal.error, group_state="", protocol_type="",
+                                             protocol_data="", members=(), **fields))
                 continue
             if description is None:
                 missing = ErrorCode.group_id_not_found if ctx.api_version >= 6 else ErrorCode.none
-                described.append(_make(module.DescribedGroup, error_code=missing, group_state="Dead", protocol_type="",
-                                       protocol_data="", members=(), **{**fields, "error_message": (
+                described.append(make_entity(module.DescribedGroup, error_code=missing, group_state="Dead", protocol_type="",
+                                             protocol_data="", members=(), **{**fields, "error_message": (
                                            f"Group {group_id} not found." if ctx.api_version >= 6 else None)}))
                 continue
-            described.append(_make(
+            described.append(make_entity(
                 module.DescribedGroup, error_code=ErrorCode.none, group_state=description.state.value,
                 protocol_type=description.protocol_type, protocol_data=description.protocol_name,
-                members=tuple(_make(module.DescribedGroupMember, member_id=m.member_id,
+                members=tuple(make_entity(module.DescribedGroupMember, member_id=m.member_id,
                                     group_instance_id=m.group_instance_id, client_id=m.client_id,
                                     client_host=m.client_host, member_metadata=m.metadata,
                                     member_assignment=m.assignment) for m in description.members),
                 **fields))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, groups=tuple(described))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, groups=tuple(described))
 
     async def delete_groups(self, request: Any, ctx: RequestContext) -> Any:
         module = ctx.response_schema
@@ -696,7 +691,7 @@ class GroupApis:
             except _NotCoordinator as refusal:
                 error = refusal.error
             results.append(module.DeletableGroupResult(group_id=group_id, error_code=error))
-        return _make(ctx.response_class, throttle_time=_NO_THROTTLE, results=tuple(results))
+        return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, results=tuple(results))
 
     async def offset_delete(self, request: Any, ctx: RequestContext) -> Any:
         module = ctx.response_schema
@@ -718,4 +713,4 @@ class GroupApis:
                 partition_index=i32(index), error_code=errors.get((topic, index), ErrorCode.none)))
         topics = () if error != ErrorCode.none else tuple(
             module.OffsetDeleteResponseTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items())
-        return _make(ctx.response_class, error_code=error, throttle_time=_NO_THROTTLE, topics=topics)
+        return make_entity(ctx.response_class, error_code=error, throttle_time=_NO_THROTTLE, topics=topics)
