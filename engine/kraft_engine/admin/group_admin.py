@@ -15,10 +15,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as _AssignmentV0
-from kio.schema.consumer_protocol_assignment.v1.data import ConsumerProtocolAssignment as _AssignmentV1
-from kio.schema.consumer_protocol_assignment.v2.data import ConsumerProtocolAssignment as _AssignmentV2
-from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment as _AssignmentV3
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
@@ -32,12 +28,10 @@ from kio.schema.offset_commit.v8.request import (
 )
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
 from kio.schema.types import GroupId, TopicName
-from kio.serial import entity_reader
 from kio.static.primitive import i8, i32, i64
 
 from kraft_engine.admin.record_clients import RecordClient, RecordClientError
-
-_ASSIGNMENTS = {0: _AssignmentV0, 1: _AssignmentV1, 2: _AssignmentV2, 3: _AssignmentV3}
+from kraft_engine.records.consumer_protocol import read_assignment
 
 __all__ = ["GroupAdmin", "GroupMember", "GroupSummary"]
 
@@ -170,16 +164,8 @@ class GroupAdmin(RecordClient):
 
 
 def _assigned_partitions(assignment: bytes) -> tuple[tuple[str, int], ...]:
-    """The partitions of a ConsumerProtocolAssignment (version prefix, then kio's entity)."""
-    if len(assignment) < 2:
-        return ()
-    version = min(int.from_bytes(assignment[:2], "big", signed=True), max(_ASSIGNMENTS))
-    cls = _ASSIGNMENTS.get(version)
-    if cls is None:
-        return ()
-    try:
-        entity: Any
-        entity, _ = entity_reader(cls)(assignment, 2)
-    except Exception:  # a client's bytes: unreadable means no partitions to show
+    """The partitions of a ConsumerProtocolAssignment (none when it is unreadable)."""
+    entity = read_assignment(assignment)
+    if entity is None:
         return ()
     return tuple(sorted((str(t.topic), int(p)) for t in entity.assigned_partitions for p in t.partitions))

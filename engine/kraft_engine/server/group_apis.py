@@ -40,22 +40,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from kio.schema.consumer_protocol_subscription.v0.data import (
-    ConsumerProtocolSubscription as _SubscriptionV0,
-)
-from kio.schema.consumer_protocol_subscription.v1.data import (
-    ConsumerProtocolSubscription as _SubscriptionV1,
-)
-from kio.schema.consumer_protocol_subscription.v2.data import (
-    ConsumerProtocolSubscription as _SubscriptionV2,
-)
-from kio.schema.consumer_protocol_subscription.v3.data import (
-    ConsumerProtocolSubscription as _SubscriptionV3,
-)
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, GroupId, TopicName
-from kio.serial import entity_reader
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from kraft_engine.broker import validate_produce_payload
@@ -75,6 +62,7 @@ from kraft_engine.errors import ServerError
 from kraft_engine.metadata import MetadataImage
 from kraft_engine.protocol import Listener, RequestContext, make_entity
 from kraft_engine.records.client_records import ProducedRecord, encode_client_batch, read_client_records
+from kraft_engine.records.consumer_protocol import read_subscription
 from kraft_engine.records.group_records import (
     GroupMetadataValue,
     GroupRecordError,
@@ -117,8 +105,6 @@ GROUP_API_VERSIONS = {
 _GROUP_KEY_TYPE = 0
 _NO_THROTTLE = timedelta(0)
 _LOAD_CHUNK_BYTES = 1024 * 1024
-_SUBSCRIPTIONS = {0: _SubscriptionV0, 1: _SubscriptionV1, 2: _SubscriptionV2, 3: _SubscriptionV3}
-
 
 
 def _now_ms() -> int:
@@ -131,18 +117,8 @@ def _ms(value: Any) -> int:
 
 def subscribed_topics(protocol_type: str, metadata: bytes) -> frozenset[str] | None:
     """The topics of a consumer's ConsumerProtocolSubscription (None: not a consumer's, or unreadable)."""
-    if protocol_type != CONSUMER_PROTOCOL_TYPE or len(metadata) < 2:
-        return None
-    version = min(int.from_bytes(metadata[:2], "big", signed=True), max(_SUBSCRIPTIONS))
-    cls = _SUBSCRIPTIONS.get(version)
-    if cls is None:
-        return None
-    try:
-        subscription: Any
-        subscription, _ = entity_reader(cls)(metadata, 2)
-    except Exception:  # a client's bytes: anything unreadable means "unknown subscription"
-        return None
-    return frozenset(str(t) for t in subscription.topics)
+    subscription = read_subscription(metadata) if protocol_type == CONSUMER_PROTOCOL_TYPE else None
+    return None if subscription is None else frozenset(str(t) for t in subscription.topics)
 
 
 @dataclasses.dataclass(eq=False)
