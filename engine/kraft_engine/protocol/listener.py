@@ -307,6 +307,12 @@ class Listener:
                 raise ValueError(f"{api_name(api_key)} ranges must be contiguous for ApiVersions")
         self._add_routes(api_key, (min_version, max_version), handler)
 
+    def register_all(self, handlers: Mapping[int, Handler], *, versions: Mapping[int, tuple[int, int]]) -> None:
+        """`register` each of `handlers` (api key -> handler) for its range in `versions`."""
+        for api_key, handler in handlers.items():
+            low, high = versions[api_key]
+            self.register(api_key, min_version=low, max_version=high, handler=handler)
+
     def _add_routes(self, api_key: int, versions: tuple[int, int], handler: Handler) -> None:
         for version in range(versions[0], versions[1] + 1):
             self._routes[(api_key, version)] = _Route(

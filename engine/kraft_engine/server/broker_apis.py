@@ -139,9 +139,7 @@ class BrokerApis:
             DESCRIBE_CONFIGS: self._configs.describe_configs,
             DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions,
         }
-        for api_key, handler in handlers.items():
-            low, high = CLIENT_API_VERSIONS[api_key]
-            listener.register(api_key, min_version=low, max_version=high, handler=handler)
+        listener.register_all(handlers, versions=CLIENT_API_VERSIONS)
         self._replica_apis.register(listener)
         for api_key, (low, high) in FORWARDED_API_VERSIONS.items():
             listener.register(api_key, min_version=low, max_version=high, handler=self._forwarder.forward)

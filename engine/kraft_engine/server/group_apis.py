@@ -176,9 +176,7 @@ class GroupApis:
             DELETE_GROUPS: self.delete_groups,
             OFFSET_DELETE: self.offset_delete,
         }
-        for api_key, handler in handlers.items():
-            low, high = GROUP_API_VERSIONS[api_key]
-            listener.register(api_key, min_version=low, max_version=high, handler=handler)
+        listener.register_all(handlers, versions=GROUP_API_VERSIONS)
 
     def start(self) -> None:
         self._timer = asyncio.get_running_loop().create_task(self._run_timers())

@@ -50,9 +50,7 @@ class LogApis:
 
     def register(self, listener: Listener) -> None:
         handlers = {DELETE_RECORDS: self.delete_records, ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs}
-        for api_key, handler in handlers.items():
-            low, high = LOG_API_VERSIONS[api_key]
-            listener.register(api_key, min_version=low, max_version=high, handler=handler)
+        listener.register_all(handlers, versions=LOG_API_VERSIONS)
 
     # -- DeleteRecords ---------------------------------------------------------------------------
     async def delete_records(self, request: Any, ctx: RequestContext) -> Any:

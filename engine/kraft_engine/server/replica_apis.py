@@ -71,9 +71,7 @@ class ReplicaApis:
             DESCRIBE_LOG_DIRS: self.describe_log_dirs,
             DESCRIBE_PRODUCERS: self.describe_producers,
         }
-        for api_key, handler in handlers.items():
-            low, high = REPLICA_API_VERSIONS[api_key]
-            listener.register(api_key, min_version=low, max_version=high, handler=handler)
+        listener.register_all(handlers, versions=REPLICA_API_VERSIONS)
 
     # -- OffsetsForLeaderEpoch -----------------------------------------------------------------------
     async def offsets_for_leader_epoch(self, request: Any, ctx: RequestContext) -> Any:
