@@ -32,8 +32,8 @@ from kraft_engine.admin.group_admin import GroupAdmin
 from kraft_engine.admin.group_consumer import GroupConsumer
 from kraft_engine.admin.record_clients import EARLIEST, LATEST, RecordClient, RecordClientError
 from kraft_engine.cli.main import CliError
+from kraft_engine.cli.tool_inputs import bootstrap_servers
 from kraft_engine.cli.tool_properties import parse_properties
-from kraft_engine.protocol import parse_bootstrap_servers
 from kraft_engine.records.client_records import ClientRecord
 
 __all__ = ["register"]
@@ -85,10 +85,7 @@ def _run(args: argparse.Namespace) -> int:
             if start < 0:
                 raise CliError(f"The provided offset value '{args.offset}' is incorrect. Valid values are "
                                "'earliest', 'latest', or a non-negative long.")
-    try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}") from None
+    bootstrap = bootstrap_servers(args.bootstrap_server)
     formatter = _Formatter(parse_properties(args.properties, flag="--formatter-property"), out=sys.stdout)
     consumed = _Count()
     try:

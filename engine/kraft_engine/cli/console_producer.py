@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.admin.record_clients import RecordClient, RecordClientError
 from kraft_engine.cli.main import CliError
+from kraft_engine.cli.tool_inputs import bootstrap_servers
 from kraft_engine.cli.tool_properties import parse_properties
-from kraft_engine.protocol import parse_bootstrap_servers
 from kraft_engine.records.client_records import ProducedRecord
 from kraft_engine.records.compression import UnsupportedCodecError, codec_by_name
 
@@ -166,10 +166,7 @@ class _LineReader:
 
 def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}") from None
+    bootstrap = bootstrap_servers(args.bootstrap_server)
     try:
         asyncio.run(_produce(args.topic, bootstrap, settings))
     except (RecordClientError, ControllerAdminError) as e:

@@ -25,7 +25,7 @@ from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.admin.group_admin import GroupAdmin, GroupSummary
 from kraft_engine.admin.record_clients import EARLIEST, LATEST, RecordClientError
 from kraft_engine.cli.main import CliError
-from kraft_engine.protocol import parse_bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_servers
 
 __all__ = ["register"]
 
@@ -62,10 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}") from None
+    bootstrap = bootstrap_servers(args.bootstrap_server)
     if (args.describe or args.reset_offsets or args.delete) and not args.group:
         raise CliError(f"Option [{'describe' if args.describe else 'reset-offsets' if args.reset_offsets else 'delete'}]"
                        " takes one of these options: [all-groups], [group]")

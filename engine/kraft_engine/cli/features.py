@@ -17,7 +17,7 @@ from kio.static.primitive import i8, i16
 
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.protocol import parse_bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_servers
 from kraft_engine.records import metadata_version
 
 __all__ = ["register"]
@@ -56,10 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_controller)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-controller: {e}") from None
+    bootstrap = bootstrap_servers(args.bootstrap_controller, flag="--bootstrap-controller")
     if args.command == "describe":
         return asyncio.run(_describe(bootstrap, timeout_ms=args.timeout_ms))
     updates = _updates(args)

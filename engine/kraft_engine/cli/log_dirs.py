@@ -23,7 +23,7 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.protocol import parse_bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_servers
 
 __all__ = ["register"]
 
@@ -54,10 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     if not args.describe:
         raise CliError("Must provide action --describe")
-    try:
-        bootstrap = parse_bootstrap_servers(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}") from None
+    bootstrap = bootstrap_servers(args.bootstrap_server)
     wanted_brokers = None
     if args.broker_list:
         try:

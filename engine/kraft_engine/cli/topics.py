@@ -45,8 +45,8 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
+from kraft_engine.cli.tool_inputs import bootstrap_servers
 from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
-from kraft_engine.protocol import parse_bootstrap_servers
 
 __all__ = ["register"]
 
@@ -97,10 +97,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     flag, text = (("--bootstrap-server", args.bootstrap_server) if args.bootstrap_server is not None
                   else ("--bootstrap-controller", args.bootstrap_controller))
-    try:
-        bootstrap = parse_bootstrap_servers(text)
-    except ValueError as e:
-        raise CliError(f"{flag}: {e}") from None
+    bootstrap = bootstrap_servers(text, flag=flag)
     if (args.create or args.delete or args.alter) and not args.topic:
         raise CliError("--topic is required with --create, --alter and --delete")
     if args.alter and args.partitions is None:
