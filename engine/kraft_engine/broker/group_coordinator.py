@@ -897,11 +897,6 @@ class GroupCoordinator:
             for member in group.members.values():
                 member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
 
-    def parked_tokens(self) -> list[int]:
-        """Requests parked here (to fail when this partition's coordinator goes away)."""
-        return [t for g in self._groups.values() for m in g.members.values()
-                for t in (m.join_token, m.sync_token) if t is not None]
-
 
 def _member_error(group: _Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
     if group_instance_id is not None:
