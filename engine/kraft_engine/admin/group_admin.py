@@ -12,6 +12,7 @@ which a coordinator accepts only while the group has no members.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from kio.static.primitive import i8, i32, i64
 from kraft_engine.admin.record_clients import RecordClient, RecordClientError
 from kraft_engine.records.consumer_protocol import read_assignment
 
-__all__ = ["GroupAdmin", "GroupMember", "GroupSummary"]
+__all__ = ["GroupAdmin", "GroupMember", "GroupSummary", "offset_commit_request"]
 
 _RETRY_INTERVAL_S = 0.1
 _COORDINATOR_MOVED = frozenset({
@@ -138,15 +139,7 @@ class GroupAdmin(RecordClient):
 
     async def commit(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Commit as a simple member: accepted only while the group has no members."""
-        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
-        for (topic, partition), offset in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append(OffsetCommitRequestPartition(
-                partition_index=i32(partition), committed_offset=i64(offset), committed_leader_epoch=i32(-1),
-                committed_metadata=""))
-        request = OffsetCommitRequest(group_id=GroupId(group), generation_id_or_member_epoch=i32(-1), member_id="",
-                                      group_instance_id=None, topics=tuple(
-                                          OffsetCommitRequestTopic(name=TopicName(t), partitions=tuple(ps))
-                                          for t, ps in by_topic.items()))
+        request = offset_commit_request(group, offsets)
 
         def first_error(response: Any) -> ErrorCode:
             codes = [ErrorCode(p.error_code) for t in response.topics for p in t.partitions]
@@ -161,6 +154,21 @@ class GroupAdmin(RecordClient):
         response, _ = await self._to_coordinator(group, DeleteGroupsRequest(groups_names=(GroupId(group),)),
                                                  lambda r: r.results[0].error_code)
         return ErrorCode(response.results[0].error_code)
+
+
+def offset_commit_request(group: str, offsets: Mapping[tuple[str, int], int], *, generation: int = -1,
+                          member_id: str = "") -> OffsetCommitRequest:
+    """OffsetCommit of `offsets` (by topic, in partition order) as `member_id` of `generation`; the
+    defaults commit as a simple member."""
+    by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append(OffsetCommitRequestPartition(
+            partition_index=i32(partition), committed_offset=i64(offset), committed_leader_epoch=i32(-1),
+            committed_metadata=""))
+    return OffsetCommitRequest(group_id=GroupId(group), generation_id_or_member_epoch=i32(generation),
+                               member_id=member_id, group_instance_id=None, topics=tuple(
+                                   OffsetCommitRequestTopic(name=TopicName(t), partitions=tuple(ps))
+                                   for t, ps in by_topic.items()))
 
 
 def _assigned_partitions(assignment: bytes) -> tuple[tuple[str, int], ...]:

@@ -25,18 +25,13 @@ from kio.schema.errors import ErrorCode
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.leave_group.v5.request import LeaveGroupRequest, MemberIdentity
-from kio.schema.offset_commit.v8.request import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-)
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
 from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
 from kio.schema.types import GroupId, TopicName
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32, i32Timedelta, i64
+from kio.static.primitive import i32, i32Timedelta
 
-from kraft_engine.admin.group_admin import GroupAdmin
+from kraft_engine.admin.group_admin import GroupAdmin, offset_commit_request
 from kraft_engine.admin.record_clients import RecordClientError
 
 __all__ = ["GroupConsumer", "range_assign"]
@@ -193,15 +188,8 @@ class GroupConsumer:
         pending = {tp: o for tp, o in self.positions.items() if self._committed.get(tp) != o}
         if not pending or self.generation < 0:
             return
-        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
-        for (topic, p), offset in sorted(pending.items()):
-            by_topic.setdefault(topic, []).append(OffsetCommitRequestPartition(
-                partition_index=i32(p), committed_offset=i64(offset), committed_leader_epoch=i32(-1),
-                committed_metadata=""))
-        response = await self._coordinator_call(OffsetCommitRequest(
-            group_id=GroupId(self._group), generation_id_or_member_epoch=i32(self.generation), member_id=self.member_id,
-            group_instance_id=None, topics=tuple(OffsetCommitRequestTopic(name=TopicName(t), partitions=tuple(ps))
-                                                 for t, ps in by_topic.items())))
+        response = await self._coordinator_call(offset_commit_request(
+            self._group, pending, generation=self.generation, member_id=self.member_id))
         codes = {ErrorCode(p.error_code) for t in response.topics for p in t.partitions}
         if codes == {ErrorCode.none}:
             self._committed.update(pending)
