@@ -6,7 +6,7 @@ from kraft_engine.controller.broker_heartbeat import (
     BrokerHeartbeatManager,
     BrokerHeartbeatTracker,
 )
-from kraft_engine.controller.configuration_control import ConfigResourceType, OpType
+from kraft_engine.controller.configuration_control import OpType
 from kraft_engine.controller.controller_metrics import ControllerMetrics
 from kraft_engine.controller.event_handling import ControllerFault
 from kraft_engine.controller.feature_control import FeatureControlManager, UpgradeType
@@ -31,7 +31,6 @@ __all__ = [
     "BrokerControlState",
     "BrokerHeartbeatManager",
     "BrokerHeartbeatTracker",
-    "ConfigResourceType",
     "ControllerApiError",
     "ControllerEffects",
     "ControllerFault",

@@ -41,18 +41,13 @@ from kraft_engine.controller.results import (
     check_request_size,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap
+from kraft_engine.metadata.configs_image import ConfigResourceType
 from kraft_engine.records import ClearElrRecord, ConfigRecord
 
-__all__ = ["ConfigResourceType", "ConfigurationControlManager", "OpType"]
+__all__ = ["ConfigurationControlManager", "OpType"]
 
 _UNCLEAN = "unclean.leader.election.enable"
 _MIN_ISR = "min.insync.replicas"
-
-
-class ConfigResourceType(enum.IntEnum):
-    TOPIC = 2
-    BROKER = 4
-    BROKER_LOGGER = 8
 
 
 class OpType(enum.IntEnum):
