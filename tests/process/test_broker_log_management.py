@@ -5,7 +5,7 @@ Fetch answered from the segment files with sendfile to kafka-python and librdkaf
 `compression.type` recompressing what producers send; `segment.ms` rolling segments by record
 time on every replica; a replica moved between a broker's log directories (AlterReplicaLogDirs,
 through `kraft reassign-partitions` with `log_dirs` in Kafka's JSON) under an acks=all workload,
-with a kill -9 in the middle of a move and after one."""
+with a kill -9 in the middle of a move (resumed and completed after the restart) and after one."""
 
 from __future__ import annotations
 
@@ -50,12 +50,13 @@ pytestmark = [
 brokers = test_broker_cluster.brokers  # three controllers and three brokers, per test
 
 
-def _produce(cluster: BrokerCluster, topic: str, *, partitions: int, count: int, size: int = 1000) -> list[tuple[int, int, bytes]]:
+def _produce(cluster: BrokerCluster, topic: str, *, partitions: int, count: int, size: int = 1000,
+             first: int = 0) -> list[tuple[int, int, bytes]]:
     send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", enable_idempotence=True,
                          linger_ms=5, request_timeout_ms=30000)
     try:
         futures = [(v, send.send(topic, value=v, partition=i % partitions))
-                   for i, v in ((i, f"{topic}-{i}-".encode() + b"x" * size) for i in range(count))]
+                   for i, v in ((i, f"{topic}-{i}-".encode() + b"x" * size) for i in range(first, first + count))]
         send.flush()
         return [(m.partition, m.offset, v) for v, m in ((v, f.get(timeout=60)) for v, f in futures)]
     finally:
@@ -241,8 +242,9 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     assert _alter_log_dir(brokers, mover, topic, 0, str(tmp_path)) == ErrorCode.log_dir_not_found
     assert _alter_log_dir(brokers, mover, "no-such-topic", 0, str(destination)) == ErrorCode.replica_not_available
 
-    # 1. A move that cannot finish: with the controllers stopped the new placement cannot be
-    # reported, so the caught-up future replica waits beside the current one; kill -9 there.
+    # 1. kill -9 in the middle of a move, which the restarted broker resumes and completes. With
+    # the controllers stopped the new placement cannot be reported, so the caught-up future
+    # replica waits beside the current one; kill -9 there.
     for controller in (1, 2, 3):
         brokers.signal(controller, signal.SIGSTOP)
     try:
@@ -255,14 +257,22 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     finally:
         for controller in (1, 2, 3):
             brokers.signal(controller, signal.SIGCONT)
+    # While it is down the partition takes 1000 more acks=all writes: the restarted replica's
+    # current log fetches them from the leader, and the resumed future replica copies them after it.
+    acked += _produce(brokers, topic, partitions=1, count=1000, first=3000)
     brokers.start(mover)
     brokers.wait_ready([mover])
+    # Nobody asks again: the move goes on from the future replica on disk and completes.
+    moved_there = [(str(destination.resolve()), False, 0)]
+    wait_for(lambda: _log_dirs_of(brokers, mover, topic) == moved_there, timeout_s=120,
+             what="the interrupted move to resume and complete")
+    assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(destination)
+    assert list(source.glob(f"{topic}-0*")) == []
+    assert list(destination.glob(f"{topic}-0.*")) == []  # no future or deleted copy left behind
     brokers.wait_isr(topic, 0, set(brokers.brokers))
-    # The current replica stayed whole where it was; the unfinished future replica is gone.
-    assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(source)
-    assert list(destination.glob(f"{topic}-0*")) == []
 
-    # 2. The move through Kafka's reassignment JSON, under an acks=all idempotent workload.
+    # 2. A move back through Kafka's reassignment JSON, under an acks=all idempotent workload.
+    source, destination = destination, source
     leader = brokers.partitions(mover)[(topic, 0)]["leader"]
     replicas = [int(r) for r in brokers.partitions(leader)[(topic, 0)]["isr"]]
     plan = tmp_path / "reassign.json"
@@ -276,7 +286,7 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
         try:
             for chunk in range(10):
                 futures = [(v, send.send(topic, value=v, partition=0)) for v in
-                           (f"{topic}-{3000 + chunk * 200 + i}-".encode() + b"w" * 1000 for i in range(200))]
+                           (f"{topic}-{4000 + chunk * 200 + i}-".encode() + b"w" * 1000 for i in range(200))]
                 send.flush()
                 more.extend((m.partition, m.offset, v) for v, m in ((v, f.get(timeout=60)) for v, f in futures))
         finally:
@@ -307,9 +317,9 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     brokers.wait_ready([mover])
     brokers.wait_isr(topic, 0, set(brokers.brokers))
     assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(destination)
-    assert len(acked) + len(more) == 5000
-    wait_for(lambda: all(brokers.partitions(b)[(topic, 0)]["log_end_offset"] == 5000 for b in brokers.brokers),
-             timeout_s=90, what="every replica to hold the 5000 records")
+    assert len(acked) + len(more) == 6000
+    wait_for(lambda: all(brokers.partitions(b)[(topic, 0)]["log_end_offset"] == 6000 for b in brokers.brokers),
+             timeout_s=90, what="every replica to hold the 6000 records")
     stored = read_back(brokers, topic, 1)
     assert anomalies(acked + more, stored) == CLEAN
     # The moved replica holds the leader's batches byte for byte (offsets, epochs, records).

@@ -143,7 +143,7 @@ _MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's log.cleaner.min.cleanable.ratio defa
 _ASSIGNMENT_RETRY_S = 1.0
 _MOVE_CHUNK_BYTES = 1024 * 1024
 # What moves and deletions leave in a log directory: `<topic>-<partition>.<32 hex>-future|-delete`.
-_LEFTOVER_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-(future|delete)$")
+_LEFTOVER_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}-(?P<kind>future|delete)$")
 # What a directory failure looks like from here: the storage shell's error, or a raw OSError from
 # a checkpoint write or a read.
 _DIRECTORY_FAILURES = (StorageIOError, OSError)
@@ -262,8 +262,15 @@ class ReplicaManager:
         # Directories a clean shutdown left marked: their logs open without recovery. The marker
         # goes before anything is written, so a crash from here on means full recovery again.
         self._clean_dirs: set[Path] = set()
+        # Future replicas of moves a restart interrupted, resumed when their replica opens.
+        self._interrupted_moves: dict[tuple[str, int], Path] = {}
         for directory in self.log_dirs.values():
-            _remove_leftover_directories(directory)
+            for key, future_dir in _leftover_future_replicas(directory).items():
+                kept = self._interrupted_moves.setdefault(key, future_dir)
+                if kept != future_dir:
+                    logger.warning("Replica %s-%d has two future replicas, %s and %s; removing the second",
+                                   *key, kept, future_dir)
+                    _delete_directory(future_dir)
             marker = directory / CLEAN_SHUTDOWN_FILE_NAME
             if marker.exists():
                 self._clean_dirs.add(directory)
@@ -382,7 +389,13 @@ class ReplicaManager:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         clean = True
         for partition in self.partitions.values():
-            self._cancel_move(partition, remove=False)  # an unfinished move is dropped at the next start
+            try:
+                if partition.future is not None:
+                    partition.future.log.flush()
+            except _DIRECTORY_FAILURES as error:
+                logger.error("Flushing the future replica of %s-%d at shutdown failed: %s", partition.topic,
+                             partition.index, error)
+            self._cancel_move(partition, remove=False)  # an unfinished move resumes at the next start
             try:
                 partition.log.flush()
                 _write_producer_snapshot(partition)
@@ -446,6 +459,17 @@ class ReplicaManager:
                 if other != log_dir:
                     logger.warning("Replica %s-%d is in %s and %s; keeping %s", topic, index, log_dir, other, log_dir)
                     _delete_directory(other / name)
+        interrupted = self._interrupted_moves.pop(key, None)
+        if interrupted is not None and interrupted.parent not in online:
+            interrupted = None  # its directory failed: the move is over
+        if log_dir is None and interrupted is not None:
+            # Only the future replica is left (the current one's directory failed): it becomes
+            # the replica, as Kafka's recoverAbandonedFutureLogs promotes it.
+            logger.warning("Replica %s-%d has only its future replica %s left; it becomes the replica", topic,
+                           index, interrupted)
+            interrupted.rename(interrupted.parent / name)
+            fsync_dir(interrupted.parent)
+            log_dir, interrupted = interrupted.parent, None
         preferred = self._preferred_dirs.pop(key, None)
         if log_dir is None and preferred is not None and preferred not in self.offline_dirs:
             log_dir = preferred
@@ -453,7 +477,10 @@ class ReplicaManager:
             log_dir = self.log_dirs.get(assigned)
             if log_dir is None or log_dir in self.offline_dirs:
                 log_dir = min(online, key=lambda d: sum(1 for p in self.partitions.values() if p.log_dir == d))
-        if self._dir_ids[log_dir] != assigned:
+        # A resumed move whose destination the controller already has: the replica is reported
+        # there and goes there once caught up, so the old directory is not reported back.
+        moving_to_assigned = interrupted is not None and self._dir_ids[interrupted.parent] == assigned
+        if self._dir_ids[log_dir] != assigned and not moving_to_assigned:
             self._pending_assignments[(topic_id, index)] = self._dir_ids[log_dir]
             if self._assignments_wake is not None:
                 self._assignments_wake.set()
@@ -480,6 +507,8 @@ class ReplicaManager:
         delete_producer_snapshots(log.directory, above=log.log_end_offset)
         _rebuild_producer_state(partition)
         partition.snapshot_segment_base = log.segment_base_offsets[-1]
+        if interrupted is not None:
+            self._resume_move(partition, interrupted, assigned=moving_to_assigned)
         return partition
 
     def _become_leader(self, topic: str, index: int, topic_id: uuid.UUID, registration: PartitionRegistration) -> None:
@@ -832,21 +861,47 @@ class ReplicaManager:
         if destination == partition.log_dir or partition.future is not None:
             return ErrorCode.none
         name = partition_directory_name(topic, index)
+        if not self._start_move(partition, destination / f"{name}.{uuid.uuid4().hex}-future", assigned=False):
+            return ErrorCode.kafka_storage_error
+        logger.info("Moving %s-%d from %s to %s (future replica %s)", topic, index, partition.log_dir, destination,
+                    partition.future.log.directory.name if partition.future is not None else "")
+        return ErrorCode.none
+
+    def _resume_move(self, partition: Partition, future_dir: Path, *, assigned: bool) -> None:
+        """A move a restart interrupted goes on, as Kafka's LogManager loads the `-future` log and
+        its ReplicaAlterLogDirsThread starts again: the future log is recovered (a torn tail
+        cut), cut back to the current log's end if it is past it, and filled from where it ends.
+        If the controller already has the destination, the replica is swapped there once caught
+        up (Kafka swaps at once; waiting for the copy loses nothing the current log holds)."""
+        if future_dir.parent == partition.log_dir:
+            logger.warning("Removing %s: a future replica in the replica's own directory", future_dir)
+            _delete_directory(future_dir)
+            return
+        if self._start_move(partition, future_dir, assigned=assigned) and partition.future is not None:
+            move = partition.future
+            self._truncate_future(partition, partition.log.log_end_offset)
+            logger.info("Resuming the move of %s-%d from %s to %s: the future replica %s ends at %d of %d%s",
+                        partition.topic, partition.index, partition.log_dir, move.destination, future_dir.name,
+                        move.log.log_end_offset, partition.log.log_end_offset,
+                        " (the controller has the new directory)" if assigned else "")
+
+    def _start_move(self, partition: Partition, future_dir: Path, *, assigned: bool) -> bool:
+        """Open the future log in `future_dir` (new, or left by an interrupted move) and start
+        filling it; False when its directory failed."""
+        destination = future_dir.parent
         try:
-            future_log, _ = PartitionLog.open(destination / f"{name}.{uuid.uuid4().hex}-future",
-                                              segment_bytes=self.topic_config_int(topic, "segment.bytes",
-                                                                                  self.config.log_segment_bytes),
-                                              allow_offset_gaps=True)
+            future_log, report = PartitionLog.open(future_dir, segment_bytes=self.topic_config_int(
+                partition.topic, "segment.bytes", self.config.log_segment_bytes), allow_offset_gaps=True)
         except _DIRECTORY_FAILURES as error:
             self.fail_directory(destination, error)
-            return ErrorCode.kafka_storage_error
-        self._configure_rolls(topic, future_log)
-        move = FutureReplica(destination=destination, log=future_log)
+            return False
+        for line in report.describe():
+            logger.warning("Recovering the future replica %s: %s", future_dir, line)
+        self._configure_rolls(partition.topic, future_log)
+        move = FutureReplica(destination=destination, log=future_log, assigned=assigned)
         partition.future = move
         move.task = asyncio.get_running_loop().create_task(self._fill_future(partition, move))
-        logger.info("Moving %s-%d from %s to %s (future replica %s)", topic, index, partition.log_dir, destination,
-                    future_log.directory.name)
-        return ErrorCode.none
+        return True
 
     def _cancel_move(self, partition: Partition, *, remove: bool) -> None:
         move = partition.future
@@ -1378,15 +1433,26 @@ def _delete_directory(directory: Path) -> None:
         logger.warning("Could not delete %s: %s", directory, error)
 
 
-def _remove_leftover_directories(log_dir: Path) -> None:
-    """At start: half-deleted replicas, and future replicas of moves a restart interrupted (the
-    current replica is whole and stays; the move is not resumed, AlterReplicaLogDirs starts it again)."""
+def _leftover_future_replicas(log_dir: Path) -> dict[tuple[str, int], Path]:
+    """At start: remove half-deleted replicas (`-delete`), and find the future replicas
+    (`-future`) of moves a restart interrupted; as Kafka's LogManager loads them, they are kept
+    and their moves resumed (`ReplicaManager._resume_move`)."""
+    futures: dict[tuple[str, int], Path] = {}
     with contextlib.suppress(OSError):
-        for path in log_dir.iterdir():
-            if path.is_dir() and _LEFTOVER_DIR.match(path.name):
-                logger.info("Removing %s, left by an unfinished %s", path,
-                            "move" if path.name.endswith("-future") else "deletion")
+        for path in sorted(log_dir.iterdir()):
+            match = _LEFTOVER_DIR.match(path.name)
+            if not path.is_dir() or match is None:
+                continue
+            key = (match["topic"], int(match["partition"]))
+            if match["kind"] == "future" and key not in futures:
+                futures[key] = path
+            elif match["kind"] == "future":
+                logger.warning("Removing %s: %s-%d already has the future replica %s", path, *key, futures[key])
+                _delete_directory(path)
+            else:
+                logger.info("Removing %s, left by an unfinished deletion", path)
                 shutil.rmtree(path, ignore_errors=True)
+    return futures
 
 
 def _directory_of(error: BaseException, directories: list[Path]) -> Path | None:
