@@ -83,7 +83,12 @@ from kraft_operator.plan.quorum_change import plan_quorum_change
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
 from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import RollDecision, fetch_timeout_ms, node_revision, plan_roll
-from kraft_operator.plan.runbooks import CONTROLLER_DISK_FORMAT_STEP, CONTROLLER_DISK_LOSS, detect_runbooks
+from kraft_operator.plan.runbooks import (
+    CONTROLLER_DISK_FORMAT_STEP,
+    CONTROLLER_DISK_LOSS,
+    approved_steps,
+    detect_runbooks,
+)
 from kraft_operator.plan.scale_down import (
     SCALE_DOWN_OPERATION,
     STALE_REGISTRATION_APPROVAL,
@@ -104,6 +109,7 @@ if TYPE_CHECKING:
 __all__ = ["DISK_REPLACEMENT_OPERATION", "Plan", "plan"]
 
 DISK_REPLACEMENT_OPERATION = "ControllerDiskReplacement"
+DISK_REPLACEMENT_APPROVAL = f"{CONTROLLER_DISK_LOSS}/{CONTROLLER_DISK_FORMAT_STEP}"  # what kraftwerk.io/approve names
 STALE_REGISTRATION_OPERATION = "StaleRegistrations"
 
 # How soon to look again: quickly while something is moving, slowly when all is well.
@@ -315,9 +321,8 @@ class _Planner:
             return None
         prev = self.previous.operation if self.previous is not None else None
         started = prev.started_at if prev is not None and prev.name == STALE_REGISTRATION_OPERATION else self.builder.now_text
-        approved = {v.strip() for v in self.annotations.get(APPROVE_ANNOTATION, "").split(",")}
         self.step = self.step or "stale-registrations"
-        if STALE_REGISTRATION_APPROVAL not in approved:
+        if STALE_REGISTRATION_APPROVAL not in approved_steps(self.annotations):
             message = (f"stale broker registration(s) {stale}: no node of this cluster has those ids; unregistering "
                        f'them waits for approval: kubectl annotate kc <cluster> {APPROVE_ANNOTATION}="'
                        f'{STALE_REGISTRATION_APPROVAL}"')
@@ -451,6 +456,7 @@ class _Planner:
         problems: list[str] = []
         for volume in node.pool.storage.volumes:
             path = self.layout.volume_path(node.ref, volume_id=volume.id)
+            metadata_volume = node.is_controller and volume.id == node.pool.storage.volumes[0].id
             seen = facts.volume(volume.id)
             formatted = seen is not None and seen.formatted
             directory_id = seen.directory_id if seen is not None and formatted else None
@@ -463,7 +469,8 @@ class _Planner:
                 )
             elif seen is not None and formatted and seen.node_id is not None and seen.node_id != node_id:
                 problems.append(f"node {node_id}: volume {volume.id} ({path}) was formatted for node {seen.node_id}")
-            elif not formatted and volume.id in recorded_ids and self._replace_approved(node, volume.id):
+            elif (not formatted and volume.id in recorded_ids and metadata_volume
+                  and DISK_REPLACEMENT_APPROVAL in approved_steps(self.annotations)):
                 # A lost controller metadata disk, its replacement approved: formatted anew with
                 # --no-initial-controllers (a new directory id); the voter swap follows once it has
                 # caught up as an observer (`quorum_change`).
@@ -471,17 +478,16 @@ class _Planner:
                 unformatted.append(path)
             elif not formatted and volume.id in recorded_ids:
                 directory_id = recorded_ids[volume.id]
-                if node.is_controller and volume.id == node.pool.storage.volumes[0].id:
-                    key = f"{CONTROLLER_DISK_LOSS}/{CONTROLLER_DISK_FORMAT_STEP}"
+                if metadata_volume:
                     self.approvals.append(BlockerStatus(
                         kind="approval", node_id=node_id,
                         message=f"node {node_id}: formatting its new metadata volume {path} waits for approval: "
-                        f'kubectl annotate kc <cluster> {APPROVE_ANNOTATION}="{key}"'))
+                        f'kubectl annotate kc <cluster> {APPROVE_ANNOTATION}="{DISK_REPLACEMENT_APPROVAL}"'))
                 problems.append(
                     f"node {node_id}: volume {volume.id} ({path}) was formatted (directory id "
                     f"{directory_id}) and is now {'missing' if seen is None else 'empty'}; "
                     + ("kraftwerk formats a controller's new metadata volume only with approval (see the "
-                       "controller-disk-loss runbook)" if node.is_controller and volume.id == node.pool.storage.volumes[0].id
+                       "controller-disk-loss runbook)" if metadata_volume
                        else "kraftwerk never re-formats it (replacing a lost broker volume is not automated yet: see "
                        "the broker-disk-loss runbook)")
                 )
@@ -591,14 +597,6 @@ class _Planner:
             ),
             step="start",
         )
-
-    def _replace_approved(self, node: DesiredNode, volume_id: int) -> bool:
-        """Whether this lost volume is a controller's metadata volume whose replacement the
-        `kraftwerk.io/approve` annotation approves."""
-        if not node.is_controller or volume_id != node.pool.storage.volumes[0].id:
-            return False
-        approved = {v.strip() for v in self.annotations.get(APPROVE_ANNOTATION, "").split(",")}
-        return f"{CONTROLLER_DISK_LOSS}/{CONTROLLER_DISK_FORMAT_STEP}" in approved
 
     def _act(self, action: Action, *, step: str) -> None:
         if self.spec.paused:

@@ -44,6 +44,7 @@ __all__ = [
     "RUNBOOKS",
     "RunbookDefinition",
     "StepDefinition",
+    "approved_steps",
     "detect_runbooks",
     "render_index",
     "render_page",
@@ -240,7 +241,8 @@ def runbook(name: str) -> RunbookDefinition:
     return found
 
 
-def _approved(annotations: Mapping[str, str]) -> frozenset[str]:
+def approved_steps(annotations: Mapping[str, str]) -> frozenset[str]:
+    """The `<runbook>/<step>` names (or other approvals) the `kraftwerk.io/approve` annotation lists."""
     return frozenset(v.strip() for v in annotations.get(APPROVE_ANNOTATION, "").split(",") if v.strip())
 
 
@@ -304,7 +306,7 @@ def detect_runbooks(
                 "node": str(target.ref.node_id) if target else "",
                 "controller_pool": controllers[0].ref.pool if controllers else "", "directory": "", **extra}
 
-    approved = _approved(annotations)
+    approved = approved_steps(annotations)
     found: list[RunbookStatus] = []
     facts = observed.cluster
     quorum = facts.quorum if facts is not None else None
