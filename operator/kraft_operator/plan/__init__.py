@@ -49,7 +49,14 @@ from kraft_operator.plan.facts import (
     VolumeFacts,
     replication_factors,
 )
-from kraft_operator.plan.gates import broker_gate, controller_gate, is_down, not_recovered, voter_caught_up
+from kraft_operator.plan.gates import (
+    broker_gate,
+    controller_gate,
+    is_down,
+    not_recovered,
+    removal_gate,
+    voter_caught_up,
+)
 from kraft_operator.plan.planning import Plan, plan
 from kraft_operator.plan.quorum_change import QUORUM_CHANGE_OPERATION, plan_quorum_change
 from kraft_operator.plan.rendering import (
@@ -65,7 +72,6 @@ from kraft_operator.plan.scale_down import (
     SCALE_DOWN_OPERATION,
     even_controllers,
     plan_scale_down,
-    removal_gate,
 )
 from kraft_operator.plan.validation import (
     LATEST_PRODUCTION,

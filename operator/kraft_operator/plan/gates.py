@@ -10,6 +10,8 @@ that outran log recovery because they trusted readiness.
 - A controller may restart only while the voters other than it that are caught up (the leader, or
   a voter whose last caught-up time is within `controller.quorum.fetch.timeout.ms`) are a majority
   of the whole voter set.
+- A voter may be removed (scale-down, a disk swap) only while the voters that stay have a caught-up
+  majority of their own (`removal_gate`): they commit the removal and everything after it.
 - A node already down (not running or not ready, a fenced or unregistered broker, a controller the
   quorum does not count as caught up) passes without gates: restarting it cannot reduce
   availability, and waiting on it is the deadlock Koperator #533 describes.
@@ -21,7 +23,7 @@ An empty list means the gate is open.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kraft_operator.model import BlockerStatus
 from kraft_operator.plan.facts import (
@@ -39,6 +41,8 @@ __all__ = [
     "controller_gate",
     "is_down",
     "not_recovered",
+    "removal_gate",
+    "running_since",
     "voter_caught_up",
 ]
 
@@ -56,6 +60,23 @@ def voter_caught_up(
     if replica.last_caught_up_timestamp_ms < 0 or replica.last_caught_up_timestamp_ms <= since_ms:
         return False
     return now_ms - replica.last_caught_up_timestamp_ms <= fetch_timeout_ms
+
+
+def running_since(nodes: Mapping[int, NodeFacts]) -> dict[int, int]:
+    """The nodes whose pod runs and is ready, each with its process's start time in ms (-1 when
+    unknown): the `running` the voter gates take."""
+    return {i: f.started_at_ms if f.started_at_ms is not None else -1
+            for i, f in nodes.items() if f.phase is PodPhase.RUNNING and f.ready}
+
+
+def _caught_up(
+    voters: Sequence[ReplicaFacts], *, quorum: QuorumFacts, running: Mapping[int, int], now_ms: int,
+    fetch_timeout_ms: int,
+) -> list[ReplicaFacts]:
+    """Those of `voters` that run and have caught up since their process started."""
+    return [v for v in voters if v.replica_id in running
+            and voter_caught_up(v, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms,
+                                since_ms=running[v.replica_id])]
 
 
 def _leader_end(quorum: QuorumFacts) -> int:
@@ -90,9 +111,7 @@ def controller_gate(
     voters = quorum.voters
     majority = len(voters) // 2 + 1
     others = [v for v in voters if v.replica_id != node_id]
-    caught_up = [v for v in others if v.replica_id in running
-                 and voter_caught_up(v, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms,
-                                     since_ms=running[v.replica_id])]
+    caught_up = _caught_up(others, quorum=quorum, running=running, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms)
     if len(caught_up) >= majority:
         return []
     blockers = [_voter_blocker(v, quorum=quorum, now_ms=now_ms, running=v.replica_id in running)
@@ -103,6 +122,27 @@ def controller_gate(
             message=f"the quorum has {len(voters)} voter(s); without node {node_id} no majority is left",
         ))
     return blockers
+
+
+def removal_gate(
+    node_id: int, *, quorum: QuorumFacts, running: Mapping[int, int], now_ms: int, fetch_timeout_ms: int
+) -> list[BlockerStatus]:
+    """What keeps voter `node_id` from being removed: the voters that stay must have a caught-up
+    majority of their own (a voter counts while its pod runs and once it has caught up since its
+    process started: `running` maps node id -> start time in ms). Empty: the removal may go."""
+    staying = [v for v in quorum.voters if v.replica_id != node_id]
+    if not staying:
+        return [BlockerStatus(kind="cluster", message=f"voter {node_id} is the only voter; it cannot be removed")]
+    majority = len(staying) // 2 + 1
+    caught_up = _caught_up(staying, quorum=quorum, running=running, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms)
+    if len(caught_up) >= majority:
+        return []
+    return [
+        BlockerStatus(kind="voter", node_id=v.replica_id,
+                      message=f"voter {v.replica_id} stays but is not caught up "
+                      f"({len(caught_up)} of the {len(staying)} staying voters are; {majority} must be)")
+        for v in staying if v not in caught_up
+    ]
 
 
 def broker_gate(broker_id: int, *, cluster: ClusterFacts | None) -> list[BlockerStatus]:

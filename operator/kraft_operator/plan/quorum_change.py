@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from kraft_operator.model import KRaftClusterSpec, KRaftClusterStatus, OperationStatus
 from kraft_operator.plan.actions import AddVoter, Event, EventType, RemoveVoter
 from kraft_operator.plan.facts import Layout, Observed, PodPhase
-from kraft_operator.plan.gates import voter_caught_up
+from kraft_operator.plan.gates import removal_gate, running_since, voter_caught_up
 from kraft_operator.plan.rendering import CONTROLLER_LISTENER, DesiredNode, controller_endpoint
-from kraft_operator.plan.scale_down import removal_gate
 
 __all__ = ["QUORUM_CHANGE_OPERATION", "QuorumChangeDecision", "plan_quorum_change"]
 
@@ -97,9 +96,7 @@ def plan_quorum_change(
         if prev is not None and prev.name == QUORUM_CHANGE_OPERATION and prev.step == "replace-disk/remove-old-voter":
             return waiting(f"the removal of controller {node_id}'s old voter ({old.directory_id}) to commit",
                            "replace-disk/await-removal")
-        running = {i: f.started_at_ms if f.started_at_ms is not None else -1
-                   for i, f in observed.nodes.items() if f.phase is PodPhase.RUNNING and f.ready}
-        blockers = removal_gate(node_id, quorum=quorum, running=running, now_ms=now_ms,
+        blockers = removal_gate(node_id, quorum=quorum, running=running_since(observed.nodes), now_ms=now_ms,
                                 fetch_timeout_ms=fetch_timeout_ms)
         if blockers:
             return waiting(f"the other voters to be a caught-up majority before controller {node_id}'s old voter is "

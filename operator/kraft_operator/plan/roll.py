@@ -48,6 +48,7 @@ from kraft_operator.plan.gates import (
     controller_gate,
     is_down,
     not_recovered,
+    running_since,
 )
 from kraft_operator.plan.rendering import DesiredNode
 
@@ -164,10 +165,8 @@ class _Roll:
         blockers: list[BlockerStatus] = []
         if node.is_controller:
             quorum = self.cluster.quorum if self.cluster is not None else None
-            running = {i: f.started_at_ms if f.started_at_ms is not None else -1
-                       for i, f in self.observed.nodes.items() if f.phase is PodPhase.RUNNING and f.ready}
-            blockers += controller_gate(node.ref.node_id, quorum=quorum, running=running, now_ms=self.now_ms,
-                                        fetch_timeout_ms=self.timeout_ms)
+            blockers += controller_gate(node.ref.node_id, quorum=quorum, running=running_since(self.observed.nodes),
+                                        now_ms=self.now_ms, fetch_timeout_ms=self.timeout_ms)
         if node.is_broker:
             blockers += broker_gate(node.ref.node_id, cluster=self.cluster)
         return blockers

@@ -31,7 +31,7 @@ condition: four voters tolerate one failure, as three do, and need one more for 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kraft_operator.model import (
@@ -54,8 +54,8 @@ from kraft_operator.plan.actions import (
     StopNode,
     UnregisterBroker,
 )
-from kraft_operator.plan.facts import NodeFacts, NodeRef, Observed, PartitionDetail, PodPhase, QuorumFacts
-from kraft_operator.plan.gates import voter_caught_up
+from kraft_operator.plan.facts import NodeFacts, NodeRef, Observed, PartitionDetail, PodPhase
+from kraft_operator.plan.gates import removal_gate, running_since
 from kraft_operator.plan.rendering import DesiredNode
 from kraft_operator.plan.roll import rfc3339_ms
 
@@ -65,7 +65,6 @@ __all__ = [
     "ScaleDownDecision",
     "even_controllers",
     "plan_scale_down",
-    "removal_gate",
     "stale_registrations",
 ]
 
@@ -84,28 +83,6 @@ class ScaleDownDecision:
     refused: str = ""
     removed: tuple[int, ...] = ()  # node ids gone for good: they leave status.nodes
     requeue_now: bool = False
-
-
-def removal_gate(
-    node_id: int, *, quorum: QuorumFacts, running: Mapping[int, int], now_ms: int, fetch_timeout_ms: int
-) -> list[BlockerStatus]:
-    """What keeps voter `node_id` from being removed: the voters that stay must have a caught-up
-    majority of their own (a voter counts while its pod runs and once it has caught up since its
-    process started: `running` maps node id -> start time in ms). Empty: the removal may go."""
-    staying = [v for v in quorum.voters if v.replica_id != node_id]
-    if not staying:
-        return [BlockerStatus(kind="cluster", message=f"voter {node_id} is the only voter; it cannot be removed")]
-    majority = len(staying) // 2 + 1
-    caught_up = [v for v in staying if v.replica_id in running and voter_caught_up(
-        v, quorum=quorum, now_ms=now_ms, fetch_timeout_ms=fetch_timeout_ms, since_ms=running[v.replica_id])]
-    if len(caught_up) >= majority:
-        return []
-    return [
-        BlockerStatus(kind="voter", node_id=v.replica_id,
-                      message=f"voter {v.replica_id} stays but is not caught up "
-                      f"({len(caught_up)} of the {len(staying)} staying voters are; {majority} must be)")
-        for v in staying if v not in caught_up
-    ]
 
 
 @dataclass
@@ -200,9 +177,7 @@ class _ScaleDown:
         moves = list(self.prev.moves) if self.prev is not None and self.prev.current == node_id else []
         voter = next((v for v in quorum.voters if v.replica_id == node_id), None)
         if voter is not None:
-            running = {i: f.started_at_ms if f.started_at_ms is not None else -1
-                       for i, f in self.observed.nodes.items() if f.phase is PodPhase.RUNNING and f.ready}
-            blockers = removal_gate(node_id, quorum=quorum, running=running, now_ms=self.now_ms,
+            blockers = removal_gate(node_id, quorum=quorum, running=running_since(self.observed.nodes), now_ms=self.now_ms,
                                     fetch_timeout_ms=self.fetch_timeout_ms)
             if blockers:
                 why = f"the staying voters to be a caught-up majority before RemoveRaftVoter {node_id}: " + "; ".join(
