@@ -54,7 +54,7 @@ from kraft_operator.plan.actions import (
     StopNode,
     UnregisterBroker,
 )
-from kraft_operator.plan.facts import NodeFacts, NodeRef, Observed, PartitionDetail, PodPhase
+from kraft_operator.plan.facts import NodeFacts, NodeRef, Observed, PartitionDetail, PodPhase, QuorumFacts
 from kraft_operator.plan.gates import removal_gate, running_since
 from kraft_operator.plan.rendering import DesiredNode
 from kraft_operator.plan.roll import rfc3339_ms
@@ -167,13 +167,11 @@ class _ScaleDown:
         current = self.prev.current if self.prev is not None and self.prev.current in pending else None
         if current is None:
             current = self.order(pending)[0]
-        return self._step(current, pending=pending, removed=removed)
+        return self._step(current, quorum=self.quorum, pending=pending, removed=removed)
 
-    def _step(self, node_id: int, *, pending: list[int], removed: tuple[int, ...]) -> ScaleDownDecision:
-        quorum = self.quorum
-        if quorum is None:
-            return self._waiting(pending, current=node_id, removed=removed, step="await-quorum",
-                                 why="a quorum leader before node(s) leave")
+    def _step(
+        self, node_id: int, *, quorum: QuorumFacts, pending: list[int], removed: tuple[int, ...]
+    ) -> ScaleDownDecision:
         moves = list(self.prev.moves) if self.prev is not None and self.prev.current == node_id else []
         voter = next((v for v in quorum.voters if v.replica_id == node_id), None)
         if voter is not None:
@@ -242,15 +240,12 @@ class _ScaleDown:
                            f"{', '.join(refused)} (each already holds one); add brokers or lower those topics' "
                            "replication factor")
                 self.events.append(Event(EventType.WARNING, "ScaleDownRefused", message))
-                decision = self._waiting(pending, current=node_id, removed=removed, step="refused", why=message)
-                return ScaleDownDecision(events=decision.events, operation=decision.operation, waiting=message,
-                                         refused=message, removed=removed)
+                return self._waiting(pending, current=node_id, removed=removed, step="refused", why=message,
+                                     refused=message)
             self.events.append(Event(EventType.NORMAL, "DrainPlanned",
                                      f"broker {node_id}: {len(planned)} partition(s) move off it (recorded before sending)"))
-            decision = self._waiting(pending, current=node_id, removed=removed, step="drain-planned", moves=planned,
-                                     why=f"the drain of broker {node_id} to be recorded before it is sent")
-            return ScaleDownDecision(events=decision.events, operation=decision.operation, waiting=decision.waiting,
-                                     removed=removed, requeue_now=True)
+            return self._waiting(pending, current=node_id, removed=removed, step="drain-planned", moves=planned,
+                                 why=f"the drain of broker {node_id} to be recorded before it is sent", requeue_now=True)
         by_key = {(p.topic, p.partition): p for p in self.details or ()}
         unstarted = [m for m in moves if (m.topic, m.partition) in by_key
                      and not set(m.replicas) <= set(by_key[(m.topic, m.partition)].replicas)]
@@ -267,16 +262,14 @@ class _ScaleDown:
             self.events.append(Event(EventType.NORMAL, "ReassignPartitions", action.reason))
             return self._waiting(pending, current=node_id, removed=removed, step="draining", actions=(action,),
                                  moves=moves, why=f"the partitions to move off broker {node_id}")
-        blockers = self._moving(moves, node_id=node_id)
+        blockers = self._moving(moves)
         if not blockers and not on_it:  # no partition metadata to tell
             return self._waiting(pending, current=node_id, removed=removed, step="draining", moves=moves,
                                  why=f"partition metadata to show the partitions moved off broker {node_id}")
         if on_it and not blockers:
             # Partitions appeared on it after the plan (a topic created meanwhile): plan again.
-            decision = self._waiting(pending, current=node_id, removed=removed, step="drain-planned", moves=[],
-                                     why=f"new partitions on broker {node_id}: its drain is planned again")
-            return ScaleDownDecision(events=decision.events, operation=decision.operation, waiting=decision.waiting,
-                                     removed=removed, requeue_now=True)
+            return self._waiting(pending, current=node_id, removed=removed, step="drain-planned", moves=[],
+                                 why=f"new partitions on broker {node_id}: its drain is planned again", requeue_now=True)
         why = f"{len(blockers)} partition(s) to move off broker {node_id}: " + "; ".join(b.message for b in blockers[:5])
         return self._waiting(pending, current=node_id, removed=removed, step="draining", moves=moves, why=why,
                              blockers=blockers)
@@ -300,7 +293,7 @@ class _ScaleDown:
                                              replicas=[target if r == node_id else r for r in p.replicas]))
         return moves, refused
 
-    def _moving(self, moves: list[PartitionMoveStatus], *, node_id: int) -> list[BlockerStatus]:
+    def _moving(self, moves: list[PartitionMoveStatus]) -> list[BlockerStatus]:
         by_key = {(p.topic, p.partition): p for p in self.details or ()}
         blockers = []
         for m in moves:
@@ -316,7 +309,7 @@ class _ScaleDown:
         return blockers
 
     def _moved(self, moves: list[PartitionMoveStatus]) -> bool:
-        return self.details is not None and not self._moving(moves, node_id=-1)
+        return self.details is not None and not self._moving(moves)
 
     # -- status ------------------------------------------------------------------------------------
     def _ref(self, node_id: int) -> NodeRef:
@@ -335,6 +328,8 @@ class _ScaleDown:
         blockers: list[BlockerStatus] | None = None,
         moves: list[PartitionMoveStatus] | None = None,
         sent_at: str | None = None,
+        refused: str = "",
+        requeue_now: bool = False,
     ) -> ScaleDownDecision:
         started = self.prev_op.started_at if self.prev_op is not None else self.now_text
         done = list(self.prev.removed) if self.prev is not None else []
@@ -344,7 +339,7 @@ class _ScaleDown:
         operation = OperationStatus(name=SCALE_DOWN_OPERATION, step=step, started_at=started,
                                     blocked_by=list(blockers or []), scale_down=status)
         return ScaleDownDecision(actions=actions, events=tuple(self.events), operation=operation, waiting=why,
-                                 removed=removed)
+                                 refused=refused, removed=removed, requeue_now=requeue_now)
 
 
 def plan_scale_down(
