@@ -319,8 +319,7 @@ class _Planner:
         stale = stale_registrations(nodes=self.nodes, observed=self.observed, previous=self.previous)
         if not stale:
             return None
-        prev = self.previous.operation if self.previous is not None else None
-        started = prev.started_at if prev is not None and prev.name == STALE_REGISTRATION_OPERATION else self.builder.now_text
+        started = self._started_at(STALE_REGISTRATION_OPERATION)
         self.step = self.step or "stale-registrations"
         if STALE_REGISTRATION_APPROVAL not in approved_steps(self.annotations):
             message = (f"stale broker registration(s) {stale}: no node of this cluster has those ids; unregistering "
@@ -357,8 +356,7 @@ class _Planner:
         self.actions.extend(decision.actions)
         self.waiting.append(decision.waiting)
         self.step = self.step or "metadata-version"
-        prev = self.previous.operation if self.previous is not None else None
-        started = prev.started_at if prev is not None and prev.name == "MetadataVersion" else self.builder.now_text
+        started = self._started_at("MetadataVersion")
         step = "finalize" if decision.actions else "held-back"
         return OperationStatus(name="MetadataVersion", step=step, started_at=started)
 
@@ -598,6 +596,11 @@ class _Planner:
             step="start",
         )
 
+    def _started_at(self, name: str) -> str | None:
+        """When operation `name` started: as the last status recorded it if it was under way, else now."""
+        prev = self.previous.operation if self.previous is not None else None
+        return prev.started_at if prev is not None and prev.name == name else self.builder.now_text
+
     def _act(self, action: Action, *, step: str) -> None:
         if self.spec.paused:
             return
@@ -634,17 +637,13 @@ class _Planner:
         waiting_for = "; ".join(self.waiting + self.blocked)
         operation = None
         if self.approvals and not self.spec.paused:
-            prev = self.previous.operation if self.previous is not None else None
-            started = prev.started_at if prev is not None and prev.name == DISK_REPLACEMENT_OPERATION else self.builder.now_text
             operation = OperationStatus(name=DISK_REPLACEMENT_OPERATION, step="await-approval", waiting_for=waiting_for,
-                                        started_at=started, blocked_by=list(self.approvals))
+                                        started_at=self._started_at(DISK_REPLACEMENT_OPERATION),
+                                        blocked_by=list(self.approvals))
         elif (self.actions or self.waiting) and not self.spec.paused:
             name = "Bootstrap" if ready[0] is not ConditionStatus.TRUE else "Reconcile"
-            started = self.previous.operation.started_at if (
-                self.previous is not None and self.previous.operation is not None
-                and self.previous.operation.name == name
-            ) else self.builder.now_text
-            operation = OperationStatus(name=name, step=self.step, waiting_for=waiting_for, started_at=started)
+            operation = OperationStatus(name=name, step=self.step, waiting_for=waiting_for,
+                                        started_at=self._started_at(name))
         status = status.model_copy(update={"operation": operation})
         status = self.builder.with_conditions(
             status, ready=ready, progressing=progressing, degraded=degraded, paused=self._paused_condition()
