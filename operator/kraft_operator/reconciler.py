@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kio.schema.alter_partition_reassignments.v1.request import (
     AlterPartitionReassignmentsRequest,
@@ -81,10 +82,8 @@ class Reconciler:
         if self.act:
             for action in result.actions:
                 try:
-                    if isinstance(action, AddVoter):
-                        await self._add_voter(cluster, action, observed=observed)
-                    elif isinstance(action, RemoveVoter):
-                        await self._remove_voter(cluster, action, observed=observed)
+                    if isinstance(action, AddVoter | RemoveVoter):
+                        await self._change_voter(cluster, action, observed=observed)
                     elif isinstance(action, ReassignPartitions | UnregisterBroker):
                         await self._send_to_active_controller(cluster, action, observed=observed)
                     elif isinstance(action, FinalizeMetadataVersion):
@@ -106,38 +105,24 @@ class Reconciler:
         )
         return result
 
-
-    async def _add_voter(self, cluster: KRaftCluster, action: AddVoter, *, observed: Observed) -> None:
-        """AddRaftVoter through the active controller. DUPLICATE_VOTER means an earlier attempt (an
-        operator that died before seeing the answer) already added it: done."""
-        layout = self.runtime.layout(cluster)
-        controllers, _ = admin_addresses(cluster, layout=layout, observed=observed)
-        cluster_id = cluster.status.cluster_id if cluster.status is not None else None
-        voter = ReplicaKey(action.node.node_id, from_kafka_str(action.directory_id))
-        endpoints = tuple(Endpoint(name, host, port) for name, host, port in action.endpoints)
-        admin = QuorumAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000))
-        try:
-            await admin.add_raft_voter(cluster_id=cluster_id, voter=voter, endpoints=endpoints)
-        except QuorumAdminError as e:
-            if e.error is not ErrorCode.duplicate_voter:
-                raise AdminError(str(e), api="AddRaftVoter", error=e.error) from None
-        finally:
-            await admin.close()
-
-
-    async def _remove_voter(self, cluster: KRaftCluster, action: RemoveVoter, *, observed: Observed) -> None:
-        """RemoveRaftVoter through the active controller. VOTER_NOT_FOUND means an earlier attempt
-        already removed it: done."""
-        layout = self.runtime.layout(cluster)
-        controllers, _ = admin_addresses(cluster, layout=layout, observed=observed)
+    async def _change_voter(self, cluster: KRaftCluster, action: AddVoter | RemoveVoter, *, observed: Observed) -> None:
+        """AddRaftVoter or RemoveRaftVoter through the active controller. DUPLICATE_VOTER (an add)
+        or VOTER_NOT_FOUND (a removal) means an earlier attempt (an operator that died before seeing
+        the answer) already made the change: done."""
+        controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
         cluster_id = cluster.status.cluster_id if cluster.status is not None else None
         voter = ReplicaKey(action.node.node_id, from_kafka_str(action.directory_id))
         admin = QuorumAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000))
         try:
-            await admin.remove_raft_voter(cluster_id=cluster_id, voter=voter)
+            if isinstance(action, AddVoter):
+                endpoints = tuple(Endpoint(name, host, port) for name, host, port in action.endpoints)
+                await admin.add_raft_voter(cluster_id=cluster_id, voter=voter, endpoints=endpoints)
+            else:
+                await admin.remove_raft_voter(cluster_id=cluster_id, voter=voter)
         except QuorumAdminError as e:
-            if e.error is not ErrorCode.voter_not_found:
-                raise AdminError(str(e), api="RemoveRaftVoter", error=e.error) from None
+            adding = isinstance(action, AddVoter)
+            if e.error is not (ErrorCode.duplicate_voter if adding else ErrorCode.voter_not_found):
+                raise AdminError(str(e), api="AddRaftVoter" if adding else "RemoveRaftVoter", error=e.error) from None
         finally:
             await admin.close()
 
@@ -146,7 +131,6 @@ class Reconciler:
     ) -> None:
         """AlterPartitionReassignments or UnregisterBroker on the active controller; any error in the
         answer becomes the action's failure (the next reconcile decides again)."""
-        controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
         request: AlterPartitionReassignmentsRequest | UnregisterBrokerRequest
         if isinstance(action, ReassignPartitions):
             topics: dict[str, list[ReassignablePartition]] = {}
@@ -160,44 +144,38 @@ class Reconciler:
         else:
             request = UnregisterBrokerRequest(broker_id=BrokerId(action.node.node_id))
             api = "UnregisterBroker"
-        try:
-            async with ControllerAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000),
-                                       client_id="kraftwerk-operator") as admin:
-                response = await admin.send_to_active(request)
-        except ControllerAdminError as e:
-            raise AdminError(str(e), api=api) from None
+        response = await self._on_active_controller(cluster, request, api=api, observed=observed)
         errors = [(ErrorCode(response.error_code), response.error_message)]
         for topic in getattr(response, "responses", ()):
             errors += [(ErrorCode(p.error_code), f"{topic.name}-{p.partition_index}: {p.error_message or ''}")
                        for p in topic.partitions]
-        for code, message in errors:
-            if code is not ErrorCode.none and not (api == "UnregisterBroker" and code is ErrorCode.broker_id_not_registered):
-                raise AdminError(f"{api}: {code.name.upper()}: {message or ''}", api=api, error=code)
+        _raise_first_error(api, errors, ignore=ErrorCode.broker_id_not_registered if api == "UnregisterBroker" else None)
 
     async def _finalize_metadata_version(
         self, cluster: KRaftCluster, action: FinalizeMetadataVersion, *, observed: Observed
     ) -> None:
         """UpdateFeatures with metadata.version alone, on the active controller; Kafka's refusal
         (INVALID_UPDATE_VERSION and its message) becomes the action's failure in status."""
-        controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
         kind = _SAFE_DOWNGRADE if action.downgrade else _UPGRADE
         request = UpdateFeaturesRequest(
             feature_updates=(FeatureUpdateKey(feature=mv.FEATURE_NAME, max_version_level=i16(action.level),
                                               upgrade_type=i8(kind)),),
             validate_only=False,
         )
+        response = await self._on_active_controller(cluster, request, api="UpdateFeatures", observed=observed)
+        errors = [(ErrorCode(response.error_code), response.error_message)]
+        errors += [(ErrorCode(r.error_code), r.error_message) for r in response.results]
+        _raise_first_error("UpdateFeatures", errors)
+
+    async def _on_active_controller(self, cluster: KRaftCluster, request: Any, *, api: str, observed: Observed) -> Any:
+        """`request` answered by the active controller; no controller taking it is the action's failure."""
+        controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
         try:
             async with ControllerAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000),
                                        client_id="kraftwerk-operator") as admin:
-                response = await admin.send_to_active(request)
+                return await admin.send_to_active(request)
         except ControllerAdminError as e:
-            raise AdminError(str(e), api="UpdateFeatures") from None
-        errors = [(ErrorCode(response.error_code), response.error_message)]
-        errors += [(ErrorCode(r.error_code), r.error_message) for r in response.results]
-        for code, message in errors:
-            if code is not ErrorCode.none:
-                raise AdminError(f"UpdateFeatures: {code.name.upper()}: {message or ''}", api="UpdateFeatures",
-                                 error=code)
+            raise AdminError(str(e), api=api) from None
 
 
 def _action_failed(result: Plan, message: str) -> Plan:
@@ -219,3 +197,10 @@ def _action_failed(result: Plan, message: str) -> Plan:
     status = result.status.model_copy(update={"conditions": conditions})
     events = (*result.events, Event(EventType.WARNING, "ActionFailed", message))
     return replace(result, status=status, events=events, waiting_for=message)
+
+
+def _raise_first_error(api: str, errors: list[tuple[ErrorCode, str | None]], *, ignore: ErrorCode | None = None) -> None:
+    """The first error of an answer (its top-level one, then its entries') as the action's failure."""
+    for code, message in errors:
+        if code is not ErrorCode.none and code is not ignore:
+            raise AdminError(f"{api}: {code.name.upper()}: {message or ''}", api=api, error=code)
