@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import textwrap
 import time
@@ -22,7 +21,7 @@ import yaml
 from kraft_engine.storage.java_properties import parse_properties
 
 from .test_up_process import KRAFTWERK, REPO
-from .workload import acked_count, lost_records, producing, read_partition
+from .workload import acked_count, lost_records, producing, read_partition, terminate
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
 
@@ -78,21 +77,21 @@ def _wait(what: str, check, *, timeout_s: float, up: subprocess.Popen, log: Path
     raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
 
 
+def start_up(spec: Path, state: Path, log: Path, *extra: str) -> subprocess.Popen:
+    """`kraftwerk up -f spec` started in the background, its output in `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state), *extra], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=REPO)
+
+
 @contextlib.contextmanager
 def kraftwerk_up(spec: Path, state: Path, log: Path) -> Iterator[subprocess.Popen]:
     """`kraftwerk up -f spec` running in the background, stopped with SIGTERM (as Ctrl-C would)."""
-    with log.open("w") as out:
-        up = subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state)], stdout=out,
-                              stderr=subprocess.STDOUT, cwd=REPO)
+    up = start_up(spec, state, log)
     try:
         yield up
     finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
+        terminate(up, timeout_s=120)
 
 
 def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tmp_path: Path) -> None:

@@ -24,9 +24,8 @@ import yaml
 from kraft_engine.storage.java_properties import parse_properties
 
 from .test_quorum_change_process import current_voters
-from .test_roll_process import REPO, _wait, kraftwerk_up
-from .test_up_process import KRAFTWERK
-from .workload import acked_count, lost_records, producing, read_partition
+from .test_roll_process import _wait, kraftwerk_up, start_up
+from .workload import acked_count, lost_records, producing, read_partition, terminate
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -205,11 +204,8 @@ def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_lose
     logs: list[Path] = []
 
     def start() -> subprocess.Popen:
-        log = tmp_path / f"up-{len(logs)}.log"
-        logs.append(log)
-        with log.open("w") as out:
-            return subprocess.Popen([*KRAFTWERK, "up", "-f", str(spec), "--state-dir", str(state), "--demo-topic", ""],
-                                    stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        logs.append(tmp_path / f"up-{len(logs)}.log")
+        return start_up(spec, state, logs[-1], "--demo-topic", "")
 
     workload = contextlib.ExitStack()
     up = start()
@@ -250,11 +246,7 @@ def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_lose
         assert {i: _pid(state, i) for i in range(6)} == {i: pids[i] for i in range(6)}
     finally:
         workload.close()
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            up.kill()
+        terminate(up, timeout_s=120)
         _stop_nodes(state)
     assert len(killed_at) >= 3 and "ScaleDown/drain-planned" in killed_at, killed_at
     assert 6 not in layout and len(layout) == 3, layout

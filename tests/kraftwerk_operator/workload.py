@@ -27,12 +27,17 @@ def producing(bootstrap: str, topic: str, acks: Path, *, partition: int = 0) -> 
     try:
         yield producer
     finally:
-        producer.send_signal(signal.SIGTERM)
-        try:
-            producer.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            producer.kill()
-            producer.wait()
+        terminate(producer, timeout_s=60)
+
+
+def terminate(process: subprocess.Popen, *, timeout_s: float) -> None:
+    """SIGTERM (as Ctrl-C would), SIGKILL once `timeout_s` has passed; returns when it is gone."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def acked_count(acks: Path) -> int:
