@@ -276,9 +276,7 @@ class LocalRuntime:
         key = (str(directory), action.node.node_id)
         if isinstance(action, WriteConfig):
             text = format_properties(action.as_dict(), comments=(f"kraftwerk: {action.node.cluster} node {action.node.node_id}",))
-            tmp = node_dir / "server.properties.tmp"
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(node_dir / "server.properties")
+            _write_atomically(node_dir / "server.properties", text)
         elif isinstance(action, FormatStorage):
             self._format(key, node_dir, action)
         elif isinstance(action, StartNode):
