@@ -214,7 +214,7 @@ class _Planner:
         self.annotations: dict[str, str] = {}
         self.now_ms = 0
         self.revisions: dict[int, str] = {}
-        self.rendered: dict[int, dict[str, str]] = {}
+        self.rendered: dict[int, dict[str, str]] = {}  # each node's server.properties, rendered once by plan()
         self.removed: tuple[int, ...] = ()
         self.replacing: set[int] = set()  # controllers whose lost metadata disk is formatted anew
         self.approvals: list[BlockerStatus] = []  # dangerous steps waiting for the approve annotation
@@ -501,8 +501,7 @@ class _Planner:
             self.blocked.extend(problems)
             return directories
 
-        rendered = self.rendered.get(node_id) or render_config(node, spec=self.spec, controllers=self.controllers,
-                                                               layout=self.layout)
+        rendered = self.rendered[node_id]
         self.revisions[node_id] = node_revision(rendered, image=self.spec.image, version=self.spec.version)
         config_current = facts.config is not None and dict(facts.config) == rendered
         if not config_current:
