@@ -22,7 +22,15 @@ import pytest
 import yaml
 
 from .kube import Kube
-from .test_operator import _apply, _condition, _controllers_only_example, _scale_operator, _script_pod, _wait
+from .test_operator import (
+    EXAMPLE,
+    _apply,
+    _condition,
+    _controllers_only_example,
+    _scale_operator,
+    _script_pod,
+    _wait,
+)
 
 pytestmark = pytest.mark.timeout(2400)
 
@@ -38,7 +46,7 @@ def _cluster_doc() -> dict[str, Any]:
     """Three controllers and three brokers of the engine (the example without the rack awareness,
     which needs a zoned node), with a short grace period."""
     doc = _controllers_only_example()
-    example = yaml.safe_load((Path(__file__).parents[2] / "examples" / "kraftcluster.yaml").read_text())
+    example = yaml.safe_load(EXAMPLE.read_text())
     brokers = example["spec"]["nodePools"][1]
     brokers.pop("rack", None)
     brokers["storage"] = {"volumes": [{"id": 0, "size": "1Gi", "deleteClaim": True}]}
