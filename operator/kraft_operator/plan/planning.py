@@ -651,8 +651,8 @@ class _Planner:
         was_even = self.previous.condition(ConditionType.EVEN_CONTROLLERS) if self.previous is not None else None
         if self.builder.even_warning and (was_even is None or was_even.status is not ConditionStatus.TRUE):
             events.append(Event(EventType.WARNING, "EvenControllerCount", self.builder.even_warning))
-        events += [Event(EventType.WARNING, self.degraded_reason, b) for b in self.blocked
-                   if self.degraded_reason == "NodeProblem"]
+        if self.degraded_reason == "NodeProblem":  # a refused scale-down said so in its own Warning
+            events += [Event(EventType.WARNING, "NodeProblem", b) for b in self.blocked]
         if requeue_after_ms is None:
             busy = self.actions or self.waiting or ready[0] is not ConditionStatus.TRUE
             requeue_after_ms = _BUSY_REQUEUE_MS if busy else _STEADY_REQUEUE_MS
