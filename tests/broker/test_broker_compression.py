@@ -70,3 +70,26 @@ def test_a_batch_too_large_once_decompressed_for_an_uncompressed_topic_is_refuse
         validate_produce_payload(data, max_message_bytes=10_000, now_ms=NOW_MS, target_codec=CODEC_NONE)
     assert refused.value.error_code == 10  # MESSAGE_TOO_LARGE
     assert "recompressed to the topic's codec" in str(refused.value)
+
+
+_TEXT = b" ".join(b"%d-%s" % (i, b"abcdefgh"[i % 8:]) for i in range(4000))
+
+
+@pytest.mark.parametrize(("codec", "fast", "strong"), [(CODEC_GZIP, 1, 9), (CODEC_LZ4, 9, 12), (CODEC_ZSTD, -5, 19)])
+def test_a_batch_is_recompressed_at_the_topics_level(codec: int, fast: int, strong: int) -> None:
+    records = [ProducedRecord(value=_TEXT[i::5], key=b"k%d" % i, timestamp_ms=NOW_MS, headers=()) for i in range(5)]
+    data = encode_client_batch(records, producer_id=9, producer_epoch=3, base_sequence=70, codec=CODEC_NONE)
+    stored = {level: validate_produce_payload(data, max_message_bytes=1 << 20, now_ms=NOW_MS, target_codec=codec,
+                                              target_level=level) for level in (fast, strong)}
+    assert len(stored[strong].data) < len(stored[fast].data)
+    for batch in stored.values():
+        read = DefaultRecordBatch(bytearray(batch.data))
+        assert read.validate_crc() and read.compression_type == codec
+        assert [(r.key, r.value) for r in read] == [(r.key, r.value) for r in records]
+
+
+def test_a_batch_already_in_the_topics_codec_is_kept_whatever_its_level() -> None:
+    records = [ProducedRecord(value=_TEXT, key=None, timestamp_ms=NOW_MS, headers=())]
+    data = encode_client_batch(records, codec=CODEC_GZIP)  # the client's own (default) level
+    assert validate_produce_payload(data, max_message_bytes=1 << 20, now_ms=NOW_MS, target_codec=CODEC_GZIP,
+                                    target_level=1).data == data

@@ -84,6 +84,18 @@ def test_invalid_values_are_refused_naming_the_key_and_nothing_is_written() -> N
             "Invalid value 3 for configuration min.insync.replicas: min.insync.replicas must be no greater than "
             "the replication factor (2)"),
         ("no.such.config", "1"): "Unknown topic config name: no.such.config",
+        # KIP-390's levels, with Kafka 4.1's messages (read off its LogConfig.validate).
+        ("compression.gzip.level", "0"): (
+            "Invalid value 0 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1"),
+        ("compression.gzip.level", "10"): (
+            "Invalid value 10 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1"),
+        ("compression.lz4.level", "0"): "Invalid value 0 for configuration compression.lz4.level: Value must be at least 1",
+        ("compression.zstd.level", "23"): (
+            "Invalid value 23 for configuration compression.zstd.level: Value must be no more than 22"),
+        ("compression.zstd.level", "-131073"): (
+            "Invalid value -131073 for configuration compression.zstd.level: Value must be at least -131072"),
+        ("min.cleanable.dirty.ratio", "2"): (
+            "Invalid value 2 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"),
     }
     for (key, value), message in cases.items():
         assert _alter(h, (TOPIC, "orders", [(key, SET, value)])) == [(ErrorCode.invalid_config, message)]

@@ -2,7 +2,7 @@
 processes: DeleteRecords (from `kraft delete-records` in Kafka's JSON format and from
 kafka-python's admin) moving the log start offset on every replica and kept across a kill -9;
 Fetch answered from the segment files with sendfile to kafka-python and librdkafka; a topic's
-`compression.type` recompressing what producers send; `segment.ms` rolling segments by record
+`compression.type` recompressing what producers send, at the topic's `compression.gzip.level`; `segment.ms` rolling segments by record
 time on every replica; a replica moved between a broker's log directories (AlterReplicaLogDirs,
 through `kraft reassign-partitions` with `log_dirs` in Kafka's JSON) under an acks=all workload,
 with a kill -9 in the middle of a move (resumed and completed after the restart) and after one."""
@@ -38,8 +38,8 @@ from kraft_engine.protocol import KafkaConnection
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.admin import KafkaAdminClient
-    from kafka.errors import OffsetOutOfRangeError, PolicyViolationError
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import InvalidConfigurationError, OffsetOutOfRangeError, PolicyViolationError
 
 pytestmark = [
     pytest.mark.process,
@@ -208,6 +208,49 @@ def test_fetch_uses_sendfile_for_kafka_python_and_librdkafka_and_the_topic_codec
     assert _librdkafka_read(brokers, topic, 1500) == stored
     assert sum(_file_region_bytes(brokers, n, "sendfile") for n in brokers.brokers) - before >= 2 * log_bytes
     assert all(_file_region_bytes(brokers, n, "copy") == 0 for n in brokers.brokers)
+
+
+def test_a_topics_compression_level_is_the_level_the_broker_recompresses_at(brokers: BrokerCluster) -> None:
+    # KIP-390: the same uncompressed batches into two gzip topics, one at level 1, one at level 9.
+    words = [b"w%d" % (i * 7919 % 1000) for i in range(20_000)]
+    values = [b"v-%d- " % i + b" ".join(words[i * 500:] + words[: i * 500]) for i in range(20)]
+    sizes: dict[int, list[int]] = {}
+    for level in (1, 9):
+        topic = f"gzip-level-{level}"
+        create_topic(brokers, topic, partitions=1, replication_factor=3,
+                     configs={"compression.type": "gzip", "compression.gzip.level": str(level)})
+        send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", enable_idempotence=True,
+                             linger_ms=0, max_request_size=2 << 20, request_timeout_ms=30000)
+        acked: list[tuple[int, int, bytes]] = []
+        try:
+            for value in values:  # one batch each, so both topics get the same batches
+                sent = send.send(topic, value=value, partition=0)
+                send.flush()
+                metadata = sent.get(timeout=60)
+                acked.append((metadata.partition, metadata.offset, value))
+        finally:
+            send.close()
+        wait_for(lambda t=topic: all(brokers.partitions(n)[(t, 0)]["log_end_offset"] == 20 for n in brokers.brokers),
+                 timeout_s=90, what=f"every replica of {topic} to hold the 20 records")
+        assert anomalies(acked, read_back(brokers, topic, 1)) == CLEAN
+        sizes[level] = []
+        for node_id in sorted(brokers.brokers):
+            paths = sorted((brokers.root / f"broker-{node_id}").glob(f"data-*/{topic}-0/*.log"))
+            dump = "".join(kraft_tool("dump-log", "--files", str(p), check=True).stdout for p in paths)
+            assert dump.count("compresscodec: gzip") == 20, dump
+            sizes[level].append(sum(p.stat().st_size for p in paths))
+    # Every replica stores the leader's batches, so one size per level, and level 9's is smaller.
+    assert len(set(sizes[1])) == 1 and len(set(sizes[9])) == 1, sizes
+    assert sizes[9][0] < sizes[1][0], sizes
+
+    # A level outside Kafka's range is refused with Kafka's message, and no topic is created.
+    admin = KafkaAdminClient(bootstrap_servers=brokers.broker_bootstrap(), request_timeout_ms=30000)
+    try:
+        with pytest.raises(InvalidConfigurationError, match="Value must be between 1 and 9 or equal to -1"):
+            admin.create_topics([NewTopic("gzip-level-0", 1, 3, topic_configs={"compression.gzip.level": "0"})])
+        assert "gzip-level-0" not in admin.list_topics()
+    finally:
+        admin.close()
 
 
 def _alter_log_dir(cluster: BrokerCluster, broker: int, topic: str, partition: int, path: str) -> ErrorCode:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import random
 import struct
 
 import lz4.frame
@@ -18,6 +19,7 @@ from kraft_engine.records.compression import (
     CODEC_NONE,
     CODEC_SNAPPY,
     CODEC_ZSTD,
+    COMPRESSION_LEVELS,
     CompressionError,
     UnsupportedCodecError,
     codec_by_name,
@@ -26,6 +28,8 @@ from kraft_engine.records.compression import (
 )
 
 PAYLOAD = b"".join(b"record %d " % i for i in range(20_000))  # > two 32 KiB xerial blocks
+_WORDS = [bytes(random.Random(i).choices(b"abcdefghijklmnop", k=2 + i % 8)) for i in range(3000)]
+TEXT = b" ".join(random.Random(7).choices(_WORDS, k=60_000))  # compresses differently at each level
 
 
 def read_xerial(data: bytes) -> bytes:
@@ -88,3 +92,41 @@ def test_codec_names_are_kafkas_compression_types() -> None:
         codec_by_name("brotli")
     with pytest.raises(UnsupportedCodecError):
         decompress(5, b"")
+
+
+def test_the_level_ranges_and_defaults_are_kafkas() -> None:
+    assert {c: (v.config_key, v.minimum, v.maximum, v.default) for c, v in COMPRESSION_LEVELS.items()} == {
+        CODEC_GZIP: ("compression.gzip.level", 1, 9, -1),
+        CODEC_LZ4: ("compression.lz4.level", 1, 17, 9),
+        CODEC_ZSTD: ("compression.zstd.level", -131072, 22, 3),
+    }
+    with pytest.raises(ValueError, match="Value must be between 1 and 9 or equal to -1"):
+        compress(CODEC_GZIP, PAYLOAD, level=0)
+    with pytest.raises(ValueError, match="Value must be no more than 17"):
+        compress(CODEC_LZ4, PAYLOAD, level=18)
+
+
+@pytest.mark.parametrize(("codec", "levels"), [
+    (CODEC_GZIP, [-1, 1, 2, 5, 6, 9]),
+    (CODEC_LZ4, [1, 2, 3, 8, 9, 10, 12, 17]),
+    (CODEC_ZSTD, [-131072, -5, 0, 1, 3, 10, 22]),
+])
+def test_every_level_is_read_by_the_clients_bindings(codec: int, levels: list[int]) -> None:
+    for level in levels:
+        assert _CLIENT_READERS[codec](compress(codec, TEXT, level=level)) == TEXT
+
+
+@pytest.mark.parametrize(("codec", "fast", "strong"), [
+    (CODEC_GZIP, 1, 9),
+    (CODEC_LZ4, 9, 12),  # Kafka's default 9 is lz4's fast compressor, any other level LZ4HC
+    (CODEC_ZSTD, -5, 19),
+])
+def test_a_stronger_level_stores_fewer_bytes(codec: int, fast: int, strong: int) -> None:
+    assert len(compress(codec, TEXT, level=strong)) < len(compress(codec, TEXT, level=fast))
+
+
+def test_the_default_level_is_kafkas_default() -> None:
+    for codec, levels in COMPRESSION_LEVELS.items():
+        assert compress(codec, TEXT) == compress(codec, TEXT, level=levels.default)
+    assert compress(CODEC_GZIP, TEXT, level=-1) == compress(CODEC_GZIP, TEXT, level=6)  # Deflater's default
+    assert compress(CODEC_ZSTD, TEXT, level=0) == compress(CODEC_ZSTD, TEXT, level=3)  # zstd's default

@@ -456,6 +456,11 @@ def test_log_roll_ms_wins_over_hours_and_compression_type_is_one_of_kafkas() -> 
     assert parse_config(with_(BROKER, **{"log.roll.hours": "2", "log.roll.ms": "500"})).log_roll_ms == 500
     assert parse_config(with_(BROKER, **{"log.roll.jitter.hours": "1"})).log_roll_jitter_ms == 3600000
     assert parse_config(with_(BROKER, **{"compression.type": "zstd"})).compression_type == "zstd"
+    # KIP-390's levels: Kafka's whole ranges are accepted (gzip's -1 is Deflater's default).
+    for key, value in (("compression.gzip.level", "-1"), ("compression.gzip.level", "9"), ("compression.lz4.level", "1"),
+                       ("compression.lz4.level", "17"), ("compression.zstd.level", "-131072"),
+                       ("compression.zstd.level", "22")):
+        assert parse_config(with_(BROKER, **{key: value})).unknown_keys == ()
 
 
 @pytest.mark.parametrize(
@@ -469,6 +474,10 @@ def test_log_roll_ms_wins_over_hours_and_compression_type_is_one_of_kafkas() -> 
         ("offsets.topic.replication.factor", "0", "Value must be at least 1"),
         ("log.segment.bytes", "1000", "Value must be at least 1048576"),
         ("unclean.leader.election.enable", "yes", "either true or false"),
+        ("compression.gzip.level", "0", "Value must be between 1 and 9 or equal to -1"),
+        ("compression.lz4.level", "18", "Value must be no more than 17"),
+        ("compression.zstd.level", "-131073", "Value must be at least -131072"),
+        ("compression.zstd.level", "high", "Not a number"),
     ],
 )
 def test_bad_broker_values_name_the_key(key: str, value: str, reason: str) -> None:

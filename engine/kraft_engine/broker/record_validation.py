@@ -25,8 +25,10 @@ LogValidator does. The records section is the same bytes either way (a v2 record
 on its batch's codec), so the section decompressed during validation is compressed again with
 the topic's codec into a batch with the same header fields (producer id, epoch, sequence,
 timestamps, transactional bit) and a new length, codec bits and CRC. The result must still fit
-`max.message.bytes` (MESSAGE_TOO_LARGE otherwise, as Kafka's RecordTooLargeException). Kafka's
-per-codec levels (`compression.gzip.level` ...) are not applied: each codec's default level.
+`max.message.bytes` (MESSAGE_TOO_LARGE otherwise, as Kafka's RecordTooLargeException). The
+topic's per-codec level (KIP-390's `compression.gzip.level`, `compression.lz4.level`,
+`compression.zstd.level`) is the level it is compressed at; a batch already in the topic's codec is
+kept as received whatever level it was written at, as Kafka keeps it.
 """
 
 from __future__ import annotations
@@ -110,11 +112,13 @@ def validate_produce_payload(
     timestamp_before_max_ms: int = 2**63 - 1,
     compacted: bool = False,
     target_codec: int | None = None,
+    target_level: int | None = None,
 ) -> ValidatedBatch:
     """The batch checked as Kafka's LogValidator checks it; `compacted` (a topic whose
     cleanup.policy includes compact) also refuses records without a key, as Kafka does;
     `target_codec` (the topic's compression.type, None for `producer`) recompresses a batch in
-    another codec."""
+    another codec, at `target_level` (the topic's `compression.<codec>.level`, None for Kafka's
+    default); a batch already in the topic's codec is kept whatever level it was written at."""
     if not data:
         raise ProduceRefused(CORRUPT_MESSAGE, "the produce request carries no records")
     if len(data) < LOG_OVERHEAD + 5:
@@ -191,7 +195,7 @@ def validate_produce_payload(
         data = _with_max_timestamp(data, max_timestamp)
         header = validate_batch(data)
     if target_codec is not None and target_codec != header.compression_codec:
-        data = _recompressed(data, body, codec=target_codec)
+        data = _recompressed(data, body, codec=target_codec, level=target_level)
         header = validate_batch(data)
         if header.size_bytes > max_message_bytes:
             raise ProduceRefused(
@@ -214,9 +218,9 @@ def topic_codec(compression_type: str) -> int | None:
 _CODEC_MASK = 0x07
 
 
-def _recompressed(data: bytes, records_section: memoryview, *, codec: int) -> bytes:
+def _recompressed(data: bytes, records_section: memoryview, *, codec: int, level: int | None) -> bytes:
     """The batch with its (uncompressed) records section compressed with `codec` instead."""
-    section = compress(codec, records_section) if codec != CODEC_NONE else bytes(records_section)
+    section = compress(codec, records_section, level=level) if codec != CODEC_NONE else bytes(records_section)
     buffer = bytearray(data[:_RECORDS_POSITION])
     struct.pack_into(">i", buffer, 8, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(section))
     (attributes,) = struct.unpack_from(">h", buffer, _ATTRIBUTES_POSITION)

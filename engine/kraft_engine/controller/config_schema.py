@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kraft_engine.errors import ControllerError
+from kraft_engine.records.compression import compression_level_problem
 
 __all__ = [
     "BROKER_SYNONYMS",
@@ -76,9 +77,20 @@ def _at_least(minimum: float) -> Check:
 
 
 def _between(low: float, high: float) -> Check:
-    return lambda v: (
-        None if isinstance(v, int | float) and low <= v <= high else f"Value must be no less than {low} and no more than {high}"
-    )
+    """Kafka's ConfigDef.Range.between: which bound is broken is named."""
+    def check(v: object) -> str | None:
+        if not isinstance(v, int | float):
+            return f"Value must be no less than {low} and no more than {high}"
+        if v < low:
+            return f"Value must be at least {low}"
+        return f"Value must be no more than {high}" if v > high else None
+
+    return check
+
+
+def _compression_level(key: str) -> Check:
+    """Kafka's per-codec level validators (KIP-390): gzip's is `[1,...,9] or -1`."""
+    return lambda v: compression_level_problem(key, v) if isinstance(v, int) else "Not a number of type INT"
 
 
 def _one_of(*allowed: str) -> Check:
@@ -150,11 +162,11 @@ def _d(name: str, kind: ConfigType, default: str | None, check: Check | None = N
 _T = ConfigType
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in (
     _d("cleanup.policy", _T.LIST, "delete", _each_of("compact", "delete"), "log.cleanup.policy"),
-    _d("compression.gzip.level", _T.INT, "-1", None, "compression.gzip.level"),
-    _d("compression.lz4.level", _T.INT, "9", _between(1, 17), "compression.lz4.level"),
+    _d("compression.gzip.level", _T.INT, "-1", _compression_level("compression.gzip.level"), "compression.gzip.level"),
+    _d("compression.lz4.level", _T.INT, "9", _compression_level("compression.lz4.level"), "compression.lz4.level"),
     _d("compression.type", _T.STRING, "producer",
        _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "compression.type"),
-    _d("compression.zstd.level", _T.INT, "3", _between(-131072, 22), "compression.zstd.level"),
+    _d("compression.zstd.level", _T.INT, "3", _compression_level("compression.zstd.level"), "compression.zstd.level"),
     _d("delete.retention.ms", _T.LONG, "86400000", _at_least(0), "log.cleaner.delete.retention.ms"),
     _d("file.delete.delay.ms", _T.LONG, "60000", _at_least(0), "log.segment.delete.delay.ms"),
     _d("flush.messages", _T.LONG, str(_LONG_MAX), _at_least(1), "log.flush.interval.messages"),

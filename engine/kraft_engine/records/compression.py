@@ -18,11 +18,24 @@ What each codec means on Kafka's wire, and how it is read here:
 
 Any decoding failure is a CompressionError (Kafka answers CORRUPT_MESSAGE); a codec number outside
 0-4 is an UnsupportedCodecError (Kafka's UNSUPPORTED_COMPRESSION_TYPE).
+
+Compression levels are Kafka's (KIP-390, `compression.gzip.level`, `compression.lz4.level`,
+`compression.zstd.level`; `COMPRESSION_LEVELS` holds each range and default) and mean what they
+mean to Kafka's Java code, mapped onto cramjam's:
+
+- gzip: java.util.zip's Deflater levels 1-9; the default -1 is Deflater's default, level 6.
+- lz4: Kafka's default 9 is lz4-java's *fast* compressor (not LZ4HC), any other level LZ4HC at that
+  level. lz4 itself caps LZ4HC at 12, so 13-17 compress as 12 (in lz4-java too). lz4 1.10, which
+  cramjam carries, has no HC mode below level 2: Kafka's levels 1 and 2 are lz4's level 2 here.
+- zstd: zstd's own levels, -131072 (fastest) to 22; 0 is zstd's default, 3, which is Kafka's.
+
+Snappy has no level.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import cramjam
 
@@ -35,10 +48,13 @@ __all__ = [
     "CODEC_NONE",
     "CODEC_SNAPPY",
     "CODEC_ZSTD",
+    "COMPRESSION_LEVELS",
     "CompressionError",
+    "CompressionLevels",
     "UnsupportedCodecError",
     "codec_by_name",
     "compress",
+    "compression_level_problem",
     "decompress",
 ]
 
@@ -54,6 +70,49 @@ _XERIAL_HEADER = struct.Struct(">8sii")
 _XERIAL_BLOCK_LENGTH = struct.Struct(">i")
 # xerial's SnappyOutputStream default block size, which Kafka's Java producer uses.
 _XERIAL_BLOCK_BYTES = 32 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CompressionLevels:
+    """One codec's compression levels as Kafka's config key for it accepts them."""
+
+    config_key: str
+    minimum: int
+    maximum: int
+    default: int
+
+    def problem(self, level: int) -> str | None:
+        """Kafka's validator message for a level outside the range, None when it is accepted."""
+        if self.config_key == "compression.gzip.level":
+            # Kafka's gzip validator: a Deflater level or Deflater's DEFAULT_COMPRESSION.
+            if level == self.default or self.minimum <= level <= self.maximum:
+                return None
+            return f"Value must be between {self.minimum} and {self.maximum} or equal to {self.default}"
+        if level < self.minimum:
+            return f"Value must be at least {self.minimum}"
+        if level > self.maximum:
+            return f"Value must be no more than {self.maximum}"
+        return None
+
+
+COMPRESSION_LEVELS = {
+    CODEC_GZIP: CompressionLevels("compression.gzip.level", 1, 9, -1),
+    CODEC_LZ4: CompressionLevels("compression.lz4.level", 1, 17, 9),
+    CODEC_ZSTD: CompressionLevels("compression.zstd.level", -131072, 22, 3),
+}
+"""Kafka 4.1's per-codec levels (KIP-390): the config key, its range and its default."""
+
+_DEFLATER_DEFAULT_LEVEL = 6  # java.util.zip.Deflater's DEFAULT_COMPRESSION
+_LZ4_FAST = 0  # cramjam: lz4's fast (non-HC) compressor
+_LZ4_LOWEST_HC = 2
+
+
+def compression_level_problem(key: str, level: int) -> str | None:
+    """Kafka's validator message when `level` is outside the range of the level key `key`."""
+    for levels in COMPRESSION_LEVELS.values():
+        if levels.config_key == key:
+            return levels.problem(level)
+    raise ValueError(f"{key} is not a compression level key")
 
 
 class CompressionError(RecordsError, ValueError):
@@ -92,12 +151,17 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     raise UnsupportedCodecError(f"compression codec {codec} is not one of Kafka's (0-4)")
 
 
-def compress(codec: int, data: bytes | memoryview) -> bytes:
-    """`data` compressed the way Kafka's Java producer writes `codec`."""
+def compress(codec: int, data: bytes | memoryview, *, level: int | None = None) -> bytes:
+    """`data` compressed the way Kafka's Java code writes `codec`, at Kafka's `level` for that
+    codec (None: Kafka's default level); a level outside Kafka's range is a ValueError."""
+    levels = COMPRESSION_LEVELS.get(codec)
+    if level is not None and levels is not None and levels.problem(level) is not None:
+        raise ValueError(f"compression level {level} for {CODEC_NAMES[codec]}: {levels.problem(level)}")
     if codec == CODEC_NONE:
         return bytes(data)
     if codec == CODEC_GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        gzip_level = _DEFLATER_DEFAULT_LEVEL if level is None or level == -1 else level
+        return bytes(cramjam.gzip.compress(data, level=gzip_level))
     if codec == CODEC_SNAPPY:
         view = memoryview(data)
         parts = [_XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1)]
@@ -107,9 +171,10 @@ def compress(codec: int, data: bytes | memoryview) -> bytes:
             parts.append(block)
         return b"".join(parts)
     if codec == CODEC_LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        fast = level is None or level == COMPRESSION_LEVELS[CODEC_LZ4].default
+        return bytes(cramjam.lz4.compress(data, level=_LZ4_FAST if fast else max(level or 0, _LZ4_LOWEST_HC)))
     if codec == CODEC_ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=COMPRESSION_LEVELS[CODEC_ZSTD].default if level is None else level))
     raise UnsupportedCodecError(f"compression codec {codec} is not one of Kafka's (0-4)")
 
 

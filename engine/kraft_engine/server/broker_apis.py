@@ -54,7 +54,9 @@ from prometheus_client import CollectorRegistry
 
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import parse_records, topic_codec
+from kraft_engine.controller.config_schema import TOPIC_CONFIGS, resolve_topic_config
 from kraft_engine.metadata import MetadataImage
+from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
 from kraft_engine.protocol import (
     NO_RESPONSE,
     FileRegion,
@@ -64,7 +66,7 @@ from kraft_engine.protocol import (
     make_entity,
 )
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
-from kraft_engine.records.compression import CODEC_NONE, UnsupportedCodecError, decompress
+from kraft_engine.records.compression import CODEC_NONE, COMPRESSION_LEVELS, UnsupportedCodecError, decompress
 from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
 from kraft_engine.server.config_describing import BrokerConfigDescriber
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
@@ -356,11 +358,12 @@ class BrokerApis:
         if partition is None:
             return error, -1, -1, None
         max_bytes = self._replicas.topic_config_int(topic, "max.message.bytes", self._config.message_max_bytes)
+        codec, level = self._topic_compression(topic)
         try:
             policy = self._replicas.topic_config(topic, "cleanup.policy") or "delete"
             validated = validate_produce_payload(None if records is None else bytes(records), max_message_bytes=max_bytes,
                                                 now_ms=_now_ms(), compacted="compact" in policy.split(","),
-                                                target_codec=self._topic_codec(topic))
+                                                target_codec=codec, target_level=level)
         except ProduceRefused as refusal:
             return ErrorCode(refusal.error_code), -1, -1, str(refusal)
         outcome = await self._replicas.append_as_leader(
@@ -370,15 +373,42 @@ class BrokerApis:
             self._topic_metrics.produced(topic, size_bytes=len(validated.data), records=validated.header.record_count)
         return outcome.error, outcome.base_offset, outcome.log_start_offset, outcome.message
 
-    def _topic_codec(self, topic: str) -> int | None:
-        """The topic's compression.type (over the broker's) as the codec to store, None for `producer`."""
-        compression_type = self._replicas.topic_config(topic, "compression.type") or self._config.compression_type
+    def _topic_compression(self, topic: str) -> tuple[int | None, int | None]:
+        """The codec a topic's batches are stored in (None: the producer's) and the level to
+        recompress at: the topic's `compression.type` and `compression.<codec>.level`, else this
+        broker's dynamic, the cluster's dynamic and the static settings, else Kafka's defaults."""
+        compression_type = self._topic_setting(topic, "compression.type") or "producer"
         try:
-            return topic_codec(compression_type)
+            codec = topic_codec(compression_type)
         except UnsupportedCodecError:
             logger.warning("Topic %s has an unknown compression.type %r; storing the producer's codec", topic,
                            compression_type)
-            return None
+            return None, None
+        levels = COMPRESSION_LEVELS.get(codec) if codec is not None else None
+        if levels is None:
+            return codec, None
+        text = self._topic_setting(topic, levels.config_key)
+        try:
+            level = int(text) if text is not None else levels.default
+        except ValueError:
+            level = levels.default
+        if levels.problem(level) is not None:
+            logger.warning("Topic %s has %s=%s, outside Kafka's range; using the default %d", topic,
+                           levels.config_key, text, levels.default)
+            level = levels.default
+        return codec, level
+
+    def _topic_setting(self, topic: str, name: str) -> str | None:
+        image = self._image()
+        broker = ConfigResourceType.BROKER
+        value, _, _ = resolve_topic_config(
+            TOPIC_CONFIGS[name],
+            topic=image.configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)),
+            node=image.configs.configs(ConfigResource(broker, str(self._node_id))),
+            cluster=image.configs.configs(ConfigResource(broker, "")),
+            static=self._config.originals,
+        )
+        return None if value is None else value.strip()
 
     # -- Fetch ---------------------------------------------------------------------------------------
     async def fetch(self, request: Any, ctx: RequestContext) -> Any:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kraft_engine.errors import ServerError
 from kraft_engine.node_config_keys import NODE_WIRING_KEYS
 from kraft_engine.raft.config import RaftConfig
+from kraft_engine.records.compression import COMPRESSION_LEVELS
 from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
 
 __all__ = [
@@ -317,7 +318,8 @@ _BOOL_KEYS: dict[str, str] = {
 # Read as structured values below; the node-wiring keys are shared with the operator, which owns them.
 _STRUCTURED_KEYS = frozenset(
     {*NODE_WIRING_KEYS, *(key for key, _ in (*_RETENTION_KEYS, *_ROLL_KEYS, *_ROLL_JITTER_KEYS)),
-     "max.connections.per.ip.overrides", "compression.type"}
+     "max.connections.per.ip.overrides", "compression.type",
+     *(levels.config_key for levels in COMPRESSION_LEVELS.values())}
 )
 _KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS})
 
@@ -359,6 +361,14 @@ def parse_config(properties: Mapping[str, str]) -> KafkaConfig:
             raise ConfigError(f"Invalid value {props['compression.type']} for configuration compression.type: "
                               f"String must be one of: {', '.join(COMPRESSION_TYPES)}")
         values["compression_type"] = props["compression.type"]
+    for levels in COMPRESSION_LEVELS.values():
+        # Read where a topic's batch is recompressed (its topic config over this broker's); checked here.
+        if levels.config_key in props:
+            level = _parse_int(levels.config_key, props[levels.config_key], low=-_INT_MAX - 1, high=_INT_MAX)
+            problem = levels.problem(level)
+            if problem is not None:
+                raise ConfigError(f"Invalid value {props[levels.config_key]} for configuration {levels.config_key}: "
+                                  f"{problem}")
     values["max_connections_per_ip_overrides"] = _parse_connection_overrides(
         props.get("max.connections.per.ip.overrides", "")
     )
