@@ -1,6 +1,11 @@
-# One image for the operator (`kraftwerk operator`) and the engine (`kraft server start`,
-# `kraft storage format`). Two stages: the first builds a virtualenv with the project and its
-# dependencies, the second copies only that virtualenv onto a fresh base and runs as a non-root user.
+# One image for the operator (`kraftwerk operator`), the engine (`kraft server start`,
+# `kraft storage format`) and Apache Kafka's own nodes (node pools with `implementation:
+# apache-kafka`: `kafka.Kafka` and `kafka.tools.StorageTool` on a Java 17 runtime). Two stages: the
+# first builds a virtualenv with the project and its dependencies, the second puts Debian's headless
+# Java 17 runtime, Kafka's jars and that virtualenv on a fresh base and runs as a non-root user.
+#
+# Kafka's jars come from the build context: run `scripts/fetch-kafka-jars` first (it puts them in
+# .kafka-jars/<version>/; KAFKA_VERSION names that version).
 #
 # BASE_IMAGE names the base. It must be Debian-like and ship the pinned Python with its venv module:
 # the default is the official Python image at a fixed patch release; where no registry is reachable,
@@ -31,8 +36,18 @@ RUN /opt/kraftwerk/bin/pip install --no-cache-dir --no-deps "/src[clients]" \
 
 FROM ${BASE_IMAGE}
 ARG UID=10001
+ARG KAFKA_VERSION=4.1.0
 RUN groupadd --gid ${UID} kraftwerk \
  && useradd --no-log-init --uid ${UID} --gid ${UID} --home-dir /var/lib/kraftwerk --create-home --shell /usr/sbin/nologin kraftwerk
+# The Java runtime and Kafka's jars sit in layers before the project's virtualenv: a code change
+# rebuilds none of them. The man directory: slim bases drop it, and the JRE's alternatives need it.
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless > /dev/null \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
+ && java -version
+COPY .kafka-jars/${KAFKA_VERSION}/ /opt/kafka/libs/
+RUN test -s /opt/kafka/libs/kafka_2.13-${KAFKA_VERSION}.jar
 COPY --from=build /opt/kraftwerk /opt/kraftwerk
 ENV PATH=/opt/kraftwerk/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONUNBUFFERED=1 \

@@ -4,7 +4,7 @@ ServiceAccount, reconciling KRaftClusters through the real API server, kubelet a
 One operator release per module (two replicas, peering), in a namespace of its own that it watches.
 The end-to-end test applies `examples/kraftcluster.yaml` as it is: three engine controllers and
 three engine brokers (JBOD, rack-aware), then a client pod produces and consumes through the
-bootstrap Service with kafka-python.
+bootstrap Service with kafka-python. Another runs the example's brokers on Apache Kafka 4.1.
 """
 
 from __future__ import annotations
@@ -375,33 +375,116 @@ def test_delete_claim_true_removes_the_claims(kube: Kube, operator_ns: str) -> N
     assert any("data-0-ephemeral-controllers-" in e["message"] for e in events), [e["message"] for e in events]
 
 
-def test_a_broker_pool_the_runtime_cannot_run_is_refused_by_name(kube: Kube, operator_ns: str) -> None:
-    """The example with its broker pool on Apache Kafka, which the image does not carry. The
-    controllers still come up; the refusal is a Degraded condition and a Warning Event naming the
-    pool, and no broker pod is created."""
+def test_apache_kafka_brokers_on_engine_controllers_reach_ready_serve_clients_and_roll(
+    kube: Kube, operator_ns: str, zoned_node: str,
+) -> None:
+    """The example with its broker pool on Apache Kafka 4.1 (the jars and Java runtime in the
+    image), its controllers on the engine: Kafka's StorageTool formats the brokers, Kafka's broker
+    runs from the same rendered config (rack-aware, JBOD), registers with our controllers, the
+    cluster is Ready, a client produces and consumes through the bootstrap Service; a broker
+    restarted by the manual-roll annotation (Kafka's controlled shutdown on SIGTERM) comes back and
+    serves again."""
     ns = operator_ns
     doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["name"] = "with-brokers"
+    name = "kafka-brokers"
+    doc["metadata"]["name"] = name
     doc["spec"]["nodePools"][1]["implementation"] = "apache-kafka"
+    applied_at = time.monotonic()
+    _apply(kube, ns, doc)
+    try:
+        def ready() -> dict[str, Any] | None:
+            resource = kube.json("-n", ns, "get", "kc", name)
+            condition = _condition(resource, "Ready")
+            return resource if condition is not None and condition["status"] == "True" else None
+
+        resource = _wait("the KRaftCluster with Kafka brokers to be Ready", ready, timeout_s=600, every_s=2)
+        print(f"apply -> Ready (3 engine controllers, 3 Kafka 4.1 brokers): {time.monotonic() - applied_at:.1f}s")
+        status = resource["status"]
+        assert status["controllers"] == "3/3" and status["brokers"] == "3/3", status
+        nodes = {n["id"]: n for n in status["nodes"]}
+        for broker_id in (3, 4, 5):
+            broker = nodes[broker_id]
+            assert broker["implementation"] == "apache-kafka" and broker["version"] == "kafka 4.1.0", broker
+            assert broker["registered"] is True and broker["fenced"] is False, broker
+            assert len({d["directoryId"] for d in broker["directories"]}) == 2, broker  # JBOD, Kafka's ids
+        assert all(nodes[c]["implementation"] == "kraftwerk" for c in (0, 1, 2))
+
+        # the brokers' pods run Kafka's own server, formatted by Kafka's own StorageTool
+        pods = kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name},kraftwerk.io/pool=brokers")
+        running = {p["metadata"]["labels"]["kraftwerk.io/node-id"]: p for p in pods["items"]
+                   if p["metadata"]["labels"]["app.kubernetes.io/component"] != "format"}
+        assert sorted(running) == ["3", "4", "5"]
+        for pod in running.values():
+            command = pod["spec"]["containers"][0]["command"]
+            assert command[0] == "java" and "kafka.Kafka" in command, command
+            assert pod["spec"]["containers"][0]["readinessProbe"]["tcpSocket"]["port"] == 9092
+        jobs = kube.json("-n", ns, "get", "jobs", "-l", f"kraftwerk.io/cluster={name},kraftwerk.io/pool=brokers")
+        assert len(jobs["items"]) == 3
+        for job in jobs["items"]:
+            assert "--kafka-classpath" in job["spec"]["template"]["spec"]["containers"][0]["command"]
+        log = kube.kubectl("-n", ns, "logs", f"{name}-brokers-3").stdout
+        assert "Kafka version: 4.1.0" in log and "[KafkaRaftServer nodeId=3] Kafka Server started" in log, log[-2000:]
+
+        # Kafka's brokers answer a client through the bootstrap Service, with the rack from the zone
+        report = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="on-kafka", count=200)
+        assert report["acknowledged"] == 200 and report["read"] == 200 and report["same"] is True, report
+        assert [b["id"] for b in report["brokers"]] == [3, 4, 5]
+        assert all(b["rack"] == ZONE for b in report["brokers"]), report
+
+        # one broker restarted through the manual-roll annotation: its pod is replaced (SIGTERM:
+        # Kafka's controlled shutdown), it registers again and the cluster serves as before
+        before = running["4"]["metadata"]["uid"]
+        kube.kubectl("-n", ns, "annotate", "pod", f"{name}-brokers-4", "kraftwerk.io/manual-rolling-update=true")
+
+        def restarted() -> dict[str, Any] | None:
+            pod = kube.json("-n", ns, "get", "pods", "-l",
+                            f"kraftwerk.io/cluster={name},kraftwerk.io/node-id=4,app.kubernetes.io/component=broker")
+            items = [p for p in pod["items"] if p["metadata"]["uid"] != before and not p["metadata"].get("deletionTimestamp")]
+            if not items or not any(c["type"] == "Ready" and c["status"] == "True"
+                                    for c in items[0]["status"].get("conditions", [])):
+                return None
+            node = {n["id"]: n for n in kube.json("-n", ns, "get", "kc", name)["status"]["nodes"]}[4]
+            return items[0] if node.get("registered") and node.get("fenced") is False else None
+
+        _wait("broker 4's new pod to be Ready and registered", restarted, timeout_s=420, every_s=2)
+        events = kube.json("-n", ns, "get", "events", "--field-selector", f"involvedObject.name={name}")["items"]
+        assert any(e["reason"] == "RestartNode" and "node 4" in e["message"] for e in events), \
+            sorted({(e["reason"], e["message"][:80]) for e in events})
+        again = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="after-restart", count=100)
+        assert again["acknowledged"] == 100 and again["read"] == 100 and again["same"] is True, again
+    finally:
+        kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=300s", check=False)
+        kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
+
+
+def test_a_controller_pool_on_apache_kafka_is_refused_by_name(kube: Kube, operator_ns: str) -> None:
+    """Kafka's controller has no raft readiness to gate its pod on (it listens before its quorum has
+    a leader), so the Kubernetes runtime refuses it: a Degraded condition and a Warning Event naming
+    the pool, and no pod."""
+    ns = operator_ns
+    doc = _controllers_only_example()
+    doc["metadata"]["name"] = "kafka-controllers"
+    doc["spec"]["nodePools"][0]["implementation"] = "apache-kafka"
     _apply(kube, ns, doc)
     try:
         def refused() -> dict[str, Any] | None:
-            resource = kube.json("-n", ns, "get", "kc", "with-brokers")
+            resource = kube.json("-n", ns, "get", "kc", "kafka-controllers")
             degraded = _condition(resource, "Degraded")
             if degraded and degraded["status"] == "True" and degraded["reason"] == "ActionFailed":
                 return degraded
             return None
 
-        degraded = _wait("Degraded ActionFailed for the broker pool", refused, timeout_s=420, every_s=2)
-        assert "pool brokers" in degraded["message"] and "apache-kafka" in degraded["message"], degraded
-        pods = kube.json("-n", ns, "get", "pods", "-l", "kraftwerk.io/cluster=with-brokers,kraftwerk.io/pool=brokers")
+        degraded = _wait("Degraded ActionFailed for the controller pool", refused, timeout_s=300, every_s=2)
+        assert "pool controllers" in degraded["message"] and "apache-kafka" in degraded["message"], degraded
+        pods = kube.json("-n", ns, "get", "pods", "-l", "kraftwerk.io/cluster=kafka-controllers")
         assert pods["items"] == []
         events = kube.json("-n", ns, "get", "events", "--field-selector",
-                           "involvedObject.name=with-brokers,reason=ActionFailed")["items"]
+                           "involvedObject.name=kafka-controllers,reason=ActionFailed")["items"]
         assert events and events[0]["type"] == "Warning"
     finally:
-        kube.kubectl("-n", ns, "delete", "kc", "with-brokers", "--wait=true", "--timeout=180s", check=False)
-        kube.kubectl("-n", ns, "delete", "pvc", "-l", "kraftwerk.io/cluster=with-brokers", "--wait=false", check=False)
+        kube.kubectl("-n", ns, "delete", "kc", "kafka-controllers", "--wait=true", "--timeout=180s", check=False)
+        kube.kubectl("-n", ns, "delete", "pvc", "-l", "kraftwerk.io/cluster=kafka-controllers", "--wait=false",
+                     check=False)
 
 
 def test_operator_metrics_are_served(kube: Kube, operator_ns: str) -> None:

@@ -15,12 +15,12 @@ STARTED = datetime(2026, 11, 25, 23, 30, 5, tzinfo=UTC)
 
 
 def _pod(*, phase: str = "Running", annotations: dict[str, str] | None = None, deleting: bool = False,
-         running: bool = True) -> k8s.V1Pod:
+         running: bool = True, labels: dict[str, str] | None = None) -> k8s.V1Pod:
     state = (k8s.V1ContainerState(running=k8s.V1ContainerStateRunning(started_at=STARTED)) if running
              else k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason="CrashLoopBackOff")))
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name="demo-controllers-0", annotations=annotations,
-                                  labels={"app.kubernetes.io/version": "0.1.0"},
+                                  labels=labels or {"app.kubernetes.io/version": "0.1.0"},
                                   deletion_timestamp=STARTED if deleting else None),
         status=k8s.V1PodStatus(
             phase=phase, conditions=[k8s.V1PodCondition(type="Ready", status="True")],
@@ -49,3 +49,10 @@ def test_a_pod_being_deleted_or_not_running_reports_no_revision_and_no_start() -
     assert "started_revision" not in deleting and "started_at_ms" not in deleting
     waiting = _pod_facts(_pod(annotations={"kraftwerk.io/revision": "abc123"}, running=False))
     assert "started_at_ms" not in waiting and waiting["message"].startswith("CrashLoopBackOff")
+
+
+def test_a_pod_running_apache_kafka_reports_kafkas_version() -> None:
+    kafka = _pod_facts(_pod(labels={"app.kubernetes.io/version": "4.1.0", "kraftwerk.io/implementation": "apache-kafka"}))
+    assert kafka["version"] == "kafka 4.1.0"  # as the local runtime reports a Kafka node
+    engine = _pod_facts(_pod(labels={"app.kubernetes.io/version": "0.1.0", "kraftwerk.io/implementation": "kraftwerk"}))
+    assert engine["version"] == "0.1.0"

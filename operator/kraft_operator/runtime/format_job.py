@@ -1,9 +1,11 @@
-"""The program a format Job runs: `kraft storage format`, then each directory's id as the Job's result.
+"""The program a format Job runs: `kraft storage format` (or, for an Apache Kafka node, Kafka's own
+`kafka.tools.StorageTool format`), then each directory's id as the Job's result.
 
 Kubernetes keeps the last bytes a container writes to its termination-message file in the pod's
 status, readable by the operator without `pods/log` access and after the container has exited. So
 the Job formats the node's directories with the engine's own storage tool (same flags as Kafka's
-kafka-storage), then writes one JSON object there: every log directory mapped to the
+kafka-storage), or with Kafka's StorageTool for a pool with `implementation: apache-kafka`
+(`--kafka-classpath`: the jars in the image), then writes one JSON object there: every log directory mapped to the
 `directory.id` its `meta.properties` holds, and the `cluster.id` they carry. The operator records those ids in the cluster's status
 (and in `--initial-controllers` for the first controllers they were chosen up front).
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +26,7 @@ from kraft_engine.cli.main import main as kraft_main
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.server.config import load_config
 from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
+from kraft_operator.runtime.kafka_java import kafka_storage_command
 
 __all__ = ["TERMINATION_LOG", "directory_ids", "main"]
 
@@ -54,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run `kraft storage format ARGS` and write each directory's id to the termination log.",
     )
     parser.add_argument("--termination-log", default=TERMINATION_LOG)
+    parser.add_argument("--kafka-classpath", help="format with Apache Kafka's StorageTool from these jars")
     parser.add_argument("format_args", nargs=argparse.REMAINDER, help="-- then `kraft storage format`'s arguments")
     args = parser.parse_args(argv)
     format_args = args.format_args[1:] if args.format_args[:1] == ["--"] else args.format_args
@@ -62,11 +67,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     config_path = format_args[format_args.index("--config") + 1] if "--config" in format_args else None
     if config_path is None:
         parser.error("the format arguments need --config")
-    status = kraft_main(["storage", *format_args])
+    if args.kafka_classpath:
+        tool = "kafka.tools.StorageTool format"
+        status = subprocess.run([*kafka_storage_command(args.kafka_classpath), *format_args],
+                                check=False).returncode
+    else:
+        tool = "kraft storage format"
+        status = kraft_main(["storage", *format_args])
     ids, cluster_id = directory_ids(config_path)
     report: dict[str, object] = {"clusterId": cluster_id, "directoryIds": ids}
     if status != 0:
-        report["error"] = f"kraft storage format exited {status}"
+        report["error"] = f"{tool} exited {status}"
     message = json.dumps(report, sort_keys=True)
     Path(args.termination_log).write_text(message[:_MESSAGE_LIMIT_BYTES])
     print(message)

@@ -24,7 +24,14 @@ the pods:
 - a format Job per node (and per set of directories to format) running `kraft storage format`
   through `kraft_operator.runtime.format_job`, which reports each directory's id in the container's
   termination message. Once the node starts, those ids are also written on its PVCs, so the facts
-  survive the Job's pod.
+  survive the Job's pod;
+- a broker pool with `implementation: apache-kafka` runs Apache Kafka's own broker from the jars the
+  image carries (`kafka.Kafka` with the same rendered server.properties; its format Job runs Kafka's
+  StorageTool). Kafka has no /readyz: the pod is Ready once its first listener accepts connections,
+  which Kafka's broker opens only after it has caught up with the metadata log and the controller
+  has acknowledged it (`BrokerServer` enables its acceptors after the initial catch-up). A Kafka
+  controller has no such signal (it listens before the quorum has a leader), so a controller pool on
+  Kafka is refused here: a controller pod must be Ready from raft, never from a port.
 
 Every object carries the recommended `app.kubernetes.io/*` labels plus `kraftwerk.io/cluster`,
 `kraftwerk.io/pool` and `kraftwerk.io/node-id`. The client is the official `kubernetes` package; its
@@ -74,6 +81,7 @@ from kraft_operator.plan import (
     VolumeFacts,
     WriteConfig,
 )
+from kraft_operator.runtime.kafka_java import kafka_server_command
 from kraft_operator.runtime.port import RuntimeActionError
 from kraft_operator.runtime.rack_init import RACK_ANNOTATION
 
@@ -102,6 +110,11 @@ ANNOTATION_CLUSTER_ID = "kraftwerk.io/cluster-id"
 ANNOTATION_DIRECTORY_ID = "kraftwerk.io/directory-id"
 ANNOTATION_DIRECTORIES = "kraftwerk.io/directories"
 ANNOTATION_REVISION = "kraftwerk.io/revision"
+LABEL_IMPLEMENTATION = "kraftwerk.io/implementation"
+# Apache Kafka in the image (Dockerfile: KAFKA_VERSION, the jars under /opt/kafka/libs)
+KAFKA_LIBS = "/opt/kafka/libs"
+KAFKA_CLASSPATH = f"{KAFKA_LIBS}/*"
+IMAGE_KAFKA_VERSION = "4.1.0"
 # how long past its grace period a deleted pod may take to go (the kubelet's SIGKILL, volume detach)
 _POD_GONE_SLACK_S = 120.0
 
@@ -191,6 +204,9 @@ def _labels(cluster: KRaftCluster, *, component: str, pool: NodePool | None = No
     }
     if pool is not None:
         labels[LABEL_POOL] = pool.name
+        labels[LABEL_IMPLEMENTATION] = pool.implementation.value
+        if pool.implementation is Implementation.APACHE_KAFKA:
+            labels["app.kubernetes.io/version"] = IMAGE_KAFKA_VERSION
         labels[LABEL_CONTROLLER] = str(Role.CONTROLLER in pool.roles).lower()
         labels[LABEL_BROKER] = str(Role.BROKER in pool.roles).lower()
     if node is not None:
@@ -322,10 +338,13 @@ class KubernetesRuntime:
     # --- apply ---------------------------------------------------------------------------------
 
     async def apply(self, cluster: KRaftCluster, action: Action) -> None:
-        if action.implementation is not Implementation.KRAFTWERK:
+        pool = next((p for p in cluster.spec.node_pools if p.name == action.node.pool), None)
+        if (action.implementation is Implementation.APACHE_KAFKA and pool is not None
+                and Role.CONTROLLER in pool.roles):
             raise RuntimeActionError(
-                f"node {action.node.node_id} (pool {action.node.pool}): the Kubernetes runtime runs the kraftwerk "
-                f"engine only; implementation {action.implementation.value} runs on the local runtime"
+                f"node {action.node.node_id} (pool {action.node.pool}): the Kubernetes runtime runs Apache Kafka "
+                f"brokers only; a controller on implementation {action.implementation.value} has no raft readiness "
+                "to gate its pod on (it runs on the local runtime)"
             )
         await self._ensure_cluster_objects(cluster)
         if isinstance(action, WriteConfig):
@@ -428,7 +447,8 @@ class KubernetesRuntime:
         await self._ensure_claims(cluster, node)
         name = _format_job_name(node, action.directories)
         labels = {**_labels(cluster, component="format", pool=pool, node=node)}
-        command = ["python3", "-m", "kraft_operator.runtime.format_job", "--",
+        kafka = ["--kafka-classpath", KAFKA_CLASSPATH] if pool.implementation is Implementation.APACHE_KAFKA else []
+        command = ["python3", "-m", "kraft_operator.runtime.format_job", *kafka, "--",
                    *action.format_arguments(config_path=CONFIG_PATH)]
         pod_spec = self._pod_spec(cluster, node=node, pool=pool, command=command, restart_policy="Never",
                                   with_probes=False)
@@ -481,7 +501,11 @@ class KubernetesRuntime:
             labels = {**template.metadata.labels, **labels}
             annotations = {**template.metadata.annotations, **annotations}
         rack_aware = pool.rack is not None and Role.BROKER in pool.roles
-        command = ["kraft", "server", "start", "--config", RACK_CONFIG_PATH if rack_aware else CONFIG_PATH]
+        config = RACK_CONFIG_PATH if rack_aware else CONFIG_PATH
+        if pool.implementation is Implementation.APACHE_KAFKA:
+            command = [*kafka_server_command(KAFKA_CLASSPATH, log_level="info"), config]
+        else:
+            command = ["kraft", "server", "start", "--config", config]
         spec = self._pod_spec(cluster, node=node, pool=pool, command=command, restart_policy="Always",
                               with_probes=True)
         if rack_aware:
@@ -526,12 +550,19 @@ class KubernetesRuntime:
             if Role.BROKER in pool.roles:
                 ports += [{"name": ln.name.lower().replace("_", "-")[:15], "containerPort": ln.port}
                           for ln in cluster.spec.listeners]
-            ports.append({"name": "metrics", "containerPort": METRICS_PORT})
-            container["ports"] = ports
-            container["readinessProbe"] = {"httpGet": {"path": "/readyz", "port": METRICS_PORT},
-                                           "periodSeconds": 2, "failureThreshold": 3}
-            container["livenessProbe"] = {"httpGet": {"path": "/healthz", "port": METRICS_PORT},
-                                          "initialDelaySeconds": 30, "periodSeconds": 10, "failureThreshold": 6}
+            if pool.implementation is Implementation.APACHE_KAFKA:
+                # Kafka's broker opens its listeners once caught up and acknowledged (module docstring);
+                # no liveness probe: a long log recovery keeps them closed and must not be killed
+                container["ports"] = ports
+                container["readinessProbe"] = {"tcpSocket": {"port": cluster.spec.listeners[0].port},
+                                               "periodSeconds": 2, "failureThreshold": 3}
+            else:
+                ports.append({"name": "metrics", "containerPort": METRICS_PORT})
+                container["ports"] = ports
+                container["readinessProbe"] = {"httpGet": {"path": "/readyz", "port": METRICS_PORT},
+                                               "periodSeconds": 2, "failureThreshold": 3}
+                container["livenessProbe"] = {"httpGet": {"path": "/healthz", "port": METRICS_PORT},
+                                              "initialDelaySeconds": 30, "periodSeconds": 10, "failureThreshold": 6}
         spec: dict[str, Any] = {
             "restartPolicy": restart_policy,
             "terminationGracePeriodSeconds": cluster.spec.lifecycle.termination_grace_period_seconds,
@@ -669,8 +700,12 @@ def _pod_facts(pod: Any) -> dict[str, Any]:
         phase = PodPhase.PENDING if phase is PodPhase.RUNNING else phase
     ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
     annotations = pod.metadata.annotations or {}
+    labels = pod.metadata.labels or {}
+    version = labels.get("app.kubernetes.io/version")
+    if version is not None and labels.get(LABEL_IMPLEMENTATION) == Implementation.APACHE_KAFKA.value:
+        version = f"kafka {version}"  # as the local runtime names it
     facts: dict[str, Any] = {"phase": phase, "ready": ready and pod.metadata.deletion_timestamp is None,
-                             "version": (pod.metadata.labels or {}).get("app.kubernetes.io/version"),
+                             "version": version,
                              "restart_requested": MANUAL_ROLL_ANNOTATION in annotations}
     if phase is PodPhase.RUNNING:
         facts["started_revision"] = annotations.get(ANNOTATION_REVISION) or None

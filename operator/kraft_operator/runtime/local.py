@@ -61,6 +61,7 @@ from kraft_operator.plan import (
     VolumeFacts,
     WriteConfig,
 )
+from kraft_operator.runtime.kafka_java import kafka_server_command, kafka_storage_command
 from kraft_operator.runtime.port import RuntimeActionError
 
 __all__ = ["HOST", "LocalLayout", "LocalRuntime", "kafka_classpath"]
@@ -368,9 +369,7 @@ class LocalRuntime:
                 "implementation apache-kafka needs Apache Kafka's jars and java: run scripts/fetch-kafka-jars"
             )
         classpath, _ = found
-        java = ["java", "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
-        return [*java, "kafka.tools.StorageTool"] if tool == "storage" else [*java, "kafka.Kafka"]
+        return kafka_storage_command(classpath) if tool == "storage" else kafka_server_command(classpath)
 
     # -- stop --------------------------------------------------------------------------------------
     def stop_all(self, *, timeout_s: float = _STOP_TIMEOUT_S) -> dict[int, int]:
