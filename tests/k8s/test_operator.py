@@ -59,6 +59,16 @@ def _condition(resource: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in resource.get("status", {}).get("conditions", []) if c["type"] == kind), None)
 
 
+def _wait_ready(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    """The KRaftCluster once its Ready condition is True (up to 10 min: a loaded machine)."""
+    def ready() -> dict[str, Any] | None:
+        resource = kube.json("-n", ns, "get", "kc", name)
+        condition = _condition(resource, "Ready")
+        return resource if condition is not None and condition["status"] == "True" else None
+
+    return dict(_wait(f"the KRaftCluster {name} to be Ready", ready, timeout_s=600, every_s=2))
+
+
 def test_operator_runs_as_pods_under_its_own_service_account(kube: Kube, operator_ns: str) -> None:
     deployment = kube.json("-n", operator_ns, "get", "deployment", RELEASE)
     assert deployment["status"]["readyReplicas"] == 2
@@ -238,12 +248,7 @@ def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_po
 
     jobs = _wait("six format Jobs to complete", formatted, timeout_s=600, every_s=2)
 
-    def ready() -> dict[str, Any] | None:
-        resource = kube.json("-n", ns, "get", "kc", name)
-        condition = _condition(resource, "Ready")
-        return resource if condition is not None and condition["status"] == "True" else None
-
-    resource = _wait("the KRaftCluster to be Ready", ready, timeout_s=600, every_s=2)
+    resource = _wait_ready(kube, ns, name)
     print(f"apply -> Ready (3 controllers, 3 brokers): {time.monotonic() - applied_at:.1f}s")
     status = resource["status"]
     uid = resource["metadata"]["uid"]
@@ -392,12 +397,7 @@ def test_apache_kafka_brokers_on_engine_controllers_reach_ready_serve_clients_an
     applied_at = time.monotonic()
     _apply(kube, ns, doc)
     try:
-        def ready() -> dict[str, Any] | None:
-            resource = kube.json("-n", ns, "get", "kc", name)
-            condition = _condition(resource, "Ready")
-            return resource if condition is not None and condition["status"] == "True" else None
-
-        resource = _wait("the KRaftCluster with Kafka brokers to be Ready", ready, timeout_s=600, every_s=2)
+        resource = _wait_ready(kube, ns, name)
         print(f"apply -> Ready (3 engine controllers, 3 Kafka 4.1 brokers): {time.monotonic() - applied_at:.1f}s")
         status = resource["status"]
         assert status["controllers"] == "3/3" and status["brokers"] == "3/3", status
@@ -538,12 +538,7 @@ def test_a_grown_volume_is_expanded_by_the_update_handler_and_a_restarted_operat
     _apply(kube, ns, doc)
     claim = "data-0-growing-controllers-0"
     try:
-        def ready() -> dict[str, Any] | None:
-            resource = kube.json("-n", ns, "get", "kc", "growing")
-            condition = _condition(resource, "Ready")
-            return resource if condition is not None and condition["status"] == "True" else None
-
-        before = _wait("the one-controller cluster to be Ready", ready, timeout_s=420, every_s=2)
+        before = _wait_ready(kube, ns, "growing")
         jobs_before = sorted(j["metadata"]["name"] for j in kube.json(
             "-n", ns, "get", "jobs", "-l", "kraftwerk.io/cluster=growing")["items"])
 
@@ -578,7 +573,7 @@ def test_a_grown_volume_is_expanded_by_the_update_handler_and_a_restarted_operat
         _scale_operator(kube, ns, 2)
         _wait("the resumed operator to grow the claim to 3Gi", lambda: requested("3Gi"), timeout_s=240, every_s=2)
         _wait("status to show the 3Gi request", lambda: directory_reports(3 * 2**30), timeout_s=120, every_s=2)
-        after = _wait("the cluster to be Ready after the resume", ready, timeout_s=240, every_s=2)
+        after = _wait_ready(kube, ns, "growing")
         assert after["status"]["clusterId"] == before["status"]["clusterId"]
         assert after["status"]["observedGeneration"] == after["metadata"]["generation"]
         jobs_after = sorted(j["metadata"]["name"] for j in kube.json(
