@@ -146,7 +146,7 @@ class Elections:
         if isinstance(state, ResignedState):
             return [state.election_deadline_ms, *(requests.ready_at(now_ms, v) for v in state.unacked_voters)]
         if isinstance(state, LeaderState) and state.non_acknowledging_voters():
-            return [requests.ready_at(state.begin_quorum_deadline_ms)]
+            return [state.begin_quorum_deadline_ms]
         return []
 
     def _send_vote_requests(self, voter_ids: list[int], *, epoch: int, pre_vote: bool, now_ms: int) -> None:

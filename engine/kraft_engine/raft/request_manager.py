@@ -60,9 +60,8 @@ class RequestManager:
     def is_busy(self, destination_id: int) -> bool:
         return self.connection(destination_id).inflight_token is not None
 
-    def ready_at(self, now_ms: int, destination_id: int | None = None) -> int:
-        if destination_id is None:
-            return now_ms
+    def ready_at(self, now_ms: int, destination_id: int) -> int:
+        """When a request to `destination_id` could go out (NEVER while one is in flight)."""
         connection = self._connections.get(destination_id)
         if connection is None:
             return now_ms
