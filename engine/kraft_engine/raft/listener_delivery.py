@@ -58,9 +58,9 @@ class ListenerDelivery:
         if hwm is not None and next_offset < hwm:
             data = log.read(next_offset, _BATCH_BYTES)
             for batch in parse_batches(data):
-                if batch.last_offset >= hwm or batch.next_offset <= next_offset:
-                    if batch.last_offset >= hwm:
-                        break
+                if batch.last_offset >= hwm:
+                    break
+                if batch.next_offset <= next_offset:
                     continue
                 outbox.deliver(CommittedBatch.of(batch))
                 next_offset = batch.next_offset
