@@ -14,6 +14,7 @@ from typing import Final
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 
 from kraft_engine.raft.leader_state import LeaderState
+from kraft_engine.raft.log import read_snapshot_batches
 from kraft_engine.raft.output import CommittedBatch, LeaderAndEpoch, LeaderChange, SnapshotLoad
 from kraft_engine.raft.replica_context import RaftContext
 from kraft_engine.records.log_batch import OffsetAndEpoch, parse_batches
@@ -74,9 +75,7 @@ class ListenerDelivery:
             outbox.deliver(LeaderChange(current))
 
     def _snapshot_load(self, snapshot_id: OffsetAndEpoch) -> SnapshotLoad:
-        log = self._ctx.log
-        size = log.snapshot_size(snapshot_id) or 0
-        batches = parse_batches(log.read_snapshot(snapshot_id, 0, size))
+        batches = read_snapshot_batches(self._ctx.log, snapshot_id)
         timestamp_ms = -1
         for batch in batches:
             for record in batch.control_records:

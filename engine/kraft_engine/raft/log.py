@@ -28,6 +28,7 @@ __all__ = [
     "RaftLog",
     "ValidOffsetAndEpoch",
     "ValidationKind",
+    "read_snapshot_batches",
     "validate_offset_and_epoch",
 ]
 
@@ -120,6 +121,12 @@ def validate_offset_and_epoch(log: RaftLog, *, offset: int, epoch: int) -> Valid
     if end.epoch != epoch or end.offset < offset:
         return ValidOffsetAndEpoch(ValidationKind.DIVERGING, end)
     return ValidOffsetAndEpoch(ValidationKind.VALID, OffsetAndEpoch(epoch=epoch, offset=offset))
+
+
+def read_snapshot_batches(log: RaftLog, snapshot_id: OffsetAndEpoch) -> list[LogBatch]:
+    """Every batch of a stored snapshot, read whole (none when the log does not hold it)."""
+    size = log.snapshot_size(snapshot_id) or 0
+    return parse_batches(log.read_snapshot(snapshot_id, 0, size))
 
 
 class MemoryLog:

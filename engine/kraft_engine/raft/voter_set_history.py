@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.voters_record.v0.data import VotersRecord
 
+from kraft_engine.raft.log import RaftLog, read_snapshot_batches
 from kraft_engine.raft.voter_set import KRAFT_VERSION_0, VoterSet
 from kraft_engine.records.log_batch import LogBatch, parse_batches
-
-if TYPE_CHECKING:
-    from kraft_engine.raft.log import RaftLog
 
 __all__ = ["VoterSetHistory", "load_control_state"]
 
@@ -127,10 +125,9 @@ def load_control_state(history: VoterSetHistory, log: RaftLog) -> None:
     snapshots = log.snapshot_ids()
     if snapshots:
         latest = snapshots[-1]
-        size = log.snapshot_size(latest) or 0
         voters: VoterSet | None = None
         version: int | None = None
-        for batch in parse_batches(log.read_snapshot(latest, 0, size)):
+        for batch in read_snapshot_batches(log, latest):
             for record in batch.control_records:
                 if isinstance(record, VotersRecord):
                     voters = VoterSet.from_record(record)
