@@ -208,16 +208,17 @@ class Fetching:
         if not self._parked:
             return
         parked, self._parked = self._parked, []
-        for fetch in parked:
-            response, _ = self._try_complete_fetch(fetch, now_ms)
-            self._ctx.respond(fetch.token, response)
+        self._answer(parked, now_ms)
 
     def expire_parked_fetches(self, now_ms: int) -> None:
         due = [p for p in self._parked if now_ms >= p.deadline_ms]
         if not due:
             return
         self._parked = [p for p in self._parked if now_ms < p.deadline_ms]
-        for fetch in due:
+        self._answer(due, now_ms)
+
+    def _answer(self, fetches: list[_ParkedFetch], now_ms: int) -> None:
+        for fetch in fetches:
             response, _ = self._try_complete_fetch(fetch, now_ms)
             self._ctx.respond(fetch.token, response)
 
