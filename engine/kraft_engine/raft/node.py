@@ -379,7 +379,11 @@ class RaftNode:
     def _leader_accumulator(self, epoch: int) -> BatchAccumulator:
         state = self._quorum.state
         if not isinstance(state, LeaderState) or state.epoch != epoch or self._ctx.shutdown is not None:
-            raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {epoch} (epoch {self.epoch}, {self.role.value})")
+            raise NotLeaderError(
+                f"node {self.node_id} is not the leader of epoch {epoch} (epoch {self.epoch}, {self.role.value})",
+                leader_id=self.leader_id,
+                epoch=self.epoch,
+            )
         return state.accumulator
 
     def resign(self, epoch: int, *, now_ms: int) -> Output:

@@ -287,7 +287,9 @@ class VoterChanges:
         ctx = self._ctx
         state = ctx.quorum.state
         if not isinstance(state, LeaderState) or state.epoch != epoch:
-            raise NotLeaderError(f"node {ctx.node_id} is not the leader of epoch {epoch}")
+            raise NotLeaderError(
+                f"node {ctx.node_id} is not the leader of epoch {epoch}", leader_id=ctx.leader_id, epoch=ctx.epoch
+            )
         current = ctx.kraft_version
         if version == current:
             return

@@ -414,10 +414,7 @@ class RaftDriver:
         epoch = raft.epoch
         if raft.role is not Role.LEADER:
             raise NotLeaderError(f"node {raft.node_id} is not the leader", leader_id=raft.leader_id, epoch=epoch)
-        try:
-            offset = self.append(values, epoch=epoch)
-        except NotLeaderError as e:
-            raise NotLeaderError(str(e), leader_id=raft.leader_id, epoch=raft.epoch) from None
+        offset = self.append(values, epoch=epoch)  # NotLeaderError names the leader as the node knew it
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         self._waiters.append(_Waiter(offset=offset, epoch=epoch, future=future))
         try:
