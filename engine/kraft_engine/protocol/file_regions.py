@@ -22,11 +22,15 @@ connection is closed, as Kafka closes it when FileRecords shrank during a write.
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import struct
 from collections.abc import Callable
 from typing import Any
+
+from kio.serial.writers import write_unsigned_varint
+from kio.static.primitive import uvarint
 
 from kraft_engine.invariant import InvariantViolation
 
@@ -138,14 +142,10 @@ class SplicedResponse:
 
 
 def _length_prefix(size: int, *, flexible: bool) -> bytes:
-    """How kio writes a records field's length: compact (unsigned varint of size + 1) in flexible
-    versions, an int32 before them."""
+    """How kio writes a records field's length (with kio's own writer): compact (unsigned varint
+    of size + 1) in flexible versions, an int32 before them."""
     if not flexible:
         return _SIZE.pack(size)
-    value = size + 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    out = io.BytesIO()
+    write_unsigned_varint(out, uvarint(size + 1))
+    return out.getvalue()
