@@ -1,6 +1,6 @@
 """Fetch-serving benchmark: the same records answered from a segment file with sendfile (the
 broker's path) and with the bytes read into the process and written (the copy fallback), over a
-real loopback socket to a client that decodes every response.
+real loopback socket to a client that reads every response whole (it does not decode them).
 
 A Listener serves Fetch v12 with one file region of `--region-mib` MiB per response (a
 `SplicedResponse`, exactly what the broker's Fetch answers); the client sends `--requests`
