@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
 
 from kio.schema.add_raft_voter.v1 import request as add_voter_req
 from kio.schema.add_raft_voter.v1 import response as add_voter_resp
@@ -38,8 +37,6 @@ from kraft_engine.raft.request_manager import NEVER, Inflight
 from kraft_engine.raft.voter_set import KRAFT_VERSION_1, Endpoint, ReplicaKey, VoterNode, VoterSet
 
 __all__ = ["VoterChanges"]
-
-_API_UPDATE_RAFT_VOTER: Final = 82
 
 _MembershipRequest = (
     update_voter_req.UpdateRaftVoterRequest | add_voter_req.AddRaftVoterRequest | remove_voter_req.RemoveRaftVoterRequest
@@ -383,7 +380,9 @@ class VoterChanges:
 
     def handle_membership_response(self, inflight: Inflight, response: _MembershipResponse, now_ms: int) -> bool:
         state = self._ctx.quorum.state
-        if response.error_code == ErrorCode.none and isinstance(state, FollowerState) and inflight.api_key == _API_UPDATE_RAFT_VOTER:
+        if response.error_code == ErrorCode.none and isinstance(state, FollowerState) and isinstance(
+            inflight.request, update_voter_req.UpdateRaftVoterRequest
+        ):
             state.update_voter_deadline_ms = NEVER
         return bool(response.error_code == ErrorCode.none)
 
