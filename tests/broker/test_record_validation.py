@@ -15,6 +15,8 @@ from crc32c import crc32c
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import parse_records
 from kraft_engine.records.batches import build_batch
+from kraft_engine.records.client_records import ProducedRecord, encode_client_batch
+from kraft_engine.records.compression import CODEC_ZSTD
 
 NOW_MS = 1_700_000_000_123
 
@@ -54,12 +56,26 @@ def test_timestamps_keep_their_milliseconds() -> None:
         (lambda d: d[:-1], 2),  # truncated: CORRUPT_MESSAGE
         (lambda d: d[:-1] + bytes([d[-1] ^ 1]), 2),  # wrong CRC
         (lambda d: d + d, 87),  # two batches: INVALID_RECORD
-        (lambda d: d[:16] + b"\x01" + d[17:], 43),  # magic 1: UNSUPPORTED_FOR_MESSAGE_FORMAT
+        (lambda d: d[:16] + b"\x01" + d[17:], 87),  # magic 1: INVALID_RECORD, as Kafka 4.x's validateRecords
+        (lambda d: d[:16] + b"\x00" + d[17:], 87),  # magic 0
+        (lambda d: d[:16] + b"\x07" + d[17:], 2),  # no such magic: CORRUPT_MESSAGE
         (lambda d: b"garbage" * 20, 2),
     ],
 )
 def test_bad_payloads_get_kafkas_error(mangle: object, code: int) -> None:
     assert refusal(mangle(batch([b"a", b"b"]))) == code  # type: ignore[operator]
+
+
+def test_a_legacy_message_set_and_zstd_below_produce_v7_are_refused_as_kafka_4_refuses_them() -> None:
+    legacy = batch([b"a"])[:16] + b"\x01" + batch([b"a"])[17:]
+    with pytest.raises(ProduceRefused, match="Produce requests with version 5 are only allowed to contain record "
+                                             "batches with magic version 2"):
+        validate_produce_payload(legacy, max_message_bytes=1 << 20, now_ms=NOW_MS, produce_version=5)
+    zstd = encode_client_batch([ProducedRecord(value=b"z", key=None, timestamp_ms=NOW_MS, headers=())], codec=CODEC_ZSTD)
+    with pytest.raises(ProduceRefused, match="version 6 are not allowed to use ZStandard compression") as refused:
+        validate_produce_payload(zstd, max_message_bytes=1 << 20, now_ms=NOW_MS, produce_version=6)
+    assert refused.value.error_code == 76  # UNSUPPORTED_COMPRESSION_TYPE
+    assert validate_produce_payload(zstd, max_message_bytes=1 << 20, now_ms=NOW_MS, produce_version=7).data == zstd
 
 
 def test_no_records_is_corrupt() -> None:

@@ -140,6 +140,28 @@ async def test_api_versions_lists_exactly_what_the_listener_serves(make_listener
         assert served.api_versions() == expected
 
 
+async def test_produce_is_listed_from_v0_as_kafka_lists_it_but_v0_to_2_close_the_connection(make_listener, raw_peer):
+    async def never(request: Any, ctx: RequestContext) -> Any:
+        raise AssertionError("a refused version reached the handler")
+
+    listener = await make_listener(metadata=False, routes={0: (3, 13, never)})
+    listener.advertise_from(0, 0)  # Kafka 4.x's KAFKA-18659 exception, for librdkafka
+    peer = await raw_peer(listener)
+    await peer.send_request(ApiVersionsRequestV4(client_software_name="x", client_software_version="1"), correlation_id=1)
+    response = _decode_exactly(ApiVersionsResponseV4, await peer.read_frame(), 4)
+    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == {0: (0, 13), 18: (0, 4)}
+    assert listener.api_versions()[0] == (3, 13)  # what is served
+    for version in (0, 1, 2):
+        old = await raw_peer(listener)
+        await old.send(_frame(_header_v1(0, version, 1, b"x") + b"\xff\xff\x00\x00\x00\x01\x00\x00\x00\x00"))
+        assert await old.closed_by_server()
+        await wait_for_close_count(listener, CloseReason.UNSUPPORTED_VERSION, version + 1)
+    with pytest.raises(ValueError, match="served from v3"):
+        listener.advertise_from(0, 3)
+    with pytest.raises(ValueError, match="not served"):
+        listener.advertise_from(1, 0)
+
+
 async def test_api_versions_carries_features_from_the_provider(make_listener, raw_peer):
     features = Features(
         supported={"metadata.version": (7, 27), "kraft.version": (0, 1)},

@@ -5,8 +5,10 @@ as received (the bytes a consumer fetches are the bytes the producer sent, apart
 the leader owns: base offset, partition leader epoch). So every produced partition payload is
 checked here, with Kafka's error for each failure, before anything is written:
 
-- exactly one v2 batch (magic 2; Produce v3+ carries nothing else), whole, CRC-32C intact
-  (CORRUPT_MESSAGE), no larger than `max.message.bytes` (MESSAGE_TOO_LARGE);
+- exactly one v2 batch (magic 2: Produce v3+ carries nothing else, and Kafka 4.x refuses a v0/v1
+  message set with INVALID_RECORD, zstd below Produce v7 with UNSUPPORTED_COMPRESSION_TYPE, as its
+  ProduceRequest.validateRecords does), whole, CRC-32C intact (CORRUPT_MESSAGE), no larger than
+  `max.message.bytes` (MESSAGE_TOO_LARGE);
 - no control batch from a client, a consistent offset range and record count, a valid sequence
   when a producer id is set (INVALID_RECORD);
 - a compression codec Kafka defines: none, gzip, snappy, lz4 or zstd (UNSUPPORTED_COMPRESSION_TYPE
@@ -49,6 +51,7 @@ from kraft_engine.records.batches import (
 )
 from kraft_engine.records.compression import (
     CODEC_NONE,
+    CODEC_ZSTD,
     CompressionError,
     UnsupportedCodecError,
     codec_by_name,
@@ -76,7 +79,6 @@ _RECORDS_POSITION = RECORD_BATCH_OVERHEAD
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
 INVALID_TIMESTAMP = 32
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 
@@ -113,6 +115,7 @@ def validate_produce_payload(
     compacted: bool = False,
     target_codec: int | None = None,
     target_level: int | None = None,
+    produce_version: int = 13,
 ) -> ValidatedBatch:
     """The batch checked as Kafka's LogValidator checks it; `compacted` (a topic whose
     cleanup.policy includes compact) also refuses records without a key, as Kafka does;
@@ -123,14 +126,23 @@ def validate_produce_payload(
         raise ProduceRefused(CORRUPT_MESSAGE, "the produce request carries no records")
     if len(data) < LOG_OVERHEAD + 5:
         raise ProduceRefused(CORRUPT_MESSAGE, f"{len(data)} bytes cannot hold a record batch")
+    if data[16] > MAGIC:
+        raise ProduceRefused(CORRUPT_MESSAGE, f"Invalid magic found in record: {data[16]}")
+    if data[16] != MAGIC:  # a v0/v1 message set: Kafka's ProduceRequest.validateRecords
+        raise ProduceRefused(
+            INVALID_RECORD, f"Produce requests with version {produce_version} are only allowed to contain record "
+                            "batches with magic version 2"
+        )
     (batch_length,) = struct.unpack_from(">i", data, 8)
     if batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or LOG_OVERHEAD + batch_length > len(data):
         raise ProduceRefused(
             CORRUPT_MESSAGE, f"record batch length {batch_length} does not fit the {len(data)} bytes received"
         )
-    if data[16] != MAGIC:
+    (attributes,) = struct.unpack_from(">h", data, _ATTRIBUTES_POSITION)
+    if produce_version < 7 and attributes & _CODEC_MASK == CODEC_ZSTD:
         raise ProduceRefused(
-            UNSUPPORTED_FOR_MESSAGE_FORMAT, f"record batch magic {data[16]} is not supported; only magic 2"
+            UNSUPPORTED_COMPRESSION_TYPE,
+            f"Produce requests with version {produce_version} are not allowed to use ZStandard compression",
         )
     try:
         header = validate_batch(data)

@@ -2,7 +2,8 @@
 
 A listener owns the parts of Kafka's SocketServer and request channel that every api shares:
 framing, header versions, the `socket.request.max.bytes` limit, `connections.max.idle.ms`, the
-ApiVersions answer (computed from what is registered here, so it never lies), ordering, and the
+ApiVersions answer (computed from what is registered here, so it never lies, except where Kafka's
+own brokers list versions they refuse: `advertise_from`), ordering, and the
 metrics. Handlers only see decoded kio entities and return kio entities.
 
 Ordering and backpressure. A client may send many requests before reading any response. As
@@ -268,6 +269,7 @@ class Listener:
         self.metrics: ListenerMetrics = metrics_for(self.registry)
         self._routes: dict[tuple[int, int], _Route] = {}
         self._ranges: dict[int, tuple[int, int]] = {}
+        self._advertised_min: dict[int, int] = {}
         self._connections: set[asyncio.Task[None]] = set()
         self._live: set[_Connection] = set()
         self._request_counters: dict[int, Any] = {}
@@ -312,6 +314,20 @@ class Listener:
         for api_key, handler in handlers.items():
             low, high = versions[api_key]
             self.register(api_key, min_version=low, max_version=high, handler=handler)
+
+    def advertise_from(self, api_key: int, min_version: int) -> None:
+        """List `api_key` in ApiVersions from `min_version`, below the lowest version served.
+
+        Kafka's one such case (KAFKA-18659): Produce v0-2 were removed in Kafka 4.0 but its
+        brokers still list Produce from v0, because librdkafka refuses to produce to a broker
+        whose Produce range does not start at 0; a v0-2 request is refused like any version not
+        served (the connection is closed)."""
+        served = self._ranges.get(api_key)
+        if served is None:
+            raise ValueError(f"{api_name(api_key)} is not served here")
+        if not 0 <= min_version < served[0]:
+            raise ValueError(f"{api_name(api_key)} is served from v{served[0]}; cannot advertise it from v{min_version}")
+        self._advertised_min[api_key] = min_version
 
     def _add_routes(self, api_key: int, versions: tuple[int, int], handler: Handler) -> None:
         for version in range(versions[0], versions[1] + 1):
@@ -520,7 +536,7 @@ class Listener:
             return _api_versions_response(cls, error_code=ErrorCode.invalid_request, api_keys=())
         nested = sys.modules[cls.__module__].ApiVersion
         api_keys = tuple(
-            nested(api_key=i16(key), min_version=i16(low), max_version=i16(high))
+            nested(api_key=i16(key), min_version=i16(self._advertised_min.get(key, low)), max_version=i16(high))
             for key, (low, high) in sorted(self._ranges.items())
         )
         if ctx.api_version < 3:

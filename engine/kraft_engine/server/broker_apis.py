@@ -142,6 +142,9 @@ class BrokerApis:
             DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions,
         }
         listener.register_all(handlers, versions=CLIENT_API_VERSIONS)
+        # As Kafka 4.x: Produce v0-2 are gone (v3 is the baseline) but ApiVersions lists Produce
+        # from v0 for librdkafka (KAFKA-18659); a v0-2 request closes its connection, as Kafka's.
+        listener.advertise_from(PRODUCE, 0)
         self._replica_apis.register(listener)
         for api_key, (low, high) in FORWARDED_API_VERSIONS.items():
             listener.register(api_key, min_version=low, max_version=high, handler=self._forwarder.forward)
@@ -296,7 +299,8 @@ class BrokerApis:
         async def one(name: str | None, index: int, records: Any) -> tuple[ErrorCode, int, int, str | None]:
             if name is None:
                 return ErrorCode.unknown_topic_id, -1, -1, None
-            return await self._produce_one(name, index, records, acks=acks, timeout_ms=timeout_ms)
+            return await self._produce_one(name, index, records, acks=acks, timeout_ms=timeout_ms,
+                                           version=ctx.api_version)
 
         outcomes = await asyncio.gather(*(one(n, p, r) for _, n, p, r in jobs))
         for (_, name, _, _), (error, *_rest) in zip(jobs, outcomes, strict=True):
@@ -350,8 +354,8 @@ class BrokerApis:
                                                              port=i32(endpoint.port), rack=broker.rack)
         return module.LeaderIdAndEpoch(leader_id=BrokerId(registration.leader), leader_epoch=i32(registration.leader_epoch))
 
-    async def _produce_one(self, topic: str, index: int, records: Any, *, acks: int,
-                           timeout_ms: int) -> tuple[ErrorCode, int, int, str | None]:
+    async def _produce_one(self, topic: str, index: int, records: Any, *, acks: int, timeout_ms: int,
+                           version: int) -> tuple[ErrorCode, int, int, str | None]:
         if acks not in (-1, 0, 1):
             return ErrorCode.invalid_required_acks, -1, -1, f"acks must be -1, 0 or 1, not {acks}"
         partition, error = self._replicas.leader_partition(topic, index)
@@ -363,7 +367,7 @@ class BrokerApis:
             policy = self._replicas.topic_config(topic, "cleanup.policy") or "delete"
             validated = validate_produce_payload(None if records is None else bytes(records), max_message_bytes=max_bytes,
                                                 now_ms=_now_ms(), compacted="compact" in policy.split(","),
-                                                target_codec=codec, target_level=level)
+                                                target_codec=codec, target_level=level, produce_version=version)
         except ProduceRefused as refusal:
             return ErrorCode(refusal.error_code), -1, -1, str(refusal)
         outcome = await self._replicas.append_as_leader(
