@@ -340,7 +340,8 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     result = kraft_tool("reassign-partitions", "--bootstrap-server", brokers.broker_bootstrap(),
                         "--reassignment-json-file", str(plan), "--execute")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"Successfully started log directory move for: {topic}-0-{mover}" in result.stdout
+    assert (f"Successfully started moving log directory to {destination.resolve()} for replica {topic}-0 "
+            f"with broker {mover} \n") in result.stdout
     assert "Save this to use as the --reassignment-json-file option during rollback" in result.stdout
 
     def moved() -> bool:

@@ -14,6 +14,7 @@ add their own); only the broker keys that are topic-config synonyms are typed an
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -106,6 +107,15 @@ def _each_of(*allowed: str) -> Check:
     return check
 
 
+def _throttled_replicas(v: object) -> str | None:
+    """Kafka's ThrottledReplicaListValidator."""
+    items = v if isinstance(v, list) else []
+    if "".join(items) == "*" or all(re.fullmatch(r"([0-9]+:[0-9]+)?", str(i).strip()) for i in items):
+        return None
+    return ("must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
 def parse_bool(text: str) -> bool | None:
     lowered = text.strip().lower()
     return True if lowered == "true" else False if lowered == "false" else None
@@ -171,9 +181,9 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in (
     _d("file.delete.delay.ms", _T.LONG, "60000", _at_least(0), "log.segment.delete.delay.ms"),
     _d("flush.messages", _T.LONG, str(_LONG_MAX), _at_least(1), "log.flush.interval.messages"),
     _d("flush.ms", _T.LONG, str(_LONG_MAX), _at_least(0), "log.flush.interval.ms"),
-    _d("follower.replication.throttled.replicas", _T.LIST, ""),
+    _d("follower.replication.throttled.replicas", _T.LIST, "", _throttled_replicas),
     _d("index.interval.bytes", _T.INT, "4096", _at_least(0), "log.index.interval.bytes"),
-    _d("leader.replication.throttled.replicas", _T.LIST, ""),
+    _d("leader.replication.throttled.replicas", _T.LIST, "", _throttled_replicas),
     _d("local.retention.bytes", _T.LONG, "-2", _at_least(-2), "log.local.retention.bytes"),
     _d("local.retention.ms", _T.LONG, "-2", _at_least(-2), "log.local.retention.ms"),
     _d("max.compaction.lag.ms", _T.LONG, str(_LONG_MAX), _at_least(1), "log.cleaner.max.compaction.lag.ms"),

@@ -72,7 +72,7 @@ from kraft_engine.server.config_describing import BrokerConfigDescriber
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.forwarding import FORWARDED_API_VERSIONS, EnvelopeForwarder
 from kraft_engine.server.replica_apis import ReplicaApis, leader_at_epoch
-from kraft_engine.server.replica_manager import Partition, ReplicaManager
+from kraft_engine.server.replica_manager import Partition, ReplicaManager, quota_clock_ms
 from kraft_engine.server.topic_describing import DESCRIBE_TOPIC_PARTITIONS, describe_topic_partitions
 from kraft_engine.storage.partition_log import OffsetOutOfRangeError
 
@@ -451,6 +451,13 @@ class BrokerApis:
         except BaseException:
             _close_regions(answers)
             raise
+        if replica_id >= 0:
+            # What the leader sent of throttled replicas counts against its quota (Kafka's
+            # sizeOfThrottledPartitions), whether or not that follower was held back.
+            quota = self._replicas.leader_quota
+            throttled_bytes = sum(region.size for topic_name, _, parts in answers for answer, region in parts
+                                  if region is not None and quota.is_throttled(topic_name, int(answer.partition_index)))
+            quota.record(throttled_bytes, now_ms=quota_clock_ms())
         for topic_name, _, parts in answers:
             for answer, region in parts:
                 if int(answer.error_code) != 0:
@@ -539,6 +546,8 @@ class BrokerApis:
         if replica_id >= 0 and record_follower_state:
             self._replicas.follower_fetch(partition, replica_id=replica_id, fetch_offset=fetch_offset,
                                           log_start_offset=int(getattr(wanted, "log_start_offset", -1)))
+        if replica_id >= 0 and self._leader_throttled(partition, replica_id):
+            return answer(ErrorCode.none, partition), None, partition
         upper = log.log_end_offset if replica_id >= 0 else partition.high_watermark
         limit = min(int(wanted.partition_max_bytes), budget)
         try:
@@ -547,6 +556,13 @@ class BrokerApis:
         except OffsetOutOfRangeError:
             return answer(ErrorCode.offset_out_of_range, partition), None, None
         return answer(ErrorCode.none, partition), region, partition
+
+    def _leader_throttled(self, partition: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a follower outside the ISR of a throttled replica gets
+        no records while the leader quota is exceeded."""
+        quota = self._replicas.leader_quota
+        return (replica_id not in partition.isr and quota.is_throttled(partition.topic, partition.index)
+                and quota.is_exceeded(now_ms=quota_clock_ms()))
 
     # -- ListOffsets ---------------------------------------------------------------------------------
     async def list_offsets(self, request: Any, ctx: RequestContext) -> Any:

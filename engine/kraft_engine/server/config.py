@@ -159,6 +159,14 @@ class KafkaConfig(BaseModel):
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30_000
     num_replica_fetchers: int = 1
+    # Replication throttles (Kafka's QuotaConfigs; the rates are dynamic broker configs too).
+    leader_replication_throttled_rate: int = _LONG_MAX
+    follower_replication_throttled_rate: int = _LONG_MAX
+    replica_alter_log_dirs_io_max_bytes_per_second: int = _LONG_MAX
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_seconds: int = 1
+    alter_log_dirs_replication_quota_window_num: int = 11
+    alter_log_dirs_replication_quota_window_size_seconds: int = 1
     unclean_leader_election_enable: bool = False
     auto_create_topics_enable: bool = True
     offsets_topic_replication_factor: int = 3
@@ -280,6 +288,14 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0, _INT_MAX),
     "replica.socket.timeout.ms": ("replica_socket_timeout_ms", -1, _INT_MAX),
     "num.replica.fetchers": ("num_replica_fetchers", 1, _INT_MAX),
+    "leader.replication.throttled.rate": ("leader_replication_throttled_rate", 0, _LONG_MAX),
+    "follower.replication.throttled.rate": ("follower_replication_throttled_rate", 0, _LONG_MAX),
+    "replica.alter.log.dirs.io.max.bytes.per.second": ("replica_alter_log_dirs_io_max_bytes_per_second", 0, _LONG_MAX),
+    "replication.quota.window.num": ("replication_quota_window_num", 1, _INT_MAX),
+    "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", 1, _INT_MAX),
+    "alter.log.dirs.replication.quota.window.num": ("alter_log_dirs_replication_quota_window_num", 1, _INT_MAX),
+    "alter.log.dirs.replication.quota.window.size.seconds": (
+        "alter_log_dirs_replication_quota_window_size_seconds", 1, _INT_MAX),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, _INT_MAX),
     "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 1, _INT_MAX),

@@ -48,6 +48,13 @@ loop. What it keeps true:
   `cleaner-offset-checkpoint`. Every replica cleans its own log, as in Kafka. Partition logs are
   opened with offset gaps allowed, since compaction makes them.
 
+- Replication throttles (Kafka's ReplicationQuotaManager, `broker.replication_quota`): the
+  dynamic broker configs `leader/follower.replication.throttled.rate` and the topic configs
+  `leader/follower.replication.throttled.replicas` (`update_throttles`, on every config delta)
+  hold an out-of-sync follower of a throttled replica back while the quota is exceeded, on the
+  follower (left out of its Fetch) and on the leader (answered without records, `broker_apis`);
+  `replica.alter.log.dirs.io.max.bytes.per.second` paces every log-directory move.
+
 Sessionless Fetch only: every Fetch names its partitions (session id 0); fetch sessions (KIP-227)
 are not implemented, so a request with a session id or epoch asking for one gets
 FETCH_SESSION_ID_NOT_FOUND / is served sessionless.
@@ -91,6 +98,12 @@ from kraft_engine.broker.producer_state import (
     ProducerStateError,
     ProducerStateTable,
 )
+from kraft_engine.broker.replication_quota import (
+    UNLIMITED_RATE,
+    ReplicationQuota,
+    ThrottledReplicasError,
+    parse_throttled_replicas,
+)
 from kraft_engine.metadata import (
     ConfigResource,
     ConfigResourceType,
@@ -128,6 +141,7 @@ __all__ = [
     "ProduceOutcome",
     "ReplicaManager",
     "clean_shutdown_broker_epoch",
+    "quota_clock_ms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -142,6 +156,9 @@ _REBUILD_CHUNK_BYTES = 1024 * 1024
 _MIN_CLEANABLE_DIRTY_RATIO = 0.5  # Kafka's log.cleaner.min.cleanable.ratio default
 _ASSIGNMENT_RETRY_S = 1.0
 _MOVE_CHUNK_BYTES = 1024 * 1024
+# How long a fetcher (or a log-directory move) held back by its throttle waits before checking
+# the quota again: a tenth of Kafka's 1 s quota window, so the rate is held closely.
+_THROTTLED_BACKOFF_S = 0.1
 # What moves and deletions leave in a log directory: `<topic>-<partition>.<32 hex>-future|-delete`.
 _LEFTOVER_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}-(?P<kind>future|delete)$")
 # What a directory failure looks like from here: the storage shell's error, or a raw OSError from
@@ -151,6 +168,11 @@ _DIRECTORY_FAILURES = (StorageIOError, OSError)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def quota_clock_ms() -> int:
+    """The replication quotas' clock: windows must not jump with the wall clock."""
+    return int(time.monotonic() * 1000)
 
 
 @dataclass(eq=False)
@@ -168,6 +190,9 @@ class Partition:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     follower_high_watermark: int = 0
+    # As follower: the leader's high watermark from its last Fetch answer (-1 before the first):
+    # a follower whose log end reached it is in sync, and never throttled.
+    leader_high_watermark: int = -1
     leader_state: LeaderReplicaState | None = None
     alter_in_flight: bool = False
     first_dirty_offset: int = 0
@@ -282,6 +307,15 @@ class ReplicaManager:
             self._log_starts[directory] = _read_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME)
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # Kafka's ReplicationQuotaManagers: LEADER, FOLLOWER and ALTER_LOG_DIRS.
+        window_ms = config.replication_quota_window_size_seconds * 1000
+        self.leader_quota = ReplicationQuota(window_num=config.replication_quota_window_num, window_size_ms=window_ms)
+        self.follower_quota = ReplicationQuota(window_num=config.replication_quota_window_num,
+                                               window_size_ms=window_ms)
+        self.alter_log_dirs_quota = ReplicationQuota(
+            window_num=config.alter_log_dirs_replication_quota_window_num,
+            window_size_ms=config.alter_log_dirs_replication_quota_window_size_seconds * 1000)
+        self._throttle_configs: tuple[Any, ...] | None = None
 
     def start(self) -> None:
         self._background = asyncio.get_running_loop().create_task(self._run_background())
@@ -415,6 +449,8 @@ class ReplicaManager:
     # -- metadata --------------------------------------------------------------------------------
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Leader and follower transitions from a published metadata delta."""
+        if delta.configs_delta is not None:
+            self.update_throttles(image)
         topics_delta = delta.topics_delta
         if topics_delta is None:
             return
@@ -428,6 +464,51 @@ class ReplicaManager:
         for tp, (topic_id, registration) in changes.followers.items():
             if (tp.topic, tp.partition) not in self.offline_partitions:
                 self._guarded(tp.topic, tp.partition, functools.partial(self._become_follower, tp.topic, tp.partition, topic_id, registration))
+
+    def update_throttles(self, image: MetadataImage) -> None:
+        """The replication quotas from the dynamic configs (Kafka's DynamicConfig handlers for
+        brokers and topics): each rate from this broker's config, else the cluster default, else
+        server.properties; each topic's throttled replicas on this broker."""
+        configs = image.configs
+        node = configs.configs(ConfigResource(ConfigResourceType.BROKER, str(self.node_id)))
+        default = configs.configs(ConfigResource(ConfigResourceType.BROKER, ""))
+        topics = {resource.name: (values.get("leader.replication.throttled.replicas", ""),
+                                  values.get("follower.replication.throttled.replicas", ""))
+                  for resource, values in configs.data.items() if resource.type == ConfigResourceType.TOPIC}
+        wanted = (tuple(sorted(node.items())), tuple(sorted(default.items())), tuple(sorted(topics.items())))
+        if wanted == self._throttle_configs:
+            return
+        self._throttle_configs = wanted
+        for quota, key, static in (
+                (self.leader_quota, "leader.replication.throttled.rate", self.config.leader_replication_throttled_rate),
+                (self.follower_quota, "follower.replication.throttled.rate",
+                 self.config.follower_replication_throttled_rate),
+                (self.alter_log_dirs_quota, "replica.alter.log.dirs.io.max.bytes.per.second",
+                 self.config.replica_alter_log_dirs_io_max_bytes_per_second)):
+            value = node.get(key, default.get(key))
+            rate = static
+            if value is not None:
+                try:
+                    rate = int(value)
+                except ValueError:
+                    logger.warning("Ignoring %s=%r: not a number of bytes per second", key, value)
+            if rate < 0:
+                logger.warning("Ignoring %s=%d: a rate is never negative", key, rate)
+                rate = static
+            if rate != quota.rate_bytes_per_s:
+                logger.info("Replication throttle %s is now %s", key,
+                            "unlimited" if rate >= UNLIMITED_RATE else f"{rate} B/s")
+            quota.update_rate(rate)
+        for quota in (self.leader_quota, self.follower_quota):
+            for topic in set(quota.throttled_topics()) - set(topics):
+                quota.remove_throttle(topic)
+        for topic, (leader_list, follower_list) in topics.items():
+            for quota, value in ((self.leader_quota, leader_list), (self.follower_quota, follower_list)):
+                try:
+                    quota.mark_throttled(topic, parse_throttled_replicas(value, broker_id=self.node_id))
+                except ThrottledReplicasError:
+                    logger.warning("Ignoring the throttled replicas of %s: %r is not Kafka's format", topic, value)
+                    quota.remove_throttle(topic)
 
     def _guarded(self, topic: str, index: int, transition: Callable[[], None]) -> None:
         """A role change whose log open fails on its directory takes that directory offline."""
@@ -945,6 +1026,10 @@ class ReplicaManager:
         while self.partitions.get(key) is partition and partition.future is move:
             current, future = partition.log, move.log
             if future.log_end_offset < current.log_end_offset:
+                if self.alter_log_dirs_quota.is_exceeded(now_ms=quota_clock_ms()):
+                    # replica.alter.log.dirs.io.max.bytes.per.second: every future replica waits.
+                    await asyncio.sleep(_THROTTLED_BACKOFF_S)
+                    continue
                 try:
                     offset = max(future.log_end_offset, current.log_start_offset)
                     data = current.read(offset, max_bytes=_MOVE_CHUNK_BYTES)
@@ -959,6 +1044,7 @@ class ReplicaManager:
                             # Empty, or behind the current log start: restart at the batch holding it.
                             future.truncate_fully_and_start_at(first.base_offset)
                         future.append_as_follower(data)
+                        self.alter_log_dirs_quota.record(len(data), now_ms=quota_clock_ms())
                     if future.log_start_offset < current.log_start_offset:
                         future.delete_below(min(current.log_start_offset, future.log_end_offset))
                 except _DIRECTORY_FAILURES as error:
@@ -1053,9 +1139,21 @@ class ReplicaManager:
         return FileRegion.of(fd, position=position, size=size)
 
     # -- follower side -------------------------------------------------------------------------
-    def fetch_request_for(self, partitions: Iterable[Partition]) -> FetchRequest:
+    def follower_throttled(self, partition: Partition, *, now_ms: int) -> bool:
+        """Kafka's shouldFollowerThrottle: an out-of-sync follower of a throttled replica waits
+        while the follower quota is exceeded."""
+        in_sync = 0 <= partition.leader_high_watermark <= partition.log.log_end_offset
+        return (not in_sync and self.follower_quota.is_throttled(partition.topic, partition.index)
+                and self.follower_quota.is_exceeded(now_ms=now_ms))
+
+    def fetch_request_for(self, partitions: Iterable[Partition], *, now_ms: int | None = None) -> FetchRequest | None:
+        """The Fetch for `partitions`, leaving out those the follower throttle holds back (None
+        when that is all of them)."""
+        now = quota_clock_ms() if now_ms is None else now_ms
         topics: dict[str, list[FetchPartition]] = {}
         for partition in partitions:
+            if self.follower_throttled(partition, now_ms=now):
+                continue
             latest = partition.log.latest_epoch
             topics.setdefault(partition.topic, []).append(FetchPartition(
                 partition=i32(partition.index),
@@ -1077,7 +1175,7 @@ class ReplicaManager:
             topics=tuple(FetchTopic(topic=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items()),
             forgotten_topics_data=(),
             rack_id="",
-        )
+        ) if topics else None
 
     def handle_fetched(self, partition: Partition, answer: Any) -> bool:
         """Apply one partition of a leader's Fetch answer; False when the fetcher should back off."""
@@ -1099,7 +1197,10 @@ class ReplicaManager:
                 partition.first_dirty_offset = min(partition.first_dirty_offset, new_end)
                 return True
             records = answer.records
+            partition.leader_high_watermark = int(answer.high_watermark)
             if records:
+                if self.follower_quota.is_throttled(partition.topic, partition.index):
+                    self.follower_quota.record(len(records), now_ms=quota_clock_ms())
                 try:
                     log.append_as_follower(bytes(records))
                     for header, _ in iter_batches(bytes(records)):
@@ -1340,6 +1441,10 @@ class _Fetcher:
                 ))
             fetching = dict(self._partitions)
             request = manager.fetch_request_for(fetching.values())
+            if request is None:
+                # Every partition is held back by the follower throttle (Kafka's fetcher backs off).
+                await asyncio.sleep(_THROTTLED_BACKOFF_S)
+                continue
             try:
                 response = await self._connection.send(request)
             except (KafkaProtocolError, OSError) as error:
