@@ -54,6 +54,8 @@ from kraft_engine.protocol.framing import (
     encode_request,
     response_correlation_id,
 )
+from kraft_engine.protocol.sasl import authenticate_client
+from kraft_engine.protocol.security import ClientSecurity
 
 __all__ = ["ConnectionConfig", "KafkaConnection"]
 
@@ -83,6 +85,7 @@ class ConnectionConfig:
     reconnect_backoff_ms: int = 50  # reconnect.backoff.ms
     reconnect_backoff_max_ms: int = 1000  # reconnect.backoff.max.ms
     receive_max_bytes: int = 104857600  # largest response frame we accept
+    security: ClientSecurity | None = None  # security.protocol, ssl.*, sasl.* (PLAINTEXT when None)
 
 
 @dataclass(slots=True)
@@ -241,10 +244,21 @@ class KafkaConnection:
     async def _open(self) -> None:
         if self._writer is not None:
             self._teardown(ConnectionLost(f"connection to {self.host}:{self.port} was replaced"))
-        reader, writer = await asyncio.open_connection(self.host, self.port)
+        security = self.config.security
+        context = security.ssl_context if security is not None else None
+        if context is None:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+        else:
+            reader, writer = await asyncio.open_connection(
+                self.host, self.port, ssl=context, server_hostname=self.host,
+                ssl_handshake_timeout=self.config.socket_connection_setup_timeout_ms / 1000)
         self._writer = writer
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
         await self._negotiate()
+        if security is not None and security.sasl is not None:
+            await authenticate_client(
+                security.sasl, exchange=lambda request: self._exchange(request, timeout_ms=self.config.request_timeout_ms),
+                negotiated=self.negotiated_version, where=f"{self.host}:{self.port}")
 
     async def _negotiate(self) -> None:
         ours = kio_version_range(API_VERSIONS_KEY)

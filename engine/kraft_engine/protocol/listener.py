@@ -34,6 +34,17 @@ after logging the reason at WARNING (with the peer and the api) and counting it 
 ApiVersions is the exception Kafka makes: an unsupported ApiVersions version is answered with a v0
 response carrying UNSUPPORTED_VERSION and the ApiVersions range, so the client can retry lower.
 
+Security (`security=ListenerSecurity`, see `protocol.security`). An SSL or SASL_SSL listener runs
+the TLS handshake on accept (`ssl.client.auth` decides whether the client must show a
+certificate); a failed handshake is logged at INFO as Kafka's "Failed authentication" and counted
+as `ssl_handshake_failed`. On SSL an mTLS client's principal is its certificate's subject mapped
+by `ssl.principal.mapping.rules`. A SASL listener serves only ApiVersions, SaslHandshake and
+SaslAuthenticate until the connection's `SaslAuthenticator` completes (frames capped at
+`sasl.server.max.receive.size` meanwhile); any other request closes it (`illegal_sasl_state`), a
+failed authentication is answered and then closed (`authentication_failed`), and a connection
+not authenticated within `kraftwerk.sasl.handshake.timeout.ms` is closed
+(`authentication_timeout`). Handlers see the principal in `RequestContext.principal`.
+
 A handler that raises is a bug in that handler. We log it with its traceback and close the
 connection, after the responses before it were written. Kafka instead answers with an error code
 filled in at every level of the response schema; kio gives no generic way to do that for every
@@ -85,6 +96,15 @@ from kraft_engine.protocol.framing import (
     peek_correlation_id,
 )
 from kraft_engine.protocol.metrics import ListenerMetrics, metrics_for
+from kraft_engine.protocol.principal_mapping import NoMatchingRule, subject_name
+from kraft_engine.protocol.sasl import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SaslAuthenticator,
+    SaslStateError,
+    SaslStep,
+)
+from kraft_engine.protocol.security import ListenerSecurity
 
 __all__ = [
     "CloseReason",
@@ -124,6 +144,10 @@ class CloseReason:
     SOCKET_ERROR = "socket_error"
     TOO_MANY_CONNECTIONS = "too_many_connections"
     LISTENER_CLOSED = "listener_closed"
+    SSL_HANDSHAKE_FAILED = "ssl_handshake_failed"
+    AUTHENTICATION_FAILED = "authentication_failed"
+    AUTHENTICATION_TIMEOUT = "authentication_timeout"
+    ILLEGAL_SASL_STATE = "illegal_sasl_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +254,7 @@ class Listener:
         large_frame_bytes: int = DEFAULT_LARGE_FRAME_BYTES,
         features_provider: FeaturesProvider | None = None,
         registry: CollectorRegistry | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         for key, value in (
             ("socket.request.max.bytes", request_max_bytes),
@@ -279,6 +304,11 @@ class Listener:
         if api_versions_range is None:
             raise InvariantViolation("kio lacks ApiVersions")
         self._add_routes(API_VERSIONS_KEY, api_versions_range, self._handle_api_versions)
+        self.security = security or ListenerSecurity()
+        if self.security.sasl is not None:
+            # Served by each connection's SaslAuthenticator (`_Connection._sasl`), never by a handler.
+            self._add_routes(SASL_HANDSHAKE_KEY, (1, 1), _served_by_connection)
+            self._add_routes(SASL_AUTHENTICATE_KEY, (0, 2), _served_by_connection)
 
     # --- registry ------------------------------------------------------------------------------
 
@@ -289,8 +319,8 @@ class Listener:
         must stay contiguous because ApiVersions advertises one range per api. ApiVersions itself
         is built in.
         """
-        if api_key == API_VERSIONS_KEY:
-            raise ValueError("ApiVersions is served by the listener itself")
+        if api_key in (API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            raise ValueError(f"{api_name(api_key)} is served by the listener itself")
         known = kio_version_range(api_key)
         if known is None:
             raise ValueError(f"unknown api key {api_key}")
@@ -468,8 +498,11 @@ class Listener:
         self.metrics.connections_accepted.labels(self.name).inc()
         connection: _Connection | None = None
         try:
-            reader, writer = await asyncio.open_connection(sock=conn)
-            connection = _Connection(self, reader, writer, peer=peer)
+            opened = await self._open(conn, peer)
+            if opened is None:
+                return
+            reader, writer, principal = opened
+            connection = _Connection(self, reader, writer, peer=peer, principal=principal)
             self._live.add(connection)
             await connection.run()
         except asyncio.CancelledError:
@@ -488,6 +521,43 @@ class Listener:
                 del self._per_ip[ip]
             if self._slot_freed is not None:
                 self._slot_freed.set()
+
+    async def _open(self, conn: socket.socket, peer: tuple[str, int]
+                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str] | None:
+        """Streams over the accepted socket, through the TLS handshake on an SSL listener, and
+        the peer's principal (its certificate's mapped subject, else ANONYMOUS). None when the
+        handshake fails: logged at INFO as Kafka logs a failed authentication, and counted."""
+        security = self.security
+        context = security.ssl_context
+        if context is None:
+            reader, writer = await asyncio.open_connection(sock=conn)
+            return reader, writer, ANONYMOUS
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**16, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, sock=conn, ssl=context, ssl_handshake_timeout=security.handshake_timeout_ms / 1000)
+        except (OSError, TimeoutError, EOFError) as e:  # ssl.SSLError is an OSError
+            conn.close()
+            self._refuse(peer, CloseReason.SSL_HANDSHAKE_FAILED, f"SSL handshake failed: {e}")
+            return None
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        principal = ANONYMOUS
+        ssl_object = writer.get_extra_info("ssl_object")
+        certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if certificate and security.principal_mapper is not None and security.sasl is None:
+            try:
+                principal = "User:" + security.principal_mapper.name(subject_name(certificate))
+            except (NoMatchingRule, ValueError) as e:
+                transport.abort()
+                self._refuse(peer, CloseReason.AUTHENTICATION_FAILED, f"no principal for the certificate: {e}")
+                return None
+        return reader, writer, principal
+
+    def _refuse(self, peer: tuple[str, int], reason: str, detail: str) -> None:
+        logger.info("Failed authentication with /%s on listener %s (%s)", peer[0], self.name, detail)
+        self._count_close(reason)
 
     # --- Envelope ------------------------------------------------------------------------------
 
@@ -577,6 +647,10 @@ class Listener:
         return encode_response(response, correlation_id=correlation_id)
 
 
+async def _served_by_connection(request: Any, ctx: RequestContext) -> Any:
+    raise InvariantViolation(f"{api_name(ctx.api_key)} reached a handler: the connection's authenticator serves it")
+
+
 def _close_unsent_regions(task: asyncio.Task[Any]) -> None:
     """A response that will never be written gives its file regions' descriptors back."""
     if task.cancelled() or task.exception() is not None:
@@ -613,13 +687,21 @@ class _Connection:
     responses in request order."""
 
     def __init__(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 peer: tuple[str, int]) -> None:
+                 peer: tuple[str, int], principal: str = ANONYMOUS) -> None:
         self.listener = listener
+        self.principal = principal
+        sasl = listener.security.sasl
+        self.authenticator = SaslAuthenticator(sasl, peer=f"/{peer[0]}") if sasl is not None else None
+        #: Set by a failed SASL step: the connection closes once that step's answer is written.
+        self.close_after_response: str | None = None
+        self._authentication_deadline: asyncio.TimerHandle | None = None
         self.reader = reader
         self.writer = writer
         # A response counts as sent once the socket took all of it: drain() waits for an empty
         # transport buffer, so the connection holds at most the response being sent.
-        writer.transport.set_write_buffer_limits(high=0)
+        # asyncio's TLS transport pauses at `size >= high` (the socket transport at `size > high`),
+        # so high=0 would pause it with an empty buffer and never resume: 1 byte means the same.
+        writer.transport.set_write_buffer_limits(high=0 if listener.security.ssl_context is None else 1)
         self.peer = peer  # from accept: a connection reset at once has no peer name left to ask for
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -635,8 +717,24 @@ class _Connection:
         self.idle: asyncio.Timeout | None = None
         self.close_reason: str | None = None
 
+    def _authentication_timed_out(self) -> None:
+        self._authentication_deadline = None
+        if self.authenticator is not None and not self.authenticator.complete:
+            self._note_close(CloseReason.AUTHENTICATION_TIMEOUT,
+                             f"not authenticated within {self.listener.security.handshake_timeout_ms} ms",
+                             level=logging.INFO)
+            self._abort()
+
+    def _end_authentication_deadline(self) -> None:
+        if self._authentication_deadline is not None:
+            self._authentication_deadline.cancel()
+            self._authentication_deadline = None
+
     async def run(self) -> None:
         write_task = self.loop.create_task(self._write_loop())
+        if self.authenticator is not None:
+            self._authentication_deadline = self.loop.call_later(
+                self.listener.security.handshake_timeout_ms / 1000, self._authentication_timed_out)
         try:
             try:
                 await self._read_loop()
@@ -658,6 +756,7 @@ class _Connection:
             self._note_close(CloseReason.LISTENER_CLOSED, "listener closing", level=logging.DEBUG)
             raise
         finally:
+            self._end_authentication_deadline()
             if not write_task.done():
                 write_task.cancel()
             with contextlib.suppress(BaseException):
@@ -691,7 +790,7 @@ class _Connection:
     async def _read_loop(self) -> None:
         listener = self.listener
         reader = self.reader
-        max_bytes = listener.request_max_bytes
+        sasl = listener.security.sasl
         async with asyncio.timeout(self._idle_deadline()) as idle:
             self.idle = idle
             while True:
@@ -711,10 +810,15 @@ class _Connection:
                 (size,) = SIZE_PREFIX.unpack(prefix)
                 if size < 0:
                     raise _Close(CloseReason.INVALID_SIZE, f"negative request size {size}")
+                if sasl is not None and self.authenticator is not None and not self.authenticator.complete:
+                    # Kafka's sasl.server.max.receive.size: before authentication a frame is small.
+                    max_bytes, max_key = sasl.max_receive_bytes, "sasl.server.max.receive.size"
+                else:
+                    max_bytes, max_key = listener.request_max_bytes, "socket.request.max.bytes"
                 if size > max_bytes:
                     raise _Close(
                         CloseReason.REQUEST_TOO_LARGE,
-                        f"request size {size} exceeds socket.request.max.bytes {max_bytes}",
+                        f"request size {size} exceeds {max_key} {max_bytes}",
                     )
                 try:
                     frame = await reader.readexactly(size)
@@ -739,6 +843,12 @@ class _Connection:
             api_key, api_version = peek_api(frame)
         except MalformedFrame as e:
             raise _Close(CloseReason.MALFORMED_HEADER, str(e)) from e
+        authenticator = self.authenticator
+        if authenticator is not None:
+            try:
+                authenticator.check_request(api_key, api_name(api_key))
+            except SaslStateError as e:
+                raise _Close(CloseReason.ILLEGAL_SASL_STATE, str(e)) from e
         route = listener._routes.get((api_key, api_version))
         if route is None:
             if api_key == API_VERSIONS_KEY:
@@ -765,7 +875,27 @@ class _Connection:
             header, body = decode_request(frame, route.request_cls)
         except MalformedFrame as e:
             raise self._malformed(e, api_key, api_version) from e
-        return self.loop.create_task(self._handle(route, body, self._context(header, api_key, api_version)))
+        ctx = self._context(header, api_key, api_version)
+        if authenticator is not None and not authenticator.complete:
+            return self.loop.create_task(self._sasl(authenticator, route, body, ctx))
+        return self.loop.create_task(self._handle(route, body, ctx))
+
+    async def _sasl(self, authenticator: SaslAuthenticator, route: _Route, body: Any, ctx: RequestContext) -> bytes:
+        """A request before authentication completes: ApiVersions, SaslHandshake, SaslAuthenticate."""
+        if ctx.api_key == API_VERSIONS_KEY:
+            authenticator.note_api_versions()
+            return self._finish(ctx, await route.handler(body, ctx))
+        step: SaslStep
+        if ctx.api_key == SASL_HANDSHAKE_KEY:
+            step = authenticator.handshake(body, route.response_cls)
+        else:
+            step = await authenticator.authenticate(body, route.response_cls)
+        if step.close_reason is not None:
+            self.close_after_response = step.close_reason
+        elif authenticator.complete and authenticator.principal is not None:
+            self.principal = authenticator.principal
+            self._end_authentication_deadline()
+        return self._finish(ctx, step.response)
 
     def _context(self, header: Any, api_key: int, api_version: int) -> RequestContext:
         self.listener._count_request(api_key)
@@ -776,6 +906,7 @@ class _Connection:
             client_id=header.client_id,
             peer=self.peer,
             listener_name=self.listener.name,
+            principal=self.principal,
         )
 
     async def _handle_large(self, route: _Route, frame: bytes, api_key: int, api_version: int) -> bytes | SplicedFrame:
@@ -909,6 +1040,15 @@ class _Connection:
             finally:
                 if spliced is not None:
                     spliced.close()
+            if self.close_after_response is not None:
+                # The refusal is delivered, then the connection ends (closed, not aborted, so the
+                # transport flushes the answer first).
+                self._note_close(CloseReason.AUTHENTICATION_FAILED, self.close_after_response, level=logging.INFO)
+                self.aborted = True
+                self._drain_queue()
+                self.slots.release()
+                transport.close()
+                return
             self.in_flight -= 1
             self.slots.release()
             if self.in_flight == 0 and self.idle is not None and not self.idle.expired():
@@ -926,6 +1066,9 @@ class _Connection:
                 writer.write(part)
                 continue
             try:
+                if listener.security.ssl_context is not None:
+                    # TLS encrypts in user space: no zero-copy (as Kafka's SslTransportLayer).
+                    raise asyncio.SendfileNotAvailableError("TLS connection")
                 sent = await self.loop.sendfile(writer.transport, part.file, part.position, part.size, fallback=False)
                 mode = "sendfile"
             except asyncio.SendfileNotAvailableError:

@@ -78,6 +78,7 @@ from kraft_engine.server.controller_runtime import ControllerFatalError
 from kraft_engine.server.group_apis import GroupApis
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.listener_limits import listener_limits
+from kraft_engine.server.node_security import controller_client_security, node_listener_security, scram_lookup
 from kraft_engine.server.raft_driver import (
     RaftDriver,
     RaftFatalError,
@@ -222,7 +223,8 @@ class BrokerNode:
             return
         config = self.config
         channel = ControllerChannel(active_controller=self._active_controller,
-                                    client_id=f"broker-{config.node_id}-to-controller", request_timeout_ms=_REQUEST_TIMEOUT_MS)
+                                    client_id=f"broker-{config.node_id}-to-controller", request_timeout_ms=_REQUEST_TIMEOUT_MS,
+                                    security=controller_client_security(config))
         self._channel = channel
         self.replicas = ReplicaManager(
             node_id=config.node_id, log_dirs=self.log_dirs, config=config, channel=channel,
@@ -238,8 +240,11 @@ class BrokerNode:
         for endpoint in config.listeners:
             if endpoint.listener_name in config.controller_listener_names:
                 continue
+            security = node_listener_security(config, endpoint.listener_name,
+                                              scram_credentials=scram_lookup(lambda: self.loader.image))
             listener = Listener(
-                endpoint.listener_name, features_provider=self._features, registry=self.registry, **limits
+                endpoint.listener_name, features_provider=self._features, registry=self.registry, security=security,
+                **limits,
             )
             self._apis.register(listener)
             self.groups.register(listener)

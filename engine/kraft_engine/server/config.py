@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kraft_engine.errors import ServerError
 from kraft_engine.node_config_keys import NODE_WIRING_KEYS
+from kraft_engine.protocol.security import is_security_key
 from kraft_engine.raft.config import RaftConfig
 from kraft_engine.records.compression import COMPRESSION_LEVELS
 from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
@@ -360,7 +361,7 @@ def parse_config(properties: Mapping[str, str]) -> KafkaConfig:
     props = {k: v.strip() for k, v in properties.items()}
     values: dict[str, Any] = {
         "originals": dict(properties),
-        "unknown_keys": tuple(sorted(k for k in props if k not in _KNOWN_KEYS)),
+        "unknown_keys": tuple(sorted(k for k in props if k not in _KNOWN_KEYS and not is_security_key(k))),
     }
     for key, (field, low, high) in _INT_KEYS.items():
         if key in props:

@@ -15,6 +15,7 @@ from typing import Any
 
 from kraft_engine.errors import ServerError
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+from kraft_engine.protocol.security import ClientSecurity
 
 __all__ = ["ControllerChannel", "ControllerUnavailable"]
 
@@ -32,6 +33,7 @@ class ControllerChannel:
         active_controller: Callable[[], tuple[str, int] | None],
         client_id: str,
         request_timeout_ms: int,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._active_controller = active_controller
         self._config = ConnectionConfig(
@@ -40,6 +42,7 @@ class ControllerChannel:
             socket_connection_setup_timeout_ms=min(request_timeout_ms, 5000),
             reconnect_backoff_ms=50,
             reconnect_backoff_max_ms=1000,
+            security=security,
         )
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
 

@@ -37,6 +37,7 @@ from kio.static.primitive import i8, i32
 from prometheus_client import CollectorRegistry
 
 from kraft_engine.errors import SnapshotError
+from kraft_engine.metadata.metadata_image import MetadataImage
 from kraft_engine.protocol import Features, Listener, RequestContext
 from kraft_engine.protocol.version_bridging import bridge, bridged_handler
 from kraft_engine.raft import (
@@ -53,6 +54,7 @@ from kraft_engine.server.controller_runtime import ControllerFatalError, Control
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.listener_limits import listener_limits
 from kraft_engine.server.loop_stall import LoopStallMonitor
+from kraft_engine.server.node_security import node_listener_security, scram_lookup
 from kraft_engine.server.raft_apis import register_raft_apis
 from kraft_engine.server.raft_driver import (
     RaftDriver,
@@ -206,8 +208,11 @@ class ControllerNode:
         config = self.config
         controller_listener = config.controller_listeners[0]
         listener_name = controller_listener.listener_name
+        security = node_listener_security(config, listener_name, scram_credentials=scram_lookup(
+            lambda: MetadataImage.EMPTY if self.controller is None else self.controller.service.image))
         listener = Listener(
-            listener_name, features_provider=self._features, registry=self.registry, **listener_limits(config)
+            listener_name, features_provider=self._features, registry=self.registry, security=security,
+            **listener_limits(config),
         )
         self.listener = listener
         store = (

@@ -47,6 +47,7 @@ from kraft_engine.records.log_batch import parse_batches
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_apis import ControllerApis
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
+from kraft_engine.server.node_security import controller_client_security
 from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
 from kraft_engine.server.registration_schedule import RegistrationSchedule
 
@@ -261,7 +262,7 @@ class ControllerRuntime:
         if connection is None:
             connection = KafkaConnection(address[0], address[1], config=ConnectionConfig(
                 client_id=f"controller-registration-{self._config.node_id}", request_timeout_ms=5000,
-                socket_connection_setup_timeout_ms=2000,
+                socket_connection_setup_timeout_ms=2000, security=controller_client_security(self._config),
             ))
             self._connections[address] = connection
         try:

@@ -86,6 +86,7 @@ from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.append_only_store import AppendOnlyStore
 from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals, is_inconsistent_cluster_id
 from kraft_engine.server.config import KafkaConfig
+from kraft_engine.server.node_security import controller_client_security
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.storage.metadata_log import FileMetadataLog
 from kraft_engine.storage.quorum_state_store import FileQuorumStateStore, QuorumStateData
@@ -163,6 +164,7 @@ def raft_connection_config(config: KafkaConfig) -> ConnectionConfig:
         socket_connection_setup_timeout_ms=raft_config.request_timeout_ms,
         reconnect_backoff_ms=raft_config.retry_backoff_ms or 1,
         reconnect_backoff_max_ms=max(raft_config.retry_backoff_ms, raft_config.election_timeout_ms // 2),
+        security=controller_client_security(config),
     )
 
 

@@ -115,6 +115,7 @@ from kraft_engine.protocol import ConnectionConfig, FileRegion, KafkaConnection,
 from kraft_engine.records.batches import BatchHeader, iter_batches
 from kraft_engine.records.feature_versions import ELIGIBLE_LEADER_REPLICAS_VERSION
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
+from kraft_engine.server.node_security import inter_broker_client_security
 from kraft_engine.storage.atomic_file import atomic_replace, fsync_dir
 from kraft_engine.storage.checkpoint_file import (
     LOG_START_OFFSET_CHECKPOINT_FILE_NAME,
@@ -1438,6 +1439,7 @@ class _Fetcher:
                     socket_connection_setup_timeout_ms=5000,
                     reconnect_backoff_ms=50,
                     reconnect_backoff_max_ms=1000,
+                    security=inter_broker_client_security(config),
                 ))
             fetching = dict(self._partitions)
             request = manager.fetch_request_for(fetching.values())

@@ -1,0 +1,146 @@
+"""A cluster whose every listener is secured, with real clients: kafka-python and
+confluent-kafka (librdkafka) over mTLS, nodes authenticating each other with certificates from
+the cluster CA, and a node with a certificate from another CA refused at the handshake."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pki import CertificateAuthority
+from quorum_processes import wait_for
+from secure_cluster import SecureCluster, start_secure_cluster
+
+pytestmark = [
+    pytest.mark.process,
+    # kafka-python loads its schemas with importlib.resources' deprecated helpers
+    pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    processes = SecureCluster(root=Path(tmp_path_factory.mktemp("secure")))
+    try:
+        start_secure_cluster(processes)
+        yield processes
+    finally:
+        processes.cleanup()
+
+
+def _client_files(cluster: SecureCluster, tmp_path: Path, ca: CertificateAuthority | None = None) -> dict[str, str]:
+    issued = (ca or cluster.ca).issue("app", organization="kraftwerk")
+    cert, key = issued.write(tmp_path, "app")
+    return {"ca": str(cluster.ca.write(tmp_path)), "cert": str(cert), "key": str(key)}
+
+
+def _mtls_bootstrap(cluster: SecureCluster) -> str:
+    return cluster.broker_bootstrap()
+
+
+def test_kafka_python_over_mtls_produces_and_consumes_across_replicated_brokers(cluster, tmp_path):
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+
+    files = _client_files(cluster, tmp_path)
+    tls = {"security_protocol": "SSL", "ssl_cafile": files["ca"], "ssl_certfile": files["cert"],
+           "ssl_keyfile": files["key"], "ssl_check_hostname": True}
+    admin = KafkaAdminClient(bootstrap_servers=_mtls_bootstrap(cluster), request_timeout_ms=30000, **tls)
+    try:
+        admin.create_topics([NewTopic("mtls-orders", num_partitions=2, replication_factor=2)], timeout_ms=30000)
+    finally:
+        admin.close()
+    # Replication runs over the INTERNAL (mTLS) listener: both replicas join the ISR.
+    for partition in (0, 1):
+        cluster.wait_isr("mtls-orders", partition, {101, 102})
+    producer = KafkaProducer(bootstrap_servers=_mtls_bootstrap(cluster), acks="all", request_timeout_ms=30000, **tls)
+    try:
+        for i in range(20):
+            producer.send("mtls-orders", value=f"order-{i}".encode(), partition=i % 2).get(timeout=60)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=_mtls_bootstrap(cluster), consumer_timeout_ms=30000,
+                             auto_offset_reset="earliest", enable_auto_commit=False, **tls)
+    try:
+        consumer.assign([TopicPartition("mtls-orders", 0), TopicPartition("mtls-orders", 1)])
+        values: set[bytes] = set()
+        for message in consumer:
+            values.add(message.value)
+            if len(values) == 20:
+                break
+    finally:
+        consumer.close()
+    assert values == {f"order-{i}".encode() for i in range(20)}
+
+
+def test_librdkafka_over_mtls_produces_and_consumes(cluster, tmp_path):
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    files = _client_files(cluster, tmp_path)
+    tls = {"bootstrap.servers": _mtls_bootstrap(cluster), "security.protocol": "SSL", "ssl.ca.location": files["ca"],
+           "ssl.certificate.location": files["cert"], "ssl.key.location": files["key"]}
+    admin = AdminClient(tls)
+    for future in admin.create_topics([NewTopic("mtls-rd", 1, 2)], request_timeout=30).values():
+        future.result(timeout=60)
+    cluster.wait_isr("mtls-rd", 0, {101, 102})
+    producer = Producer({**tls, "acks": "all"})
+    errors: list[object] = []
+    for i in range(10):
+        producer.produce("mtls-rd", value=f"v{i}".encode(), partition=0,
+                         on_delivery=lambda err, _msg: errors.append(err) if err is not None else None)
+    assert producer.flush(120) == 0
+    assert errors == []
+    consumer = Consumer({**tls, "group.id": "unused", "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition("mtls-rd", 0, 0)])
+        values: list[bytes] = []
+        while True:
+            message = consumer.poll(90)
+            assert message is not None, "no record and no end of partition within 90 s"
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                break
+            values.append(message.value())
+    finally:
+        consumer.close()
+    assert values == [f"v{i}".encode() for i in range(10)]
+
+
+async def test_a_client_certificate_from_another_ca_is_refused_and_the_broker_keeps_serving(cluster, tmp_path):
+    from kafka import KafkaProducer
+
+    from kraft_engine.protocol import ConnectionConfig, ConnectionFailed, KafkaConnection
+    from kraft_engine.protocol.security import client_security
+
+    impostor = CertificateAuthority("cluster-ca").issue("app", organization="kraftwerk")
+    security = client_security({
+        "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.certificates": cluster.ca.certificate_pem,
+        "ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": impostor.chain_pem,
+        "ssl.keystore.key": impostor.key_pem})
+    host, port = cluster.broker_bootstrap([101]).split(":")
+    async with KafkaConnection(host, int(port), config=ConnectionConfig(security=security)) as connection:
+        with pytest.raises(ConnectionFailed):
+            await connection.connect(timeout_ms=3000)
+    wait_for(lambda: "SSL handshake failed" in cluster.log(101), timeout_s=60, what="the broker to log the refusal")
+    good = _client_files(cluster, tmp_path)
+    producer = KafkaProducer(bootstrap_servers=_mtls_bootstrap(cluster), security_protocol="SSL",
+                             ssl_cafile=good["ca"], ssl_certfile=good["cert"], ssl_keyfile=good["key"])
+    try:
+        producer.send("mtls-orders", value=b"still serving", partition=0).get(timeout=60)
+    finally:
+        producer.close()
+
+
+def test_a_broker_with_a_certificate_from_another_ca_never_joins(cluster):
+    cluster.rogue_ca[103] = CertificateAuthority("cluster-ca")
+    cluster.add_broker(103)
+    cluster.format(103)
+    cluster.launch(103)
+    # The controller refuses its handshake: the impostor never registers, never becomes ready.
+    wait_for(lambda: cluster.log(1).count("SSL handshake failed") >= 2, timeout_s=120,
+             what="the controller to refuse the impostor's handshakes")
+    assert not cluster.ready(103)
+    assert cluster.ready(101) and cluster.ready(102)
