@@ -1,51 +1,22 @@
-"""Fixtures for the security tests: listeners with TLS and SASL, closed after each test."""
+"""Fixtures for the security tests: the wire-layer fixtures of tests/protocol (listeners and raw
+peers that are always closed), and that directory's and tests/process's helpers on the path."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
-
+_TESTS = Path(__file__).resolve().parent.parent
 for _helpers in ("protocol", "process"):  # protocol_helpers; quorum_processes and broker_processes
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / _helpers))
+    sys.path.insert(0, str(_TESTS / _helpers))
 
-from protocol_helpers import METADATA, echo_metadata  # noqa: E402
+_spec = importlib.util.spec_from_file_location("protocol_conftest", _TESTS / "protocol" / "conftest.py")
+if _spec is None or _spec.loader is None:
+    raise ImportError("tests/protocol/conftest.py not found")
+_protocol_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_protocol_conftest)
 
-from kraft_engine.protocol import Listener  # noqa: E402
-
-
-@pytest.fixture
-async def secure_listener() -> AsyncIterator[Callable[..., Awaitable[Listener]]]:
-    """`await secure_listener(security=..., handler=...)`: a started listener serving Metadata."""
-    listeners: list[Listener] = []
-
-    async def make(*, handler: Any = echo_metadata, **kwargs: Any) -> Listener:
-        listener = Listener(**kwargs)
-        listeners.append(listener)
-        listener.register(METADATA, min_version=0, max_version=12, handler=handler)
-        await listener.start("127.0.0.1", 0)
-        return listener
-
-    yield make
-    for listener in listeners:
-        await listener.close()
-
-
-@pytest.fixture
-async def raw_peer() -> AsyncIterator[Callable[[Listener], Awaitable[Any]]]:
-    """`await raw_peer(listener)`: a RawPeer (exact bytes) closed after the test."""
-    from protocol_helpers import RawPeer
-
-    peers: list[RawPeer] = []
-
-    async def connect(listener: Listener) -> RawPeer:
-        peer = await RawPeer.connect(*listener.address)
-        peers.append(peer)
-        return peer
-
-    yield connect
-    for peer in peers:
-        await peer.close()
+# `await make_listener(security=..., handler=...)`, `await raw_peer(listener)`
+make_listener = _protocol_conftest.make_listener
+raw_peer = _protocol_conftest.raw_peer

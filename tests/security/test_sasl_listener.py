@@ -52,7 +52,7 @@ def _props(**extra: str) -> dict[str, str]:
             "connection.failed.authentication.delay.ms": "50", **extra}
 
 
-async def _listener(secure_listener: Any, credentials: dict[tuple[str, str], ScramCredential], *,
+async def _listener(make_listener: Any, credentials: dict[tuple[str, str], ScramCredential], *,
                     seen: list[str] | None = None, **extra: str) -> Any:
     async def handler(request: Any, ctx: RequestContext) -> Any:
         if seen is not None:
@@ -61,7 +61,7 @@ async def _listener(secure_listener: Any, credentials: dict[tuple[str, str], Scr
 
     security = listener_security(_props(**extra), listener_name="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT",
                                  scram_credentials=lambda mechanism, user: credentials.get((mechanism, user)))
-    return await secure_listener(name="SASL_PLAINTEXT", handler=handler, security=security)
+    return await make_listener(name="SASL_PLAINTEXT", handler=handler, security=security)
 
 
 def _client(mechanism: str, user: str, password: str) -> ClientSecurity:
@@ -79,17 +79,17 @@ async def _metadata_as(listener: Any, security: ClientSecurity) -> list[str]:
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-async def test_each_mechanism_authenticates_and_names_the_principal(secure_listener, credentials, mechanism):
+async def test_each_mechanism_authenticates_and_names_the_principal(make_listener, credentials, mechanism):
     seen: list[str] = []
-    listener = await _listener(secure_listener, credentials, seen=seen)
+    listener = await _listener(make_listener, credentials, seen=seen)
     user, password = ("carol", "carol-secret") if mechanism == "PLAIN" else ("alice", "alice-secret")
     assert await _metadata_as(listener, _client(mechanism, user, password)) == ["t"]
     assert seen == [f"User:{user}"]
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
-async def test_wrong_password_is_refused_and_the_listener_keeps_serving(secure_listener, credentials, mechanism):
-    listener = await _listener(secure_listener, credentials)
+async def test_wrong_password_is_refused_and_the_listener_keeps_serving(make_listener, credentials, mechanism):
+    listener = await _listener(make_listener, credentials)
     user = "carol" if mechanism == "PLAIN" else "alice"
     with pytest.raises(ConnectionFailed) as refused:
         await _metadata_as(listener, _client(mechanism, user, "guess"))
@@ -102,8 +102,8 @@ async def test_wrong_password_is_refused_and_the_listener_keeps_serving(secure_l
     assert await _metadata_as(listener, _client(mechanism, *good)) == ["t"]
 
 
-async def test_unenabled_mechanism_is_refused_with_the_enabled_list(secure_listener, credentials):
-    listener = await _listener(secure_listener, credentials, **{"sasl.enabled.mechanisms": "SCRAM-SHA-512"})
+async def test_unenabled_mechanism_is_refused_with_the_enabled_list(make_listener, credentials):
+    listener = await _listener(make_listener, credentials, **{"sasl.enabled.mechanisms": "SCRAM-SHA-512"})
     with pytest.raises(ConnectionFailed, match=r"UNSUPPORTED_SASL_MECHANISM.*SCRAM-SHA-512"):
         await _metadata_as(listener, _client("SCRAM-SHA-256", "alice", "alice-secret"))
 
@@ -128,8 +128,8 @@ def _authenticate(token: bytes) -> Any:
     return request_class(SASL_AUTHENTICATE_KEY, 2)(auth_bytes=token)
 
 
-async def test_wrong_and_replayed_scram_proofs_never_get_in(secure_listener, raw_peer, credentials):
-    listener = await _listener(secure_listener, credentials)
+async def test_wrong_and_replayed_scram_proofs_never_get_in(make_listener, raw_peer, credentials):
+    listener = await _listener(make_listener, credentials)
     mechanism = SCRAM_MECHANISMS["SCRAM-SHA-512"]
 
     # A genuine exchange, recorded.
@@ -177,8 +177,8 @@ async def test_wrong_and_replayed_scram_proofs_never_get_in(secure_listener, raw
     assert await _metadata_as(listener, _client("SCRAM-SHA-512", "alice", "alice-secret")) == ["t"]
 
 
-async def test_requests_before_authentication_close_the_connection(secure_listener, raw_peer, credentials):
-    listener = await _listener(secure_listener, credentials)
+async def test_requests_before_authentication_close_the_connection(make_listener, raw_peer, credentials):
+    listener = await _listener(make_listener, credentials)
     peer = await raw_peer(listener)
     await peer.send_request(metadata_request(12, ["t"]), correlation_id=1)
     assert await peer.closed_by_server()
@@ -190,8 +190,8 @@ async def test_requests_before_authentication_close_the_connection(secure_listen
     assert await _metadata_as(listener, _client("SCRAM-SHA-256", "bob", "bob-secret")) == ["t"]
 
 
-async def test_oversized_sasl_frame_is_refused_from_its_size(secure_listener, raw_peer, credentials):
-    listener = await _listener(secure_listener, credentials, **{"sasl.server.max.receive.size": "4096"})
+async def test_oversized_sasl_frame_is_refused_from_its_size(make_listener, raw_peer, credentials):
+    listener = await _listener(make_listener, credentials, **{"sasl.server.max.receive.size": "4096"})
     peer = await raw_peer(listener)
     await _handshake(peer, "PLAIN")
     # A size prefix of 64 MiB: refused before the body is read (nothing near that is ever sent).
@@ -201,8 +201,8 @@ async def test_oversized_sasl_frame_is_refused_from_its_size(secure_listener, ra
     assert await _metadata_as(listener, _client("PLAIN", "carol", "carol-secret")) == ["t"]
 
 
-async def test_a_client_that_never_authenticates_is_closed_after_the_handshake_timeout(secure_listener, raw_peer, credentials):
-    listener = await _listener(secure_listener, credentials, **{"kraftwerk.sasl.handshake.timeout.ms": "300"})
+async def test_a_client_that_never_authenticates_is_closed_after_the_handshake_timeout(make_listener, raw_peer, credentials):
+    listener = await _listener(make_listener, credentials, **{"kraftwerk.sasl.handshake.timeout.ms": "300"})
     peer = await raw_peer(listener)
     await _handshake(peer, "SCRAM-SHA-512")  # ... and then silence
     assert await asyncio.wait_for(peer.closed_by_server(), timeout=60)
@@ -217,7 +217,7 @@ async def test_a_client_that_never_authenticates_is_closed_after_the_handshake_t
     assert closes(listener, "authentication_timeout") == 1
 
 
-async def test_sasl_ssl_with_scram(secure_listener, credentials):
+async def test_sasl_ssl_with_scram(make_listener, credentials):
     ca = CertificateAuthority()
     server = ca.issue("broker")
     props = _props(**{"sasl.enabled.mechanisms": "SCRAM-SHA-512", "ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": server.chain_pem,
@@ -230,7 +230,7 @@ async def test_sasl_ssl_with_scram(secure_listener, credentials):
         seen.append(ctx.principal)
         return await echo_metadata(request, ctx)
 
-    listener = await secure_listener(name="SASL_SSL", handler=handler, security=security)
+    listener = await make_listener(name="SASL_SSL", handler=handler, security=security)
     client = client_security({
         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "ssl.truststore.type": "PEM",
         "ssl.truststore.certificates": ca.certificate_pem,

@@ -70,20 +70,20 @@ async def _metadata_over(listener: Any, security: ClientSecurity, *, timeout_ms:
         return [t.name for t in response.topics]
 
 
-async def test_mtls_client_gets_its_certificate_subject_as_principal(secure_listener, ca):
+async def test_mtls_client_gets_its_certificate_subject_as_principal(make_listener, ca):
     seen: list[str] = []
 
     async def handler(request: Any, ctx: RequestContext) -> Any:
         seen.append(ctx.principal)
         return await echo_metadata(request, ctx)
 
-    listener = await secure_listener(name="SSL", handler=handler, security=listener_security(
+    listener = await make_listener(name="SSL", handler=handler, security=listener_security(
         _server_props(ca), listener_name="SSL", security_protocol="SSL"))
     assert await _metadata_over(listener, _client(ca, ca, "alice")) == ["t"]
     assert seen == ["User:CN=alice,O=kraftwerk"]
 
 
-async def test_principal_mapping_rules_and_per_listener_overrides(secure_listener, ca):
+async def test_principal_mapping_rules_and_per_listener_overrides(make_listener, ca):
     seen: list[str] = []
 
     async def handler(request: Any, ctx: RequestContext) -> Any:
@@ -95,22 +95,22 @@ async def test_principal_mapping_rules_and_per_listener_overrides(secure_listene
         # the listener's own rules win over the bare key
         "listener.name.clients.ssl.principal.mapping.rules": r"RULE:^CN=(.*?),O=(.*)$/$1@$2/U,DEFAULT",
     })
-    listener = await secure_listener(name="CLIENTS", handler=handler, security=listener_security(
+    listener = await make_listener(name="CLIENTS", handler=handler, security=listener_security(
         props, listener_name="CLIENTS", security_protocol="SSL"))
     await _metadata_over(listener, _client(ca, ca, "bob"))
     assert seen == ["User:BOB@KRAFTWERK"]
 
 
-async def test_no_matching_mapping_rule_refuses_the_client(secure_listener, ca):
+async def test_no_matching_mapping_rule_refuses_the_client(make_listener, ca):
     props = _server_props(ca, **{"ssl.principal.mapping.rules": r"RULE:^CN=admin,.*$/admin/"})
-    listener = await secure_listener(name="SSL", security=listener_security(
+    listener = await make_listener(name="SSL", security=listener_security(
         props, listener_name="SSL", security_protocol="SSL"))
     with pytest.raises(ConnectionFailed):
         await _metadata_over(listener, _client(ca, ca, "mallory"), timeout_ms=1500)
     assert closes(listener, "authentication_failed") >= 1
 
 
-async def test_client_auth_none_is_anonymous_and_requested_accepts_no_certificate(secure_listener, ca):
+async def test_client_auth_none_is_anonymous_and_requested_accepts_no_certificate(make_listener, ca):
     seen: list[str] = []
 
     async def handler(request: Any, ctx: RequestContext) -> Any:
@@ -118,14 +118,14 @@ async def test_client_auth_none_is_anonymous_and_requested_accepts_no_certificat
         return await echo_metadata(request, ctx)
 
     for auth in ("none", "requested"):
-        listener = await secure_listener(name="SSL", handler=handler, security=listener_security(
+        listener = await make_listener(name="SSL", handler=handler, security=listener_security(
             _server_props(ca, client_auth=auth), listener_name="SSL", security_protocol="SSL"))
         assert await _metadata_over(listener, _client(ca, ca, None)) == ["t"]
     assert seen == ["User:ANONYMOUS", "User:ANONYMOUS"]
 
 
-async def test_certificate_from_another_ca_is_refused_at_the_handshake(secure_listener, ca, other_ca):
-    listener = await secure_listener(name="SSL", security=listener_security(
+async def test_certificate_from_another_ca_is_refused_at_the_handshake(make_listener, ca, other_ca):
+    listener = await make_listener(name="SSL", security=listener_security(
         _server_props(ca), listener_name="SSL", security_protocol="SSL"))
     # A client certificate from another CA (same CA name, another key): the server refuses it.
     with pytest.raises(ConnectionFailed):
@@ -143,10 +143,10 @@ async def test_certificate_from_another_ca_is_refused_at_the_handshake(secure_li
     assert await _metadata_over(listener, _client(ca, ca, "alice")) == ["t"]
 
 
-async def test_plaintext_to_a_tls_port_is_closed_and_the_listener_keeps_serving(secure_listener, ca):
+async def test_plaintext_to_a_tls_port_is_closed_and_the_listener_keeps_serving(make_listener, ca):
     from kraft_engine.protocol.framing import encode_request
 
-    listener = await secure_listener(name="SSL", security=listener_security(
+    listener = await make_listener(name="SSL", security=listener_security(
         _server_props(ca), listener_name="SSL", security_protocol="SSL"))
     reader, writer = await asyncio.open_connection(*listener.address)
     writer.write(encode_request(metadata_request(12, ["t"]), correlation_id=1, client_id="plain"))
@@ -159,7 +159,7 @@ async def test_plaintext_to_a_tls_port_is_closed_and_the_listener_keeps_serving(
     assert await _metadata_over(listener, _client(ca, ca, "alice")) == ["t"]
 
 
-async def test_keystore_files_pem_and_pkcs12(secure_listener, ca, tmp_path: Path):
+async def test_keystore_files_pem_and_pkcs12(make_listener, ca, tmp_path: Path):
     server = ca.issue("broker-0")
     pem_store = server.keystore_pem(tmp_path, "server")
     p12 = server.pkcs12(tmp_path, "server", "store-pass")
@@ -168,7 +168,7 @@ async def test_keystore_files_pem_and_pkcs12(secure_listener, ca, tmp_path: Path
         {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pem_store)},
         {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(p12), "ssl.keystore.password": "store-pass"},
     ):
-        listener = await secure_listener(name="SSL", security=listener_security(
+        listener = await make_listener(name="SSL", security=listener_security(
             props, listener_name="SSL", security_protocol="SSL"))
         trust = client_security({"security.protocol": "SSL", "ssl.truststore.type": "PEM",
                                  "ssl.truststore.location": str(ca_file)})
