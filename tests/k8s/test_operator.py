@@ -457,34 +457,35 @@ def test_apache_kafka_brokers_on_engine_controllers_reach_ready_serve_clients_an
         kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
 
 
-def test_a_controller_pool_on_apache_kafka_is_refused_by_name(kube: Kube, operator_ns: str) -> None:
-    """Kafka's controller has no raft readiness to gate its pod on (it listens before its quorum has
-    a leader), so the Kubernetes runtime refuses it: a Degraded condition and a Warning Event naming
-    the pool, and no pod."""
+def test_apache_kafka_controllers_are_ready_from_raft(kube: Kube, operator_ns: str) -> None:
+    """Three Apache Kafka 4.1 controllers under the operator: formatted by Kafka's StorageTool with
+    the initial controllers, their pods Ready through the exec probe that asks raft (DescribeQuorum
+    of the leader), not a port; the quorum in status is Kafka's."""
     ns = operator_ns
     doc = _controllers_only_example()
-    doc["metadata"]["name"] = "kafka-controllers"
+    name = "kafka-controllers"
+    doc["metadata"]["name"] = name
     doc["spec"]["nodePools"][0]["implementation"] = "apache-kafka"
     _apply(kube, ns, doc)
     try:
-        def refused() -> dict[str, Any] | None:
-            resource = kube.json("-n", ns, "get", "kc", "kafka-controllers")
-            degraded = _condition(resource, "Degraded")
-            if degraded and degraded["status"] == "True" and degraded["reason"] == "ActionFailed":
-                return degraded
-            return None
-
-        degraded = _wait("Degraded ActionFailed for the controller pool", refused, timeout_s=300, every_s=2)
-        assert "pool controllers" in degraded["message"] and "apache-kafka" in degraded["message"], degraded
-        pods = kube.json("-n", ns, "get", "pods", "-l", "kraftwerk.io/cluster=kafka-controllers")
-        assert pods["items"] == []
-        events = kube.json("-n", ns, "get", "events", "--field-selector",
-                           "involvedObject.name=kafka-controllers,reason=ActionFailed")["items"]
-        assert events and events[0]["type"] == "Warning"
+        status = _wait_ready(kube, ns, name)["status"]
+        assert status["controllers"] == "3/3", status
+        quorum = status["quorum"]
+        assert quorum["leaderId"] in {0, 1, 2} and sorted(v["id"] for v in quorum["voters"]) == [0, 1, 2], quorum
+        assert all(n["version"] == "kafka 4.1.0" and n["implementation"] == "apache-kafka" for n in status["nodes"])
+        pods = kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name},app.kubernetes.io/component=controller")
+        assert len(pods["items"]) == 3
+        for pod in pods["items"]:
+            container = pod["spec"]["containers"][0]
+            assert container["command"][0] == "java" and "kafka.Kafka" in container["command"], container["command"]
+            probe = container["readinessProbe"]["exec"]["command"]
+            assert probe[:3] == ["python3", "-m", "kraft_operator.runtime.controller_probe"], probe
+            # the probe's own answer, run as the kubelet runs it
+            answer = kube.kubectl("-n", ns, "exec", pod["metadata"]["name"], "--", *probe).stdout
+            assert answer.startswith("ready: node ") and ("leads epoch" in answer or "caught up with leader" in answer), answer
     finally:
-        kube.kubectl("-n", ns, "delete", "kc", "kafka-controllers", "--wait=true", "--timeout=180s", check=False)
-        kube.kubectl("-n", ns, "delete", "pvc", "-l", "kraftwerk.io/cluster=kafka-controllers", "--wait=false",
-                     check=False)
+        kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=180s", check=False)
+        kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
 
 
 def test_operator_metrics_are_served(kube: Kube, operator_ns: str) -> None:

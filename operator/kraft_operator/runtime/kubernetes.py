@@ -25,13 +25,14 @@ the pods:
   through `kraft_operator.runtime.format_job`, which reports each directory's id in the container's
   termination message. Once the node starts, those ids are also written on its PVCs, so the facts
   survive the Job's pod;
-- a broker pool with `implementation: apache-kafka` runs Apache Kafka's own broker from the jars the
-  image carries (`kafka.Kafka` with the same rendered server.properties; its format Job runs Kafka's
-  StorageTool). Kafka has no /readyz: the pod is Ready once its first listener accepts connections,
-  which Kafka's broker opens only after it has caught up with the metadata log and the controller
-  has acknowledged it (`BrokerServer` enables its acceptors after the initial catch-up). A Kafka
-  controller has no such signal (it listens before the quorum has a leader), so a controller pool on
-  Kafka is refused here: a controller pod must be Ready from raft, never from a port.
+- a pool with `implementation: apache-kafka` runs Apache Kafka's own node from the jars the image
+  carries (`kafka.Kafka` with the same rendered server.properties; its format Job runs Kafka's
+  StorageTool). Kafka has no /readyz. A broker's pod is Ready once its first listener accepts
+  connections, which Kafka's broker opens only after it has caught up with the metadata log and the
+  controller has acknowledged it (`BrokerServer` enables its acceptors after the initial catch-up).
+  A controller listens before its quorum has a leader, so a port says nothing: its pod (a combined
+  node's too) runs `kraft_operator.runtime.controller_probe`, which asks raft (DescribeQuorum of the
+  leader) whether the node leads or is caught up.
 
 Every object carries the recommended `app.kubernetes.io/*` labels plus `kraftwerk.io/cluster`,
 `kraftwerk.io/pool` and `kraftwerk.io/node-id`. The client is the official `kubernetes` package; its
@@ -338,14 +339,6 @@ class KubernetesRuntime:
     # --- apply ---------------------------------------------------------------------------------
 
     async def apply(self, cluster: KRaftCluster, action: Action) -> None:
-        pool = next((p for p in cluster.spec.node_pools if p.name == action.node.pool), None)
-        if (action.implementation is Implementation.APACHE_KAFKA and pool is not None
-                and Role.CONTROLLER in pool.roles):
-            raise RuntimeActionError(
-                f"node {action.node.node_id} (pool {action.node.pool}): the Kubernetes runtime runs Apache Kafka "
-                f"brokers only; a controller on implementation {action.implementation.value} has no raft readiness "
-                "to gate its pod on (it runs on the local runtime)"
-            )
         await self._ensure_cluster_objects(cluster)
         if isinstance(action, WriteConfig):
             await self._write_config(cluster, action)
@@ -550,7 +543,15 @@ class KubernetesRuntime:
             if Role.BROKER in pool.roles:
                 ports += [{"name": ln.name.lower().replace("_", "-")[:15], "containerPort": ln.port}
                           for ln in cluster.spec.listeners]
-            if pool.implementation is Implementation.APACHE_KAFKA:
+            if pool.implementation is Implementation.APACHE_KAFKA and Role.CONTROLLER in pool.roles:
+                # asked of raft (module docstring); a Python process per probe: generous period and
+                # timeout on a loaded node. No liveness probe (a Kafka node has no /healthz).
+                container["ports"] = ports
+                container["readinessProbe"] = {
+                    "exec": {"command": ["python3", "-m", "kraft_operator.runtime.controller_probe",
+                                         "--config", CONFIG_PATH]},
+                    "initialDelaySeconds": 5, "periodSeconds": 10, "timeoutSeconds": 30, "failureThreshold": 3}
+            elif pool.implementation is Implementation.APACHE_KAFKA:
                 # Kafka's broker opens its listeners once caught up and acknowledged (module docstring);
                 # no liveness probe: a long log recovery keeps them closed and must not be killed
                 container["ports"] = ports
