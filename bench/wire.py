@@ -4,8 +4,11 @@ For each case — the largest request each admin api accepts, and the oversized 
 reported — the script sends the request to the active controller and meanwhile probes the same
 controller on a second connection with an ApiVersions every 5 ms. The longest probe round trip is
 what a raft Fetch or a broker heartbeat arriving then would have waited (the fetch timeout is
-2000 ms). It also reports how long the request took, its outcome, and whether the leader or epoch
-moved. Prints figures; asserts nothing.
+2000 ms). The request is encoded before the probe starts and its answer decoded after it stops,
+so "took" and the probe exclude the client's own encoding. It also reports how long the request
+took, its outcome, whether the leader or epoch moved, and (ours) "loop max": the longest stall
+our controllers' own event-loop monitors (`server/loop_stall.py`, 10 ms timer) saw since they
+started, so the case that raised it shows. Prints figures; asserts nothing.
 
     .venv/bin/python bench/wire.py                       # starts a 3-controller quorum of ours
     .venv/bin/python bench/wire.py --system kafka        # the same with Apache Kafka 4.1's controllers
@@ -42,7 +45,8 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from kraft_engine.admin.controller_admin import ControllerAdmin
 from kraft_engine.kafka_uuid import ZERO_UUID
-from kraft_engine.protocol import KafkaConnection, request_class
+from kraft_engine.protocol import KafkaConnection, request_class, response_class
+from kraft_engine.protocol.framing import decode_response, encode_request
 
 TIMEOUT = i32Timedelta.parse(timedelta(seconds=120))
 _PROBE_INTERVAL_S = 0.005
@@ -105,23 +109,24 @@ def _outcome(response: Any) -> str:
     return ", ".join(f"{n} x{c}" for n, c in sorted(codes.items()))
 
 
-async def _raw(host: str, port: int, frame: bytes) -> str:
-    """Send a frame we built by hand; the answer's size, or how the connection ended."""
+async def _exchange(host: str, port: int, frame: bytes) -> bytes | None:
+    """Send a ready frame on a connection of its own; the answer's frame (without its size
+    prefix), or None when the connection was closed instead."""
     reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(frame)
         await writer.drain()
         try:
             size = struct.unpack(">i", await reader.readexactly(4))[0]
-            await reader.readexactly(size)
-            return f"answered ({size} bytes)"
+            return await reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError):
-            return "connection closed"
+            return None
     finally:
         writer.close()
 
 
-Case = tuple[str, Callable[[KafkaConnection], Awaitable[str]], bool]
+Case = tuple[str, Callable[[], Any], bool]
+"""(name, build: a kio request or a ready request frame, needs registered brokers)."""
 
 
 def _topics(names: list[str], partitions: int, *, configs: int = 0) -> CreateTopicsRequest:
@@ -133,77 +138,92 @@ def _topics(names: list[str], partitions: int, *, configs: int = 0) -> CreateTop
     ) for n in names), timeout=TIMEOUT, validate_only=False)
 
 
-def _cases(host: str, port: int, *, big_frame_mib: int) -> list[Case]:
-    async def send(connection: KafkaConnection, request: Any) -> str:
-        return _outcome(await connection.send(request, timeout_ms=600_000))
+def _many_deletes_frame(size_mib: int) -> bytes:
+    # DeleteTopics v6 whose topics array fills the frame: 25-byte items (a distinct 7-character
+    # name, zero id, no tags), built as bytes because encoding millions of entities would take
+    # minutes.
+    tail = b"\x00" * 16 + b"\x00"
+    count = size_mib * 1024 * 1024 // 25
+    items = b"".join(b"\x08" + f"{i:07x}".encode() + tail for i in range(count))
+    varint = bytearray()
+    value = count + 1
+    while value >= 0x80:
+        varint.append((value & 0x7F) | 0x80)
+        value >>= 7
+    varint.append(value)
+    header = struct.pack(">hhih", 20, 6, 1, 5) + b"bench" + b"\x00"
+    body = bytes(varint) + items + struct.pack(">i", 30000) + b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
 
-    def many_deletes_frame(size_mib: int) -> bytes:
-        # DeleteTopics v6 whose topics array fills the frame: 25-byte items (a distinct 7-character
-        # name, zero id, no tags), built as bytes because encoding millions of entities would take
-        # minutes.
-        tail = b"\x00" * 16 + b"\x00"
-        count = size_mib * 1024 * 1024 // 25
-        items = b"".join(b"\x08" + f"{i:07x}".encode() + tail for i in range(count))
-        varint = bytearray()
-        value = count + 1
-        while value >= 0x80:
-            varint.append((value & 0x7F) | 0x80)
-            value >>= 7
-        varint.append(value)
-        header = struct.pack(">hhih", 20, 6, 1, 5) + b"bench" + b"\x00"
-        body = bytes(varint) + items + struct.pack(">i", 30000) + b"\x00"
-        return struct.pack(">i", len(header) + len(body)) + header + body
 
+def _cases(*, big_frame_mib: int) -> list[Case]:
     return [
         ("CreateTopics 5,000 topics x 1 partition (accepted: 10,000 records)",
-         lambda c: send(c, _topics([f"w5k-{i}" for i in range(5000)], 1)), True),
+         lambda: _topics([f"w5k-{i}" for i in range(5000)], 1), True),
         ("CreateTopics 1 topic x 9,999 partitions (accepted: 10,000 records)",
-         lambda c: send(c, _topics(["w-wide"], 9999)), True),
+         lambda: _topics(["w-wide"], 9999), True),
         ("CreatePartitions 1 -> 10,000 (accepted: 9,999 records)",
-         lambda c: send(c, CreatePartitionsRequest(topics=(CreatePartitionsTopic(
-             name=TopicName("w5k-0"), count=i32(10_000), assignments=None),), timeout=TIMEOUT, validate_only=False)),
+         lambda: CreatePartitionsRequest(topics=(CreatePartitionsTopic(
+             name=TopicName("w5k-0"), count=i32(10_000), assignments=None),), timeout=TIMEOUT, validate_only=False),
          True),
         ("IncrementalAlterConfigs 10,000 topic resources",
-         lambda c: send(c, iac.IncrementalAlterConfigsRequest(resources=tuple(iac.AlterConfigsResource(
+         lambda: iac.IncrementalAlterConfigsRequest(resources=tuple(iac.AlterConfigsResource(
              resource_type=i8(2), resource_name=f"w5k-{i % 5000}-x{i}", configs=(iac.AlterableConfig(
                  name="retention.ms", config_operation=i8(0), value="1000"),)) for i in range(10_000)),
-             validate_only=False)), False),
+             validate_only=False), False),
         ("DeleteTopics 5,000 topics (accepted)",
-         lambda c: send(c, DeleteTopicsRequest(topics=tuple(DeleteTopicState(name=TopicName(f"w5k-{i}"),
-                                                                             topic_id=ZERO_UUID)
-                                                            for i in range(5000)), timeout=TIMEOUT)), True),
+         lambda: DeleteTopicsRequest(topics=tuple(DeleteTopicState(name=TopicName(f"w5k-{i}"), topic_id=ZERO_UUID)
+                                                  for i in range(5000)), timeout=TIMEOUT), True),
         ("CreateTopics 100,000 topics (refused; issue: 3.0 s, leader lost)",
-         lambda c: send(c, _topics([f"w100k-{i}" for i in range(100_000)], 1)), False),
+         lambda: _topics([f"w100k-{i}" for i in range(100_000)], 1), False),
         ("CreateTopics 1 topic x 1,000,000 partitions (refused; issue: 8.1 s, +431 MiB)",
-         lambda c: send(c, _topics(["w-million"], 1_000_000)), False),
+         lambda: _topics(["w-million"], 1_000_000), False),
         (f"DeleteTopics frame of {big_frame_mib} MiB ({big_frame_mib * 1024 * 1024 // 25:,} topics, refused)",
-         lambda c: _raw(host, port, many_deletes_frame(big_frame_mib)), False),
+         lambda: _many_deletes_frame(big_frame_mib), False),
     ]
 
 
 async def run_cases(host: str, active: Callable[[], Awaitable[int]], *, with_brokers: bool,
-                    big_frame_mib: int, only: str = "") -> None:
-    """Each case against the controller that is active when it starts (`active()` is its port)."""
-    print(f"{'case':<78} {'took ms':>9} {'probe max ms':>13}  leader/epoch      outcome")
-    for index in range(len(_cases(host, 0, big_frame_mib=big_frame_mib))):
-        port = await active()
-        name, action, needs_brokers = _cases(host, port, big_frame_mib=big_frame_mib)[index]
+                    big_frame_mib: int, only: str = "", node_stall: Callable[[], float | None] = lambda: None) -> None:
+    """Each case against the controller that is active when it starts (`active()` is its port).
+    `node_stall()`: the longest stall our controllers' own event-loop monitors saw since they
+    started (None for Kafka's); printed after each case, so the case that raised it shows.
+
+    A case's request is encoded before the probe starts and its answer decoded after the probe
+    stops: the probe shares this process's event loop, so client-side work during the exchange
+    would count as the controller's stall."""
+    print(f"{'case':<78} {'took ms':>9} {'probe max ms':>13} {'loop max ms':>12}  leader/epoch      outcome")
+    for name, build, needs_brokers in _cases(big_frame_mib=big_frame_mib):
         if (needs_brokers and not with_brokers) or only not in name:
             continue
+        request = build()
+        frame = request if isinstance(request, bytes) else encode_request(request, correlation_id=1, client_id="bench")
+        port = await active()
         before = await _leader(host, port)
-        async with KafkaConnection(host, port) as connection:
-            await connection.connect()
-            async with Probe(host, port) as probe:
-                started = time.perf_counter()
-                try:
-                    outcome = await action(connection)
-                except Exception as e:
-                    outcome = f"{type(e).__name__}: {e}"
-                took_ms = (time.perf_counter() - started) * 1000
-                await asyncio.sleep(0.05)
+        answer: bytes | None = None
+        failure = ""
+        async with Probe(host, port) as probe:
+            started = time.perf_counter()
+            try:
+                answer = await _exchange(host, port, frame)
+            except Exception as e:
+                failure = f"{type(e).__name__}: {e}"
+            took_ms = (time.perf_counter() - started) * 1000
+            await asyncio.sleep(0.05)
         after = await _leader(host, port)
+        if failure:
+            outcome = failure
+        elif answer is None:
+            outcome = "connection closed"
+        elif isinstance(request, bytes):
+            outcome = f"answered ({len(answer) + 4} bytes)"
+        else:
+            outcome = _outcome(decode_response(answer, response_class(request.__api_key__, request.__version__)))
         moved = "same" if after == before else f"{before} -> {after}"
-        print(f"{name:<78} {took_ms:>9.0f} {probe.longest_ms:>13.1f}  {moved:<16}  {outcome[:60]}", flush=True)
+        stall = await asyncio.to_thread(node_stall)
+        loop_max = "-" if stall is None else f"{stall:.1f}"
+        print(f"{name:<78} {took_ms:>9.0f} {probe.longest_ms:>13.1f} {loop_max:>12}  {moved:<16}  {outcome[:60]}",
+              flush=True)
 
 
 async def _with_quorum(system: Quorum, *, big_frame_mib: int, only: str) -> None:
@@ -225,7 +245,8 @@ async def _with_quorum(system: Quorum, *, big_frame_mib: int, only: str) -> None
             await brokers.start()
             try:
                 print(f"--- {system.name}: 3 controllers, 3 brokers played over the protocol", flush=True)
-                await run_cases(HOST, active, with_brokers=True, big_frame_mib=big_frame_mib, only=only)
+                await run_cases(HOST, active, with_brokers=True, big_frame_mib=big_frame_mib, only=only,
+                                node_stall=system.raft_stall_ms)
             finally:
                 await brokers.close()
     finally:

@@ -8,6 +8,7 @@ connection over `max.connections.per.ip` right after accepting it, and stops acc
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 import struct
@@ -229,6 +230,70 @@ async def test_large_frames_are_decoded_stepwise_and_answered(make_listener, raw
     assert listener.registry.get_sample_value(
         "kafka_network_malformed_requests_total", {"listener": listener.name, "request": "Metadata"}
     ) == 1
+
+
+async def test_a_large_request_is_kept_out_of_the_collectors_walks_until_answered(make_listener, raw_peer):
+    """While a large request is handled, what its decode allocated sits in the collector's
+    permanent generation (no full collection walks it); once answered it is handed back."""
+    parked_at_handler: list[int] = []
+
+    async def record(request: Any, ctx: RequestContext) -> Any:
+        parked_at_handler.append(gc.get_freeze_count())
+        return metadata_response(ctx, [t.name for t in request.topics])
+
+    listener = await make_listener(handler=record, large_frame_bytes=1024)
+    peer = await raw_peer(listener)
+    names = [f"topic-{i}" for i in range(3000)]
+    await peer.send_request(metadata_request(12, names), correlation_id=1)
+    response = decode_response(await peer.read_frame(), response_class(METADATA, 12))
+    assert [t.name for t in response.topics] == names
+    assert parked_at_handler[0] >= len(names)  # at least the request's 3,000 topics were parked
+    # The request was answered, so nothing stays parked (the writer may still be finishing).
+    async with asyncio.timeout(30):
+        while gc.get_freeze_count() != 0:
+            await asyncio.sleep(0.05)
+    # A small request parks nothing.
+    await peer.send_request(metadata_request(12, ["one"]), correlation_id=2)
+    await peer.read_frame()
+    assert parked_at_handler[1] == 0
+
+
+async def test_a_large_response_to_a_client_that_never_reads_is_buffered_a_chunk_at_a_time(make_listener):
+    async def huge(request: Any, ctx: RequestContext) -> Any:
+        # ~10 MB: more than the kernel's largest send buffer here (4 MiB) and the client's 4 KiB.
+        return metadata_response(ctx, [f"{i:06d}-" + "y" * 240 for i in range(40_000)])
+
+    listener = await make_listener(handler=huge)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, listener.address)
+        await loop.sock_sendall(sock, encode_request(metadata_request(12, []), correlation_id=1, client_id="slow"))
+        # Wait until the answer is being sent, then until the sockets took all they will.
+        async with asyncio.timeout(120):
+            while listener.buffered_response_bytes() == 0:
+                await asyncio.sleep(0.05)
+        buffered = await _until_stable(listener.buffered_response_bytes)
+        # The transport holds at most one 256 KiB chunk of the ~10 MB answer, not the answer.
+        assert 0 < buffered <= 256 * 1024
+        # Read it all: the answer arrives whole and in order.
+        size = struct.unpack(">i", await _recv_exactly(loop, sock, 4))[0]
+        response = decode_response(await _recv_exactly(loop, sock, size), response_class(METADATA, 12))
+        assert [t.name[:6] for t in response.topics] == [f"{i:06d}" for i in range(40_000)]
+    finally:
+        sock.close()
+
+
+async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = await loop.sock_recv(sock, min(size - len(data), 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {size} bytes")
+        data += chunk
+    return bytes(data)
 
 
 def _envelope(inner: bytes, principal: bytes | None, *, correlation_id: int) -> bytes:

@@ -24,13 +24,14 @@ from typing import Any
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.static.primitive import i32
 
-from kraft_engine.protocol.bounds_checking import check_entity_bounds, entity_arrays
+from kraft_engine.protocol.bounds_checking import ArrayExtent, check_entity_bounds, entity_arrays
 from kraft_engine.protocol.entities import API_VERSIONS_KEY, reader_for, writer_for
 from kraft_engine.protocol.errors import MalformedFrame
 
 __all__ = [
     "SIZE_PREFIX",
     "check_request",
+    "check_request_arrays",
     "decode_request",
     "decode_request_stepwise",
     "decode_response",
@@ -153,6 +154,14 @@ def check_request(frame: bytes | memoryview, request_cls: type[Any]) -> int:
     return header_end
 
 
+def check_request_arrays(frame: bytes | memoryview, request_cls: type[Any]) -> list[ArrayExtent]:
+    """`check_request`, then where the body's top-level arrays of entities lie, for
+    `decode_request_stepwise`. Both walks visit every item in Python, so the listener runs this
+    for a large frame in a worker thread, away from the event loop."""
+    header_end = check_request(frame, request_cls)
+    return entity_arrays(request_cls, frame, header_end)
+
+
 def decode_request(frame: bytes | memoryview, request_cls: type[Any], *, checked: bool = False) -> tuple[Any, Any]:
     """(header, body) of a request frame whose api key and version select `request_cls`; bytes
     after the body are ignored (`check_request`). Raises MalformedFrame with the reason. `checked`: the
@@ -170,14 +179,14 @@ def decode_request(frame: bytes | memoryview, request_cls: type[Any], *, checked
 
 
 def decode_request_stepwise(
-    frame: bytes | memoryview, request_cls: type[Any], *, items_per_step: int
+    frame: bytes | memoryview, request_cls: type[Any], *, arrays: list[ArrayExtent], items_per_step: int
 ) -> Generator[None, None, tuple[Any, Any]]:
-    """`decode_request` of a frame that already passed `check_request`, yielding after every
-    `items_per_step` items of each large top-level array; the (header, body) is the generator's
-    return value. The arrays are read with kio's item reader, the rest of the body with kio's
-    reader over a copy in which those arrays are empty."""
+    """`decode_request` of a frame whose `arrays` `check_request_arrays` found, yielding after
+    every `items_per_step` items of each large top-level array; the (header, body) is the
+    generator's return value. The arrays are read with kio's item reader, the rest of the body
+    with kio's reader over a copy in which those arrays are empty."""
     header, offset = _read_header(frame, request_cls)
-    large = [a for a in entity_arrays(request_cls, frame, offset) if a.count > items_per_step]
+    large = [a for a in arrays if a.count > items_per_step]
     if not large:
         return decode_request(frame, request_cls, checked=True)
     empty = b"\x01" if request_cls.__flexible__ else b"\0\0\0\0"

@@ -87,7 +87,7 @@ from kraft_engine.protocol.features import NO_FEATURES, FeaturesProvider
 from kraft_engine.protocol.file_regions import FileRegion, SplicedFrame, SplicedResponse
 from kraft_engine.protocol.framing import (
     SIZE_PREFIX,
-    check_request,
+    check_request_arrays,
     decode_request,
     decode_request_stepwise,
     encode_response,
@@ -95,6 +95,7 @@ from kraft_engine.protocol.framing import (
     peek_api,
     peek_correlation_id,
 )
+from kraft_engine.protocol.large_requests import disown, large_request, park, release
 from kraft_engine.protocol.metrics import ListenerMetrics, metrics_for
 from kraft_engine.protocol.principal_mapping import NoMatchingRule, subject_name
 from kraft_engine.protocol.sasl import (
@@ -125,6 +126,8 @@ DEFAULT_LARGE_FRAME_BYTES = 256 * 1024
 ENVELOPE_KEY = 58
 _ITEMS_PER_STEP = 500
 _LARGE_RESPONSE_ITEMS = 1000
+_WRITE_CHUNK_BYTES = 256 * 1024
+"""Responses above this are written a chunk at a time (`_Connection._send_in_chunks`)."""
 _ACCEPT_BACKLOG = 100
 
 
@@ -910,21 +913,30 @@ class _Connection:
         )
 
     async def _handle_large(self, route: _Route, frame: bytes, api_key: int, api_version: int) -> bytes | SplicedFrame:
-        """A large frame: bounds-checked in a worker thread (pure Python, so the loop keeps its
-        turns), then read by kio item by item, yielding between steps."""
-        try:
-            await asyncio.to_thread(check_request, frame, route.request_cls)
-            steps = decode_request_stepwise(frame, route.request_cls, items_per_step=_ITEMS_PER_STEP)
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    header, body = done.value
-                    break
-                await asyncio.sleep(0)
-        except MalformedFrame as e:
-            raise self._malformed(e, api_key, api_version) from e
-        return await self._handle(route, body, self._context(header, api_key, api_version), large=True)
+        """A large frame: bounds-checked and its arrays found in a worker thread (pure Python
+        walks over every item, so the loop keeps its turns), then read by kio item by item,
+        yielding between steps. Until its response is encoded, what it allocated is kept out of
+        the garbage collector's walks, and it is freed in a worker thread (`large_requests`)."""
+        with large_request():
+            try:
+                arrays = await asyncio.to_thread(check_request_arrays, frame, route.request_cls)
+                steps = decode_request_stepwise(frame, route.request_cls, arrays=arrays, items_per_step=_ITEMS_PER_STEP)
+                while True:
+                    try:
+                        next(steps)
+                    except StopIteration as done:
+                        header, body = done.value
+                        break
+                    park()  # the items read so far are out of the collector's walks (large_requests)
+                    await asyncio.sleep(0)
+            except MalformedFrame as e:
+                raise self._malformed(e, api_key, api_version) from e
+            answer = await self._handle(route, body, self._context(header, api_key, api_version), large=True)
+            # This frame holds the request's last reference: its items are freed in a worker.
+            parts = disown(body)
+            del body
+            await asyncio.to_thread(release, parts)
+            return answer
 
     async def _handle(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool = False) -> bytes | SplicedFrame:
         started = time.monotonic()
@@ -953,8 +965,10 @@ class _Connection:
             )
         if large or _response_items(response) > _LARGE_RESPONSE_ITEMS:
             # Counting error codes and kio's writer are Python: in a worker thread the loop still
-            # gets its turn every switch interval.
-            return await asyncio.to_thread(self._finish, ctx, response)
+            # gets its turn every switch interval. The worker also frees the response.
+            owned = [response]
+            del response
+            return await asyncio.to_thread(self._finish_owned, ctx, owned)
         return self._finish(ctx, response)
 
     def _finish_spliced(self, route: _Route, ctx: RequestContext, response: SplicedResponse) -> bytes | SplicedFrame:
@@ -970,6 +984,17 @@ class _Connection:
             return self._finish(ctx, response.materialize())
         self.listener._count_errors(ctx.api_key, built)
         return frame
+
+    def _finish_owned(self, ctx: RequestContext, owned: list[Any]) -> bytes:
+        """`_finish` of the response in `owned`, which holds its only reference: once encoded, its
+        items are freed here, a slice at a time (`large_requests.release`), not on the loop."""
+        response = owned.pop()
+        try:
+            return self._finish(ctx, response)
+        finally:
+            parts = disown(response)
+            del response
+            release(parts)
 
     def _finish(self, ctx: RequestContext, response: Any) -> bytes:
         self.listener._count_errors(ctx.api_key, response)
@@ -1009,12 +1034,15 @@ class _Connection:
                     spliced.close()
                 self._abort()
                 return
-            if spliced is None and frame:  # b"": a request answered with NO_RESPONSE keeps its place and frees its slot
+            large = spliced is None and len(frame) > _WRITE_CHUNK_BYTES
+            if spliced is None and frame and not large:  # b"": a request answered with NO_RESPONSE keeps its place and frees its slot
                 writer.write(frame)
             try:
                 if spliced is not None:
                     async with asyncio.timeout(self.idle_s):
                         await self._send_spliced(spliced)
+                elif large:
+                    await self._send_in_chunks(frame)
                 if transport.get_write_buffer_size():
                     # A peer that stops reading would stall us here forever, with its request in
                     # flight so the read side's idle timer is off. Kafka closes such a connection
@@ -1054,6 +1082,19 @@ class _Connection:
             if self.in_flight == 0 and self.idle is not None and not self.idle.expired():
                 with contextlib.suppress(RuntimeError):
                     self.idle.reschedule(self._idle_deadline())
+
+    async def _send_in_chunks(self, frame: bytes) -> None:
+        """Write a large frame a chunk at a time, each once the socket took the one before: the
+        transport then copies at most one chunk into its buffer (a 67 MB answer written whole was
+        copied there in one call of ~0.5 s on the loop). A peer that takes no chunk for
+        connections.max.idle.ms is closed as idle."""
+        writer = self.writer
+        view = memoryview(frame)
+        for start in range(0, len(view), _WRITE_CHUNK_BYTES):
+            writer.write(view[start:start + _WRITE_CHUNK_BYTES])
+            if writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(self.idle_s):
+                    await writer.drain()
 
     async def _send_spliced(self, frame: SplicedFrame) -> None:
         """Write a spliced frame: its bytes, and each file region with the kernel's sendfile
