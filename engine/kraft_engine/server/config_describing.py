@@ -17,10 +17,16 @@ values and synonym chains, so the chains follow Kafka's rules exactly:
   dynamic-default synonym. A broker resource naming another broker is INVALID_REQUEST with Kafka's
   message; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
 
-A broker's full listing (`--all`) holds the keys this broker knows: its server.properties, the
-dynamic keys, and the broker keys behind topic configs; Kafka's lists every KafkaConfig key with
-its default (about 300), which this engine does not carry. Every broker key is read-only except
-those topic-config synonyms (Kafka marks the keys its DynamicBrokerConfig can change).
+A broker's full listing (`--all`) holds every key Kafka 4.1's KafkaConfig lists (316, with their
+types and defaults as Kafka renders them, from the generated `kafka_broker_configs`; Kafka's
+internal keys left out as Kafka leaves them out), this broker's server.properties and the dynamic
+keys, each with the value in force (DynamicBrokerConfig's: a dynamic key drops its synonyms from
+the static file, so a dynamic `log.retention.ms` shows `log.retention.hours` at its default while
+its chain still lists the static value, exactly as Kafka prints it) and its chain; a key is read-only unless Kafka's
+DynamicBrokerConfig can change it, and PASSWORD keys are sensitive with no value, as Kafka's.
+`broker.id` is this node's id from its server.properties, as Kafka's KRaft config sets it. Many of
+those keys name features this engine does not have (SSL, SASL, quotas, tiered storage, share
+groups, ...): they are listed with the value Kafka would show, and the engine does not act on them.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from kraft_engine.errors import ServerError
 from kraft_engine.metadata import MetadataImage
 from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
 from kraft_engine.protocol import RequestContext, make_entity
+from kraft_engine.server.kafka_broker_configs import KAFKA_BROKER_CONFIGS
 
 __all__ = ["BrokerConfigDescriber", "kafka_broker_synonyms"]
 
@@ -72,6 +79,9 @@ def kafka_broker_synonyms(name: str) -> tuple[str, ...]:
 
 
 def _kafka_default(name: str) -> str | None:
+    known = KAFKA_BROKER_CONFIGS.get(name)
+    if known is not None:
+        return known.default
     if name in _NULL_DEFAULTS:
         return None
     if name in _GROUP_DEFAULTS:
@@ -96,6 +106,8 @@ class BrokerConfigDescriber:
     def __init__(self, *, node_id: int, static_config: Mapping[str, str], image: Callable[[], MetadataImage]) -> None:
         self._node_id = node_id
         self._static = {k: v.strip() for k, v in static_config.items()}
+        if "broker.id" not in self._static and "node.id" in self._static:
+            self._static["broker.id"] = self._static["node.id"]  # Kafka's KRaft config does the same
         self._image = image
 
     async def describe_configs(self, request: Any, ctx: RequestContext) -> Any:
@@ -170,16 +182,31 @@ class BrokerConfigDescriber:
         return entries
 
     def _broker_entries(self, image: MetadataImage) -> list[_Entry]:
-        names = set(self._static) | set(BROKER_SYNONYMS)
-        for layer, _ in self._layers(image)[:2]:
+        names = set(self._static) | set(BROKER_SYNONYMS) | set(KAFKA_BROKER_CONFIGS)
+        layers = self._layers(image)
+        for layer, _ in layers[:2]:
             names |= set(layer)
+        # The values in force, as Kafka's DynamicBrokerConfig builds them: the static file, then the
+        # cluster's and this broker's dynamic configs, each key removing its synonyms first (so a
+        # dynamic log.retention.ms puts a static log.retention.hours back to its default).
+        in_force = dict(self._static)
+        for layer, _ in (layers[1], layers[0]):
+            for key, key_value in layer.items():
+                for synonym in kafka_broker_synonyms(key):
+                    in_force.pop(synonym, None)
+                in_force[key] = key_value
         entries = []
         for name in sorted(names):
-            chain = self._chain(image, name)
-            value = chain[0][1] if chain else _kafka_default(name)
+            known = KAFKA_BROKER_CONFIGS.get(name)
             definition = broker_config(name)
-            entries.append(_Entry(name, value, chain, definition.type if definition else ConfigType.UNKNOWN,
-                                  read_only=name not in BROKER_SYNONYMS))
+            kind = ConfigType[known.type] if known is not None else definition.type if definition else ConfigType.UNKNOWN
+            if kind is ConfigType.PASSWORD:
+                entries.append(_Entry(name, None, [], kind, read_only=not known or not known.dynamic, sensitive=True))
+                continue
+            chain = self._chain(image, name)
+            value = in_force[name] if name in in_force else _kafka_default(name)
+            read_only = not known.dynamic if known is not None else name not in BROKER_SYNONYMS
+            entries.append(_Entry(name, value, chain, kind, read_only=read_only))
         return entries
 
     def _default_entries(self, image: MetadataImage) -> list[_Entry]:
@@ -199,7 +226,8 @@ class BrokerConfigDescriber:
         synonyms = tuple(module.DescribeConfigsSynonym(name=n, value=v, source=i8(s)) for n, v, s in entry.chain) \
             if include_synonyms and hasattr(module, "DescribeConfigsSynonym") else ()
         return make_entity(module.DescribeConfigsResourceResult, name=entry.name, value=entry.value, read_only=entry.read_only,
-                           config_source=i8(source), is_default=source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
+                           config_source=i8(source), is_default=source == ConfigSource.DEFAULT_CONFIG,
+                           is_sensitive=entry.sensitive,
                            synonyms=synonyms, config_type=i8(entry.kind), documentation=None)
 
 
@@ -210,3 +238,4 @@ class _Entry:
     chain: Sequence[tuple[str, str | None, ConfigSource]]
     kind: ConfigType
     read_only: bool
+    sensitive: bool = False
