@@ -24,8 +24,10 @@ class _Request:
 
 
 def test_park_outside_a_large_request_parks_nothing() -> None:
+    # Relative: a controller run earlier in this process may have frozen its image (server.collector).
+    before = gc.get_freeze_count()
     park()
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == before
 
 
 def test_objects_stay_parked_until_the_last_large_request_ends() -> None:
