@@ -1,0 +1,321 @@
+"""Broker figures, ours beside Apache Kafka 4.1's: three controllers and three brokers on loopback
+for each (the operator's local runtime brings both up from the same spec: our engine, and Kafka's
+`kafka.Kafka` from the jars of scripts/fetch-kafka-jars, skipped with a note without them), and the
+same client for both, librdkafka through confluent-kafka, so the client is not what is measured.
+
+- produce: `--records` records of `--record-bytes` (1 KiB) to a topic of RF 3 and 3 partitions,
+  acks=all, idempotent, `batch.size` 64 KiB, `linger.ms` 5: MB/s and records/s over the whole run;
+- consume: the same topic from the start in a group of one: MB/s and records/s;
+- latency at a fixed rate both sustain (`--rate` records/s for `--latency-s` s): produce latency
+  (send to delivery report) p50/p99, and end-to-end (send to a consumer's poll) p50/p99;
+- RSS of each broker process (MiB) after the runs.
+
+Each figure gets an ours/Kafka ratio. The goals the issue sets (consume ≥ 0.9x, produce ≥ 0.5x,
+p99 within 2x, RSS below Kafka's) are marked met or not. Timing on a shared machine is noisy: the
+load average is printed before and after. Prints figures; never passes or fails.
+
+    .venv/bin/python bench/broker.py [--records 50000] [--rate 500] [--latency-s 10] [--only ours]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kraft_engine.storage.java_properties import parse_properties
+from kraft_operator.metrics import OperatorMetrics
+from kraft_operator.model import ConditionStatus, ConditionType, KRaftCluster
+from kraft_operator.reconciler import Reconciler
+from kraft_operator.runtime.local import LocalRuntime, kafka_classpath
+
+_SPEC = """
+apiVersion: kraftwerk.io/v1alpha1
+kind: KRaftCluster
+metadata: {{name: bench-{name}, generation: 1}}
+spec:
+  nodePools:
+    - name: controllers
+      roles: [controller]
+      replicas: 3
+      implementation: {implementation}
+      storage: {{volumes: [{{id: 0, size: 1Gi}}]}}
+    - name: brokers
+      roles: [broker]
+      replicas: 3
+      implementation: {implementation}
+      storage: {{volumes: [{{id: 0, size: 10Gi}}]}}
+  listeners:
+    - {{name: PLAINTEXT, port: 9092}}
+  config:
+    offsets.topic.replication.factor: "3"
+    min.insync.replicas: "2"
+    group.initial.rebalance.delay.ms: "0"
+"""
+_TOPIC = "bench"
+_MB = 1024 * 1024
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+@dataclass
+class Figures:
+    produce_mb_s: float = float("nan")
+    produce_records_s: float = float("nan")
+    consume_mb_s: float = float("nan")
+    consume_records_s: float = float("nan")
+    produce_p50_ms: float = float("nan")
+    produce_p99_ms: float = float("nan")
+    e2e_p50_ms: float = float("nan")
+    e2e_p99_ms: float = float("nan")
+    rss_mib: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+async def _bring_up(runtime: LocalRuntime, cluster: KRaftCluster) -> KRaftCluster:
+    reconciler = Reconciler(runtime, rng=random.Random(7), metrics=OperatorMetrics())
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        result = await reconciler.reconcile(cluster)
+        cluster = cluster.model_copy(update={"status": result.status})
+        condition = result.status.condition(ConditionType.READY)
+        if condition is not None and condition.status is ConditionStatus.TRUE and not result.actions:
+            return cluster
+        await asyncio.sleep(0.5)
+    raise RuntimeError("the cluster did not become Ready within 600 s")
+
+
+def _brokers(cluster_dir: Path) -> list[tuple[str, int]]:
+    """(bootstrap address, pid) of every broker node, from its server.properties and pid file."""
+    found = []
+    for node_dir in sorted(cluster_dir.glob("node-*")):
+        config = node_dir / "server.properties"
+        if not config.exists():
+            continue
+        props = parse_properties(config.read_text(encoding="utf-8"))
+        if "broker" not in props.get("process.roles", ""):
+            continue
+        listener = next(e for e in props["listeners"].split(",") if e.startswith("PLAINTEXT://"))
+        found.append((listener.removeprefix("PLAINTEXT://"), int((node_dir / "pid").read_text().strip())))
+    return found
+
+
+def _create_topic(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(_TOPIC, 3, 3)], request_timeout=60).values():
+        future.result(timeout=120)
+    time.sleep(2)  # leaders settle on every broker
+
+
+def _producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "batch.size": 64 * 1024, "linger.ms": 5, "queue.buffering.max.kbytes": 64 * 1024})
+
+
+def _produce_throughput(bootstrap: str, *, records: int, record_bytes: int, figures: Figures) -> None:
+    producer = _producer(bootstrap)
+    value = os.urandom(record_bytes)
+    errors: list[str] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            errors.append(str(error))
+
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(_TOPIC, value=value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(300)
+    elapsed = time.perf_counter() - started
+    if errors:
+        figures.notes.append(f"{len(errors)} produce errors, first: {errors[0]}")
+    figures.produce_records_s = records / elapsed
+    figures.produce_mb_s = records * record_bytes / _MB / elapsed
+
+
+def _consume_throughput(bootstrap: str, *, records: int, figures: Figures) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "fetch.max.bytes": 50 * _MB, "max.partition.fetch.bytes": 10 * _MB})
+    consumer.subscribe([_TOPIC])
+    got = size = 0
+    started = None
+    deadline = time.monotonic() + 300
+    while got < records and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=10_000, timeout=1.0):
+            if message.error() is not None:
+                continue
+            if started is None:
+                started = time.perf_counter()  # from the first record: the group join is not consuming
+            got += 1
+            size += len(message.value() or b"")
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    consumer.close()
+    if got < records:
+        figures.notes.append(f"consumed only {got} of {records}")
+    figures.consume_records_s = got / elapsed if elapsed else float("nan")
+    figures.consume_mb_s = size / _MB / elapsed if elapsed else float("nan")
+
+
+def _latency(bootstrap: str, *, rate: int, seconds: float, record_bytes: int, figures: Figures) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-e2e-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "latest", "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(_TOPIC, p, -1) for p in range(3)])  # OFFSET_END
+    consumer.consume(timeout=2.0)
+    producer = _producer(bootstrap)
+    sent_at: dict[bytes, float] = {}
+    produce_ms: list[float] = []
+    e2e_ms: list[float] = []
+
+    def delivered(error: object, message: object) -> None:
+        if error is None:
+            key = message.key()  # type: ignore[attr-defined]
+            produce_ms.append((time.perf_counter() - sent_at[key]) * 1000)
+
+    padding = os.urandom(max(0, record_bytes - 16))
+    total = int(rate * seconds)
+    started = time.perf_counter()
+    for i in range(total):
+        due = started + i / rate
+        while (now := time.perf_counter()) < due:
+            producer.poll(0)
+            for message in consumer.consume(num_messages=1000, timeout=0):
+                if message.error() is None and message.key() in sent_at:
+                    e2e_ms.append((now - sent_at[message.key()]) * 1000)
+            time.sleep(min(0.001, max(0.0, due - now)))
+        key = i.to_bytes(8, "big")
+        sent_at[key] = time.perf_counter()
+        producer.produce(_TOPIC, key=key, value=padding, on_delivery=delivered)
+    producer.flush(60)
+    deadline = time.monotonic() + 30
+    while len(e2e_ms) < total and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=1000, timeout=0.2):
+            if message.error() is None and message.key() in sent_at:
+                e2e_ms.append((time.perf_counter() - sent_at[message.key()]) * 1000)
+    consumer.close()
+    figures.produce_p50_ms, figures.produce_p99_ms = _p(produce_ms, 0.5), _p(produce_ms, 0.99)
+    figures.e2e_p50_ms, figures.e2e_p99_ms = _p(e2e_ms, 0.5), _p(e2e_ms, 0.99)
+    if len(e2e_ms) < total:
+        figures.notes.append(f"end-to-end saw {len(e2e_ms)} of {total} records")
+
+
+def _p(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
+    figures = Figures()
+    with tempfile.TemporaryDirectory(prefix=f"bench-broker-{name}-") as state:
+        runtime = LocalRuntime(state, rng=random.Random(1))
+        cluster = KRaftCluster.model_validate(yaml.safe_load(_SPEC.format(name=name, implementation=implementation)))
+        try:
+            started = time.monotonic()
+            cluster = asyncio.run(_bring_up(runtime, cluster))
+            brokers = _brokers(runtime.cluster_dir(cluster))
+            bootstrap = ",".join(address for address, _ in brokers)
+            print(f"[{name}] Ready in {time.monotonic() - started:.0f} s, brokers {bootstrap}   load {_load()}",
+                  flush=True)
+            _create_topic(bootstrap)
+            _produce_throughput(bootstrap, records=args.records, record_bytes=args.record_bytes, figures=figures)
+            print(f"[{name}] produce {figures.produce_mb_s:.1f} MB/s   load {_load()}", flush=True)
+            _consume_throughput(bootstrap, records=args.records, figures=figures)
+            print(f"[{name}] consume {figures.consume_mb_s:.1f} MB/s   load {_load()}", flush=True)
+            _latency(bootstrap, rate=args.rate, seconds=args.latency_s, record_bytes=args.record_bytes,
+                     figures=figures)
+            figures.rss_mib = [_rss_mib(pid) for _, pid in brokers]
+        finally:
+            runtime.stop_all(timeout_s=60)
+    return figures
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    if ours != ours or theirs != theirs or theirs == 0:
+        return "-"
+    return f"{ours / theirs:.2f}x"
+
+
+def _table(ours: Figures, theirs: Figures | None) -> None:
+    rows = [
+        ("produce MB/s (acks=all, RF 3)", ours.produce_mb_s, theirs and theirs.produce_mb_s, "≥ 0.5x", 0.5, True),
+        ("produce records/s", ours.produce_records_s, theirs and theirs.produce_records_s, "", None, True),
+        ("consume MB/s (group of one)", ours.consume_mb_s, theirs and theirs.consume_mb_s, "≥ 0.9x", 0.9, True),
+        ("consume records/s", ours.consume_records_s, theirs and theirs.consume_records_s, "", None, True),
+        ("produce latency p50 ms", ours.produce_p50_ms, theirs and theirs.produce_p50_ms, "", None, False),
+        ("produce latency p99 ms", ours.produce_p99_ms, theirs and theirs.produce_p99_ms, "≤ 2x", 2.0, False),
+        ("end-to-end p50 ms", ours.e2e_p50_ms, theirs and theirs.e2e_p50_ms, "", None, False),
+        ("end-to-end p99 ms", ours.e2e_p99_ms, theirs and theirs.e2e_p99_ms, "≤ 2x", 2.0, False),
+        ("RSS per broker MiB (max)", max(ours.rss_mib or [float("nan")]),
+         theirs and max(theirs.rss_mib or [float("nan")]), "< 1x", 1.0, False),
+    ]
+    print(f"\n{'figure':<32}{'ours':>12}{'Kafka 4.1':>12}{'ours/Kafka':>12}  goal")
+    for label, mine, kafka, goal, bound, higher_better in rows:
+        kafka_text = "-" if kafka is None else f"{kafka:.1f}"
+        verdict = ""
+        if bound is not None and kafka is not None and kafka == kafka and mine == mine and kafka:
+            ratio = mine / kafka
+            met = ratio >= bound if higher_better else (ratio < bound if goal.startswith("<") else ratio <= bound)
+            verdict = f"{goal} {'met' if met else 'NOT met'}"
+        print(f"{label:<32}{mine:>12.1f}{kafka_text:>12}{_ratio(mine, kafka or float('nan')):>12}  {verdict}")
+    for name, figures in (("ours", ours), ("Kafka", theirs)):
+        if figures is not None:
+            if figures.rss_mib:
+                print(f"{name} broker RSS MiB: {', '.join(f'{r:.0f}' for r in figures.rss_mib)}")
+            for note in figures.notes:
+                print(f"{name}: {note}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--record-bytes", type=int, default=1024)
+    parser.add_argument("--rate", type=int, default=500, help="records/s for the latency runs")
+    parser.add_argument("--latency-s", type=float, default=10.0)
+    parser.add_argument("--only", choices=("ours", "kafka"))
+    args = parser.parse_args()
+    print(f"load average at start: {_load()} ({os.cpu_count()} CPUs); {args.records} records of {args.record_bytes} B",
+          flush=True)
+    ours = run("ours", "kraftwerk", args) if args.only != "kafka" else Figures()
+    theirs = None
+    if args.only != "ours":
+        if kafka_classpath() is None:
+            print("Kafka 4.1 skipped: no jars (scripts/fetch-kafka-jars) or no java")
+        else:
+            theirs = run("kafka", "apache-kafka", args)
+    _table(ours, theirs)
+    print(f"\nload average at end: {_load()}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
