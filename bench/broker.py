@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from _util import rss_mib
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -69,16 +70,6 @@ _MB = 1024 * 1024
 
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _rss_mib(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
 
 
 @dataclass
@@ -253,7 +244,7 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
             print(f"[{name}] consume {figures.consume_mb_s:.1f} MB/s   load {_load()}", flush=True)
             _latency(bootstrap, rate=args.rate, seconds=args.latency_s, record_bytes=args.record_bytes,
                      figures=figures)
-            figures.rss_mib = [_rss_mib(pid) for _, pid in brokers]
+            figures.rss_mib = [rss_mib(pid) for _, pid in brokers]
         finally:
             runtime.stop_all(timeout_s=60)
     return figures
