@@ -45,7 +45,7 @@ class SecureCluster(BrokerCluster):
                              f"CLIENTS://{HOST}:{self.client_ports[node.node_id]}",
                 "listener.security.protocol.map": "CONTROLLER:SSL,INTERNAL:SSL,CLIENTS:SASL_SSL",
                 "inter.broker.listener.name": "INTERNAL",
-                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
                 "listener.name.clients.ssl.client.auth": "none",
                 "offsets.topic.replication.factor": "2",
             }

@@ -4,6 +4,7 @@ the cluster CA, and a node with a certificate from another CA refused at the han
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,10 @@ pytestmark = [
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
     processes = SecureCluster(root=Path(tmp_path_factory.mktemp("secure")))
     try:
-        start_secure_cluster(processes)
+        # SCRAM users seeded in the bootstrap metadata, as `kafka-storage format --add-scram` does.
+        start_secure_cluster(processes, controller_flags=(
+            "--add-scram", "SCRAM-SHA-512=[name=alice,password=alice-secret]",
+            "--add-scram", 'SCRAM-SHA-256=[name=bob,iterations=8192,password="bob secret"]'))
         yield processes
     finally:
         processes.cleanup()
@@ -132,6 +136,85 @@ async def test_a_client_certificate_from_another_ca_is_refused_and_the_broker_ke
         producer.send("mtls-orders", value=b"still serving", partition=0).get(timeout=60)
     finally:
         producer.close()
+
+
+def test_kafka_python_over_sasl_ssl_with_scram_sha_512(cluster, tmp_path):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    ca = str(cluster.ca.write(tmp_path))
+    sasl = {"security_protocol": "SASL_SSL", "ssl_cafile": ca, "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": "alice"}
+    producer = KafkaProducer(bootstrap_servers=cluster.client_bootstrap(), acks="all", request_timeout_ms=30000,
+                             sasl_plain_password="alice-secret", **sasl)
+    try:
+        for i in range(10):
+            producer.send("mtls-orders", value=f"scram-{i}".encode(), partition=1).get(timeout=60)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.client_bootstrap(), consumer_timeout_ms=30000,
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             sasl_plain_password="alice-secret", **sasl)
+    try:
+        consumer.assign([TopicPartition("mtls-orders", 1)])
+        values = set()
+        for message in consumer:
+            values.add(message.value)
+            if {f"scram-{i}".encode() for i in range(10)} <= values:
+                break
+    finally:
+        consumer.close()
+    assert {f"scram-{i}".encode() for i in range(10)} <= values
+    # The wrong password never gets in (our client: kafka-python leaks a socket when its
+    # constructor fails).
+    from kraft_engine.protocol import ConnectionConfig, ConnectionFailed, KafkaConnection
+    from kraft_engine.protocol.security import client_security
+
+    wrong = client_security({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "ssl.truststore.type": "PEM",
+        "ssl.truststore.certificates": cluster.ca.certificate_pem,
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
+                            'password="guess";'})
+    host, port = cluster.client_bootstrap().split(",")[0].split(":")
+
+    async def refused() -> str:
+        async with KafkaConnection(host, int(port), config=ConnectionConfig(security=wrong)) as connection:
+            with pytest.raises(ConnectionFailed) as error:
+                await connection.connect(timeout_ms=30000)
+            return str(error.value)
+
+    assert "SASL_AUTHENTICATION_FAILED" in asyncio.run(refused())
+    wait_for(lambda: "Failed authentication" in cluster.log(101) + cluster.log(102), timeout_s=60,
+             what="a broker to log the failed authentication")
+
+
+def test_librdkafka_over_sasl_ssl_with_scram(cluster, tmp_path):
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    base = {"bootstrap.servers": cluster.client_bootstrap(), "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(cluster.ca.write(tmp_path))}
+    for mechanism, user, password in (("SCRAM-SHA-512", "alice", "alice-secret"), ("SCRAM-SHA-256", "bob", "bob secret")):
+        config = {**base, "sasl.mechanisms": mechanism, "sasl.username": user, "sasl.password": password}
+        producer = Producer({**config, "acks": "all"})
+        errors: list[object] = []
+        for i in range(5):
+            producer.produce("mtls-rd", value=f"{user}-{i}".encode(), partition=0,
+                             on_delivery=lambda err, _msg: errors.append(err) if err is not None else None)
+        assert producer.flush(120) == 0
+        assert errors == []
+        consumer = Consumer({**config, "group.id": "unused", "enable.auto.commit": False, "enable.partition.eof": True})
+        try:
+            consumer.assign([TopicPartition("mtls-rd", 0, 0)])
+            values: list[bytes] = []
+            while True:
+                message = consumer.poll(90)
+                assert message is not None, "no record and no end of partition within 90 s"
+                if message.error() is not None:
+                    assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                    break
+                values.append(message.value())
+        finally:
+            consumer.close()
+        assert [f"{user}-{i}".encode() for i in range(5)] == [v for v in values if v.startswith(user.encode())]
 
 
 def test_a_broker_with_a_certificate_from_another_ca_never_joins(cluster):

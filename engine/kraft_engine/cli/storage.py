@@ -8,12 +8,14 @@ disk writes live in `kraft_engine.storage.formatter`; this module only maps flag
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
 from kraft_engine.cli.main import CliError
+from kraft_engine.cli.scram_arguments import ScramArgumentError, parse_scram_argument
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
 from kraft_engine.records import feature_versions, metadata_version
 from kraft_engine.server.config import ConfigError, KafkaConfig, load_config
@@ -62,6 +64,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="FEATURE",
         help="The setting to use for a specific feature, in feature=level format. For example: `kraft.version=1`.",
+    )
+    format_parser.add_argument(
+        "--add-scram",
+        "-S",
+        action="append",
+        default=[],
+        metavar="SCRAM_CREDENTIAL",
+        help="A SCRAM_CREDENTIAL to add to the __cluster_metadata log e.g. 'SCRAM-SHA-256=[name=alice,"
+        "password=alice-secret]' or 'SCRAM-SHA-512=[name=alice,iterations=8192,salt=\"N3E=\",saltedpassword=\"YCE=\"]'",
     )
     quorum = format_parser.add_mutually_exclusive_group()
     quorum.add_argument(
@@ -139,7 +150,14 @@ def _run_format(args: argparse.Namespace) -> int:
             ignore_formatted=args.ignore_formatted,
             features=args.feature,
         )
+        if args.add_scram:
+            if not metadata_version.from_feature_level(request.metadata_version_level).is_scram_supported:
+                raise FormatterError("SCRAM is only supported in metadata.version 3.5-IV2 or later.")
+            request = dataclasses.replace(
+                request, scram_credentials=tuple(parse_scram_argument(a) for a in args.add_scram))
         format_storage(request, out=sys.stdout, now_ms=int(time.time() * 1000))
+    except ScramArgumentError as e:
+        raise CliError(str(e)) from None
     except FormatterError as e:
         raise CliError(str(e)) from None
     except OSError as e:

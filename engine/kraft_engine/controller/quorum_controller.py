@@ -28,6 +28,7 @@ from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsReque
 from kio.schema.allocate_producer_ids.v0.response import AllocateProducerIdsResponse
 from kio.schema.alter_partition.v3.request import AlterPartitionRequest
 from kio.schema.alter_partition_reassignments.v1.request import AlterPartitionReassignmentsRequest
+from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
 from kio.schema.assign_replicas_to_dirs.v0.request import AssignReplicasToDirsRequest
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest
@@ -528,6 +529,13 @@ class QuorumController:
         if not self.feature_control.metadata_version_or_raise().is_no_op_record_supported:
             return ControllerResult((), None), False
         return ControllerResult([RecordAndVersion(NoOpRecord(), 0)], None), False
+
+    # -- SCRAM credentials -----------------------------------------------------------------
+
+    def alter_user_scram_credentials(self, request: AlterUserScramCredentialsRequest) -> int:
+        """Completion: an AlterUserScramCredentialsResponse (kio alter_user_scram_credentials v0)."""
+        return self.events.write("alterUserScramCredentials", lambda: self.scram_control.alter_credentials(
+            request, scram_supported=self.feature_control.metadata_version_or_raise().is_scram_supported))
 
     # -- configs ---------------------------------------------------------------------------
 

@@ -77,14 +77,20 @@ def _salted_password(mechanism: ScramMechanism, password: str, salt: bytes, iter
     return hashlib.pbkdf2_hmac(mechanism.hash_name, password.encode("utf-8"), salt, iterations)
 
 
-def scram_credential(mechanism: ScramMechanism, *, password: str, salt: bytes | None = None,
-                     iterations: int = 4096) -> ScramCredential:
-    """The credential Kafka stores for `password` (a random salt unless one is given)."""
+def scram_credential(mechanism: ScramMechanism, *, password: str | None = None, salt: bytes | None = None,
+                     iterations: int = 4096, salted_password: bytes | None = None) -> ScramCredential:
+    """The credential Kafka stores for `password` (a random salt unless one is given), or for an
+    already salted password (`salted_password`, with its salt)."""
     if not mechanism.min_iterations <= iterations <= mechanism.max_iterations:
         raise ScramError(f"{mechanism.name} iterations must be between {mechanism.min_iterations} and "
                          f"{mechanism.max_iterations}, got {iterations}")
+    if (password is None) == (salted_password is None):
+        raise ScramError("give either a password or a salted password")
+    if salted_password is not None and salt is None:
+        raise ScramError("a salted password needs its salt")
     salt = secrets.token_bytes(32) if salt is None else salt
-    salted = _salted_password(mechanism, password, salt, iterations)
+    salted = salted_password if salted_password is not None else _salted_password(
+        mechanism, password or "", salt, iterations)
     client_key = mechanism.hmac(salted, b"Client Key")
     return ScramCredential(salt=salt, stored_key=mechanism.digest(client_key),
                            server_key=mechanism.hmac(salted, b"Server Key"), iterations=iterations)

@@ -41,6 +41,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -49,7 +50,7 @@ from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsReque
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, ProducerId, TopicName
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from prometheus_client import CollectorRegistry
 
 from kraft_engine.broker import ProduceRefused, validate_produce_payload
@@ -84,6 +85,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 INIT_PRODUCER_ID = 22
 DESCRIBE_CLUSTER = 60
 DESCRIBE_CONFIGS = 32
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 CLIENT_API_VERSIONS = {
     PRODUCE: (3, 13),
     FETCH: (4, 17),
@@ -93,6 +95,7 @@ CLIENT_API_VERSIONS = {
     DESCRIBE_CLUSTER: (0, 2),  # v2: include_fenced_brokers (the operator sees a stopped broker still registered)
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
@@ -140,6 +143,7 @@ class BrokerApis:
             INIT_PRODUCER_ID: self.init_producer_id,
             DESCRIBE_CONFIGS: self._configs.describe_configs,
             DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions,
+            DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
         }
         listener.register_all(handlers, versions=CLIENT_API_VERSIONS)
         # As Kafka 4.x: Produce v0-2 are gone (v3 is the baseline) but ApiVersions lists Produce
@@ -148,6 +152,31 @@ class BrokerApis:
         self._replica_apis.register(listener)
         for api_key, (low, high) in FORWARDED_API_VERSIONS.items():
             listener.register(api_key, min_version=low, max_version=high, handler=self._forwarder.forward)
+
+    # -- DescribeUserScramCredentials ------------------------------------------------------------
+    async def describe_user_scram_credentials(self, request: Any, ctx: RequestContext) -> Any:
+        """From the metadata image, as a KRaft broker answers it: mechanisms and iterations, never
+        salts or keys; every user when `users` is null."""
+        module = ctx.response_schema
+        by_user: dict[str, list[Any]] = {}
+        for (mechanism, user), record in sorted(self._image().scram.credentials.items()):
+            by_user.setdefault(user, []).append(module.CredentialInfo(mechanism=i8(mechanism),
+                                                                      iterations=i32(record.iterations)))
+        names = sorted(by_user) if request.users is None else [u.name for u in request.users]
+        seen = Counter(names)
+        results = []
+        for name in dict.fromkeys(names):
+            if seen[name] > 1:
+                code, message = ErrorCode.duplicate_resource, "Cannot describe SCRAM credentials for the same user twice in a single request"
+            elif name not in by_user:
+                code, message = ErrorCode.resource_not_found, "Attempt to describe a user credential that does not exist"
+            else:
+                code, message = ErrorCode.none, None
+            results.append(module.DescribeUserScramCredentialsResult(
+                user=name, error_code=code, error_message=message,
+                credential_infos=tuple(by_user.get(name, ())) if code == ErrorCode.none else ()))
+        return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                                  results=tuple(results))
 
     # -- Metadata ----------------------------------------------------------------------------------
     async def metadata(self, request: Any, ctx: RequestContext) -> Any:

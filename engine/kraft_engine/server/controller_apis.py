@@ -64,6 +64,7 @@ UNREGISTER_BROKER = 64
 ALLOCATE_PRODUCER_IDS = 67
 CONTROLLER_REGISTRATION = 70
 ASSIGN_REPLICAS_TO_DIRS = 73
+ALTER_USER_SCRAM_CREDENTIALS = 51
 
 CONTROLLER_APIS: dict[int, int] = {
     CREATE_TOPICS: 7,
@@ -83,6 +84,7 @@ CONTROLLER_APIS: dict[int, int] = {
     LIST_PARTITION_REASSIGNMENTS: 0,
     ALLOCATE_PRODUCER_IDS: 0,
     ASSIGN_REPLICAS_TO_DIRS: 0,
+    ALTER_USER_SCRAM_CREDENTIALS: 0,
 }
 """api key -> the version the managers take."""
 
@@ -103,6 +105,7 @@ KAFKA_CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     ALLOCATE_PRODUCER_IDS: (0, 0),
     CONTROLLER_REGISTRATION: (0, 0),
     ASSIGN_REPLICAS_TO_DIRS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     METADATA: (12, 12),  # ours alone: Kafka's controllers do not serve Metadata
 }
 """api key -> (min, max) version served: what Apache Kafka 4.1.0's controller listener advertises
@@ -214,6 +217,7 @@ class ControllerApis:
             LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
             ASSIGN_REPLICAS_TO_DIRS: self.assign_replicas_to_dirs,
+            ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
         }
         for api_key, handler in handlers.items():
             versions = KAFKA_CONTROLLER_VERSIONS[api_key]
@@ -312,6 +316,17 @@ class ControllerApis:
         except (ControllerApiError, ControllerStopped) as e:
             return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code,
                                       producer_id_start=i64(-1), producer_id_len=i32(0))
+
+    async def alter_user_scram_credentials(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            return await self._service.write("alterUserScramCredentials",
+                                             lambda c: c.alter_user_scram_credentials(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            result_cls = ctx.response_schema.AlterUserScramCredentialsResult
+            names = dict.fromkeys(a.name for a in (*request.deletions, *request.upsertions))
+            return ctx.response_class(throttle_time=_NO_THROTTLE, results=tuple(
+                result_cls(user=name, error_code=error.error_code, error_message=error.message) for name in names))
 
     async def assign_replicas_to_dirs(self, request: Any, ctx: RequestContext) -> Any:
         try:

@@ -31,6 +31,7 @@ from kraft_engine.protocol.envelope import encode_principal
 from kraft_engine.protocol.framing import SIZE_PREFIX, decode_response, encode_request
 from kraft_engine.server.controller_apis import (
     ALTER_PARTITION_REASSIGNMENTS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -48,7 +49,8 @@ logger = logging.getLogger(__name__)
 FORWARDED_API_VERSIONS: dict[int, tuple[int, int]] = {
     api_key: KAFKA_CONTROLLER_VERSIONS[api_key]
     for api_key in (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
-                    ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ELECT_LEADERS)
+                    ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ELECT_LEADERS,
+                    ALTER_USER_SCRAM_CREDENTIALS)
 }
 """api key -> (min, max) version a broker forwards: the ranges Kafka 4.1's controllers serve (a
 Kafka broker advertises the intersection of its own and the controller's, which is these)."""

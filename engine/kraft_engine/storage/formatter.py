@@ -39,6 +39,7 @@ from kraft_engine.kafka_uuid import from_kafka_str, random_uuid, to_kafka_str
 from kraft_engine.records import (
     ControlRecord,
     FeatureLevelRecord,
+    UserScramCredentialRecord,
     encode_metadata_record,
     feature_versions,
     metadata_version,
@@ -230,6 +231,8 @@ class FormatRequest:
     kraft_version: int = KRAFT_VERSION_STATIC
     feature_levels: tuple[tuple[str, int], ...] = ()
     """Every finalized feature but metadata.version and kraft.version (level 0 included), by name."""
+    scram_credentials: tuple[UserScramCredentialRecord, ...] = ()
+    """`--add-scram`: credentials the bootstrap metadata seeds (the controller writes them on activation)."""
 
     @classmethod
     def from_config(
@@ -539,6 +542,7 @@ def _write_bootstrap_snapshot(request: FormatRequest, *, log_dir: Path, now_ms: 
         voters=request.initial_controllers,
         controller_listener_name=request.controller_listener_name,
     )
+    metadata_values.extend(encode_metadata_record(record) for record in request.scram_credentials)
     writer = SnapshotWriter(
         partition_dir,
         snapshot_id=BOOTSTRAP_SNAPSHOT_ID,
