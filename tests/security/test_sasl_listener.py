@@ -249,3 +249,33 @@ def test_sasl_settings_are_checked():
     with pytest.raises(SecurityConfigError, match="jaas"):
         listener_security({"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": "Module required user_a=;"},
                           listener_name="X", security_protocol="SASL_PLAINTEXT")
+
+
+async def test_a_node_authenticates_to_another_with_the_inter_broker_mechanism(make_listener, credentials):
+    """What a broker uses to reach the INTERNAL listener of another: the listener's own keys,
+    `sasl.mechanism.inter.broker.protocol`, and the username and password of that mechanism's
+    JAAS config under the listener's prefix."""
+    from kraft_engine.protocol.security import listener_client_security
+
+    seen: list[str] = []
+
+    async def handler(request: Any, ctx: RequestContext) -> Any:
+        seen.append(ctx.principal)
+        return await echo_metadata(request, ctx)
+
+    node_props = {
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" password="bob-secret";',
+    }
+    listener = await make_listener(name="INTERNAL", handler=handler, security=listener_security(
+        node_props, listener_name="INTERNAL", security_protocol="SASL_PLAINTEXT",
+        scram_credentials=lambda m, u: credentials.get((m, u))))
+    client = listener_client_security(node_props, listener_name="INTERNAL", security_protocol="SASL_PLAINTEXT",
+                                      mechanism_key="sasl.mechanism.inter.broker.protocol")
+    assert await _metadata_as(listener, client) == ["t"]
+    assert seen == ["User:bob"]
+    with pytest.raises(SecurityConfigError, match="username and password"):
+        listener_client_security({"sasl.mechanism.controller.protocol": "PLAIN"}, listener_name="CONTROLLER",
+                                 security_protocol="SASL_SSL", mechanism_key="sasl.mechanism.controller.protocol")
