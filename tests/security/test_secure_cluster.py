@@ -80,7 +80,6 @@ def test_kafka_python_over_mtls_produces_and_consumes_across_replicated_brokers(
 
 
 def test_librdkafka_over_mtls_produces_and_consumes(cluster, tmp_path):
-    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     files = _client_files(cluster, tmp_path)
@@ -90,14 +89,22 @@ def test_librdkafka_over_mtls_produces_and_consumes(cluster, tmp_path):
     for future in admin.create_topics([NewTopic("mtls-rd", 1, 2)], request_timeout=30).values():
         future.result(timeout=60)
     cluster.wait_isr("mtls-rd", 0, {101, 102})
-    producer = Producer({**tls, "acks": "all"})
+    values = _librdkafka_round_trip(tls, [f"v{i}".encode() for i in range(10)])
+    assert values == [f"v{i}".encode() for i in range(10)]
+
+
+def _librdkafka_round_trip(config: dict[str, str], sent: list[bytes]) -> list[bytes]:
+    """Produce `sent` to mtls-rd-0 with acks=all, then read the partition to its end."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    producer = Producer({**config, "acks": "all"})
     errors: list[object] = []
-    for i in range(10):
-        producer.produce("mtls-rd", value=f"v{i}".encode(), partition=0,
+    for value in sent:
+        producer.produce("mtls-rd", value=value, partition=0,
                          on_delivery=lambda err, _msg: errors.append(err) if err is not None else None)
     assert producer.flush(120) == 0
     assert errors == []
-    consumer = Consumer({**tls, "group.id": "unused", "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = Consumer({**config, "group.id": "unused", "enable.auto.commit": False, "enable.partition.eof": True})
     try:
         consumer.assign([TopicPartition("mtls-rd", 0, 0)])
         values: list[bytes] = []
@@ -106,11 +113,10 @@ def test_librdkafka_over_mtls_produces_and_consumes(cluster, tmp_path):
             assert message is not None, "no record and no end of partition within 90 s"
             if message.error() is not None:
                 assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                break
+                return values
             values.append(message.value())
     finally:
         consumer.close()
-    assert values == [f"v{i}".encode() for i in range(10)]
 
 
 async def test_a_client_certificate_from_another_ca_is_refused_and_the_broker_keeps_serving(cluster, tmp_path):
@@ -172,32 +178,12 @@ def test_kafka_python_over_sasl_ssl_with_scram_sha_512(cluster, tmp_path):
 
 
 def test_librdkafka_over_sasl_ssl_with_scram(cluster, tmp_path):
-    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
     base = {"bootstrap.servers": cluster.client_bootstrap(), "security.protocol": "SASL_SSL",
             "ssl.ca.location": str(cluster.ca.write(tmp_path))}
     for mechanism, user, password in (("SCRAM-SHA-512", "alice", "alice-secret"), ("SCRAM-SHA-256", "bob", "bob secret")):
         config = {**base, "sasl.mechanisms": mechanism, "sasl.username": user, "sasl.password": password}
-        producer = Producer({**config, "acks": "all"})
-        errors: list[object] = []
-        for i in range(5):
-            producer.produce("mtls-rd", value=f"{user}-{i}".encode(), partition=0,
-                             on_delivery=lambda err, _msg, errors=errors: errors.append(err) if err else None)
-        assert producer.flush(120) == 0
-        assert errors == []
-        consumer = Consumer({**config, "group.id": "unused", "enable.auto.commit": False, "enable.partition.eof": True})
-        try:
-            consumer.assign([TopicPartition("mtls-rd", 0, 0)])
-            values: list[bytes] = []
-            while True:
-                message = consumer.poll(90)
-                assert message is not None, "no record and no end of partition within 90 s"
-                if message.error() is not None:
-                    assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                    break
-                values.append(message.value())
-        finally:
-            consumer.close()
+        values = _librdkafka_round_trip(config, [f"{user}-{i}".encode() for i in range(5)])
         assert [f"{user}-{i}".encode() for i in range(5)] == [v for v in values if v.startswith(user.encode())]
 
 
