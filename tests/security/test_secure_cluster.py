@@ -186,8 +186,8 @@ def test_librdkafka_over_sasl_ssl_with_scram(cluster, tmp_path):
         assert [f"{user}-{i}".encode() for i in range(5)] == [v for v in values if v.startswith(user.encode())]
 
 
-async def _connect_as(cluster: SecureCluster, user: str, password: str) -> str:
-    """'connected', or why our client could not authenticate to the first broker's CLIENTS listener."""
+async def _connect_as(cluster: SecureCluster, user: str, password: str, *, broker: int = 0) -> str:
+    """'connected', or why our client could not authenticate to a broker's CLIENTS listener."""
     from kraft_engine.protocol import ConnectionConfig, ConnectionFailed, KafkaConnection
     from kraft_engine.protocol.security import client_security
 
@@ -196,7 +196,7 @@ async def _connect_as(cluster: SecureCluster, user: str, password: str) -> str:
         "ssl.truststore.certificates": cluster.ca.certificate_pem,
         "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
                             f'password="{password}";'})
-    host, port = cluster.client_bootstrap().split(",")[0].split(":")
+    host, port = cluster.client_bootstrap().split(",")[broker].split(":")
     async with KafkaConnection(host, int(port), config=ConnectionConfig(security=security)) as connection:
         try:
             await connection.connect(timeout_ms=30000)
@@ -250,14 +250,17 @@ def test_scram_users_are_managed_with_alter_and_describe_user_scram_credentials(
         return delivered == [None]
 
     # Every broker applies the new credential from the metadata log; then carol gets in.
-    wait_for(lambda: produce_as("carol-secret") or None, timeout_s=120, what="carol to authenticate")
+    wait_for(lambda: all(asyncio.run(_connect_as(cluster, "carol", "carol-secret", broker=b)) == "connected"
+                         for b in (0, 1)) or None, timeout_s=120, what="both brokers to accept carol")
+    assert produce_as("carol-secret")
     for future in admin.alter_user_scram_credentials(
             [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)]).values():
         future.result(timeout=60)
     # (Refusal checked with our client: confluent-kafka's binding raises SystemError on a SASL
     # failure reported during flush.)
-    wait_for(lambda: "SASL_AUTHENTICATION_FAILED" in asyncio.run(_connect_as(cluster, "carol", "carol-secret")),
-             timeout_s=120, what="carol to be refused")
+    wait_for(lambda: all("SASL_AUTHENTICATION_FAILED" in asyncio.run(_connect_as(cluster, "carol", "carol-secret",
+                                                                                 broker=b)) for b in (0, 1)) or None,
+             timeout_s=120, what="both brokers to refuse carol")
     # The refusal above came from a broker that applied the deletion; the other may lag behind.
     def carol_gone() -> bool:
         try:
