@@ -15,6 +15,7 @@ and `DIR/report.html`, the self-contained report (report.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from kraft_pipeline.dr_checks import dr_checks
 from kraft_pipeline.events import events
 from kraft_pipeline.partition_history import partition_history
 from kraft_pipeline.session import build_session
-from kraft_pipeline.urp_history import urp_history, urp_partition_totals
+from kraft_pipeline.urp_history import partition_states, urp_history, urp_partition_totals
 
 __all__ = ["REPORT_NAME", "TABLES", "Tables", "derive", "run"]
 
@@ -56,22 +57,29 @@ def derive(spark: SparkSession, inputs: Sequence[str]) -> Tables:
     records = spark.read.format(FORMAT_NAME).load(list(inputs)).cache()
     log = canonical_log(good_rows(records)).cache()
     history = partition_history(log).cache()
+    states = partition_states(history, log).cache()  # both URP tables start from it
     return Tables(
         records=records,
         problems=problem_rows(records),
         log=log,
         events=events(log, history),
         partition_history=history,
-        urp_history=urp_history(history, log),
-        urp_partition_totals=urp_partition_totals(history, log),
+        urp_history=urp_history(states),
+        urp_partition_totals=urp_partition_totals(states, log),
         dr_checks=dr_checks(records, log),
     )
 
 
 def run(*, inputs: Sequence[str], output: str, master: str | None = None, spark: SparkSession | None = None) -> Tables:
-    """Derive and write every table under `output` (replacing an earlier run's tables)."""
+    """Derive and write every table under `output` (replacing an earlier run's tables).
+
+    Each table is computed once, here: the writer, the report and the caller (the CLI prints the
+    checks) all read the same materialised rows, not three evaluations of the same plan."""
     session = spark if spark is not None else build_session(master=master)
-    tables = derive(session, inputs)
+    derived = derive(session, inputs)
+    tables = dataclasses.replace(
+        derived, **{name: derived.table(name).localCheckpoint(eager=True) for name in TABLES}
+    )
     for name in TABLES:
         tables.table(name).write.mode("overwrite").partitionBy("cluster_id").parquet(f"{output.rstrip('/')}/{name}")
     from kraft_pipeline.report import render_report

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from kraft_engine.metadata.configs_image import ConfigResourceType
 from kraft_pipeline.canonical_log import topic_names
 
-__all__ = ["urp_history", "urp_partition_totals"]
+__all__ = ["partition_states", "urp_history", "urp_partition_totals"]
 
 _DEFAULT_MIN_ISR = 1
 _STATES = ("under_replicated", "under_min_isr", "offline")
@@ -48,7 +48,9 @@ def _min_isr(log: DataFrame) -> tuple[DataFrame, DataFrame]:
     return topics, default
 
 
-def _states(history: DataFrame, log: DataFrame) -> DataFrame:
+def partition_states(history: DataFrame, log: DataFrame) -> DataFrame:
+    """`partition_history` with each interval's min ISR and its three states; the input of both
+    tables below (the job computes it once and hands it to each)."""
     topics, default = _min_isr(log)
     min_isr = F.coalesce("topic_min_isr", "default_min_isr", F.lit(_DEFAULT_MIN_ISR))
     return (
@@ -62,9 +64,9 @@ def _states(history: DataFrame, log: DataFrame) -> DataFrame:
     )
 
 
-def urp_history(history: DataFrame, log: DataFrame) -> DataFrame:
-    """Per cluster, after each offset where any count changes: the three counts and the batch time."""
-    states = _states(history, log)
+def urp_history(states: DataFrame) -> DataFrame:
+    """Per cluster, after each offset where any count changes: the three counts and the batch time.
+    `states` is `partition_states(history, log)`."""
     starts = states.select(
         "cluster_id", F.col("start_offset").alias("offset"), F.col("start_ms").alias("timestamp_ms"),
         *(F.col(s).cast("int").alias(s) for s in _STATES),
@@ -82,10 +84,11 @@ def urp_history(history: DataFrame, log: DataFrame) -> DataFrame:
     )
 
 
-def urp_partition_totals(history: DataFrame, log: DataFrame) -> DataFrame:
-    """Per partition, the milliseconds spent under-replicated, under min ISR and offline."""
+def urp_partition_totals(states: DataFrame, log: DataFrame) -> DataFrame:
+    """Per partition, the milliseconds spent under-replicated, under min ISR and offline.
+    `states` is `partition_states(history, log)`."""
     last_ms = log.groupBy("cluster_id").agg(F.max("batch_timestamp_ms").alias("last_ms"))
-    states = _states(history, log).join(last_ms, ["cluster_id"])
+    states = states.join(last_ms, ["cluster_id"])
     duration = F.coalesce("end_ms", "last_ms") - F.col("start_ms")
     return states.groupBy("cluster_id", "topic_id", "topic", "partition").agg(
         *(F.sum(F.when(F.col(s), duration).otherwise(F.lit(0))).alias(f"{s}_ms") for s in _STATES),
