@@ -52,7 +52,15 @@ def _png(figure: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _urp_plot(rows: Sequence[dict[str, Any]]) -> str:
+def _span(times_ms: Sequence[int]) -> tuple[float, float]:
+    """One time axis for both plots of a cluster (a margin of 2% each side), so that a fencing on
+    the timeline sits above the URP step it caused."""
+    low, high = _time(min(times_ms)), _time(max(times_ms))
+    margin = max((high - low) * 0.02, 1 / 86_400)  # at least a second
+    return low - margin, high + margin
+
+
+def _urp_plot(rows: Sequence[dict[str, Any]], span: tuple[float, float]) -> str:
     figure = Figure(figsize=(10, 3.2))
     axes = figure.subplots()
     rows = sorted(rows, key=lambda r: r["offset"])
@@ -66,11 +74,12 @@ def _urp_plot(rows: Sequence[dict[str, Any]]) -> str:
     axes.grid(alpha=0.3)
     axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
     axes.set_ylim(bottom=0)
+    axes.set_xlim(*span)
     figure.autofmt_xdate()
     return _png(figure)
 
 
-def _timeline_plot(events: Sequence[dict[str, Any]]) -> str:
+def _timeline_plot(events: Sequence[dict[str, Any]], span: tuple[float, float]) -> str:
     kinds = list(TIMELINE_EVENTS)
     figure = Figure(figsize=(10, 0.45 * len(kinds) + 1.2))
     axes = figure.subplots()
@@ -93,13 +102,14 @@ def _timeline_plot(events: Sequence[dict[str, Any]]) -> str:
     axes.set_title("Lifecycle timeline (labels: node id, or metadata.version level)")
     axes.grid(axis="x", alpha=0.3)
     axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
+    axes.set_xlim(*span)
     figure.autofmt_xdate()
     return _png(figure)
 
 
 def _checks_table(checks: Sequence[dict[str, Any]]) -> str:
     lines = ["<table><tr><th>check</th><th>subject</th><th>status</th><th>evidence</th></tr>"]
-    for c in sorted(checks, key=lambda c: (c["status"] == "pass", c["check"], c["subject"] or "")):
+    for c in sorted(checks, key=lambda c: (c["status"] == "pass", c["check"], c["subject"] or "", c["evidence"] or "")):
         status = html.escape(c["status"])
         lines.append(
             f"<tr class='{status}'><td>{html.escape(c['check'])}</td><td>{html.escape(c['subject'] or '')}</td>"
@@ -120,16 +130,26 @@ tr.pass td.status { background: #d6f0d6; color: #060; }
 """
 
 
+def _order(row: dict[str, Any]) -> tuple[tuple[bool, str], ...]:
+    """A total order over rows of one table (None first, then values by their text)."""
+    return tuple((value is not None, f"{value:020d}" if isinstance(value, int) else str(value)) for value in row.values())
+
+
 def render_report(tables: Tables) -> str:
     """The report as one HTML document."""
-    checks = [r.asDict() for r in tables.dr_checks.collect()]
-    urp = [r.asDict() for r in tables.urp_history.collect()]
-    events = [
-        r.asDict()
-        for r in tables.events.where(tables.events.event.isin(*TIMELINE_EVENTS))
-        .select("cluster_id", "event", "batch_timestamp_ms", "node_id", "name", "value")
-        .collect()
-    ]
+    # Rows arrive in whatever order the executors finish; sorted here, so the same tables give the
+    # same page byte for byte, on one machine or a cluster.
+    checks = sorted((r.asDict() for r in tables.dr_checks.collect()), key=_order)
+    urp = sorted((r.asDict() for r in tables.urp_history.collect()), key=_order)
+    events = sorted(
+        (
+            r.asDict()
+            for r in tables.events.where(tables.events.event.isin(*TIMELINE_EVENTS))
+            .select("cluster_id", "offset", "event", "batch_timestamp_ms", "node_id", "name", "value")
+            .collect()
+        ),
+        key=_order,
+    )
     problems = tables.problems.groupBy("cluster_id").count().collect()
     problem_counts = {r["cluster_id"]: r["count"] for r in problems}
     clusters = sorted({c["cluster_id"] for c in checks} | {e["cluster_id"] for e in events} | set(problem_counts))
@@ -148,11 +168,12 @@ def render_report(tables: Tables) -> str:
             f"{problem_counts.get(cluster, 0)} problem row(s) in the input.</p>"
         )
         own_urp = [r for r in urp if r["cluster_id"] == cluster]
-        if own_urp:
-            parts.append(f"<img alt='partition states over time' src='{_urp_plot(own_urp)}'>")
         own_events = [e for e in events if e["cluster_id"] == cluster]
+        times_ms = [r["timestamp_ms"] for r in own_urp] + [e["batch_timestamp_ms"] for e in own_events]
+        if own_urp:
+            parts.append(f"<img alt='partition states over time' src='{_urp_plot(own_urp, _span(times_ms))}'>")
         if own_events:
-            parts.append(f"<img alt='lifecycle timeline' src='{_timeline_plot(own_events)}'>")
+            parts.append(f"<img alt='lifecycle timeline' src='{_timeline_plot(own_events, _span(times_ms))}'>")
         parts.append("<h3>Disaster-recovery checks</h3>")
         parts.append(_checks_table(own_checks))
     parts.append("</body></html>")
