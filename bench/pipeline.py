@@ -1,0 +1,326 @@
+"""Pipeline benchmark: throughput of `kraftwerk pipeline run` over generated fleets of growing size.
+
+Prints figures; asserts nothing.
+
+The fleet generator writes N clusters of metadata logs through the engine's real controller code
+(not hand-made bytes): per cluster one `QuorumController` (the node's own, fed the way the node
+feeds it, its records encoded once as the node's raft appends do) registers brokers, creates
+topics of 10 partitions at replication factor 3, and then runs rounds of a fencing and unfencing,
+a roll (controlled shutdown, re-registration with a new incarnation, unfencing) and a partition
+reassignment started and cancelled. Its committed batches are written as segments (rolled at
+`--segment-bytes`, named by base offset as Kafka names them) into three controllers' directories,
+as a quorum's three copies of the log, behind a LeaderChangeMessage at offset 0.
+
+For each fleet size and each `local[N]` the job runs in a fresh SparkSession (the JVM's start is
+timed too: it is part of a run). Printed per run: log files, records decoded (every node's copy,
+snapshots included), events derived, wall time, records/s, files/s, events/s and records/s per
+core. With Apache Kafka's jars (`scripts/fetch-kafka-jars`), the same segments go through Kafka's
+`kafka-dump-log --cluster-metadata-decoder` (kafka.tools.DumpLogSegments, single-threaded; its JVM
+start included), as records/s beside it.
+
+The machine's load average is printed before and after every run: figures from a shared machine
+are noisy and only comparable at similar load.
+
+Usage: .venv/bin/python bench/pipeline.py [--fleets 1x1000,4x1000,8x2000] [--cores 1,2] [--rounds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from kio.schema.alter_partition_reassignments.v1.request import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature, Listener
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.leader_change_message.v0 import LeaderChangeMessage
+from kio.schema.leader_change_message.v0.data import Voter as LeaderVoter
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i16, i32, i64, u16
+
+from kraft_engine.controller import QuorumController, RecordAndVersion
+from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
+from kraft_engine.metadata import VersionRange
+from kraft_engine.raft import CommittedBatch
+from kraft_engine.records import (
+    FeatureLevelRecord,
+    build_batch,
+    build_control_batch,
+    encode_metadata_record,
+    metadata_version,
+)
+from kraft_engine.storage.meta_properties import MetaProperties, write_meta_properties
+
+LATEST = metadata_version.LATEST_PRODUCTION.feature_level
+PARTITIONS_PER_TOPIC = 10
+BROKERS = 6
+CONTROLLERS = (1, 2, 3)
+BATCH_STEP_MS = 100
+START_MS = 1_795_214_642_000
+SESSION_TIMEOUT_MS = 10_000  # above Kafka's broker.session.timeout.ms default of 9 s
+REPO = Path(__file__).resolve().parents[1]
+
+
+class _AppendPort:
+    """The controller's raft append port over a list: offsets in order, each batch's records
+    encoded once (as the node's raft appends do), committed by the generator at once."""
+
+    def __init__(self, first_offset: int) -> None:
+        self._next = first_offset
+        self._prepared: tuple[int, tuple[RecordAndVersion, ...]] | None = None
+        self.pending: list[tuple[int, tuple[RecordAndVersion, ...]]] = []
+
+    def next_append_offset(self) -> int:
+        return self._next
+
+    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
+        self._prepared = (self._next, tuple(records))
+        self._next += len(records)
+        return self._next - 1
+
+    def schedule_prepared_append(self) -> None:
+        if self._prepared is not None:
+            self.pending.append(self._prepared)
+            self._prepared = None
+
+
+class _SegmentWriter:
+    """Committed batches as segment files in every controller's `__cluster_metadata-0`."""
+
+    def __init__(self, root: Path, *, cluster_id: str, segment_bytes: int) -> None:
+        self.dirs = []
+        for node_id in CONTROLLERS:
+            node = root / f"controller-{node_id}"
+            node.mkdir(parents=True)
+            write_meta_properties(node, MetaProperties(version=1, cluster_id=cluster_id, node_id=node_id,
+                                                       directory_id=uuid.UUID(int=node_id)))
+            (node / "__cluster_metadata-0").mkdir()
+            self.dirs.append(node / "__cluster_metadata-0")
+        self.segment_bytes = segment_bytes
+        self.current: bytearray = bytearray()
+        self.current_base = 0
+        self.records = 0
+
+    def append(self, base_offset: int, data: bytes, records: int) -> None:
+        if self.current and len(self.current) + len(data) > self.segment_bytes:
+            self.flush()
+        if not self.current:
+            self.current_base = base_offset
+        self.current += data
+        self.records += records
+
+    def flush(self) -> None:
+        if self.current:
+            for partition_dir in self.dirs:
+                (partition_dir / f"{self.current_base:020d}.log").write_bytes(self.current)
+            self.current = bytearray()
+
+
+def generate_cluster(root: Path, *, partitions: int, rounds: int, segment_bytes: int, seed: int) -> int:
+    """One cluster's log under `root` (three controllers' copies); returns the records per copy."""
+    cluster_id = to_kafka_str(random_uuid())
+    rng = random.Random(seed)
+    out = _SegmentWriter(root, cluster_id=cluster_id, segment_bytes=segment_bytes)
+    clock = {"ms": START_MS}
+    election = LeaderChangeMessage(version=i16(0), leader_id=i32(1), voters=tuple(LeaderVoter(voter_id=i32(n)) for n in CONTROLLERS),
+                                   granting_voters=tuple(LeaderVoter(voter_id=i32(n)) for n in CONTROLLERS))
+    out.append(0, build_control_batch(base_offset=0, partition_leader_epoch=1, timestamp_ms=clock["ms"], records=[election]), 1)
+    port = _AppendPort(first_offset=1)
+    controller = QuorumController(
+        node_id=1, raft=port, quorum_node_ids=CONTROLLERS,
+        bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=LATEST), 0)],
+        local_supported_features={"metadata.version": VersionRange(7, LATEST)},
+        cluster_id=cluster_id, rng=rng,
+    )
+
+    def commit() -> dict[int, object]:
+        effects = controller.take_effects()
+        completed = dict(effects.completed)
+        if effects.failed:
+            raise RuntimeError(f"the controller refused: {effects.failed}")
+        while port.pending:
+            taken, port.pending = port.pending, []
+            for base, records in taken:
+                clock["ms"] += BATCH_STEP_MS
+                last = base + len(records) - 1
+                out.append(base, build_batch(base_offset=base, partition_leader_epoch=1, timestamp_ms=clock["ms"],
+                                             values=[encode_metadata_record(r.record, r.version) for r in records]),
+                           len(records))
+                controller.handle_commit(CommittedBatch(base, 1, tuple(r.record for r in records), last,
+                                                        append_timestamp_ms=clock["ms"]))
+            completed.update(controller.take_effects().completed)
+        return completed
+
+    def register(broker_id: int) -> int:
+        token = controller.register_broker(BrokerRegistrationRequest(
+            broker_id=BrokerId(broker_id), cluster_id=cluster_id, incarnation_id=uuid.UUID(int=rng.getrandbits(128)),
+            listeners=(Listener(name="PLAINTEXT", host="127.0.0.1", port=u16(9092 + broker_id), security_protocol=i16(0)),),
+            features=(Feature(name="metadata.version", min_supported_version=i16(7), max_supported_version=i16(LATEST)),),
+            rack=None, log_dirs=(uuid.UUID(int=1000 + broker_id),),
+        ), now_ms=clock["ms"])
+        epoch: int = commit()[token].broker_epoch  # type: ignore[attr-defined]
+        return epoch
+
+    def heartbeat(broker_id: int, epoch: int, *, fence: bool = False, shut_down: bool = False) -> None:
+        controller.broker_heartbeat(BrokerHeartbeatRequest(
+            broker_id=BrokerId(broker_id), broker_epoch=i64(epoch), current_metadata_offset=i64(1 << 40),
+            want_fence=fence, want_shut_down=shut_down), now_ms=clock["ms"])
+        commit()
+
+    controller.handle_leader_change(leader_id=1, epoch=1, now_ms=clock["ms"], raft_is_leader=True)
+    commit()
+    epochs = {b: register(b) for b in range(BROKERS)}
+    for b in range(BROKERS):
+        heartbeat(b, epochs[b])
+    topics = [f"topic-{n}" for n in range(max(1, partitions // PARTITIONS_PER_TOPIC))]
+    for start in range(0, len(topics), 100):
+        controller.create_topics(CreateTopicsRequest(topics=tuple(
+            CreatableTopic(name=TopicName(n), num_partitions=i32(PARTITIONS_PER_TOPIC), replication_factor=i16(3),
+                           assignments=(), configs=())
+            for n in topics[start : start + 100]
+        )))
+        commit()
+    for round_index in range(rounds):
+        fenced = round_index % BROKERS
+        heartbeat(fenced, epochs[fenced], fence=True)  # fenced: leaves every ISR it was in
+        heartbeat(fenced, epochs[fenced])  # unfenced
+        rolled = (round_index + 1) % BROKERS
+        heartbeat(rolled, epochs[rolled], shut_down=True)  # a roll: controlled shutdown,
+        clock["ms"] += SESSION_TIMEOUT_MS  # the restart: the old session runs out before it is back
+        epochs[rolled] = register(rolled)  # with a new incarnation,
+        heartbeat(rolled, epochs[rolled])  # unfenced
+        topic = topics[round_index % len(topics)]
+        target = tuple(BrokerId(b) for b in rng.sample(range(BROKERS), 3))
+        for replicas in (target, None):  # a reassignment started, then cancelled
+            controller.alter_partition_reassignments(AlterPartitionReassignmentsRequest(topics=(
+                ReassignableTopic(name=TopicName(topic), partitions=(ReassignablePartition(partition_index=i32(0),
+                                                                                          replicas=replicas),)),)))
+            commit()
+    out.flush()
+    return out.records
+
+
+def generate_fleet(root: Path, *, clusters: int, partitions: int, rounds: int, segment_bytes: int) -> int:
+    return sum(
+        generate_cluster(root / f"cluster-{n}", partitions=partitions, rounds=rounds, segment_bytes=segment_bytes, seed=n)
+        for n in range(clusters)
+    )
+
+
+def load() -> str:
+    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def run_pipeline(fleet: Path, *, cores: int) -> dict[str, float]:
+    from kraft_pipeline.job import run
+    from kraft_pipeline.session import build_session
+
+    output = fleet.parent / f"out-{fleet.name}-{cores}"
+    started = time.perf_counter()
+    spark = build_session(master=f"local[{cores}]", app_name="bench-pipeline", shuffle_partitions=2 * cores)
+    try:
+        tables = run(inputs=[str(fleet)], output=str(output), spark=spark)
+        wall_s = time.perf_counter() - started
+        records = tables.records.count()  # cached by the run
+        events = tables.events.count()  # materialised by the run
+    finally:
+        spark.stop()
+    shutil.rmtree(output, ignore_errors=True)
+    return {"wall_s": wall_s, "records": records, "events": events}
+
+
+def kafka_classpath() -> str | None:
+    root = Path(os.environ.get("KAFKA_JARS_DIR", REPO / ".kafka-jars"))
+    if not root.is_dir() or shutil.which("java") is None:
+        return None
+    for version_dir in sorted(root.iterdir(), reverse=True):
+        if any(version_dir.glob("kafka_2.13-*.jar")):
+            return f"{version_dir}/*"
+    return None
+
+
+def run_dump_log(files: Sequence[Path], classpath: str) -> dict[str, float]:
+    """Kafka's decoder over `files`, its output counted and thrown away (a pipe, not a terminal)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, "kafka.tools.DumpLogSegments",
+         "--cluster-metadata-decoder", "--files", ",".join(str(f) for f in files)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    records = sum(1 for line in process.stdout if line.startswith(b"| offset: "))
+    process.wait()
+    return {"wall_s": time.perf_counter() - started, "records": records}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fleets", default="1x1000,4x1000,8x2000",
+                        help="comma-separated CLUSTERSxPARTITIONS fleet sizes (the issue's full size: 20x10000)")
+    parser.add_argument("--cores", default="1,2", help="comma-separated local[N] core counts")
+    parser.add_argument("--rounds", type=int, default=10, help="fence + roll + reassignment rounds per cluster")
+    parser.add_argument("--segment-bytes", type=int, default=1 << 20)
+    parser.add_argument("--keep-dir", type=Path, default=None, help="generate the fleets here and keep them")
+    args = parser.parse_args()
+    root = args.keep_dir or Path(tempfile.mkdtemp(prefix="kraft-bench-pipeline-"))
+    classpath = kafka_classpath()
+    rows: list[list[str]] = []
+    try:
+        for size in args.fleets.split(","):
+            clusters, partitions = (int(v) for v in size.lower().split("x"))
+            fleet = root / f"fleet-{clusters}x{partitions}"
+            print(f"--- {clusters} cluster(s) x {partitions} partitions: generating (load {load()})", flush=True)
+            started = time.perf_counter()
+            per_copy = generate_fleet(fleet, clusters=clusters, partitions=partitions, rounds=args.rounds,
+                                      segment_bytes=args.segment_bytes)
+            files = sorted(fleet.rglob("*.log"))
+            print(f"    {per_copy} records per copy, {len(files)} segment files, "
+                  f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB, generated in "
+                  f"{time.perf_counter() - started:.1f} s", flush=True)
+            for cores in (int(c) for c in args.cores.split(",")):
+                before = load()
+                figures = run_pipeline(fleet, cores=cores)
+                rate = figures["records"] / figures["wall_s"]
+                rows.append([f"{clusters}x{partitions}", f"pipeline local[{cores}]", str(len(files)),
+                             str(int(figures["records"])), str(int(figures["events"])), f"{figures['wall_s']:.1f}",
+                             f"{rate:,.0f}", f"{len(files) / figures['wall_s']:.2f}",
+                             f"{figures['events'] / figures['wall_s']:,.0f}", f"{rate / cores:,.0f}",
+                             f"{before} / {load()}"])
+                print("    " + " | ".join(rows[-1]), flush=True)
+            if classpath is not None:
+                before = load()
+                figures = run_dump_log(files, classpath)
+                rate = figures["records"] / figures["wall_s"]
+                rows.append([f"{clusters}x{partitions}", "kafka-dump-log (1 thread)", str(len(files)),
+                             str(int(figures["records"])), "-", f"{figures['wall_s']:.1f}", f"{rate:,.0f}",
+                             f"{len(files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
+                print("    " + " | ".join(rows[-1]), flush=True)
+            else:
+                print("    kafka-dump-log: skipped (no Kafka jars in .kafka-jars/: scripts/fetch-kafka-jars)")
+            if args.keep_dir is None:
+                shutil.rmtree(fleet, ignore_errors=True)
+    finally:
+        if args.keep_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    header = ["fleet", "run", "files", "records", "events", "wall s", "records/s", "files/s", "events/s",
+              "records/s/core", "load 1/5/15 before / after"]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print()
+    for row in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    main()
