@@ -100,21 +100,25 @@ class BrokerCluster(ProcessCluster):
 
 
 def start_cluster(cluster: BrokerCluster, *, controllers: int = 3, brokers: int = 3,
-                  before_format: Callable[[int], None] | None = None) -> None:
+                  before_format: Callable[[int], None] | None = None,
+                  release: metadata_version.MetadataVersion | None = None) -> None:
     """Controllers 1..n (a dynamic quorum, real quorum controller) and brokers 101.. running.
     `before_format(node_id)` runs for each broker between its configuration and its format (to
-    put a log directory on a disk of its own, say)."""
+    put a log directory on a disk of its own, say). `release`: format at that metadata.version
+    (`--release-version`) instead of the latest, to upgrade it later."""
     cluster.extra_config["kraftwerk.test.state.machine.enable"] = "false"
     controller_ids = list(range(1, controllers + 1))
     for node_id in controller_ids:
         cluster.add_node(node_id)
     # The engine's broker lacks some of the levels Kafka's defaults finalize: format with the
     # levels every node supports, or the brokers are refused at registration.
-    levels = feature_versions.levels_every_node_supports(metadata_version.latest(), [
+    levels = feature_versions.levels_every_node_supports(release or metadata_version.latest(), [
         feature_versions.supported_ranges(unstable_enabled=False),
         feature_versions.supported_ranges(unstable_enabled=False, broker=True),
     ])
-    cluster.format_initial(controller_ids, *(f for name, level in levels.items() for f in ("-f", f"{name}={level}")))
+    release_flags = () if release is None else ("--release-version", str(release))
+    cluster.format_initial(controller_ids, *release_flags,
+                           *(f for name, level in levels.items() for f in ("-f", f"{name}={level}")))
     broker_ids = list(range(101, 101 + brokers))
     for node_id in broker_ids:
         cluster.add_broker(node_id)
