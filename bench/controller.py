@@ -598,12 +598,13 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-class _MemoryLog:
-    """The controller's raft append port over a list: offsets in order, batches kept until committed."""
+class MemoryLog:
+    """The controller's raft append port over a list: offsets in order, batches kept until committed.
+    (bench/pipeline.py's fleet generator drives its controllers through it too.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, *, first_offset: int = 0) -> None:
         self.batches: list[tuple[int, tuple[RecordAndVersion, ...]]] = []  # (base offset, records)
-        self._next = 0
+        self._next = first_offset
         self._prepared: tuple[int, tuple[RecordAndVersion, ...]] | None = None
         self.encoded: list[list[bytes]] = []
         self.encode_s = 0.0
@@ -636,7 +637,7 @@ def bench_fencing(topics: int, partitions: int, *, profile_path: Path | None = N
 
     With `profile_path`, the fence (generate to publish) runs under cProfile and its stats are
     written there (read them with `python -m pstats`)."""
-    log = _MemoryLog()
+    log = MemoryLog()
     controller = QuorumController(
         node_id=0, raft=log, quorum_node_ids=(0,),
         bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=LATEST), 0)],
@@ -732,7 +733,7 @@ def bench_fencing(topics: int, partitions: int, *, profile_path: Path | None = N
     # decoded, replayed by a fresh controller and a fresh loader (one controller event on the node).
     values = [encode_metadata_record(record, version) for record, version in loader.image.records().records]
     standby = QuorumController(
-        node_id=1, raft=_MemoryLog(), quorum_node_ids=(0, 1),
+        node_id=1, raft=MemoryLog(), quorum_node_ids=(0, 1),
         bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=LATEST), 0)],
         local_supported_features={"metadata.version": VersionRange(7, LATEST)},
         cluster_id="MkU3OEVBNTcwNTJENDM2Qg", rng=random.Random(1),

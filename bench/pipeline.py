@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from controller import MemoryLog, kafka_classpath  # bench/controller.py: the same append port and jars
 from kio.schema.alter_partition_reassignments.v1.request import (
     AlterPartitionReassignmentsRequest,
     ReassignablePartition,
@@ -58,7 +59,6 @@ from kraft_engine.records import (
     FeatureLevelRecord,
     build_batch,
     build_control_batch,
-    encode_metadata_record,
     metadata_version,
 )
 from kraft_engine.storage.meta_properties import MetaProperties, write_meta_properties
@@ -71,29 +71,6 @@ BATCH_STEP_MS = 100
 START_MS = 1_795_214_642_000
 SESSION_TIMEOUT_MS = 10_000  # above Kafka's broker.session.timeout.ms default of 9 s
 REPO = Path(__file__).resolve().parents[1]
-
-
-class _AppendPort:
-    """The controller's raft append port over a list: offsets in order, each batch's records
-    encoded once (as the node's raft appends do), committed by the generator at once."""
-
-    def __init__(self, first_offset: int) -> None:
-        self._next = first_offset
-        self._prepared: tuple[int, tuple[RecordAndVersion, ...]] | None = None
-        self.pending: list[tuple[int, tuple[RecordAndVersion, ...]]] = []
-
-    def next_append_offset(self) -> int:
-        return self._next
-
-    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
-        self._prepared = (self._next, tuple(records))
-        self._next += len(records)
-        return self._next - 1
-
-    def schedule_prepared_append(self) -> None:
-        if self._prepared is not None:
-            self.pending.append(self._prepared)
-            self._prepared = None
 
 
 class _SegmentWriter:
@@ -137,7 +114,7 @@ def generate_cluster(root: Path, *, partitions: int, rounds: int, segment_bytes:
     election = LeaderChangeMessage(version=i16(0), leader_id=i32(1), voters=tuple(LeaderVoter(voter_id=i32(n)) for n in CONTROLLERS),
                                    granting_voters=tuple(LeaderVoter(voter_id=i32(n)) for n in CONTROLLERS))
     out.append(0, build_control_batch(base_offset=0, partition_leader_epoch=1, timestamp_ms=clock["ms"], records=[election]), 1)
-    port = _AppendPort(first_offset=1)
+    port = MemoryLog(first_offset=1)
     controller = QuorumController(
         node_id=1, raft=port, quorum_node_ids=CONTROLLERS,
         bootstrap_records=[RecordAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=LATEST), 0)],
@@ -150,16 +127,15 @@ def generate_cluster(root: Path, *, partitions: int, rounds: int, segment_bytes:
         completed = dict(effects.completed)
         if effects.failed:
             raise RuntimeError(f"the controller refused: {effects.failed}")
-        while port.pending:
-            taken, port.pending = port.pending, []
-            for base, records in taken:
+        while port.batches:
+            # each batch's records as the port encoded them (once, as the node's raft appends do)
+            encoded = port.encoded[-len(port.batches):]
+            for (base, last, records), values in zip(port.take(), encoded, strict=True):
                 clock["ms"] += BATCH_STEP_MS
-                last = base + len(records) - 1
                 out.append(base, build_batch(base_offset=base, partition_leader_epoch=1, timestamp_ms=clock["ms"],
-                                             values=[encode_metadata_record(r.record, r.version) for r in records]),
-                           len(records))
-                controller.handle_commit(CommittedBatch(base, 1, tuple(r.record for r in records), last,
-                                                        append_timestamp_ms=clock["ms"]))
+                                             values=values), len(values))
+                controller.handle_commit(CommittedBatch(base, 1, records, last, append_timestamp_ms=clock["ms"]))
+            port.encoded.clear()
             completed.update(controller.take_effects().completed)
         return completed
 
@@ -239,16 +215,6 @@ def run_pipeline(fleet: Path, *, cores: int) -> dict[str, float]:
         spark.stop()
     shutil.rmtree(output, ignore_errors=True)
     return {"wall_s": wall_s, "records": records, "events": events}
-
-
-def kafka_classpath() -> str | None:
-    root = Path(os.environ.get("KAFKA_JARS_DIR", REPO / ".kafka-jars"))
-    if not root.is_dir() or shutil.which("java") is None:
-        return None
-    for version_dir in sorted(root.iterdir(), reverse=True):
-        if any(version_dir.glob("kafka_2.13-*.jar")):
-            return f"{version_dir}/*"
-    return None
 
 
 def run_dump_log(files: Sequence[Path], classpath: str) -> dict[str, float]:
