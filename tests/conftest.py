@@ -11,6 +11,21 @@ import pytest
 
 SmallTmpfs = Callable[[int], Path]
 
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`scripts/test` runs two workers with `--dist loadgroup`), a module's tests
+    stay on one worker, so its module-scoped clusters start once; and every test of the Kubernetes
+    tier shares one worker, as they share the one e2e cluster and the chart's cluster-wide objects."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        in_k8s = _TESTS / "k8s" in path.parents
+        group = "k8s" if in_k8s else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(name=group))
+
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[SmallTmpfs]:
