@@ -56,6 +56,10 @@ FAST_TIMEOUTS = {
 # How long a node may take to answer one HTTP request before the harness calls it unresponsive.
 # A loaded node answers late, not never; polling loops retry until their own deadline.
 HTTP_TIMEOUT_S = 10.0
+# From launch to serving HTTP. An interpreter start is about a second on a quiet machine, but
+# under pytest-xdist beside Spark JVMs and Kafka's, on two cores, six nodes loading at once were
+# seen to take more than a minute; a node that exits instead is reported at once.
+START_TIMEOUT_S = 180.0
 
 
 def kraft(*args: str, timeout_s: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -223,7 +227,7 @@ class ProcessCluster:
             def serving_or_exited(node: Node = node) -> bool:
                 return self.status(node.node_id) is not None or self._exited(node)
 
-            wait_for(serving_or_exited, timeout_s=60, what=f"controller {node_id} to serve HTTP")
+            wait_for(serving_or_exited, timeout_s=START_TIMEOUT_S, what=f"controller {node_id} to serve HTTP")
             if self._exited(node):
                 raise AssertionError(f"controller {node_id} exited at start:\n{self.log(node_id)}")
 
