@@ -101,7 +101,7 @@ class BrokerCluster(ProcessCluster):
 
 def start_cluster(cluster: BrokerCluster, *, controllers: int = 3, brokers: int = 3,
                   before_format: Callable[[int], None] | None = None,
-                  release: metadata_version.MetadataVersion | None = None) -> None:
+                  release: metadata_version.MetadataVersion | None = None, ready_timeout_s: float = 90) -> None:
     """Controllers 1..n (a dynamic quorum, real quorum controller) and brokers 101.. running.
     `before_format(node_id)` runs for each broker between its configuration and its format (to
     put a log directory on a disk of its own, say). `release`: format at that metadata.version
@@ -126,4 +126,4 @@ def start_cluster(cluster: BrokerCluster, *, controllers: int = 3, brokers: int 
             before_format(node_id)
         cluster.format(node_id)
     cluster.start_all(controller_ids + broker_ids)
-    cluster.wait_ready(broker_ids)
+    cluster.wait_ready(broker_ids, timeout_s=ready_timeout_s)

@@ -59,7 +59,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
         "offsets.topic.replication.factor": "3",
     })
     try:
-        start_cluster(brokers, brokers=4)
+        # Seven processes start at once: on a loaded 2-core machine the fourth broker can take
+        # longer than the harness's usual 90 s to catch up and unfence.
+        start_cluster(brokers, brokers=4, ready_timeout_s=240)
         yield brokers
     finally:
         brokers.cleanup()
