@@ -252,10 +252,12 @@ async def test_a_large_request_is_kept_out_of_the_collectors_walks_until_answere
     async with asyncio.timeout(30):
         while gc.get_freeze_count() != 0:
             await asyncio.sleep(0.05)
-    # A small request parks nothing.
+    # A small request parks nothing, nor does a large frame of few items (a Produce of big batches).
     await peer.send_request(metadata_request(12, ["one"]), correlation_id=2)
     await peer.read_frame()
-    assert parked_at_handler[1] == 0
+    await peer.send_request(metadata_request(12, ["a" * 5000, "b" * 5000]), correlation_id=3)
+    await peer.read_frame()
+    assert parked_at_handler[1:] == [0, 0]
 
 
 async def test_a_large_response_to_a_client_that_never_reads_is_buffered_a_chunk_at_a_time(make_listener):

@@ -915,11 +915,16 @@ class _Connection:
     async def _handle_large(self, route: _Route, frame: bytes, api_key: int, api_version: int) -> bytes | SplicedFrame:
         """A large frame: bounds-checked and its arrays found in a worker thread (pure Python
         walks over every item, so the loop keeps its turns), then read by kio item by item,
-        yielding between steps. Until its response is encoded, what it allocated is kept out of
-        the garbage collector's walks, and it is freed in a worker thread (`large_requests`)."""
-        with large_request():
+        yielding between steps. When it holds many items, what it allocated is kept out of the
+        garbage collector's walks until its response is encoded, and freed in a worker thread
+        (`large_requests`); a large frame of few items (a Produce of big batches) needs neither."""
+        try:
+            arrays = await asyncio.to_thread(check_request_arrays, frame, route.request_cls)
+        except MalformedFrame as e:
+            raise self._malformed(e, api_key, api_version) from e
+        many = any(a.count > _ITEMS_PER_STEP for a in arrays)
+        with large_request() if many else contextlib.nullcontext():
             try:
-                arrays = await asyncio.to_thread(check_request_arrays, frame, route.request_cls)
                 steps = decode_request_stepwise(frame, route.request_cls, arrays=arrays, items_per_step=_ITEMS_PER_STEP)
                 while True:
                     try:
@@ -932,10 +937,11 @@ class _Connection:
             except MalformedFrame as e:
                 raise self._malformed(e, api_key, api_version) from e
             answer = await self._handle(route, body, self._context(header, api_key, api_version), large=True)
-            # This frame holds the request's last reference: its items are freed in a worker.
-            parts = disown(body)
-            del body
-            await asyncio.to_thread(release, parts)
+            if many:
+                # This frame holds the request's last reference: its items are freed in a worker.
+                parts = disown(body)
+                del body
+                await asyncio.to_thread(release, parts)
             return answer
 
     async def _handle(self, route: _Route, body: Any, ctx: RequestContext, *, large: bool = False) -> bytes | SplicedFrame:
