@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 _TESTS = Path(__file__).resolve().parent.parent
-for _helpers in ("protocol", "process"):  # protocol_helpers; quorum_processes and broker_processes
+for _helpers in ("protocol", "process", "interop"):  # protocol_helpers; quorum/broker_processes; kafka_jars
     sys.path.insert(0, str(_TESTS / _helpers))
 
 _spec = importlib.util.spec_from_file_location("protocol_conftest", _TESTS / "protocol" / "conftest.py")

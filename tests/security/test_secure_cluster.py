@@ -272,6 +272,43 @@ def test_scram_users_are_managed_with_alter_and_describe_user_scram_credentials(
     wait_for(lambda: carol_gone() or None, timeout_s=120, what="carol's credential to be gone")
 
 
+@pytest.mark.kafka_jars
+def test_kafka_console_tools_over_mtls_and_sasl_ssl(cluster, tmp_path):
+    """Apache Kafka 4.1's own tools with Kafka's client keys: TopicCommand and ConsoleProducer over
+    mTLS (a PEM keystore), ConsoleConsumer over SASL_SSL with SCRAM-SHA-512."""
+    import subprocess
+
+    from kafka_jars import CLASSPATH
+
+    if CLASSPATH is None:
+        pytest.skip("Kafka jars not cached (run scripts/fetch-kafka-jars) or no java on PATH")
+    ca = cluster.ca.write(tmp_path)
+    keystore = cluster.ca.issue("java-app", organization="kraftwerk").keystore_pem(tmp_path, "java-app")
+    mtls = tmp_path / "mtls.properties"
+    mtls.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca}\n"
+                    f"ssl.keystore.type=PEM\nssl.keystore.location={keystore}\n")
+    scram = tmp_path / "scram.properties"
+    scram.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nssl.truststore.type=PEM\n"
+                     f"ssl.truststore.location={ca}\nsasl.jaas.config=org.apache.kafka.common.security.scram."
+                     'ScramLoginModule required username="alice" password="alice-secret";\n')
+
+    def java(main: str, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", CLASSPATH, main, *args],
+                                input=stdin, capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    internal = cluster.broker_bootstrap()
+    java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", internal, "--command-config", str(mtls),
+         "--create", "--topic", "java-tools", "--partitions", "1", "--replication-factor", "2")
+    java("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", internal, "--producer.config", str(mtls),
+         "--topic", "java-tools", "--sync", stdin="java-1\njava-2\njava-3\n")
+    consumed = java("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", cluster.client_bootstrap(),
+                    "--consumer.config", str(scram), "--topic", "java-tools", "--partition", "0", "--offset", "0",
+                    "--max-messages", "3")
+    assert consumed.splitlines() == ["java-1", "java-2", "java-3"]
+
+
 def test_a_broker_with_a_certificate_from_another_ca_never_joins(cluster):
     cluster.rogue_ca[103] = CertificateAuthority("cluster-ca")
     cluster.add_broker(103)

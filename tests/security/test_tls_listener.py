@@ -175,6 +175,22 @@ async def test_keystore_files_pem_and_pkcs12(make_listener, ca, tmp_path: Path):
         assert await _metadata_over(listener, trust) == ["t"]
 
 
+async def test_pkcs12_truststore_checks_client_certificates(make_listener, ca, other_ca, tmp_path: Path):
+    """A PKCS12 truststore (the CA's certificate in a password-protected store) on the server:
+    a client of that CA gets in, a client of another CA does not."""
+    server = ca.issue("broker-0")
+    truststore = ca.issue("holder").pkcs12(tmp_path, "truststore", "trust-pass")  # holds the CA in its chain
+    props = {"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": server.chain_pem,
+             "ssl.keystore.key": server.key_pem, "ssl.truststore.type": "PKCS12",
+             "ssl.truststore.location": str(truststore), "ssl.truststore.password": "trust-pass",
+             "ssl.client.auth": "required"}
+    listener = await make_listener(name="SSL", security=listener_security(props, listener_name="SSL",
+                                                                          security_protocol="SSL"))
+    assert await _metadata_over(listener, _client(ca, ca, "alice")) == ["t"]
+    with pytest.raises(ConnectionFailed):
+        await _metadata_over(listener, _client(other_ca, ca, "alice"), timeout_ms=1500)
+
+
 def test_bad_tls_settings_name_the_key(ca, tmp_path: Path):
     with pytest.raises(SecurityConfigError, match="keystore"):
         listener_security({}, listener_name="SSL", security_protocol="SSL")
