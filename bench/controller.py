@@ -73,6 +73,7 @@ from kraft_engine.records import (
     PartitionChangeRecord,
     decode_metadata_record,
     encode_metadata_record,
+    encode_metadata_records,
     metadata_version,
 )
 from kraft_engine.records.log_batch import parse_batches
@@ -615,7 +616,7 @@ class MemoryLog:
     def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
         # Encoded once, here, as the node's RaftAppends does on the controller thread.
         started = time.perf_counter()
-        self.encoded.append([encode_metadata_record(r.record, r.version) for r in records])
+        self.encoded.append(encode_metadata_records(records))
         self.encode_s += time.perf_counter() - started
         self._prepared = (self._next, tuple(records))
         self._next += len(records)

@@ -187,3 +187,21 @@ def test_a_heartbeat_that_lands_while_its_session_is_being_expired_keeps_the_ses
     assert tracker.contact_time_ms(1, 10) == 9500
     assert tracker.has_valid_session(1, 10, now_ms=18_000)
     assert tracker.maybe_remove_expired(now_ms=18_501) == (1, 10)
+
+
+def test_the_fence_check_runs_when_the_oldest_session_expires_not_at_the_next_sample() -> None:
+    """Kafka samples every session/8, so a dead broker waits up to 12.5 % of the session beyond it;
+    here the check also runs at the moment the oldest session expires (issue 16's 10 % bound). A
+    second broker expired at the same moment still waits one period, as in Kafka (one fence per
+    run, each visible before the next)."""
+    cluster = Harness(session_timeout_ms=SESSION_TIMEOUT_MS).unfenced(1, 2, 3, 4)
+    cluster.create_topic("orders", 4, 3)
+    standby, raft = _standby(cluster)
+    activated_ms = 20_003  # not a multiple of the period: a sampled check would land later
+    _activate(standby, raft, activated_ms)
+    fenced_at = _run_new_leader(standby, raft, cluster, activated_ms=activated_ms, live=(1, 2),
+                                until_ms=activated_ms + 3 * SESSION_TIMEOUT_MS)
+    assert sorted(fenced_at) == [3, 4]
+    first, second = sorted(fenced_at.values())
+    assert first == activated_ms + SESSION_TIMEOUT_MS + 1
+    assert second == first + PERIOD_MS

@@ -90,6 +90,13 @@ class BrokerHeartbeatTracker:
             return key
         return None
 
+    def next_expiry_ms(self) -> int | None:
+        """The earliest time a tracked session expires (`maybe_remove_expired` returns it from
+        then on), None when no session is tracked. Contact times only move forward, and new
+        ones start at the time they are written, so no session expires before this."""
+        earliest = min(self._contact_times_ms.values(), default=None)  # one atomic read
+        return None if earliest is None else earliest + self.session_timeout_ms + 1
+
     def brokers(self) -> list[tuple[int, int]]:
         return list(self._contact_times_ms)
 

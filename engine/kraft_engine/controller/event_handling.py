@@ -63,6 +63,7 @@ class EventHandling:
         self.periodic = PeriodicTaskControl()
         self._purgatory: Purgatory[object] = Purgatory()
         self._replayers: dict[type, ReplayFunction] = {}
+        self._run_replayers: dict[type, Callable[[Sequence[Any], int], None]] = {}
         self._deactivators: list[Callable[[], None]] = []
         self._effects = ControllerEffects()
         self._next_token = 0
@@ -88,6 +89,14 @@ class EventHandling:
     def register_replayer(self, record_type: type, replay: ReplayFunction) -> None:
         require(record_type not in self._replayers, f"two replayers for {record_type.__name__}")
         self._replayers[record_type] = replay
+
+    def register_run_replayer(self, record_type: type, replay_run: Callable[[Sequence[Any], int], None]) -> None:
+        """`replay_run(records, base_offset)` replays a run of consecutive records of `record_type`
+        as the record replayer would one by one, all or nothing (it raises before changing
+        anything). A run it refuses is replayed one record at a time, so the failure names its
+        record and offset as ever."""
+        require(record_type in self._replayers, f"a run replayer for {record_type.__name__} needs its replayer")
+        self._run_replayers[record_type] = replay_run
 
     def register_periodic_task(self, task: PeriodicTask) -> None:
         self.periodic.register(task)
@@ -128,6 +137,41 @@ class EventHandling:
             raise ControllerFault(f"Unhandled record type {type(record).__name__} at offset {offset}")
         replay(record, offset)
         self.log_replayed_any_record = True
+
+    def _replay_records(self, records: Sequence[object], base_offset: int,
+                        fault: Callable[[object, int, Exception], Exception],
+                        *, raised_as_is: tuple[type[Exception], ...] = ()) -> None:
+        """Replay `records` from `base_offset` on, runs of one type through its run replayer.
+        `fault(record, offset, error)` gives the exception a failed record raises, unless the
+        error is one of `raised_as_is`."""
+        run_replayers = self._run_replayers
+        count = len(records)
+        index = 0
+        while index < count:
+            record = records[index]
+            kind = type(record)
+            replay_run = run_replayers.get(kind)
+            if replay_run is not None:
+                end = index + 1
+                while end < count and type(records[end]) is kind:
+                    end += 1
+                if end - index > 1:
+                    try:
+                        replay_run(records[index:end], base_offset + index)
+                    except Exception:  # nothing was applied: replayed one by one below, to name the record
+                        pass
+                    else:
+                        self.log_replayed_any_record = True
+                        index = end
+                        continue
+            try:
+                self.replay(record, base_offset + index)
+            except Exception as error:
+                self.metadata_error_count += 1
+                if isinstance(error, raised_as_is):
+                    raise
+                raise fault(record, base_offset + index, error) from error
+            index += 1
 
     # -- writes and reads ------------------------------------------------------------------
 
@@ -216,15 +260,12 @@ class EventHandling:
         # ...the records are applied there before raft may write them: a record the controller
         # itself cannot apply is a bug that must be found before the record is replicated (the
         # prepared batch is then never scheduled).
-        for index, (record, _) in enumerate(records):
-            try:
-                self.replay(record, base_offset + index)
-            except Exception as error:
-                self.metadata_error_count += 1
-                raise ControllerFault(
-                    f"Unable to apply {type(record).__name__} record at offset {base_offset + index} "
-                    f"on active controller, from the batch with baseOffset {base_offset}: {error}"
-                ) from error
+        self._replay_records([record for record, _ in records], base_offset, lambda record, offset, error: (
+            ControllerFault(
+                f"Unable to apply {type(record).__name__} record at offset {offset} "
+                f"on active controller, from the batch with baseOffset {base_offset}: {error}"
+            )
+        ))
         self._raft.schedule_prepared_append()
         self.offset_control.handle_schedule_append(last_offset)
         self.last_applied_offset = last_offset
@@ -252,18 +293,10 @@ class EventHandling:
             not self.is_active(),
             f"the active controller at epoch {self.cur_claim_epoch} got a commit from epoch {batch.epoch}",
         )
-        for index, record in enumerate(batch.records):
-            try:
-                self.replay(record, batch.base_offset + index)
-            except (InvariantViolation, ControllerFault):
-                self.metadata_error_count += 1
-                raise
-            except Exception as error:
-                self.metadata_error_count += 1
-                raise ControllerFault(
-                    f"Unable to apply {type(record).__name__} record at offset {batch.base_offset + index} "
-                    f"on standby controller, from the batch with baseOffset {batch.base_offset}: {error}"
-                ) from error
+        self._replay_records(batch.records, batch.base_offset, lambda record, offset, error: ControllerFault(
+            f"Unable to apply {type(record).__name__} record at offset {offset} "
+            f"on standby controller, from the batch with baseOffset {batch.base_offset}: {error}"
+        ), raised_as_is=(InvariantViolation, ControllerFault))
         self.offset_control.handle_commit_batch(last_offset=batch.last_offset, epoch=batch.epoch)
         self.last_applied_offset = batch.last_offset
         self.last_applied_timestamp_ms = batch.append_timestamp_ms

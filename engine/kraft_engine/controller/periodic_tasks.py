@@ -19,11 +19,14 @@ __all__ = ["PeriodicTask", "PeriodicTaskControl"]
 @dataclass(frozen=True, slots=True)
 class PeriodicTask:
     """`run(now_ms)` returns the records to write and whether to run again at once (it hit a
-    per-run cap) instead of after `period_ms`."""
+    per-run cap) instead of after `period_ms`. `due_ms(now_ms)`, when given, is the earliest
+    time the task can have work again (None: not before its period); the task then runs at that
+    time if it falls inside the period, rather than at the period's end."""
 
     name: str
     period_ms: int
     run: Callable[[int], tuple[ControllerResult[None], bool]]
+    due_ms: Callable[[int], int | None] | None = None
 
 
 class PeriodicTaskControl:
@@ -52,5 +55,11 @@ class PeriodicTaskControl:
         return [self._tasks[n] for _, n in names]
 
     def reschedule(self, task: PeriodicTask, *, now_ms: int, immediately: bool) -> None:
-        if self._deadlines_ms:
-            self._deadlines_ms[task.name] = now_ms if immediately else now_ms + task.period_ms
+        if not self._deadlines_ms:
+            return
+        deadline_ms = now_ms if immediately else now_ms + task.period_ms
+        if not immediately and task.due_ms is not None:
+            due_ms = task.due_ms(now_ms)
+            if due_ms is not None and now_ms < due_ms < deadline_ms:
+                deadline_ms = due_ms
+        self._deadlines_ms[task.name] = deadline_ms

@@ -165,6 +165,20 @@ class _PartitionsByMember(Generic[M]):
         found = self._sets.get(member)
         return () if found is None else found
 
+    def update_many(self, keys: list[PackedPartition], *, old: Sequence[M], new: Sequence[M]) -> None:
+        """`update` of each key, every one moving from `old` members to `new` ones."""
+        if old == new:
+            return
+        for member in old:
+            if member not in new and member not in self._ignored:
+                self._sets[member].discard_many(keys)
+        for member in new:
+            if member not in old and member not in self._ignored:
+                found = self._sets.get(member)
+                if found is None:
+                    found = self._sets[member] = TimelineHashSet(self._registry)
+                found.add_many(keys)
+
     def update(self, key: PackedPartition, *, old: Sequence[M], new: Sequence[M]) -> None:
         if old == new:
             return
@@ -321,6 +335,66 @@ class ReplicationControlManager:
         if previous is None:
             raise RuntimeError(f"PartitionChangeRecord at offset {offset} names unknown partition {key}")
         self._set_partition(key, previous, previous.merge(record))
+
+    def replay_partition_changes(self, records: Sequence[PartitionChangeRecord], base_offset: int) -> None:
+        """`replay_partition_change` of each record in turn (record i at `base_offset + i`), all or
+        nothing: every merge is done before anything changes, so a record that cannot be applied
+        raises with the controller's state as it was. A fence writes one record per partition of
+        the broker; here they cost a merge each and one pass over the partitions map and the
+        reverse indexes, not a timeline write and an index move per record."""
+        latest = self._partitions.latest()
+        changed: dict[PackedPartition, tuple[PartitionRegistration, PartitionRegistration]] = {}
+        for index, record in enumerate(records):
+            packed = record.topic_id.int << _PARTITION_BITS | record.partition_id
+            found = changed.get(packed)
+            if found is None:
+                previous = latest.get(packed)
+                if previous is None:
+                    raise RuntimeError(
+                        f"PartitionChangeRecord at offset {base_offset + index} names unknown partition "
+                        f"{(record.topic_id, int(record.partition_id))}"
+                    )
+                changed[packed] = (previous, previous.merge(record))
+            else:
+                changed[packed] = (found[0], found[1].merge(record))
+        self._partitions.put_many({packed: pair[1] for packed, pair in changed.items()})
+        self._reindex_many(changed)
+
+    def _reindex_many(self, changed: dict[PackedPartition, tuple[PartitionRegistration, PartitionRegistration]]) -> None:
+        """`_reindex` of every (previous, current) pair, with each reverse-index move done once per
+        distinct (old ISR, new ISR) pair and each partition set changed once."""
+        isr_moves: dict[tuple[tuple[int, ...], tuple[int, ...]], list[PackedPartition]] = {}
+        leaderless: tuple[list[PackedPartition], list[PackedPartition]] = ([], [])
+        imbalanced: tuple[list[PackedPartition], list[PackedPartition]] = ([], [])
+        for packed, (previous, current) in changed.items():
+            if (
+                previous.replicas is not current.replicas or previous.directories is not current.directories
+                or previous.elr != current.elr or previous.adding_replicas != current.adding_replicas
+                or previous.removing_replicas != current.removing_replicas
+            ):
+                # The rarer changes (assignment, directories, ELR, reassignment) one by one.
+                self._reindex(packed, previous, current)
+                continue
+            if previous.isr != current.isr:
+                moves = isr_moves.get((previous.isr, current.isr))
+                if moves is None:
+                    isr_moves[previous.isr, current.isr] = [packed]
+                else:
+                    moves.append(packed)
+            if previous.leader != current.leader:
+                was = previous.leader == NO_LEADER
+                if was != (current.leader == NO_LEADER):
+                    leaderless[was].append(packed)
+                was = _is_imbalanced(previous)
+                if was != _is_imbalanced(current):
+                    imbalanced[was].append(packed)
+        for (old, new), partitions in isr_moves.items():
+            self._brokers_to_isrs.update_many(partitions, old=old, new=new)
+        for moved, members in ((leaderless, self._leaderless), (imbalanced, self._imbalanced)):
+            if moved[0]:
+                members.add_many(moved[0])
+            if moved[1]:
+                members.discard_many(moved[1])
 
     def replay_clear_elr(self, record: ClearElrRecord, offset: int) -> None:
         """Kafka's replay(ClearElrRecord): the ELR and last known ELR of the named topic's partitions

@@ -18,7 +18,7 @@ it. Reverting to E re-applies the deltas newest-first, so the oldest (E's) value
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Generic, TypeVar, cast
 
 __all__ = ["SnapshotRegistry", "TimelineHashMap", "TimelineHashSet", "TimelineValue"]
@@ -255,6 +255,21 @@ class TimelineHashMap(_Revertable, Generic[K, V]):
     def __setitem__(self, key: K, value: V) -> None:
         self.put(key, value)
 
+    def put_many(self, items: Mapping[K, V]) -> None:
+        """`put` of every item, in one pass: the keys' values before are saved once, as `put`
+        would save them."""
+        snapshots = self._registry._snapshots
+        if snapshots:
+            deltas = snapshots[-1].deltas
+            delta = deltas.get(self._id)
+            if delta is None:
+                delta = deltas[self._id] = {}
+            if not isinstance(delta, dict):
+                raise TypeError("corrupt timeline delta")
+            current = self._current
+            delta.update({key: current.get(key, _ABSENT) for key in items if key not in delta})
+        self._current.update(items)
+
     def remove(self, key: K) -> V | None:
         """Remove `key`; return its previous value, or None if it was absent."""
         if key not in self._current:
@@ -402,6 +417,30 @@ class TimelineHashSet(_Revertable, Generic[T]):
     def clear(self) -> None:
         for element in list(self._current):
             self.discard(element)
+
+    def add_many(self, elements: Collection[T]) -> None:
+        """`add` of each element, in one pass."""
+        current = self._current
+        self._save_many([e for e in elements if e not in current], present=False)
+        current.update(elements)
+
+    def discard_many(self, elements: Collection[T]) -> None:
+        """`discard` of each element, in one pass."""
+        current = self._current
+        self._save_many([e for e in elements if e in current], present=True)
+        current.difference_update(elements)
+
+    def _save_many(self, elements: list[T], *, present: bool) -> None:
+        snapshots = self._registry._snapshots
+        if not snapshots or not elements:
+            return
+        deltas = snapshots[-1].deltas
+        delta = deltas.get(self._id)
+        if delta is None:
+            delta = deltas[self._id] = {}
+        if not isinstance(delta, dict):
+            raise TypeError("corrupt timeline delta")
+        delta.update({element: present for element in elements if element not in delta})
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Sequence
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.metadata_delta import MetadataDelta
@@ -43,6 +43,7 @@ from kraft_engine.records.metadata_records import (
     AbortTransactionRecord,
     BeginTransactionRecord,
     EndTransactionRecord,
+    PartitionChangeRecord,
 )
 
 __all__ = ["MetadataLoader"]
@@ -196,7 +197,11 @@ class MetadataLoader:
             )
         self._last_log_time_ms = batch.append_timestamp_ms
         self._last_epoch = batch.epoch
-        for index, record in enumerate(batch.records):
+        records = batch.records
+        count = len(records)
+        index = 0
+        while index < count:
+            record = records[index]
             offset = batch.base_offset + index
             try:
                 self._replay(record)
@@ -207,9 +212,29 @@ class MetadataLoader:
                 self._apply_and_publish(self._log_manifest(is_offset_batch_aligned=index == 0))
                 self._transaction = _TransactionState.STARTED
             self._last_offset = offset
+            index += 1
+            if type(record) is PartitionChangeRecord:
+                index = self._replay_partition_changes(records, index, base_offset=batch.base_offset)
         self._last_offset = batch.last_offset
         self._num_bytes += batch.size_in_bytes
         self._num_batches += 1
+
+    def _replay_partition_changes(self, records: Sequence[object], start: int, *, base_offset: int) -> int:
+        """The PartitionChangeRecords from `start` on (after one replayed alone, which settled the
+        transaction state they leave as it is), replayed together; the index after them. A run
+        the delta refuses is left to the record-by-record loop, which names the failing record."""
+        end = start
+        count = len(records)
+        while end < count and type(records[end]) is PartitionChangeRecord:
+            end += 1
+        if end - start < 2:
+            return start
+        try:
+            self._delta.replay_partition_changes(cast("Sequence[PartitionChangeRecord]", records[start:end]))
+        except MetadataReplayError:
+            return start
+        self._last_offset = base_offset + end - 1
+        return end
 
     def _replay(self, record: object) -> None:
         state = self._transaction

@@ -8,7 +8,7 @@ first use; `apply` carries every sub-image without a sub-delta into the new imag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kraft_engine.metadata.client_quotas_image import ClientQuotasDelta
@@ -127,6 +127,10 @@ class MetadataDelta:
         if handler is None:
             raise MetadataReplayError(f"unknown metadata record type {type(record).__name__}: {record!r}")
         handler(self, record)
+
+    def replay_partition_changes(self, records: Sequence[PartitionChangeRecord]) -> None:
+        """`replay` of each of these records in turn, all or nothing (see `TopicsDelta`)."""
+        self.get_or_create_topics_delta().replay_partition_changes(records)
 
     def _replay_remove_topic(self, record: RemoveTopicRecord) -> None:
         name = self.get_or_create_topics_delta().replay_remove_topic(record)

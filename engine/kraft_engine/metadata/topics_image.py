@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import operator
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
@@ -375,6 +375,33 @@ class TopicsDelta:
     def replay_partition_change(self, record: PartitionChangeRecord) -> None:
         delta = self._topic_delta(record.topic_id, record)
         delta.replay_partition_change(record)
+
+    def replay_partition_changes(self, records: Sequence[PartitionChangeRecord]) -> None:
+        """`replay_partition_change` of each record in turn, all or nothing: every merge is done
+        before the delta changes, so a record that cannot be replayed raises with the delta as it
+        was (bar an empty topic delta, which changes nothing). One broker's fence writes a record
+        per partition it held, a topic's together: each costs a merge and a store here."""
+        merged: dict[tuple[int, int], tuple[dict[int, PartitionRegistration], int, PartitionRegistration]] = {}
+        topic_int = -1
+        changes: dict[int, PartitionRegistration] = {}
+        partitions: Mapping[int, PartitionRegistration] = EMPTY_MAP
+        name = ""
+        for record in records:
+            topic_id = record.topic_id
+            if topic_id.int != topic_int:
+                delta = self._topic_delta(topic_id, record)
+                topic_int, changes, partitions, name = topic_id.int, delta.partition_changes, delta.image.partitions, delta.name
+            partition_id = int(record.partition_id)
+            key = (topic_int, partition_id)
+            found = merged.get(key)
+            current = found[2] if found is not None else changes.get(partition_id) or partitions.get(partition_id)
+            if current is None:
+                raise MetadataReplayError(
+                    f"PartitionChangeRecord for unknown partition {partition_id} of topic {name!r} ({topic_id})"
+                )
+            merged[key] = (changes, partition_id, current.merge(record))
+        for changes, partition_id, registration in merged.values():
+            changes[partition_id] = registration
 
     def replay_clear_elr(self, record: ClearElrRecord) -> None:
         """Kafka's TopicsDelta.replay(ClearElrRecord): the named topic (created in this delta or in

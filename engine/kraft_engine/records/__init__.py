@@ -26,7 +26,11 @@ from kraft_engine.records.control import (
     encode_control_key,
     encode_control_record,
 )
-from kraft_engine.records.framing import decode_metadata_record, encode_metadata_record
+from kraft_engine.records.framing import (
+    decode_metadata_record,
+    encode_metadata_record,
+    encode_metadata_records,
+)
 from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, build_data_batch, parse_batches
 from kraft_engine.records.metadata_records import (
     AbortTransactionRecord,
@@ -140,6 +144,7 @@ __all__ = [
     "encode_control_key",
     "encode_control_record",
     "encode_metadata_record",
+    "encode_metadata_records",
     "iter_batches",
     "lowest_version_holding",
     "parse_batches",

@@ -14,6 +14,8 @@ the body are an error rather than being ignored.
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterable
 from typing import Any
 
 from kio.serial import entity_reader
@@ -21,7 +23,7 @@ from kio.serial.errors import DecodeError
 from kio.serial.readers import read_unsigned_varint
 
 from kraft_engine.records.fast_writer import entity_writer_into, write_uvarint
-from kraft_engine.records.metadata_records import MetadataRecord
+from kraft_engine.records.metadata_records import MetadataRecord, PartitionChangeRecord
 from kraft_engine.records.metadata_registry import (
     MetadataRecordError,
     normalise_decoded,
@@ -50,6 +52,64 @@ def encode_metadata_record(record: object, version: int | None = None) -> bytes:
     write_uvarint(out, version)
     entity_writer_into(type(entity))(out, entity)
     return bytes(out)
+
+
+_PARTITION_AND_TOPIC_SIZE = 4 + 16  # PartitionChangeRecord's first two fields: int32 PartitionId, uuid TopicId
+_pack_partition_id = struct.Struct(">i").pack
+
+
+def encode_metadata_records(records: Iterable[tuple[object, int]]) -> list[bytes]:
+    """`encode_metadata_record` of each (record, version), the same bytes, for a whole batch.
+
+    A fence or a controlled shutdown writes one PartitionChangeRecord per partition, all alike
+    but for their PartitionId and TopicId, which are the body's first two fields (fixed-width
+    int32 and uuid; every other field is tagged). So the records that share their other fields'
+    values, held as the very same objects (the controller builds one change per partition state
+    and gives every partition of that state its field values), are encoded once: each further
+    one is the same frame with its own 20 bytes of ids. Sameness is asked by identity, which
+    costs no hashing of their contents and is sound because each shape keeps its first record
+    (and so the objects whose ids are its key) alive until the call ends."""
+    out: list[bytes] = []
+    append = out.append
+    shapes: dict[tuple[int, ...], tuple[bytes, bytes, object]] = {}
+    # A topic's partitions come together: its id's bytes (a Python-level property) are read once.
+    topic_id: object = None
+    topic_bytes = b""
+    for record, version in records:
+        if type(record) is not PartitionChangeRecord:
+            append(encode_metadata_record(record, version))
+            continue
+        key = (
+            version, record.leader, record.leader_recovery_state, id(record.isr), id(record.replicas),
+            id(record.removing_replicas), id(record.adding_replicas), id(record.directories),
+            id(record.eligible_leader_replicas), id(record.last_known_elr),
+        )
+        shape = shapes.get(key)
+        if shape is None:
+            # Encoded in full (so every check of the ordinary path runs), then split around the ids.
+            encoded = encode_metadata_record(record, version)
+            append(encoded)
+            head = len(encoded) - len(_encoded_tail(record, version, encoded))
+            shapes[key] = (encoded[:head], encoded[head + _PARTITION_AND_TOPIC_SIZE :], record)
+            continue
+        if record.topic_id is not topic_id:
+            topic_id = record.topic_id
+            topic_bytes = record.topic_id.bytes
+        append(b"".join((shape[0], _pack_partition_id(record.partition_id), topic_bytes, shape[1])))
+    return out
+
+
+def _encoded_tail(record: PartitionChangeRecord, version: int, encoded: bytes) -> bytes:
+    """The bytes of `encoded` from the record body's PartitionId on: the frame header is three
+    unsigned varints (frame version, api key, version)."""
+    offset = 0
+    for _ in range(3):
+        _, size = read_unsigned_varint(encoded, offset)
+        offset += size
+    body = encoded[offset:]
+    if body[:_PARTITION_AND_TOPIC_SIZE] != _pack_partition_id(record.partition_id) + record.topic_id.bytes:
+        raise MetadataRecordError(f"PartitionChangeRecord v{version} does not start with its PartitionId and TopicId")
+    return body
 
 
 def _read_short(data: bytes | bytearray | memoryview, offset: int, what: str) -> tuple[int, int]:

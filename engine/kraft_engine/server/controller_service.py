@@ -86,7 +86,7 @@ from kraft_engine.raft import (
     SnapshotBuilder,
     SnapshotLoad,
 )
-from kraft_engine.records import decode_metadata_record, encode_metadata_record
+from kraft_engine.records import decode_metadata_record, encode_metadata_record, encode_metadata_records
 from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.collector import collector_paused
 
@@ -147,7 +147,7 @@ class RaftAppends:
         return int(self._call(lambda: self._raft.next_append_offset))
 
     def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
-        values = [encode_metadata_record(record, version) for record, version in records]
+        values = encode_metadata_records(records)
         try:
             last_offset = int(self._call(lambda: self._raft.prepare_append(values, epoch=epoch)))
         except NotLeaderError as error:

@@ -226,8 +226,8 @@ class SimBrokers:
         """LiveBrokerNeverFenced, on a committed batch's records; EligibleLeaderReplicas on the
         controller's partitions once it applied the batch."""
         self._check_elr(machine)
-        append_time_ms = batch.append_timestamp_ms
-        for value in batch.records:
+        written_ms = machine.cluster.record_written_ms
+        for index, value in enumerate(batch.records):
             record = decode_metadata_record(value)[0]
             if isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == 1:
                 key = (int(record.broker_id), int(record.broker_epoch))
@@ -241,10 +241,13 @@ class SimBrokers:
             broker = self.brokers.get(key[0])
             if broker is None or broker.epoch != key[1]:
                 continue
-            if append_time_ms < broker.last_contact_ms + SESSION_TIMEOUT_MS:
+            # When the controller decided the fence: the batch's own timestamp is its start, which
+            # may be up to a linger before the fence record joined it.
+            fenced_ms = written_ms.get((batch.epoch, batch.base_offset + index), batch.append_timestamp_ms)
+            if fenced_ms < broker.last_contact_ms + SESSION_TIMEOUT_MS:
                 raise Violation(
                     "LiveBrokerNeverFenced",
-                    f"broker {key[0]} (epoch {key[1]}) fenced at {append_time_ms} ms, committed on node "
+                    f"broker {key[0]} (epoch {key[1]}) fenced at {fenced_ms} ms, committed on node "
                     f"{machine.node_id}; its last heartbeat reached the active controller at "
                     f"{broker.last_contact_ms} ms (session {SESSION_TIMEOUT_MS} ms)",
                 )

@@ -204,6 +204,9 @@ class SimCluster:
         self.network = Network(scheduler, deliver=self._arrive, default_rule=link_rule, lost=self._lost)
         self.disks = {node_id: SimDisk(self._new_directory_id()) for node_id in self.all_ids}
         self.running: dict[int, SimNode] = {}
+        # The virtual time a controller generated each record it appended, by (leader epoch,
+        # offset): a committed batch carries its batch's start time, up to a linger earlier.
+        self.record_written_ms: dict[tuple[int, int], int] = {}
         self._incarnations = dict.fromkeys(self.all_ids, 0)
         # The kraft.version range each node's software supports (what its ApiVersions says).
         self.supported_kraft_versions: dict[int, tuple[int, int]] = dict.fromkeys(self.all_ids, (0, 1))

@@ -41,7 +41,11 @@ from kraft_engine.raft import (
     Role,
     SnapshotLoad,
 )
-from kraft_engine.records import FeatureLevelRecord, decode_metadata_record, encode_metadata_record
+from kraft_engine.records import (
+    FeatureLevelRecord,
+    decode_metadata_record,
+    encode_metadata_records,
+)
 from kraft_engine.sim.cluster import CLUSTER_ID
 from kraft_engine.sim.invariants import Violation
 from kraft_engine.sim.replicated_counter import SnapshotRequest
@@ -73,11 +77,16 @@ class SimRaftAppends:
                 "ControllerWrite",
                 f"controller {self._machine.node_id} wrote in epoch {epoch}, which its raft node never led",
             )
-        values = [encode_metadata_record(record, version) for record, version in records]
+        values = encode_metadata_records(records)
+        now_ms = self._machine.now_ms()
         try:
-            return node.raft.prepare_append(values, epoch=epoch, now_ms=self._machine.now_ms())
+            last_offset = node.raft.prepare_append(values, epoch=epoch, now_ms=now_ms)
         except (NotLeaderError, RaftError) as error:
             raise AppendRefused(str(error)) from error
+        written = self._machine.cluster.record_written_ms
+        for offset in range(last_offset - len(values) + 1, last_offset + 1):
+            written[epoch, offset] = now_ms
+        return last_offset
 
     def schedule_prepared_append(self) -> None:
         self._machine.cluster.drive(self._machine.node(), lambda raft, _: raft.schedule_prepared_append())
