@@ -18,6 +18,7 @@ from kraft_engine.records.batches import (
     decode_records,
     iter_batches,
     read_batch_header,
+    remember_batches,
     validate_batch,
 )
 
@@ -383,3 +384,27 @@ def test_the_records_a_large_built_batch_remembers_are_the_ones_its_bytes_decode
     decoded = decode_records(data)
     assert remembered == decoded
     assert [type(r.value) for r in remembered] == [bytes] * len(values)
+
+
+def test_batches_remembered_ahead_off_the_loop_decode_again_without_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`remember_batches` (a follower's driver, on a worker thread, before its core sees a Fetch
+    response) decodes each large data batch of a response once; the core's reads of those batches
+    then find the same records without decoding them. Small, control or damaged batches are
+    left for the reader, which rejects the damaged ones as ever."""
+    big = [build_batch(base_offset=base, partition_leader_epoch=1, values=[b"v%d" % n * 9 for n in range(4000)],
+                       timestamp_ms=3) for base in (0, 4000)]
+    small = build_batch(base_offset=8000, partition_leader_epoch=1, values=[b"s"], timestamp_ms=3)
+    expected = [decode_records(b) for b in big]
+    batches._REMEMBERED.clear()
+    batches._REMEMBERED_ORDER.clear()
+    assert remember_batches(big[0] + big[1] + small) == 2
+    monkeypatch.setattr(batches, "_read_records", lambda *_: pytest.fail("a remembered batch was decoded again"))
+    assert [decode_records(b) for b in big] == expected
+    monkeypatch.undo()
+    damaged = bytearray(big[1])
+    damaged[-1] ^= 1
+    batches._REMEMBERED.clear()
+    batches._REMEMBERED_ORDER.clear()
+    assert remember_batches(big[0] + bytes(damaged)) == 1
+    with pytest.raises(ValueError):
+        decode_records(bytes(damaged))

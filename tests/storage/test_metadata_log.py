@@ -224,3 +224,50 @@ def test_the_snapshot_listing_stays_true_to_the_directory_when_a_store_or_delete
     with log:
         assert log.snapshot_ids() == []
         assert report.removed_files == (f"{snapshots.snapshot_file_name(snapshots.SnapshotId(3, 1))}.deleted",)
+
+
+def _part_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".part"))
+
+
+def test_a_snapshot_prepared_off_the_loop_is_stored_by_renaming_it_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`prepare_snapshot` (the controller's snapshot thread) writes, checks and fsyncs the file;
+    `store_snapshot` of the same bytes (raft's loop) then neither checks nor rewrites it."""
+    sid = OffsetAndEpoch(epoch=2, offset=3)
+    data = snapshot_bytes(2)
+    log, _ = FileMetadataLog.open(tmp_path)
+    with log:
+        log.append(data_batch(0, 2, 3))
+        log.prepare_snapshot(sid, data)
+        assert log.snapshot_ids() == []  # not a snapshot until stored
+        assert len(_part_files(tmp_path)) == 1
+        checks: list[Path] = []
+        monkeypatch.setattr(snapshots, "_validate_snapshot_file", checks.append)
+        log.store_snapshot(sid, data)
+        assert checks == []
+        assert log.snapshot_ids() == [sid]
+        assert _part_files(tmp_path) == []
+    log, _ = FileMetadataLog.open(tmp_path)
+    with log:
+        assert log.read_snapshot(sid, 0, 1 << 20) == data
+
+
+def test_prepared_snapshots_never_stored_or_stored_with_other_bytes_leave_nothing_behind(tmp_path: Path) -> None:
+    log, _ = FileMetadataLog.open(tmp_path)
+    with log:
+        log.append(data_batch(0, 2, 6))
+        first, second = OffsetAndEpoch(epoch=2, offset=3), OffsetAndEpoch(epoch=2, offset=6)
+        log.prepare_snapshot(first, snapshot_bytes(2))
+        log.discard_prepared_snapshot(first)
+        assert _part_files(tmp_path) == []
+        # Stored with a different bytes object (equal or not): written again, the prepared file dropped.
+        log.prepare_snapshot(second, snapshot_bytes(2))
+        log.store_snapshot(second, bytes(bytearray(snapshot_bytes(2))))
+        assert log.snapshot_ids() == [second] and _part_files(tmp_path) == []
+        with pytest.raises(SnapshotError):
+            log.prepare_snapshot(first, data_batch(0, 1, 1))  # not a snapshot: refused, nothing kept
+        assert _part_files(tmp_path) == []
+        log.prepare_snapshot(first, snapshot_bytes(2))
+    assert _part_files(tmp_path) == []  # close drops what was never stored

@@ -288,6 +288,25 @@ def decode_records(batch_bytes: bytes | bytearray | memoryview) -> list[DecodedR
     return records
 
 
+def remember_batches(data: bytes | bytearray | memoryview) -> int:
+    """Decode every large uncompressed data batch in `data` (concatenated whole batches, as a Fetch
+    response carries them) so that the next `decode_records` of each is a lookup; the number of
+    batches decoded. Meant for a worker thread: a follower's raft loop then appends and delivers a
+    fetched batch without decoding its records itself. Whatever does not decode is left alone
+    (the caller's own read of the batch rejects it as ever)."""
+    view = memoryview(data)
+    decoded = 0
+    try:
+        for header, raw in iter_batches(view):
+            if header.is_control or header.compression_codec != 0 or header.size_bytes < _REMEMBERED_MIN_BYTES:
+                continue
+            decode_records(raw)
+            decoded += 1
+    except ValueError:
+        pass
+    return decoded
+
+
 def _remember(data: bytes, records: tuple[DecodedRecord, ...]) -> None:
     # Single dict and deque operations only: atomic, whichever thread builds or decodes.
     _REMEMBERED[data] = records

@@ -121,6 +121,11 @@ class RaftPort(Protocol):
     def snapshot_builder(self, *, end_offset: int) -> SnapshotBuilder | OffsetAndEpoch:
         """The layout of a snapshot at `end_offset`, to build off the raft loop (or its id if it exists)."""
 
+    def prepare_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> bool:
+        """Write `data` ahead of `store_snapshot`, off raft's loop; False when it could not be."""
+
+    def discard_prepared_snapshot(self, snapshot_id: OffsetAndEpoch) -> None: ...
+
     def store_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> OffsetAndEpoch: ...
 
 
@@ -693,7 +698,13 @@ class ControllerService:
                 data = builder.build(records=records,
                                      last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
                                      now_ms=self._clock_ms())
-                snapshot_id = self._on_raft_loop(lambda: self._raft.store_snapshot(builder.snapshot_id, data))
+                # The file's write, check and fsync here too; the loop only renames it into place.
+                prepared = self._raft.prepare_snapshot(builder.snapshot_id, data)
+                try:
+                    snapshot_id = self._on_raft_loop(lambda: self._raft.store_snapshot(builder.snapshot_id, data))
+                finally:
+                    if prepared:
+                        self._raft.discard_prepared_snapshot(builder.snapshot_id)  # unless stored
         except (SnapshotError, RaftError) as error:
             logger.warning("Skipping the snapshot at offset %d: %s", image.offset + 1, error)
             return

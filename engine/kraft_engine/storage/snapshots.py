@@ -154,18 +154,29 @@ class _PartFile:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self.size_bytes = 0
         self.frozen = False
+        self.synced = False
 
     def append(self, data: bytes) -> None:
         if self.fd < 0:
             raise SnapshotError(f"snapshot {self.snapshot_id} is {'frozen' if self.frozen else 'aborted'}")
+        self.synced = False
         write_fully(self.fd, data, path=self.path)
         self.size_bytes += len(data)
 
-    def freeze(self) -> Path:
+    def sync(self) -> None:
+        """Make what was appended durable (`freeze` then skips its own fsync)."""
         if self.fd < 0:
             raise SnapshotError(f"snapshot {self.snapshot_id} is {'frozen' if self.frozen else 'aborted'}")
         with storage_io("fsyncing", self.path):
             os.fsync(self.fd)
+        self.synced = True
+
+    def freeze(self) -> Path:
+        if self.fd < 0:
+            raise SnapshotError(f"snapshot {self.snapshot_id} is {'frozen' if self.frozen else 'aborted'}")
+        if not self.synced:
+            with storage_io("fsyncing", self.path):
+                os.fsync(self.fd)
         os.close(self.fd)
         self.fd = -1
         with storage_io(f"renaming {self.path.name} to", self.final_path):
@@ -269,6 +280,7 @@ class DownloadedSnapshotWriter:
 
     def __init__(self, directory: Path, snapshot_id: SnapshotId) -> None:
         self._file = _PartFile(directory, snapshot_id)
+        self._validated = False
 
     @property
     def size_bytes(self) -> int:
@@ -280,18 +292,32 @@ class DownloadedSnapshotWriter:
             raise SnapshotError(
                 f"snapshot {self._file.snapshot_id} chunk at position {position}, expected {self._file.size_bytes}"
             )
+        self._validated = False
         self._file.append(data)
+
+    def prepare(self) -> None:
+        """The slow part of `freeze` (validate the whole file, fsync it), on any thread: `freeze`
+        is then only the rename and the directory's fsync. An invalid file is discarded and
+        raises SnapshotError."""
+        self._validate()
+        self._file.sync()
+
+    def _validate(self) -> None:
+        if self._validated:
+            return
+        try:
+            _validate_snapshot_file(self._file.path)
+        except SnapshotError:
+            self._file.abort()
+            raise
+        self._validated = True
 
     def freeze(self) -> Path:
         """Validate the whole file (CRC, offsets, header first, footer last), then make it visible.
 
         An invalid download is discarded and raises SnapshotError: it never becomes a snapshot.
         """
-        try:
-            _validate_snapshot_file(self._file.path)
-        except SnapshotError:
-            self._file.abort()
-            raise
+        self._validate()
         return self._file.freeze()
 
     def abort(self) -> None:
