@@ -347,6 +347,37 @@ def test_a_fan_out_writes_what_a_builder_per_partition_writes(data: st.DataObjec
             )
             assert fanned == _builder_per_partition(replication, remove=remove, add=add, unclean_shutdown=unclean,
                                                     partitions=partitions)
+            # Replayed as one run (all at once), the records leave the controller as replayed one
+            # by one; twice over, so that a run changes some partitions twice.
+            changes = [r for r, _ in fanned if isinstance(r, PartitionChangeRecord)] * 2
+            if changes:
+                assert _replayed(cluster, changes, as_run=True) == _replayed(cluster, changes, as_run=False)
+
+
+def _replayed(cluster: Harness, changes: list[PartitionChangeRecord], *, as_run: bool) -> dict[str, Any]:
+    """What the controller's partitions and reverse indexes read after replaying `changes`, which
+    are then reverted (the timeline snapshot taken before them)."""
+    registry = cluster.controller.events.snapshot_registry
+    epoch = max(registry.epochs(), default=0) + 1_000_000
+    registry.get_or_create_snapshot(epoch)
+    replication = cluster.controller.replication_control
+    if as_run:
+        replication.replay_partition_changes(changes, 0)
+    else:
+        for record in changes:
+            replication.replay_partition_change(record, 0)
+    keys = {(r.topic_id, int(r.partition_id)) for r in changes}
+    state = {
+        "partitions": {key: replication.partition(*key) for key in keys},
+        "isr": {b: replication.partitions_with_broker_in_isr(b) for b in range(1, 6)},
+        "elr": {b: replication.partitions_with_broker_in_elr(b) for b in range(1, 6)},
+        "leaderless": replication.leaderless_partitions(),
+        "offline": replication.offline_partition_count(),
+        "imbalanced": replication.preferred_replica_imbalance_count(),
+    }
+    registry.revert_to_snapshot(epoch)
+    registry.delete_snapshot(epoch)
+    return state
 
 
 def test_partitions_alike_but_for_where_a_replica_lives_get_their_own_leaders_on_a_fence() -> None:

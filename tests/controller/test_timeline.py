@@ -129,6 +129,9 @@ _ops = st.lists(
     st.one_of(
         st.tuples(st.just("put"), st.integers(0, 5), st.integers(0, 100)),
         st.tuples(st.just("remove"), st.integers(0, 5), st.just(0)),
+        # The bulk writes (a fence's replay): keys a, a+1, a+2 at once.
+        st.tuples(st.just("put_many"), st.integers(0, 5), st.integers(0, 100)),
+        st.tuples(st.just("remove_many"), st.integers(0, 5), st.just(0)),
         st.tuples(st.just("set"), st.just(0), st.integers(0, 100)),
         st.tuples(st.just("snapshot"), st.just(0), st.integers(0, 2)),
         st.tuples(st.just("revert"), st.integers(0, 10), st.just(0)),
@@ -161,6 +164,17 @@ def test_random_operations_match_a_copying_model(ops: list[tuple[str, int, int]]
             values.remove(a)
             members.discard(a)
             model.pop(a, None)
+        elif op == "put_many":
+            keys = [a, a + 1, a + 2]
+            values.put_many({key: b + key for key in keys})
+            members.add_many(keys)
+            model.update({key: b + key for key in keys})
+        elif op == "remove_many":
+            keys = [a, a + 1, a + 2]
+            for key in keys:
+                values.remove(key)
+                model.pop(key, None)
+            members.discard_many(keys)
         elif op == "set":
             scalar.set(b)
             model_scalar = b

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from metadata_log_helpers import batches_of, change, mv_record, partition, register_broker, topic, topic_id
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from metadata_log_helpers import (
+    batches_of,
+    change,
+    image_of,
+    mv_record,
+    partition,
+    register_broker,
+    topic,
+    topic_id,
+)
 
 from kraft_engine.metadata import (
     LoaderManifest,
@@ -252,3 +263,51 @@ def test_a_commit_that_only_reports_the_high_watermark_can_open_the_gate() -> No
     assert recorder.updates == []
     loader.handle_commit([], high_watermark=3)
     assert [image.offset for _, image, _ in recorder.updates] == [2]
+
+
+_ISRS = st.sampled_from([(1,), (2,), (1, 2), (2, 1), (1, 2, 3), (3,)])
+_CHANGES = st.lists(
+    st.tuples(st.integers(1, 3), st.integers(0, 2), _ISRS, st.sampled_from([-2, -1, 1, 2, 3]), st.booleans()),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(changes=_CHANGES, start_with_other=st.booleans())
+def test_runs_of_partition_changes_load_as_record_by_record_replay_does(
+    changes: list[tuple[int, int, tuple[int, ...], int, bool]], start_with_other: bool,
+) -> None:
+    """The loader replays a run of PartitionChangeRecords in one go (a fence at 100k partitions is
+    one record per partition); the image it publishes is the one record-by-record replay builds,
+    reverse indexes and counts included, with partitions changed twice in a run and topics created
+    in the same batch. A run holding a record that cannot be replayed fails naming that record."""
+    created = [topic("t3", 3), partition(3, 0, replicas=(3, 1, 2)), partition(3, 1, replicas=(1, 2, 3)),
+               partition(3, 2, replicas=(2, 3, 1))]
+    base = [*BOOTSTRAP, register_broker(3), topic("t1", 1), *(partition(1, p, replicas=(1, 2, 3)) for p in range(3)),
+            topic("t2", 2), *(partition(2, p, replicas=(2, 3)) for p in range(3))]
+    records: list[object] = [*created, *([NoOpRecord()] if start_with_other else [])]
+    for n, p, isr, leader, with_replicas in changes:
+        fields: dict[str, object] = {"isr": isr, "leader": leader}
+        if with_replicas:
+            fields["replicas"] = (3, 2, 1)
+            fields["directories"] = ()
+        records.append(change(n, p, **fields))
+    loader = MetadataLoader()
+    loader.handle_commit(batches_of(base, [len(base)]), high_watermark=len(base))
+    loader.handle_commit(batches_of(records, [len(records)], base_offset=len(base)), high_watermark=len(base) + len(records))
+    expected = image_of(*base, *records, offset=len(base) + len(records) - 1)
+    got = loader.image.topics
+    assert got.topics_by_id == expected.topics.topics_by_id
+    for index in ("leaders", "isr_members", "replicas"):
+        assert getattr(got, index).by_broker == getattr(expected.topics, index).by_broker, index
+    assert (got.offline_partition_count, got.preferred_replica_imbalance_count) == (
+        expected.topics.offline_partition_count, expected.topics.preferred_replica_imbalance_count)
+
+
+def test_a_run_with_a_record_for_an_unknown_partition_fails_naming_that_record() -> None:
+    loader = MetadataLoader()
+    base = [*BOOTSTRAP, topic("t1", 1), partition(1, 0, replicas=(1, 2)), partition(1, 1, replicas=(1, 2))]
+    loader.handle_commit(batches_of(base, [len(base)]), high_watermark=len(base))
+    run = [change(1, 0, isr=(1,)), change(1, 1, isr=(1,)), change(1, 7, isr=(1,)), change(1, 0, isr=(2,))]
+    with pytest.raises(MetadataReplayError, match=f"log record at offset {len(base) + 2}: .*unknown partition 7"):
+        loader.handle_commit(batches_of(run, [len(run)], base_offset=len(base)), high_watermark=len(base) + len(run))

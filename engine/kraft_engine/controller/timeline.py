@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Collection, Iterator, Mapping
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 __all__ = ["SnapshotRegistry", "TimelineHashMap", "TimelineHashSet", "TimelineValue"]
 
@@ -167,6 +167,19 @@ class SnapshotRegistry:
     def _has_snapshots(self) -> bool:
         return bool(self._snapshots)
 
+    def _latest_dict_delta(self, revertable_id: int) -> dict[Any, Any] | None:
+        """The latest snapshot's delta of a map or set (created empty if it has none yet), or None
+        when there is no snapshot to save to."""
+        if not self._snapshots:
+            return None
+        deltas = self._snapshots[-1].deltas
+        delta = deltas.get(revertable_id)
+        if delta is None:
+            delta = deltas[revertable_id] = {}
+        if not isinstance(delta, dict):
+            raise TypeError("corrupt timeline delta")
+        return delta
+
     def _set_latest_delta(self, revertable_id: int, delta: object) -> None:
         self._snapshots[-1].deltas[revertable_id] = delta
 
@@ -258,14 +271,8 @@ class TimelineHashMap(_Revertable, Generic[K, V]):
     def put_many(self, items: Mapping[K, V]) -> None:
         """`put` of every item, in one pass: the keys' values before are saved once, as `put`
         would save them."""
-        snapshots = self._registry._snapshots
-        if snapshots:
-            deltas = snapshots[-1].deltas
-            delta = deltas.get(self._id)
-            if delta is None:
-                delta = deltas[self._id] = {}
-            if not isinstance(delta, dict):
-                raise TypeError("corrupt timeline delta")
+        delta = self._registry._latest_dict_delta(self._id)
+        if delta is not None:
             current = self._current
             delta.update({key: current.get(key, _ABSENT) for key in items if key not in delta})
         self._current.update(items)
@@ -431,16 +438,9 @@ class TimelineHashSet(_Revertable, Generic[T]):
         current.difference_update(elements)
 
     def _save_many(self, elements: list[T], *, present: bool) -> None:
-        snapshots = self._registry._snapshots
-        if not snapshots or not elements:
-            return
-        deltas = snapshots[-1].deltas
-        delta = deltas.get(self._id)
-        if delta is None:
-            delta = deltas[self._id] = {}
-        if not isinstance(delta, dict):
-            raise TypeError("corrupt timeline delta")
-        delta.update({element: present for element in elements if element not in delta})
+        delta = self._registry._latest_dict_delta(self._id) if elements else None
+        if delta is not None:
+            delta.update({element: present for element in elements if element not in delta})
 
     # -- reads -----------------------------------------------------------------------------
 
