@@ -278,22 +278,28 @@ async def test_a_snapshot_is_written_from_the_image_and_a_new_node_loads_it(tmp_
                 await node.service.write("createTopics", lambda c: c.create_topics(_topics()))
                 await asyncio.sleep(0.01)
         snapshot = node.log.snapshot_ids()[-1]
-        image_bytes = node.service.image.to_bytes()
     finally:
         await node.close()
+    original = node.service.image  # the image of everything the node committed
     # A restarted node over the same files loads that snapshot and replays the rest of the log.
     restarted = InProcessController(tmp_path)
     await restarted.start()
     try:
         assert snapshot in restarted.log.snapshot_ids()
-        async with asyncio.timeout(5):
-            while restarted.service.image.offset < snapshot.offset - 1:
+        async with asyncio.timeout(60):
+            while restarted.service.image.offset < original.offset:
                 await asyncio.sleep(0.005)
         controller = restarted.service.controller
         assert controller.replication_control.topic_id("a") is not None
         assert controller.replication_control.topic_id("b") is not None
-        assert restarted.service.image.topics.topics_by_name.keys() >= {"a", "b"}
-        assert restarted.service.image.to_bytes() == image_bytes
+        # Read once, settled past everything the first node committed. The restarted node writes
+        # records of its own as it starts (its controller registration, a new incarnation), so the
+        # whole image may have moved on; topics, configs and features it leaves as they were.
+        image = restarted.service.image
+        assert image.topics == original.topics
+        assert image.configs == original.configs
+        assert image.features == original.features
+        assert sorted(image.cluster.brokers) == sorted(original.cluster.brokers)
     finally:
         await restarted.close()
 
