@@ -59,6 +59,7 @@ __all__ = [
     "ScaleDownStatus",
     "Storage",
     "Volume",
+    "VolumeReplacementStatus",
 ]
 
 GROUP = "kraftwerk.io"
@@ -139,7 +140,8 @@ class Volume(_Model):
         default=None, alias="class", max_length=253, description="StorageClass; the cluster default when unset."
     )
     delete_claim: bool = Field(
-        default=False, description="Delete the volume's PVC when the KRaftCluster is deleted (kept by default)."
+        default=False, description="Delete the volume's PVC when the KRaftCluster is deleted, or when its node leaves "
+        "the cluster in a scale-down (kept by default)."
     )
 
 
@@ -397,6 +399,10 @@ class PartitionsStatus(_Model):
 class MetadataVersionStatus(_Model):
     finalized: str | None = None
     target: str | None = None
+    failed_bump: str | None = Field(
+        default=None, description="Why the last UpdateFeatures for the target was refused; kept until the target "
+        "is finalized (the failed-metadata-version-bump runbook is open meanwhile).")
+    failed_at: str | None = None
 
 
 class BlockerStatus(_Model):
@@ -449,6 +455,18 @@ class ScaleDownStatus(_Model):
     sent_at: str | None = Field(default=None, description="When the current step's request was last sent.")
 
 
+class VolumeReplacementStatus(_Model):
+    """A broker's lost log directory (one volume of a JBOD node) being replaced: which one, the
+    directory id it had, and, once formatted, the one it has now."""
+
+    node_id: int
+    volume_id: int
+    path: str
+    lost_directory_id: str
+    new_directory_id: str | None = None
+    replaced_at: str | None = Field(default=None, description="When the volume was replaced (the broker stopped).")
+
+
 class OperationStatus(_Model):
     """The operation in progress: what it is, which step, and what it waits for. Resumed from here
     after an operator restart."""
@@ -460,6 +478,7 @@ class OperationStatus(_Model):
     blocked_by: list[BlockerStatus] = Field(default_factory=list)
     roll: RollStatus | None = None
     scale_down: ScaleDownStatus | None = None
+    volume: VolumeReplacementStatus | None = None
 
 
 class RunbookStepStatus(_Model):

@@ -34,7 +34,13 @@ from kraft_engine.records import metadata_version as mv
 from kraft_operator.admin import AdminError
 from kraft_operator.config_rules import EngineConfigRules
 from kraft_operator.metrics import OperatorMetrics
-from kraft_operator.model import Condition, ConditionStatus, ConditionType, KRaftCluster
+from kraft_operator.model import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    KRaftCluster,
+    MetadataVersionStatus,
+)
 from kraft_operator.observing import admin_addresses, observe_cluster
 from kraft_operator.plan import (
     AddVoter,
@@ -93,6 +99,8 @@ class Reconciler:
                 except (RuntimeActionError, AdminError, OSError) as e:
                     target = "the cluster" if isinstance(action, FinalizeMetadataVersion) else f"node {action.node.node_id}"
                     result = _action_failed(result, f"{type(action).__name__} for {target}: {e}")
+                    if isinstance(action, FinalizeMetadataVersion):
+                        result = _bump_failed(result, action, reason=str(e), now_ms=self.clock_ms())
                     failed = True
                     break
         self.metrics.record(
@@ -197,6 +205,16 @@ def _action_failed(result: Plan, message: str) -> Plan:
     status = result.status.model_copy(update={"conditions": conditions})
     events = (*result.events, Event(EventType.WARNING, "ActionFailed", message))
     return replace(result, status=status, events=events, waiting_for=message)
+
+
+def _bump_failed(result: Plan, action: FinalizeMetadataVersion, *, reason: str, now_ms: int) -> Plan:
+    """A refused metadata.version bump, recorded in status.metadataVersion: the next plan raises
+    the failed-metadata-version-bump runbook from it and keeps it until the target is finalized."""
+    now = datetime.datetime.fromtimestamp(now_ms / 1000, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    current = result.status.metadata_version or MetadataVersionStatus()
+    recorded = current.model_copy(update={"failed_bump": f"UpdateFeatures metadata.version={action.version} "
+                                          f"(level {action.level}) refused: {reason}", "failed_at": now})
+    return replace(result, status=result.status.model_copy(update={"metadata_version": recorded}))
 
 
 def _raise_first_error(api: str, errors: list[tuple[ErrorCode, str | None]], *, ignore: ErrorCode | None = None) -> None:

@@ -50,6 +50,7 @@ from kraft_operator.plan import (
     QuorumFacts,
     ReassignPartitions,
     RemoveVoter,
+    ReplaceVolume,
     ReplicaFacts,
     RestartNode,
     StartNode,
@@ -62,6 +63,7 @@ from kraft_operator.plan import (
     plan,
     render_config,
     replication_factors,
+    revision_change,
 )
 
 from .builders import WITH_BROKERS, FixedLayout, cluster_from
@@ -115,6 +117,7 @@ class SimNode:
     started_at_ms: int = -1
     removed: bool = False  # stopped for good by a scale-down
     supported: tuple[int, int] = (7, 27)  # metadata.version levels it runs (3.3-IV3 .. 4.1-IV1)
+    lost_volumes: set[int] = field(default_factory=set)  # failed log directories: their replicas are offline
 
     @property
     def controller(self) -> bool:
@@ -160,6 +163,7 @@ class SimCluster:
     finalized: str = "4.1-IV1"
     bumps: list[str] = field(default_factory=list)
     upgraded_support: tuple[int, int] | None = None  # what a node restarted on a new revision supports
+    replacements: list[tuple[int, int]] = field(default_factory=list)  # (node, volume) per ReplaceVolume
 
     # -- the runtime ---------------------------------------------------------------------------
     def apply(self, action: Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker
@@ -178,7 +182,13 @@ class SimCluster:
             wrote = {}
             for path in action.directories:
                 volume_id = int(path.rsplit("/", 1)[1])
-                if volume_id not in node.volumes:
+                existing = node.volumes.get(volume_id)
+                if existing is not None and existing.formatted and not action.ignore_formatted:
+                    self.violations.append(f"formatted node {node_id}'s formatted volume {volume_id} again")
+                if (existing is None or not existing.formatted) and node.running and node.broker and any(
+                        v == volume_id for n, v in self.replacements if n == node_id):
+                    self.violations.append(f"formatted broker {node_id}'s replaced volume {volume_id} while it runs")
+                if existing is None or not existing.formatted:
                     directory = f"{self.rng.getrandbits(64):022x}"[:22]
                     if action.bootstrap is QuorumBootstrap.INITIAL and volume_id == 0 and action.initial_controllers:
                         # --initial-controllers names each initial voter's metadata directory id
@@ -208,6 +218,14 @@ class SimCluster:
             if node.running:
                 self.violations.append(f"UnregisterBroker for broker {node_id} while it runs")
             node.registered = False
+        elif isinstance(action, ReplaceVolume):
+            self._check_replace(node, action)
+            self.replacements.append((node_id, action.volume_id))
+            node.disrupted = node.up
+            self._stop(node)
+            node.failed = False
+            node.volumes[action.volume_id] = VolumeFacts(action.volume_id, action.path)  # new and empty
+            node.lost_volumes.discard(action.volume_id)
         elif isinstance(action, RestartNode):
             self._check_restart(node)
             self.restarts.append((node_id, node.up))
@@ -281,6 +299,30 @@ class SimCluster:
         if held:
             self.violations.append(f"stopped node {node.node_id} while it holds replicas of {held}")
 
+    def _check_replace(self, node: SimNode, action: ReplaceVolume) -> None:
+        """A lost volume's replacement stops the broker: only for a volume that is lost, and, unless
+        the broker is down already, only while no partition it is in the ISR of drops below min ISR
+        and no other replica is missing."""
+        existing = node.volumes.get(action.volume_id)
+        if action.volume_id not in node.lost_volumes and existing is not None and existing.formatted:
+            # (Replacing the new, still empty volume again is harmless: an operator that died
+            # after sending ReplaceVolume resends it.)
+            self.violations.append(f"replaced broker {node.node_id}'s formatted volume {action.volume_id}, "
+                                   "which was not lost")
+        others = [n.node_id for n in self.nodes.values() if n.disrupted and n is not node]
+        if others:
+            self.violations.append(f"replaced a volume of node {node.node_id} while node(s) {others} are still down")
+        if not node.up:
+            return
+        for p in self.partitions:
+            if node.node_id in p.isr and len(p.isr) - 1 < p.min_isr:
+                self.violations.append(f"stopped broker {node.node_id} for its volume: {p.topic}-{p.partition} ISR "
+                                       f"{p.isr} drops below min ISR {p.min_isr}")
+            missing = set(p.replicas) - set(p.isr) - {node.node_id}
+            if missing:
+                self.violations.append(f"stopped broker {node.node_id} for its volume while {p.topic}-{p.partition} "
+                                       f"misses replica(s) {sorted(missing)}")
+
     def _check_restart(self, node: SimNode) -> None:
         """The operator's promises, judged on the ground truth as it acts."""
         others = [n.node_id for n in self.nodes.values() if n.disrupted and n is not node]
@@ -314,15 +356,18 @@ class SimCluster:
 
     def _needs_roll(self, node_id: int) -> bool:
         target = self.revision_target.get(node_id)
-        return target is not None and self.nodes[node_id].revision != target
+        revision = self.nodes[node_id].revision
+        return target is not None and (revision is None or revision_change(revision, target) is not None)
 
     def _start(self, node: SimNode, *, revision: str) -> None:
         if self.upgraded_support is not None and revision and revision != node.revision:
             node.supported = self.upgraded_support  # the new version runs newer levels
         node.revision = revision or node.revision
         node.restart_requested = False
-        if node.config is None or not node.volumes:
-            node.failed = True
+        directories = len(node.config.get("log.dirs", "").split(",")) if node.config is not None else 0
+        formatted = [v for v in node.volumes.values() if v.formatted]
+        if node.config is None or not node.volumes or len(formatted) < directories:
+            node.failed = True  # a log directory without meta.properties: the node refuses to start
             return
         if node.crash_on_start > 0:
             node.crash_on_start -= 1
@@ -368,6 +413,23 @@ class SimCluster:
         self.nodes[node_id].volumes.pop(0, None)
         self.jobs.pop(node_id, None)
 
+    @staticmethod
+    def replica_volume(p: SimPartition) -> int:
+        """Which of a JBOD broker's two volumes holds its replica of `p`."""
+        return p.partition % 2
+
+    def lose_volume(self, node_id: int, volume_id: int) -> None:
+        """One of a broker's volumes fails (a dead disk): the broker takes it offline and leaves the
+        ISR of the replicas on it; losing volume 0, the metadata log's, halts the broker."""
+        node = self.nodes[node_id]
+        node.volumes.pop(volume_id, None)
+        node.lost_volumes.add(volume_id)
+        for p in self.partitions:
+            if self.replica_volume(p) == volume_id and node_id in p.isr and len(p.isr) > 1:
+                p.isr.remove(node_id)
+        if volume_id == 0:
+            self.crash(node_id)
+
     def crash(self, node_id: int, *, crash_loops: int = 0) -> None:
         node = self.nodes.get(node_id)
         if node is None or not node.running:
@@ -394,7 +456,8 @@ class SimCluster:
                     node.registered = True
                     for p in self.partitions:
                         if node.node_id in p.replicas and node.node_id not in p.isr and (
-                                p.target is None or node.node_id not in p.target or p.move_left == 0):
+                                p.target is None or node.node_id not in p.target or p.move_left == 0) and (
+                                self.replica_volume(p) not in node.lost_volumes):
                             p.isr.append(node.node_id)
         self._move_partitions()
         self._elect()
@@ -708,6 +771,8 @@ class ScaleScenario:
     results: list[Plan] = field(default_factory=list)
     staying: set[int] = field(default_factory=set)
     leaving: list[int] = field(default_factory=list)
+    sim: SimCluster | None = None
+    delete_claims: bool = False  # the broker pool's second volume says deleteClaim: true
 
     @classmethod
     def random(cls, seed: int) -> ScaleScenario:
@@ -717,6 +782,12 @@ class ScaleScenario:
 
     def run(self) -> tuple[list[str], bool]:
         cluster, sim = bootstrap(self.seed, brokers=4)
+        self.sim = sim
+        if self.delete_claims:
+            pools = list(cluster.spec.node_pools)
+            volumes = [v.model_copy(update={"delete_claim": v.id == 1}) for v in pools[1].storage.volumes]
+            pools[1] = pools[1].model_copy(update={"storage": pools[1].storage.model_copy(update={"volumes": volumes})})
+            cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"node_pools": pools})})
         rng = random.Random(self.seed + 2)
         faults = random.Random(self.seed + 3)
         cluster = scaled(cluster, controllers=5)

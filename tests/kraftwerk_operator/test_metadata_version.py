@@ -9,8 +9,9 @@ from kraft_engine.records import metadata_version as mv
 from kraft_operator.model import ConditionType, KRaftCluster
 from kraft_operator.plan import FinalizeMetadataVersion
 from kraft_operator.plan.features import safe_downgrade
+from kraft_operator.reconciler import _bump_failed
 
-from .sim import bootstrap, step
+from .sim import bootstrap, publish, reconcile, step
 
 
 def _with(cluster: KRaftCluster, **changes: object) -> KRaftCluster:
@@ -73,3 +74,38 @@ def test_an_unsafe_downgrade_is_refused_with_kafkas_reason_and_a_safe_one_is_sen
     cluster, result = step(cluster, sim, rng)
     (action,) = [a for a in result.actions if isinstance(a, FinalizeMetadataVersion)]
     assert action.version == "3.5-IV0" and action.downgrade
+
+
+def test_a_refused_bump_raises_the_failed_bump_runbook_until_the_target_is_finalized() -> None:
+    """The controller refuses the UpdateFeatures (as it does when a registration lacks the level):
+    the reconciler records Kafka's reason (`_bump_failed`, what it does on the refusal), the next
+    reconcile opens the failed-metadata-version-bump runbook with it; the operator retries, and
+    once the bump goes through the runbook closes and the failure is forgotten."""
+    cluster, sim = bootstrap(2)
+    rng = random.Random(2)
+    sim.finalized = "4.0-IV3"
+    cluster = _with(cluster, metadata_version="4.1-IV1")
+    refusal = "UpdateFeatures: INVALID_UPDATE_VERSION: broker 5 does not support metadata.version 27"
+    events = []
+    for _ in range(3):
+        result = reconcile(cluster, sim, rng)
+        events += result.events
+        (action,) = [a for a in result.actions if isinstance(a, FinalizeMetadataVersion)]
+        result = _bump_failed(result, action, reason=refusal, now_ms=sim.now_ms)
+        cluster = publish(cluster, result)
+        sim.tick()
+    result = reconcile(cluster, sim, rng)
+    book = next(r for r in result.status.runbooks if r.name == "failed-metadata-version-bump")
+    assert refusal in book.evidence[0] and "finalized 4.0-IV3, target 4.1-IV1" in book.evidence
+    assert result.status.metadata_version is not None and refusal in (result.status.metadata_version.failed_bump or "")
+    assert [e.reason for e in events].count("RunbookOpened") == 1  # opened once, after the first refusal
+    assert [a.version for a in result.actions if isinstance(a, FinalizeMetadataVersion)] == ["4.1-IV1"]  # retried
+    cluster = publish(cluster, result)
+    for action in result.actions:
+        sim.apply(action)  # this time the controller takes it
+    sim.tick()
+    cluster, result = step(cluster, sim, rng)
+    assert sim.finalized == "4.1-IV1"
+    assert not any(r.name == "failed-metadata-version-bump" for r in result.status.runbooks)
+    assert result.status.metadata_version is not None and result.status.metadata_version.failed_bump is None
+    assert any(e.reason == "RunbookClosed" and "failed-metadata-version-bump" in e.message for e in result.events)

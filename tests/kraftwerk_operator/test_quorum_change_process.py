@@ -1,7 +1,9 @@
 """KIP-853 scale-up on the local runtime: `kraftwerk up` with three engine controllers, the spec
 edited to five; the two new controllers are formatted `--no-initial-controllers`, run as observers,
 and join the voter set through AddRaftVoter, which the engine's own `kraft metadata-quorum` then
-reports."""
+reports. The three running controllers are not restarted for it: the new
+`controller.quorum.bootstrap.servers` still holds the old three, a majority of five
+(`plan.roll.revision_change`)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
     log = tmp_path / "up.log"
     with kraftwerk_up(spec, state, log) as up:
         _wait("Ready", lambda: _ready(_status(state)), timeout_s=600, up=up, log=log)
+        pids = {i: (state / "ns" / "demo" / f"node-{i}" / "pid").read_text() for i in range(3)}
         grown = yaml.safe_load(spec.read_text())
         grown["spec"]["nodePools"][0]["replicas"] = 5
         spec.write_text(yaml.safe_dump(grown))
@@ -59,7 +62,10 @@ def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:
         bootstrap = ",".join(e.split("//", 1)[1] for v in status["quorum"]["voters"][:1] for e in v["endpoints"]
                              if e.startswith("CONTROLLER://"))
         voters_line = current_voters(bootstrap)
+        still = {i: (state / "ns" / "demo" / f"node-{i}" / "pid").read_text() for i in range(3)}
     output = log.read_text()
+    assert " RestartNode " not in output, output[-3000:]
+    assert still == pids  # the same processes: no roll for the new bootstrap servers
     assert all(f'"id": {i}' in voters_line for i in range(5)), voters_line
     adds = [line for line in output.splitlines() if " AddVoter " in line]
     assert [int(line.split("node ", 1)[1].split(":", 1)[0]) for line in adds] == [3, 4], output[-3000:]

@@ -95,7 +95,7 @@ def test_the_operator_killed_at_every_step_of_a_scale_down_still_finishes_it(bef
     clean = ScaleScenario(seed=4, leaving_leader=True)
     _assert_kept(clean)
     steps = len(clean.results)
-    assert steps > 15
+    assert steps > 10  # voter removals, drain, stops, unregistration (no roll: the bootstrap list change needs none)
     for tick in range(steps + 2):
         _assert_kept(ScaleScenario(seed=4, leaving_leader=True, death_ticks=(tick,), death_before_act=before_act))
         _assert_kept(ScaleScenario(seed=5, death_ticks=(tick, tick + 1), death_before_act=before_act))
@@ -113,16 +113,13 @@ def _to_five(seed: int) -> tuple[KRaftCluster, object, random.Random]:
 
 
 def _lagging_removal(seed: int) -> tuple[list[str], list[str]]:
-    """Voters 0 and 1 fall behind (slow disks) just as 5 -> 3 is about to remove voter 7: that would
-    leave voters 0, 1, 2, 8 with only two caught up. Returns the violations and the waiting texts."""
+    """Two staying followers fall behind (slow disks) just as 5 -> 3 is about to remove its first
+    voter: that would leave four voters with only two caught up. Returns the violations and the
+    waiting texts."""
     cluster, sim, rng = _to_five(seed)
     cluster = scaled(cluster, controllers=3)
-    for _ in range(60):
-        cluster, result = step(cluster, sim, rng)
-        operation = result.status.operation
-        if operation is not None and operation.roll is not None and operation.roll.pending == []:
-            break  # the roll the new bootstrap list brings is on its last node; the removal comes next
-    for voter in (0, 1):
+    # Followers only: the leader is caught up by definition.
+    for voter in [v for v in (0, 1, 2) if v != sim.leader][:2]:
         sim.nodes[voter].recover_left = 25
         sim.nodes[voter].caught_up_at_ms -= 10_000
     waiting = []

@@ -24,6 +24,7 @@ from kraft_operator.plan.actions import (
     QuorumBootstrap,
     ReassignPartitions,
     RemoveVoter,
+    ReplaceVolume,
     ResizeVolume,
     RestartNode,
     StartNode,
@@ -67,7 +68,7 @@ from kraft_operator.plan.rendering import (
     render_config,
 )
 from kraft_operator.plan.resizing import grow_volumes
-from kraft_operator.plan.roll import ROLL_OPERATION, RollDecision, node_revision, plan_roll
+from kraft_operator.plan.roll import ROLL_OPERATION, RollDecision, node_revision, plan_roll, revision_change
 from kraft_operator.plan.scale_down import (
     SCALE_DOWN_OPERATION,
     even_controllers,
@@ -113,6 +114,7 @@ __all__ = [
     "ROLL_OPERATION",
     "ReassignPartitions",
     "RemoveVoter",
+    "ReplaceVolume",
     "ReplicaFacts",
     "ResizeVolume",
     "RestartNode",
@@ -139,6 +141,7 @@ __all__ = [
     "plan_scale_down",
     "removal_gate",
     "render_config",
+    "revision_change",
     "replication_factors",
     "target_metadata_version",
     "validate_spec",

@@ -25,6 +25,7 @@ __all__ = [
     "QuorumBootstrap",
     "ReassignPartitions",
     "RemoveVoter",
+    "ReplaceVolume",
     "ResizeVolume",
     "RestartNode",
     "StartNode",
@@ -152,11 +153,31 @@ class RemoveVoter:
 @dataclass(frozen=True, slots=True)
 class StopNode:
     """Stop a node the spec no longer has, for good: its controlled shutdown (SIGTERM, killed after
-    `grace_period_ms`) and no restart; the pod (or process) is gone. Its volumes are kept: deleting
-    one is never automatic."""
+    `grace_period_ms`) and no restart; the pod (or process) is gone. Its volumes are kept, except
+    those in `delete_volumes`: the volumes whose spec says `deleteClaim: true` (the user's standing
+    decision; the operator never deletes a volume on its own judgement)."""
 
     node: NodeRef
     implementation: Implementation
+    grace_period_ms: int
+    reason: str
+    delete_volumes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceVolume:
+    """Replace one failed volume of a broker (one log directory of a JBOD node): its controlled
+    shutdown (SIGTERM, killed after `grace_period_ms`), then a new, empty volume in the old one's
+    place (a new PVC; locally a new directory, the old one kept aside under another name). The
+    broker stays stopped: the planner formats the new directory (`--ignore-formatted`, a new
+    directory id, as Kafka does for an empty log directory) and starts it. Sent only with the
+    broker-disk-loss runbook's approval."""
+
+    node: NodeRef
+    implementation: Implementation
+    volume_id: int
+    path: str
+    lost_directory_id: str
     grace_period_ms: int
     reason: str
 
@@ -202,7 +223,7 @@ class FinalizeMetadataVersion:
 
 
 # What a runtime performs; `PlannedAction` adds what the reconciler sends through the admin client.
-Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume | StopNode
+Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume | StopNode | ReplaceVolume
 PlannedAction = (Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker
                  | FinalizeMetadataVersion)
 

@@ -12,6 +12,9 @@ that outran log recovery because they trusted readiness.
   of the whole voter set.
 - A voter may be removed (scale-down, a disk swap) only while the voters that stay have a caught-up
   majority of their own (`removal_gate`): they commit the removal and everything after it.
+- A broker may stop to have a lost volume replaced only while the min-ISR rule holds for the
+  partitions it is still in the ISR of, and no partition lacks a replica other than its own
+  (`volume_replacement_gate`).
 - A node already down (not running or not ready, a fenced or unregistered broker, a controller the
   quorum does not count as caught up) passes without gates: restarting it cannot reduce
   availability, and waiting on it is the deadlock Koperator #533 describes.
@@ -43,6 +46,7 @@ __all__ = [
     "not_recovered",
     "removal_gate",
     "running_since",
+    "volume_replacement_gate",
     "voter_caught_up",
 ]
 
@@ -158,6 +162,27 @@ def broker_gate(broker_id: int, *, cluster: ClusterFacts | None) -> list[Blocker
         if not (short or at_min):
             continue
         why = "is under-replicated" if short else f"would drop below min.insync.replicas={p.min_isr} without broker {broker_id}"
+        blockers.append(_partition_blocker(p, f"{p.topic}-{p.partition} {why}"))
+    return blockers
+
+
+def volume_replacement_gate(broker_id: int, *, cluster: ClusterFacts | None) -> list[BlockerStatus]:
+    """What keeps broker `broker_id` from stopping to have a lost volume replaced: the min-ISR rule
+    for every partition it is still in the ISR of, and no partition under-replicated for another
+    broker's sake. Its own lost replicas are under-replicated already, and may be: the replacement
+    is what brings them back."""
+    details = cluster.partition_details if cluster is not None else None
+    if details is None:
+        return [BlockerStatus(kind="cluster", message="no partition metadata observed: URP and ISRs are unknown")]
+    blockers = []
+    for p in details:
+        others_missing = sorted(set(p.replicas) - set(p.isr) - {broker_id})
+        if broker_id in p.isr and len(p.isr) - 1 < p.min_isr:
+            why = f"would drop below min.insync.replicas={p.min_isr} without broker {broker_id}"
+        elif others_missing:
+            why = f"is under-replicated: replica(s) {others_missing} are out of its ISR"
+        else:
+            continue
         blockers.append(_partition_blocker(p, f"{p.topic}-{p.partition} {why}"))
     return blockers
 

@@ -14,8 +14,10 @@ Rules it keeps, whatever the facts:
   crash between a format and its status write could leave two halves of a cluster with different
   ids.
 - A formatted volume is never formatted again. A volume the status says was formatted but that is
-  now empty or missing is lost: the node is blocked and Degraded says so (replacing a volume is a
-  lifecycle operation of the next issue), never silently re-formatted.
+  now empty or missing is lost: the node is blocked and Degraded says so, never silently
+  re-formatted. A controller's metadata volume is formatted anew with approval (controller disk
+  replacement); a broker's lost volume is replaced with approval (`volume_replacement`), which
+  then holds every other operation back until the broker's replicas are back.
 - The controllers the cluster was created with are formatted `--initial-controllers`; controllers
   added later `--no-initial-controllers`; brokers with neither.
 - Brokers start once the quorum has a leader.
@@ -101,6 +103,11 @@ from kraft_operator.plan.validation import (
     target_feature_levels,
     target_metadata_version,
     validate_spec,
+)
+from kraft_operator.plan.volume_replacement import (
+    VOLUME_REPLACEMENT_APPROVAL,
+    VolumeDecision,
+    plan_volume_replacement,
 )
 
 if TYPE_CHECKING:
@@ -220,6 +227,7 @@ class _Planner:
         self.approvals: list[BlockerStatus] = []  # dangerous steps waiting for the approve annotation
         self.degraded_reason = "NodeProblem"
         self.requeue_now = False
+        self.volume = VolumeDecision()  # a broker's lost volume being replaced (`volume_replacement`)
 
     # -- the whole decision ------------------------------------------------------------------
     def run(self) -> Plan:
@@ -230,11 +238,22 @@ class _Planner:
         directories: dict[int, list[DirectoryStatus]] = {}
         quorum = self.observed.cluster.quorum if self.observed.cluster is not None else None
         initial_ids = _initial_controller_ids(previous.initial_controllers)
+        self.volume = plan_volume_replacement(
+            spec=self.spec, nodes=self.nodes, observed=self.observed, previous=previous, annotations=self.annotations,
+            now_ms=self.now_ms, now_text=self.builder.now_text, fetch_timeout_ms=fetch_timeout_ms(self.spec))
         for node in self.nodes:
             directories[node.ref.node_id] = self._node(node, cluster_id=cluster_id, initial_ids=initial_ids,
                                                        quorum=quorum)
         for resize in grow_volumes(self.nodes, self.observed):
             self._act(resize, step="resize-volume")
+        if self.volume.operation is not None:
+            for replacement in self.volume.actions:
+                self._act(replacement, step="replace-volume")
+            self.events.extend(self.volume.events)
+            self.waiting.append(self.volume.waiting)
+            self.requeue_now = self.requeue_now or self.volume.requeue_now
+        else:
+            self.events.extend(self.volume.events)  # the replacement finished
         if self.spec.paused:
             self.actions.clear()
         roll = self._roll()
@@ -244,9 +263,15 @@ class _Planner:
             spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous, layout=self.layout,
             annotations=self.annotations, stuck_roll=roll.stuck if roll is not None else (), now_ms=self.now_ms,
             now_text=self.builder.now_text,
+            volume_replacement=self.volume.operation.volume if self.volume.operation is not None else None,
         )
         self.events.extend(opened_or_closed)
         status = status.model_copy(update={"runbooks": runbooks})
+        if self.volume.operation is not None:
+            # A lost broker volume holds everything else back (its node is blocked until replaced).
+            result = self._finish(status, requeue_after_ms=0 if self.requeue_now else None)
+            operation = self.volume.operation.model_copy(update={"waiting_for": result.waiting_for})
+            return replace(result, status=result.status.model_copy(update={"operation": operation}))
         if roll is None or (roll.operation is None and not roll.actions):
             change = (self._quorum_change() or self._scale_down(status) or self._stale_registrations()
                       or self._metadata_version())
@@ -474,6 +499,12 @@ class _Planner:
                 # caught up as an observer (`quorum_change`).
                 self.replacing.add(node_id)
                 unformatted.append(path)
+            elif (not formatted and volume.id in recorded_ids and (node_id, volume.id) in self.volume.formattable
+                  and facts.phase not in (PodPhase.RUNNING, PodPhase.PENDING)):
+                # A broker's lost volume, replaced by an approved BrokerVolumeReplacement: formatted
+                # anew (a new directory id), the broker's other directories kept (--ignore-formatted).
+                directory_id = None
+                unformatted.append(path)
             elif not formatted and volume.id in recorded_ids:
                 directory_id = recorded_ids[volume.id]
                 if metadata_volume:
@@ -486,8 +517,9 @@ class _Planner:
                     f"{directory_id}) and is now {'missing' if seen is None else 'empty'}; "
                     + ("kraftwerk formats a controller's new metadata volume only with approval (see the "
                        "controller-disk-loss runbook)" if metadata_volume
-                       else "kraftwerk never re-formats it (replacing a lost broker volume is not automated yet: see "
-                       "the broker-disk-loss runbook)")
+                       else "kraftwerk replaces a broker's lost volume only with approval: kubectl annotate kc "
+                       f'<cluster> {APPROVE_ANNOTATION}="{VOLUME_REPLACEMENT_APPROVAL}" (see the broker-disk-loss '
+                       "runbook)")
                 )
             elif not formatted:
                 unformatted.append(path)
@@ -671,6 +703,7 @@ class _Planner:
             "quorum-change": "QuorumChange",
             "metadata-version": "MetadataVersion",
             "scale-down": "ScaleDown",
+            "replace-volume": "ReplacingVolume",
             "stale-registrations": "StaleRegistrations",
             "paused": "Paused",
         }.get(self.step, "Observing")
@@ -742,6 +775,11 @@ class _StatusBuilder:
             target = spec.metadata_version
         controllers = [n for n in nodes if n.is_controller]
         brokers = [n for n in nodes if n.is_broker]
+        finalized = cluster.finalized_metadata_version or (
+            previous.metadata_version.finalized if previous.metadata_version else None)
+        failed = previous.metadata_version if previous.metadata_version is not None else MetadataVersionStatus()
+        if failed.failed_bump is None or finalized == target:
+            failed = MetadataVersionStatus()  # a refused bump is remembered until the target is finalized
         return previous.model_copy(
             update={
                 "observed_generation": self.generation,
@@ -749,9 +787,7 @@ class _StatusBuilder:
                 "quorum": quorum if quorum is not None else previous.quorum,
                 "partitions": partitions if partitions is not None else previous.partitions,
                 "metadata_version": MetadataVersionStatus(
-                    finalized=cluster.finalized_metadata_version
-                    or (previous.metadata_version.finalized if previous.metadata_version else None),
-                    target=target,
+                    finalized=finalized, target=target, failed_bump=failed.failed_bump, failed_at=failed.failed_at,
                 ),
                 "controllers": f"{sum(_controller_ready(n, observed) for n in controllers)}/{len(controllers)}",
                 "brokers": f"{sum(_broker_ready(n, observed) for n in brokers)}/{len(brokers)}",

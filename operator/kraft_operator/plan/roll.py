@@ -1,7 +1,7 @@
 """Rolling restarts: which nodes must restart, in which order, one at a time, behind the gates.
 
 A node must restart when the revision it runs differs from the one its spec asks for (a change of
-image, version or rendered server.properties: `node_revision`), when its pod carries the
+image, version or rendered server.properties: `node_revision`, compared by `revision_change`), when its pod carries the
 `kraftwerk.io/manual-rolling-update` annotation, or when the cluster carries it with a value whose
 roll has not finished yet (`status.lastManualRoll` records the last finished one).
 
@@ -52,19 +52,57 @@ from kraft_operator.plan.gates import (
 )
 from kraft_operator.plan.rendering import DesiredNode
 
-__all__ = ["ROLL_OPERATION", "RollDecision", "fetch_timeout_ms", "node_revision", "plan_roll", "rfc3339_ms"]
+__all__ = [
+    "BOOTSTRAP_SERVERS_KEY",
+    "ROLL_OPERATION",
+    "RollDecision",
+    "fetch_timeout_ms",
+    "node_revision",
+    "plan_roll",
+    "revision_change",
+    "rfc3339_ms",
+]
 
 ROLL_OPERATION = "RollingRestart"
 
 
+BOOTSTRAP_SERVERS_KEY = "controller.quorum.bootstrap.servers"
+
+
 def node_revision(properties: Mapping[str, str], *, image: str, version: str) -> str:
-    """A digest of what a node runs: its image, version and rendered server.properties. A running
-    node whose recorded revision differs from this must restart to apply the change."""
+    """What a node runs: a digest of its image, version and rendered server.properties without
+    `controller.quorum.bootstrap.servers`, then `/` and that list as it is.
+
+    The bootstrap servers are kept apart because every KIP-853 controller change rewrites them on
+    every node, and a running node does not need the new list: a voter learns the voter set from
+    the metadata log, and an observer (a broker) asks its bootstrap servers only to find a leader
+    it does not know. A list that holds a majority of the controllers always holds one that runs
+    while the quorum does (two majorities share a member), so `revision_change` restarts a node for
+    its bootstrap servers only once they reach fewer than a majority of the cluster's controllers;
+    the new list applies at the node's next start either way (its stored config is rewritten)."""
     digest = hashlib.sha256()
-    for part in (image, version, *(f"{k}={v}" for k, v in sorted(properties.items()))):
+    kept = sorted((k, v) for k, v in properties.items() if k != BOOTSTRAP_SERVERS_KEY)
+    for part in (image, version, *(f"{k}={v}" for k, v in kept)):
         digest.update(part.encode())
         digest.update(b"\n")
-    return digest.hexdigest()[:16]
+    return f"{digest.hexdigest()[:16]}/{properties.get(BOOTSTRAP_SERVERS_KEY, '')}"
+
+
+def revision_change(started: str, target: str) -> str | None:
+    """Why a node started on revision `started` must restart to run `target` (`node_revision`),
+    None when it need not: the digests differ (image, version or server.properties), or the
+    bootstrap servers it started with reach fewer than a majority of the target's. A revision from
+    before the bootstrap servers were kept apart has no `/` and differs in its digest."""
+    started_digest, _, started_servers = started.partition("/")
+    target_digest, _, target_servers = target.partition("/")
+    if started_digest != target_digest:
+        return f"its revision {started_digest} differs from {target_digest} (image, version or server.properties)"
+    wanted = [s for s in target_servers.split(",") if s]
+    reached = set(wanted) & {s for s in started_servers.split(",") if s}
+    if not wanted or len(reached) * 2 > len(wanted):
+        return None
+    return (f"it started with {BOOTSTRAP_SERVERS_KEY}={started_servers}, which reaches {len(reached)} of the "
+            f"{len(wanted)} controllers ({target_servers}); a majority is needed")
 
 
 def fetch_timeout_ms(spec: KRaftClusterSpec) -> int:
@@ -136,8 +174,9 @@ class _Roll:
             return None  # not running: the bootstrap starts it, from its current config
         node_id = node.ref.node_id
         target = self.revisions[node_id]
-        if facts.started_revision is not None and facts.started_revision != target:
-            return f"its revision {facts.started_revision} differs from {target} (image, version or server.properties)"
+        change = revision_change(facts.started_revision, target) if facts.started_revision is not None else None
+        if change is not None:
+            return change
         if facts.restart_requested:
             return f"its pod carries {MANUAL_ROLL_ANNOTATION}"
         if self.manual_active and node_id not in self.done:

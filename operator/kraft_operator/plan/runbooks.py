@@ -12,13 +12,14 @@ survivor with `--standalone`, deleting a PVC) are marked `dangerous` and are nev
 A step is `automated` (the operator does it), `approval` (the operator does it once the
 `kraftwerk.io/approve` annotation names it, `<runbook>/<step>`; until then status.operation
 .blockedBy names the annotation) or `manual` (the operator never does it; the commands say how).
-The approval step so far: formatting a lost controller disk (`controller-disk-loss/format-observer`).
+The approval steps: formatting a lost controller disk (`controller-disk-loss/format-observer`) and
+replacing a broker's lost volume (`broker-disk-loss/replace-volume`).
 
 What is detected today: quorum loss, controller and broker disk loss (a volume the status recorded
 as formatted is missing, empty, or carries another directory id), a stuck roll, and a broker that
 cannot register (exited with a cluster id mismatch, or running for a minute without registering).
-A failed metadata.version bump has its definition and page; the operator does not bump
-metadata.version yet, so it is never raised.
+A failed metadata.version bump is raised from the refusal the reconciler records in
+status.metadataVersion.failedBump.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ from kraft_operator.model import (
     KRaftClusterStatus,
     RunbookStatus,
     RunbookStepStatus,
+    VolumeReplacementStatus,
 )
 from kraft_operator.plan.actions import Event, EventType
 from kraft_operator.plan.facts import Layout, Observed, PodPhase
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint
 
 __all__ = [
+    "BROKER_DISK_LOSS",
+    "BROKER_DISK_REPLACE_STEP",
     "CONTROLLER_DISK_FORMAT_STEP",
     "CONTROLLER_DISK_LOSS",
     "RUNBOOKS",
@@ -55,6 +59,8 @@ Mode = Literal["automated", "approval", "manual"]
 
 CONTROLLER_DISK_LOSS = "controller-disk-loss"
 CONTROLLER_DISK_FORMAT_STEP = "format-observer"  # the step the approve annotation names
+BROKER_DISK_LOSS = "broker-disk-loss"
+BROKER_DISK_REPLACE_STEP = "replace-volume"  # the step the approve annotation names
 
 # A broker running this long without a registration is reported (startup takes seconds).
 UNREGISTERED_AFTER_MS = 60_000
@@ -142,15 +148,21 @@ RUNBOOKS: tuple[RunbookDefinition, ...] = (
         situation="A broker's log directory is new or empty: the replicas it held there are gone from this broker "
         "and are under-replicated until they are copied back.",
         detection="The status recorded a directory id for the broker's volume, and the volume is now missing, "
-        "unformatted, or formatted with another directory id.",
-        closes="The broker's volume is formatted again and URP is back to 0.",
+        "unformatted, or formatted with another directory id. While the operator replaces it, "
+        "status.operation (BrokerVolumeReplacement) names the volume and the step.",
+        closes="The broker's volume is formatted again, the broker is back in every ISR and URP is back to 0.",
         steps=(
             StepDefinition("confirm-loss", "Confirm the old volume is gone for good.", "manual"),
-            StepDefinition("replace-volume", "Delete the failed PVC so a new one is provisioned. Deleting a PVC "
-                           "destroys whatever it still holds.", "manual", dangerous=True),
-            StepDefinition("format-and-restart", "Format the new directory (`--ignore-formatted` keeps the broker's "
-                           "other directories) and restart the broker.", "manual"),
-            StepDefinition("await-replication", "Wait until the replicas have re-replicated (URP back to 0).", "automated"),
+            StepDefinition("replace-volume", "Once no partition would drop below min.insync.replicas without the "
+                           "broker and no other replica is missing, stop the broker (controlled shutdown) and put a "
+                           "new, empty volume in the failed one's place (the failed PVC is deleted; locally the old "
+                           "directory is kept aside). Deleting a PVC destroys whatever it still holds.", "approval",
+                           dangerous=True),
+            StepDefinition("format-and-restart", "Format the new directory with a new directory id "
+                           "(`--ignore-formatted` keeps the broker's other directories) and start the broker.",
+                           "automated"),
+            StepDefinition("await-replication", "Wait until the broker is back in every ISR and URP is 0: its lost "
+                           "replicas were fetched again from their leaders.", "automated"),
         ),
         commands=(
             "kubectl get pvc -n {namespace} -l kraftwerk.io/cluster={cluster},kraftwerk.io/node-id={node}",
@@ -193,14 +205,16 @@ RUNBOOKS: tuple[RunbookDefinition, ...] = (
         title="Failed metadata.version bump",
         situation="UpdateFeatures refused to finalize the target metadata.version (a node does not support it, or a "
         "stale registration holds it back).",
-        detection="Not raised yet: the operator does not bump metadata.version so far.",
+        detection="The active controller refused the operator's UpdateFeatures for metadata.version; "
+        "status.metadataVersion.failedBump holds Kafka's reason until the target is finalized.",
         closes="The finalized metadata.version equals the target.",
         steps=(
             StepDefinition("find-holdout", "Find the node whose supported range stops below the target (status names "
                            "it), and roll it to a version that supports the target.", "manual"),
             StepDefinition("unregister-stale", "Unregister stale brokers or controllers that are no longer part of the "
                            "cluster (KAFKA-20395).", "manual"),
-            StepDefinition("retry-bump", "Retry the bump once every registration supports it.", "manual"),
+            StepDefinition("retry-bump", "The operator retries the bump at each reconcile while nothing else is under "
+                           "way; it succeeds once every registration supports the target.", "automated"),
         ),
         commands=(
             "kubectl exec -n {namespace} {pod} -- kraft features --bootstrap-controller {bootstrap} describe",
@@ -289,8 +303,11 @@ def detect_runbooks(
     now_ms: int,
     now_text: str,
     pod_name: str = "{cluster}-{pool}-{node}",
+    volume_replacement: VolumeReplacementStatus | None = None,
 ) -> tuple[list[RunbookStatus], list[Event]]:
-    """The runbooks open now, and Events for those that opened or closed since `previous`."""
+    """The runbooks open now, and Events for those that opened or closed since `previous`.
+    `volume_replacement` is a broker volume being replaced: broker-disk-loss stays open, its steps
+    marked, until the replacement has finished (the broker back in every ISR, URP 0)."""
     if previous is None or previous.cluster_id is None:
         return [], []
     controllers = [n for n in nodes if n.is_controller]
@@ -358,9 +375,30 @@ def detect_runbooks(
                             f"recorded, the volume is now {state}")
                 if first is None:
                     first, directory = node, d.directory_id
+        steps_done: frozenset[str] = frozenset()
+        if kind == BROKER_DISK_LOSS and volume_replacement is not None:
+            v = volume_replacement
+            first = first or next((n for n in nodes if n.ref.node_id == v.node_id), None)
+            directory = directory or v.lost_directory_id
+            if v.replaced_at is not None:
+                lost.append(f"node {v.node_id} volume {v.volume_id} ({v.path}): replaced at {v.replaced_at}"
+                            + (f", formatted with directory id {v.new_directory_id}; its replicas re-replicate"
+                               if v.new_directory_id else ""))
+            steps_done = frozenset({"confirm-loss", BROKER_DISK_REPLACE_STEP} if v.replaced_at is not None else ())
+            steps_done |= {"format-and-restart"} if v.new_directory_id else set()
         if lost:
             found.append(_status(runbook(kind), evidence=lost, values=values(first, directory=directory),
-                                 done=frozenset(), approved=approved, previous=previous, now_text=now_text))
+                                 done=steps_done, approved=approved, previous=previous, now_text=now_text))
+
+    # -- a refused metadata.version bump (the reconciler records Kafka's refusal)
+    version = previous.metadata_version
+    finalized = (facts.finalized_metadata_version if facts is not None else None) or (version.finalized if version else None)
+    if version is not None and version.failed_bump is not None and finalized != version.target:
+        evidence = [version.failed_bump, f"finalized {finalized}, target {version.target}"]
+        if version.failed_at:
+            evidence[0] += f" (at {version.failed_at})"
+        found.append(_status(runbook("failed-metadata-version-bump"), evidence=evidence, values=values(None),
+                             done=frozenset(), approved=approved, previous=previous, now_text=now_text))
 
     # -- stuck roll
     if stuck_roll:

@@ -117,6 +117,12 @@ class _ScaleDown:
         self.events: list[Event] = []
 
     # -- facts about one leaving node --------------------------------------------------------------
+    def deleted_volumes(self, node_id: int) -> tuple[int, ...]:
+        """The leaving node's volumes whose spec says `deleteClaim: true`; none when its pool has left
+        the spec (no policy left to read: keep them)."""
+        pool = next((p for p in self.spec.node_pools if p.name == self.pools.get(node_id)), None)
+        return tuple(v.id for v in pool.storage.volumes if v.delete_claim) if pool is not None else ()
+
     def facts(self, node_id: int) -> NodeFacts | None:
         return self.observed.nodes.get(node_id)
 
@@ -212,10 +218,14 @@ class _ScaleDown:
             self.events.append(Event(EventType.NORMAL, "Drained", f"broker {node_id} holds no replica any more"))
         if self.running(node_id):
             grace_ms = self.spec.lifecycle.termination_grace_period_seconds * 1000
+            deleted = self.deleted_volumes(node_id)
+            volumes = (f"its volume(s) {list(deleted)} deleted (deleteClaim: true), any other kept" if deleted
+                       else "its volumes kept (deleteClaim: false)")
             action_stop = StopNode(
                 node=self._ref(node_id), implementation=self.implementations.get(node_id, Implementation.KRAFTWERK),
-                grace_period_ms=grace_ms,
-                reason=f"node {node_id}: stop it for good (SIGTERM, {grace_ms} ms grace); it holds no vote and no replica")
+                grace_period_ms=grace_ms, delete_volumes=deleted,
+                reason=f"node {node_id}: stop it for good (SIGTERM, {grace_ms} ms grace); it holds no vote and no "
+                f"replica; {volumes}")
             self.events.append(Event(EventType.NORMAL, "StopNode", action_stop.reason))
             return self._waiting(pending, current=node_id, removed=removed, step="stop", actions=(action_stop,),
                                  why=f"node {node_id} to stop")

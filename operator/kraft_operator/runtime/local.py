@@ -6,6 +6,7 @@ What Kubernetes gives the operator as objects, this runtime gives as files under
     runtime.properties          the cluster's base port (picked free once, then kept)
     node-<id>/server.properties the node's rendered config (the ConfigMap)
     node-<id>/data-<volume>/    one log directory per volume (the PVCs)
+    node-<id>/data-<volume>.lost-<directory id>-<ms>/  a failed volume ReplaceVolume put aside
     node-<id>/format.json       the format "Job"'s outcome: phase, message, directory ids
     node-<id>/format.log        its output
     node-<id>/server.log        the node's output (the pod's log)
@@ -54,6 +55,7 @@ from kraft_operator.plan import (
     NodeRef,
     Observed,
     PodPhase,
+    ReplaceVolume,
     ResizeVolume,
     RestartNode,
     StartNode,
@@ -294,7 +296,27 @@ class LocalRuntime:
             self._controllers.discard(key)
             for name in ("pid", "started.json", MANUAL_ROLL_FILE):
                 (node_dir / name).unlink(missing_ok=True)
-            _note(node_dir, "removed from the cluster: stopped for good, volumes kept")
+            for volume_id in action.delete_volumes:
+                shutil.rmtree(node_dir / f"data-{volume_id}", ignore_errors=True)
+            kept = sorted(int(d.name.removeprefix("data-")) for d in node_dir.glob("data-*")
+                          if d.name.removeprefix("data-").isdigit())
+            _note(node_dir, f"removed from the cluster: stopped for good; volume(s) {list(action.delete_volumes)} "
+                  f"deleted (deleteClaim: true), {kept} kept")
+        elif isinstance(action, ReplaceVolume):
+            # A broker's failed log directory: its controlled shutdown, then a new, empty directory
+            # in its place. Whatever the old one still holds is kept aside, never deleted.
+            await self._stop(key, node_dir, grace_s=action.grace_period_ms / 1000)
+            self._processes.pop(key, None)
+            for name in ("pid", "started.json"):
+                (node_dir / name).unlink(missing_ok=True)
+            volume = Path(action.path)
+            if volume.exists():
+                aside = volume.with_name(f"{volume.name}.lost-{action.lost_directory_id}-{int(time.time() * 1000)}")
+                volume.rename(aside)
+                _note(node_dir, f"volume {action.volume_id}: the failed {volume} kept aside as {aside.name}")
+            volume.mkdir(parents=True)
+            _note(node_dir, f"volume {action.volume_id}: a new, empty {volume} (it had directory id "
+                  f"{action.lost_directory_id})")
         elif isinstance(action, ResizeVolume):
             # never planned here: local volumes report no requested size
             raise RuntimeActionError("the local runtime's directories have no size to grow")
