@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from pki import CertificateAuthority
-from protocol_helpers import closes, echo_metadata, metadata_request, wait_for_close_count
+from protocol_helpers import echo_metadata, metadata_request, wait_for_close_count
 
 from kraft_engine.protocol import ConnectionConfig, ConnectionFailed, KafkaConnection, RequestContext
 from kraft_engine.protocol.security import (
@@ -107,7 +107,7 @@ async def test_no_matching_mapping_rule_refuses_the_client(make_listener, ca):
         props, listener_name="SSL", security_protocol="SSL"))
     with pytest.raises(ConnectionFailed):
         await _metadata_over(listener, _client(ca, ca, "mallory"), timeout_ms=1500)
-    assert closes(listener, "authentication_failed") >= 1
+    await wait_for_close_count(listener, "authentication_failed", 1)
 
 
 async def test_client_auth_none_is_anonymous_and_requested_accepts_no_certificate(make_listener, ca):
