@@ -14,7 +14,8 @@ as a quorum's three copies of the log, behind a LeaderChangeMessage at offset 0.
 For each fleet size and each `local[N]` the job runs in a fresh SparkSession (the JVM's start is
 timed too: it is part of a run). Printed per run: log files, records decoded (every node's copy,
 snapshots included), events derived, wall time, records/s, files/s, events/s and records/s per
-core. With Apache Kafka's jars (`scripts/fetch-kafka-jars`), the same segments go through Kafka's
+core. Beside them, the pipeline's own per-file decoder alone (no Spark, one thread: what each
+Spark task runs), which separates the decoding cost from Spark's. With Apache Kafka's jars (`scripts/fetch-kafka-jars`), the same segments go through Kafka's
 `kafka-dump-log --cluster-metadata-decoder` (kafka.tools.DumpLogSegments, single-threaded; its JVM
 start included), as records/s beside it.
 
@@ -217,6 +218,16 @@ def run_pipeline(fleet: Path, *, cores: int) -> dict[str, float]:
     return {"wall_s": wall_s, "records": records, "events": events}
 
 
+def run_decoder(fleet: Path) -> dict[str, float]:
+    """The pipeline's own per-file decoder (what each Spark task runs: `log_files.decode_file`, into
+    Arrow batches) in this one process, no Spark: the per-core ceiling of the job's reading."""
+    from kraft_pipeline.log_files import decode_file, find_log_files
+
+    started = time.perf_counter()
+    records = sum(batch.num_rows for file in find_log_files([str(fleet)]) for batch in decode_file(file))
+    return {"wall_s": time.perf_counter() - started, "records": records}
+
+
 def run_dump_log(files: Sequence[Path], classpath: str) -> dict[str, float]:
     """Kafka's decoder over `files`, its output counted and thrown away (a pipe, not a terminal)."""
     started = time.perf_counter()
@@ -265,6 +276,13 @@ def main() -> None:
                              f"{figures['events'] / figures['wall_s']:,.0f}", f"{rate / cores:,.0f}",
                              f"{before} / {load()}"])
                 print("    " + " | ".join(rows[-1]), flush=True)
+            before = load()
+            figures = run_decoder(fleet)
+            rate = figures["records"] / figures["wall_s"]
+            rows.append([f"{clusters}x{partitions}", "decode_file, no Spark (1 thread)", str(len(files)),
+                         str(int(figures["records"])), "-", f"{figures['wall_s']:.1f}", f"{rate:,.0f}",
+                         f"{len(files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
+            print("    " + " | ".join(rows[-1]), flush=True)
             if classpath is not None:
                 before = load()
                 figures = run_dump_log(files, classpath)
