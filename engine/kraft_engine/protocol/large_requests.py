@@ -13,15 +13,16 @@ event loop (raft's loop) even when the work itself runs in a worker thread:
 - Dropping the last reference to a tuple of 838,860 entities frees them all in one C call: about
   0.2 s, on the loop when a coroutine's frame held that reference.
 
-So while a large request is decoded, handled and encoded (`large_request()`), its builders call
-`park()` every few hundred items: `gc.freeze()` moves every object tracked so far into the
-collector's permanent generation (a constant-time list splice), where no collection walks it.
-Objects that die there are freed by reference counting as usual. When the last large request in
-flight is done, `gc.unfreeze()` hands the survivors back to the oldest generation, so anything
-parked meanwhile that has since become cyclic garbage is collected at the next full collection
-(the cost: such garbage waits until no large request is in flight). And the owner of a large
-entity hands its big arrays to `release()` in a worker thread (`disown()` takes them out of the
-entity), which frees them a slice at a time, so the loop gets the GIL between slices.
+So while a large request of many items is decoded, handled and encoded (`large_request()`), its
+builders call `park()` every `PARK_EVERY_ITEMS` items: `gc.freeze()` moves every object tracked so
+far into the collector's permanent generation (a constant-time list splice), where no collection
+walks it. Objects there are still freed by reference counting, so the request's own objects leave
+it as soon as they die. The freeze is never undone, as `server/collector.py` does for the
+controller's bulk work (an unfreeze would hand that collector's frozen image back to the full
+collections): only cyclic garbage that exists at a park is never reclaimed, which parking every
+ten thousand items, and only inside a large request, keeps rare. And the owner of a large entity
+hands its big arrays to `release()` in a worker thread (`disown()` takes them out of the entity),
+which frees them a slice at a time, so the loop gets the GIL between slices.
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["disown", "large_request", "park", "release"]
+__all__ = ["PARK_EVERY_ITEMS", "disown", "large_request", "park", "release"]
 
 _lock = threading.Lock()
 _holders = 0
+
+PARK_EVERY_ITEMS = 10_000
+"""How often a large request's builders park: far below the ~25 % growth that triggers a full
+collection, few enough parks that little cyclic garbage is ever caught in one."""
 
 _RELEASE_SLICE = 1000
 """Items freed per step of `release`: the eval loop may hand the GIL over between steps."""
@@ -53,13 +58,11 @@ def large_request() -> Iterator[None]:
     finally:
         with _lock:
             _holders -= 1
-            if _holders == 0:
-                gc.unfreeze()
 
 
 def park() -> None:
-    """Move what is tracked now out of the collector's reach, while a large request is in flight
-    (elsewhere it does nothing)."""
+    """Move what is tracked now out of the collector's reach for good, while a large request is
+    in flight (elsewhere it does nothing)."""
     with _lock:
         if _holders > 0:
             gc.freeze()

@@ -95,7 +95,7 @@ from kraft_engine.protocol.framing import (
     peek_api,
     peek_correlation_id,
 )
-from kraft_engine.protocol.large_requests import disown, large_request, park, release
+from kraft_engine.protocol.large_requests import PARK_EVERY_ITEMS, disown, large_request, park, release
 from kraft_engine.protocol.metrics import ListenerMetrics, metrics_for
 from kraft_engine.protocol.principal_mapping import NoMatchingRule, subject_name
 from kraft_engine.protocol.sasl import (
@@ -926,13 +926,16 @@ class _Connection:
         with large_request() if many else contextlib.nullcontext():
             try:
                 steps = decode_request_stepwise(frame, route.request_cls, arrays=arrays, items_per_step=_ITEMS_PER_STEP)
+                read = 0
                 while True:
                     try:
                         next(steps)
                     except StopIteration as done:
                         header, body = done.value
                         break
-                    park()  # the items read so far are out of the collector's walks (large_requests)
+                    read += _ITEMS_PER_STEP
+                    if read % PARK_EVERY_ITEMS == 0:
+                        park()  # the items read so far are out of the collector's walks (large_requests)
                     await asyncio.sleep(0)
             except MalformedFrame as e:
                 raise self._malformed(e, api_key, api_version) from e

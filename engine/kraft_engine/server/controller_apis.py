@@ -40,7 +40,7 @@ from kio.static.primitive import i8, i32, i64
 from kraft_engine.controller import ApiError, ControllerApiError
 from kraft_engine.kafka_uuid import ZERO_UUID
 from kraft_engine.protocol import Listener, RequestContext
-from kraft_engine.protocol.large_requests import park
+from kraft_engine.protocol.large_requests import PARK_EVERY_ITEMS, park
 from kraft_engine.protocol.version_bridging import Upgrade, bridge, bridged_handler
 from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals
 from kraft_engine.server.controller_service import ControllerService, ControllerStopped
@@ -169,7 +169,7 @@ async def _each(items: Any, make: Callable[[Any], Any]) -> tuple[Any, ...]:
     """`make(item)` for every item of a refused request: in a worker thread when there are many
     (a refused 100,000-topic CreateTopics needs 100,000 results), so the loop keeps its turns, and
     with the results built so far parked out of the garbage collector's walks every
-    `_LARGE_REFUSAL_ITEMS` (`protocol.large_requests`)."""
+    `PARK_EVERY_ITEMS` (`protocol.large_requests`)."""
     if len(items) <= _LARGE_REFUSAL_ITEMS:
         return tuple(make(item) for item in items)
 
@@ -177,7 +177,7 @@ async def _each(items: Any, make: Callable[[Any], Any]) -> tuple[Any, ...]:
         results = []
         for index, item in enumerate(items, start=1):
             results.append(make(item))
-            if index % _LARGE_REFUSAL_ITEMS == 0:
+            if index % PARK_EVERY_ITEMS == 0:
                 park()
         return tuple(results)
 
