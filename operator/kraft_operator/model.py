@@ -330,6 +330,7 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     PAUSED = "Paused"
     EVEN_CONTROLLERS = "EvenControllerCount"  # a warning: True while the spec asks for an even count
+    IDLE_BROKERS = "BrokersWithoutReplicas"  # True while a running broker holds no replica (Kafka never rebalances)
 
 
 class ConditionStatus(StrEnum):

@@ -163,6 +163,7 @@ def plan(
                              rendered=rendered)
     builder = _StatusBuilder(previous=previous, generation=generation, now_ms=now_ms)
     builder.even_warning = even_controllers(spec)
+    builder.idle_brokers = idle_brokers(nodes, observed)
     if problems:
         return _refuse(problems, builder=builder, spec=spec, nodes=nodes, observed=observed)
     planner = _Planner(spec=spec, nodes=nodes, observed=observed, layout=layout, rng=rng, builder=builder)
@@ -683,6 +684,9 @@ class _Planner:
         was_even = self.previous.condition(ConditionType.EVEN_CONTROLLERS) if self.previous is not None else None
         if self.builder.even_warning and (was_even is None or was_even.status is not ConditionStatus.TRUE):
             events.append(Event(EventType.WARNING, "EvenControllerCount", self.builder.even_warning))
+        was_idle = self.previous.condition(ConditionType.IDLE_BROKERS) if self.previous is not None else None
+        if self.builder.idle_brokers and (was_idle is None or was_idle.status is not ConditionStatus.TRUE):
+            events.append(Event(EventType.NORMAL, "BrokersWithoutReplicas", self.builder.idle_brokers))
         if self.degraded_reason == "NodeProblem":  # a refused scale-down said so in its own Warning
             events += [Event(EventType.WARNING, "NodeProblem", b) for b in self.blocked]
         if requeue_after_ms is None:
@@ -718,6 +722,7 @@ class _StatusBuilder:
         self.generation = generation
         self.now_text = datetime.fromtimestamp(now_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.even_warning: str | None = None  # the spec asks for an even number of controllers
+        self.idle_brokers: str | None = None  # running brokers that hold no replica (`idle_brokers`)
 
     def observe_only(
         self,
@@ -837,6 +842,10 @@ class _StatusBuilder:
                 (ConditionStatus.TRUE, "EvenControllerCount", self.even_warning) if self.even_warning
                 else (ConditionStatus.FALSE, "OddControllerCount", "")
             ),
+            ConditionType.IDLE_BROKERS: (
+                (ConditionStatus.TRUE, "NoRebalance", self.idle_brokers) if self.idle_brokers
+                else (ConditionStatus.FALSE, "EveryBrokerHoldsReplicas", "")
+            ),
         }
         conditions = []
         for kind, (state, reason, message) in wanted.items():
@@ -853,6 +862,24 @@ class _StatusBuilder:
                 )
             )
         return status.model_copy(update={"conditions": conditions})
+
+
+def idle_brokers(nodes: tuple[DesiredNode, ...], observed: Observed) -> str | None:
+    """Why the BrokersWithoutReplicas condition is True: running, unfenced brokers of the spec that
+    hold no replica while others do (typically brokers a scale-up added). Kafka never moves
+    existing replicas by itself; None when every running broker holds some, or nothing is known."""
+    cluster = observed.cluster
+    details = cluster.partition_details if cluster is not None else None
+    if cluster is None or not details or cluster.brokers is None:
+        return None
+    holding = {r for p in details for r in p.replicas}
+    idle = sorted(n.ref.node_id for n in nodes if n.is_broker and _broker_ready(n, observed)
+                  and n.ref.node_id not in holding)
+    if not idle:
+        return None
+    return (f"broker(s) {idle} hold no replica: Kafka does not move existing replicas onto brokers that join, "
+            "only new partitions go there; move some with a throttled reassignment (kraft reassign-partitions "
+            "--generate, then --execute --throttle) to use them")
 
 
 def _controller_ready(node: DesiredNode, observed: Observed) -> bool:
