@@ -261,14 +261,19 @@ def _scenario(kube: Kube, ns: str, *, start_workload: Callable[[], None]) -> Non
     even = _condition(resource, "EvenControllerCount")
     assert even is not None and even["status"] == "True", resource["status"]["conditions"]
 
-    # and leaves again: RemoveRaftVoter, then its pod goes; its claim stays
+    # and leaves again: RemoveRaftVoter, then its pod goes, and its claim with it (the controllers'
+    # volume says deleteClaim: true: the user's standing decision, carried out by StopNode)
     kube.kubectl("-n", ns, "patch", "kc", NAME, "--type=json", "-p",
                  json.dumps([{"op": "replace", "path": "/spec/nodePools/0/replicas", "value": 3}]))
     _wait("node 6 to leave the voters", lambda: _voters(kube, ns) == [0, 1, 2], timeout_s=600, every_s=3)
     _wait("node 6's pod to go", lambda: 6 not in _pods(kube, ns), timeout_s=300, every_s=3)
     _wait("the three-controller cluster to be Ready", lambda: _ready(kube, ns), timeout_s=600, every_s=3)
-    claims = kube.json("-n", ns, "get", "pvc", "-l", f"kraftwerk.io/cluster={NAME},kraftwerk.io/node-id=6")["items"]
-    assert claims, "node 6's claim was deleted: deleting a volume is never automatic"
+    _wait("node 6's claim to be deleted (deleteClaim: true)",
+          lambda: not [c for c in kube.json("-n", ns, "get", "pvc", "-l",
+                                            f"kraftwerk.io/cluster={NAME},kraftwerk.io/node-id=6")["items"]
+                       if not c["metadata"].get("deletionTimestamp")], timeout_s=120, every_s=2)
+    kept = kube.json("-n", ns, "get", "pvc", "-l", f"kraftwerk.io/cluster={NAME},kraftwerk.io/node-id=0")["items"]
+    assert kept, "a staying controller's claim was deleted"
 
     # nothing acknowledged was lost through all of it
     acked_before_stop = _acked(kube, ns)

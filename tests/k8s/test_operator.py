@@ -488,6 +488,80 @@ def test_apache_kafka_controllers_are_ready_from_raft(kube: Kube, operator_ns: s
         kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
 
 
+def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reformatted(kube: Kube, operator_ns: str) -> None:
+    """A broker's second JBOD volume dies under it: its PersistentVolume goes (the claim turns
+    `Lost`) and its files with it. The operator raises the broker-disk-loss runbook and waits for
+    the approval annotation; approved, the broker stops, a new claim of the same name replaces the
+    lost one, it is formatted with a new directory id, the broker starts, re-replicates, and the
+    runbook closes. Clients are served before and after."""
+    ns = operator_ns
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    name = "jbod"
+    doc["metadata"]["name"] = name
+    brokers = doc["spec"]["nodePools"][1]
+    brokers.pop("rack", None)
+    for volume in brokers["storage"]["volumes"]:
+        volume.update({"size": "1Gi", "deleteClaim": True})
+    _apply(kube, ns, doc)
+    claim = f"data-1-{name}-brokers-5"
+    try:
+        status = _wait_ready(kube, ns, name)["status"]
+        report = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="before-loss", count=100)
+        assert report["acknowledged"] == 100 and report["same"] is True, report
+        lost_id = next(d["directoryId"] for n in status["nodes"] if n["id"] == 5
+                       for d in n["directories"] if d["volumeId"] == 1)
+        old = kube.json("-n", ns, "get", "pvc", claim)
+
+        # the disk dies: its files go under the running broker, its PersistentVolume goes
+        kube.kubectl("-n", ns, "exec", f"{name}-brokers-5", "--", "sh", "-c",
+                     "rm -rf /var/lib/kraftwerk/data-1/* /var/lib/kraftwerk/data-1/.[!.]*", check=False)
+        volume = old["spec"]["volumeName"]
+        kube.kubectl("patch", "pv", volume, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        kube.kubectl("delete", "pv", volume, "--wait=false")
+
+        def held() -> dict[str, Any] | None:
+            status = kube.json("-n", ns, "get", "kc", name).get("status", {})
+            operation = status.get("operation") or {}
+            if operation.get("name") != "BrokerVolumeReplacement" or operation.get("step") != "await-approval":
+                return None
+            return status if any(r["name"] == "broker-disk-loss" for r in status.get("runbooks", [])) else None
+
+        status = _wait("the lost volume recorded, waiting for approval", held, timeout_s=300, every_s=2)
+        assert status["operation"]["volume"]["nodeId"] == 5 and status["operation"]["volume"]["volumeId"] == 1
+        assert status["operation"]["volume"]["lostDirectoryId"] == lost_id, status["operation"]
+        assert status["operation"]["blockedBy"][0]["kind"] == "approval", status["operation"]
+        assert kube.json("-n", ns, "get", "pvc", claim)["metadata"]["uid"] == old["metadata"]["uid"]  # nothing yet
+
+        kube.kubectl("-n", ns, "annotate", "kc", name, "kraftwerk.io/approve=broker-disk-loss/replace-volume")
+
+        def replaced() -> dict[str, Any] | None:
+            resource = kube.json("-n", ns, "get", "kc", name)
+            status = resource.get("status", {})
+            ready = _condition(resource, "Ready")
+            if status.get("operation") or ready is None or ready["status"] != "True":
+                return None
+            if any(r["name"] == "broker-disk-loss" for r in status.get("runbooks", [])):
+                return None
+            node = next(n for n in status["nodes"] if n["id"] == 5)
+            directory = next(d for d in node["directories"] if d["volumeId"] == 1)
+            return status if directory.get("directoryId") not in (None, lost_id) else None
+
+        status = _wait("the volume replaced, formatted anew and re-replicated", replaced, timeout_s=900, every_s=3)
+        new = kube.json("-n", ns, "get", "pvc", claim)
+        assert new["metadata"]["uid"] != old["metadata"]["uid"] and new["status"]["phase"] == "Bound", new["status"]
+        assert new["metadata"]["annotations"]["kraftwerk.io/directory-id"] not in (None, lost_id)
+        assert status["partitions"]["underReplicated"] == 0, status["partitions"]
+        reasons = [e["reason"] for e in sorted(
+            kube.json("-n", ns, "get", "events", "--field-selector", f"involvedObject.name={name}")["items"],
+            key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")]
+        assert "ReplaceVolume" in reasons and "RunbookClosed" in reasons, reasons
+        after = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="after-loss", count=100)
+        assert after["acknowledged"] == 100 and after["same"] is True, after
+    finally:
+        kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=300s", check=False)
+        kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
+
+
 def test_operator_metrics_are_served(kube: Kube, operator_ns: str) -> None:
     pod = kube.json("-n", operator_ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"][0]
     raw = kube.kubectl("get", "--raw",

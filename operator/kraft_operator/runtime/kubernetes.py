@@ -19,8 +19,13 @@ the pods:
   sends SIGTERM: the engine's controlled shutdown), waiting until the pod is gone, and creating it
   again from the stored config; the pod carries the revision it was started with
   (`kraftwerk.io/revision`), which is what a roll compares, and a node leaving the cluster is stopped
-  the same way without the new pod (its PVCs and ConfigMap stay: deleting a volume is never
-  automatic);
+  the same way without the new pod (its ConfigMap and PVCs stay, except the claims of volumes whose
+  spec says `deleteClaim: true`, which the plan names in `StopNode.delete_volumes`);
+- a failed broker volume is a claim whose PersistentVolume is gone (phase `Lost`): it is observed as
+  an unformatted volume, which raises the broker-disk-loss runbook; once approved, `ReplaceVolume`
+  deletes the broker's pod (controlled shutdown), its format Jobs (their reports name the lost
+  directory id) and the claim, and creates a new, empty claim of the same name, which the plan then
+  formats and the broker starts on;
 - a format Job per node (and per set of directories to format) running `kraft storage format`
   through `kraft_operator.runtime.format_job`, which reports each directory's id in the container's
   termination message. Once the node starts, those ids are also written on its PVCs, so the facts
@@ -75,6 +80,7 @@ from kraft_operator.plan import (
     NodeRef,
     Observed,
     PodPhase,
+    ReplaceVolume,
     ResizeVolume,
     RestartNode,
     StartNode,
@@ -351,6 +357,10 @@ class KubernetesRuntime:
             await self._start(cluster, action)
         elif isinstance(action, StopNode):
             await self._delete_pod(action.node, grace_period_ms=action.grace_period_ms)
+            for volume_id in action.delete_volumes:
+                await self._delete_claim(claim_name(action.node, volume_id), action.node.namespace)
+        elif isinstance(action, ReplaceVolume):
+            await self._replace_volume(cluster, action)
         elif isinstance(action, ResizeVolume):
             await self._resize(action)
         else:  # pragma: no cover - the Action union is closed
@@ -433,6 +443,37 @@ class KubernetesRuntime:
                              {"spec": {"resources": {"requests": {"storage": action.size}}}})
         except ApiException as e:
             raise RuntimeActionError(_api_error({"kind": "PersistentVolumeClaim", "metadata": {"name": name}}, e)) from None
+
+    async def _replace_volume(self, cluster: KRaftCluster, action: ReplaceVolume) -> None:
+        """A failed broker volume: the broker stopped (controlled shutdown), then a new, empty claim in
+        place of the old one. The node's format Jobs go too: their reports still name the lost
+        directory's id, which would make the new, empty volume look formatted."""
+        node = action.node
+        await self._delete_pod(node, grace_period_ms=action.grace_period_ms)
+        jobs = await self._call(self._batch.list_namespaced_job, node.namespace,
+                                label_selector=f"{LABEL_CLUSTER}={node.cluster},{LABEL_NODE_ID}={node.node_id}")
+        for job in jobs.items:
+            try:
+                await self._call(self._batch.delete_namespaced_job, job.metadata.name, node.namespace,
+                                 propagation_policy="Background")
+            except ApiException as e:
+                if e.status != 404:
+                    raise RuntimeActionError(_api_error({"kind": "Job", "metadata": {"name": job.metadata.name}}, e)) from None
+        name = claim_name(node, action.volume_id)
+        await self._delete_claim(name, node.namespace)
+        deadline = time.monotonic() + _POD_GONE_SLACK_S
+        while await self._read_optional(self._core.read_namespaced_persistent_volume_claim, name, node.namespace):
+            if time.monotonic() > deadline:
+                raise RuntimeActionError(f"claim {name} still exists {_POD_GONE_SLACK_S:.0f} s after its deletion")
+            await asyncio.sleep(0.5)
+        await self._ensure_claims(cluster, node)
+
+    async def _delete_claim(self, name: str, namespace: str) -> None:
+        try:
+            await self._call(self._core.delete_namespaced_persistent_volume_claim, name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise RuntimeActionError(_api_error({"kind": "PersistentVolumeClaim", "metadata": {"name": name}}, e)) from None
 
     async def _format(self, cluster: KRaftCluster, action: FormatStorage) -> None:
         node = action.node
@@ -786,7 +827,10 @@ def _volume_facts(claim: Any, *, volume_id: int, path: str, node_id: int, job: F
     annotations = claim.metadata.annotations or {}
     directory_id = annotations.get(ANNOTATION_DIRECTORY_ID)
     cluster_id = annotations.get(ANNOTATION_CLUSTER_ID)
-    if directory_id is None and job is not None and job.phase is JobPhase.SUCCEEDED:
+    if claim.status is not None and claim.status.phase == "Lost":
+        # its PersistentVolume is gone: whatever was formatted on it is lost with it
+        directory_id = cluster_id = None
+    elif directory_id is None and job is not None and job.phase is JobPhase.SUCCEEDED:
         directory_id = job.directory_ids.get(path)
         cluster_id = job_cluster_id
     capacity = (claim.status.capacity or {}).get("storage") if claim.status is not None else None
