@@ -91,8 +91,10 @@ def _status_of(body: kopf.Body) -> KRaftClusterStatus | None:
 
 def _cluster(body: kopf.Body) -> KRaftCluster:
     raw = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+           # the annotations too: the plan reads kraftwerk.io/approve, pause-reconciliation and
+           # manual-rolling-update from them
            "metadata": {k: v for k, v in body.metadata.items() if k in ("name", "namespace", "generation", "uid",
-                                                                          "creationTimestamp")},
+                                                                          "creationTimestamp", "annotations")},
            "spec": dict(body.spec)}
     status = {k: v for k, v in body.status.items() if k != "kopf"}
     if status:
