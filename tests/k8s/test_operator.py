@@ -515,9 +515,13 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
         # the disk dies: its files go under the running broker, its PersistentVolume goes
         kube.kubectl("-n", ns, "exec", f"{name}-brokers-5", "--", "sh", "-c",
                      "rm -rf /var/lib/kraftwerk/data-1/* /var/lib/kraftwerk/data-1/.[!.]*", check=False)
+        # (deleted first, then its protection finalizers dropped: while it is bound and not deleting,
+        # the protection controller adds them back at once)
         volume = old["spec"]["volumeName"]
-        kube.kubectl("patch", "pv", volume, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
         kube.kubectl("delete", "pv", volume, "--wait=false")
+        kube.kubectl("patch", "pv", volume, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        _wait("the claim to be Lost", lambda: kube.json("-n", ns, "get", "pvc", claim)["status"].get("phase") == "Lost",
+              timeout_s=120, every_s=2)
 
         def held() -> dict[str, Any] | None:
             status = kube.json("-n", ns, "get", "kc", name).get("status", {})
