@@ -126,17 +126,17 @@ def validate_produce_payload(
         raise ProduceRefused(CORRUPT_MESSAGE, "the produce request carries no records")
     if len(data) < LOG_OVERHEAD + 5:
         raise ProduceRefused(CORRUPT_MESSAGE, f"{len(data)} bytes cannot hold a record batch")
+    (batch_length,) = struct.unpack_from(">i", data, 8)
+    if batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or LOG_OVERHEAD + batch_length > len(data):
+        raise ProduceRefused(
+            CORRUPT_MESSAGE, f"record batch length {batch_length} does not fit the {len(data)} bytes received"
+        )
     if data[16] > MAGIC:
         raise ProduceRefused(CORRUPT_MESSAGE, f"Invalid magic found in record: {data[16]}")
     if data[16] != MAGIC:  # a v0/v1 message set: Kafka's ProduceRequest.validateRecords
         raise ProduceRefused(
             INVALID_RECORD, f"Produce requests with version {produce_version} are only allowed to contain record "
                             "batches with magic version 2"
-        )
-    (batch_length,) = struct.unpack_from(">i", data, 8)
-    if batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or LOG_OVERHEAD + batch_length > len(data):
-        raise ProduceRefused(
-            CORRUPT_MESSAGE, f"record batch length {batch_length} does not fit the {len(data)} bytes received"
         )
     (attributes,) = struct.unpack_from(">h", data, _ATTRIBUTES_POSITION)
     if produce_version < 7 and attributes & _CODEC_MASK == CODEC_ZSTD:
