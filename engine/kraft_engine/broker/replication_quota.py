@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kraft_engine.errors import BrokerError
 from kraft_engine.invariant import require
 
 __all__ = [
@@ -50,7 +51,7 @@ _THROTTLED_LIST_FORMAT = ("must be the literal '*' or a list of replicas in the 
                           "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 
-class ThrottledReplicasError(ValueError):
+class ThrottledReplicasError(BrokerError, ValueError):
     """A `*.replication.throttled.replicas` value that is neither `*` nor `partition:broker,...`."""
 
 

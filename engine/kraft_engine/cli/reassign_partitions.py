@@ -95,7 +95,7 @@ Partition = tuple[str, int]
 Replica = tuple[str, int, int]  # topic, partition, broker
 
 
-class _Terse(Exception):
+class _Terse(CliError):
     """Kafka's TerseException: its message is the whole output (stdout), exit status 1."""
 
 

@@ -11,6 +11,7 @@ import base64
 import binascii
 import re
 
+from kraft_engine.errors import KraftError
 from kraft_engine.protocol.scram import SCRAM_MECHANISMS, ScramError, scram_credential
 from kraft_engine.records import UserScramCredentialRecord
 
@@ -21,7 +22,7 @@ _PAIR = re.compile(r'\s*(?P<key>[a-zA-Z]+)=(?:"(?P<quoted>[^"]*)"|(?P<plain>[^,]
 _KEYS = ("name", "password", "salt", "saltedpassword", "iterations")
 
 
-class ScramArgumentError(ValueError):
+class ScramArgumentError(KraftError, ValueError):
     """A `--add-scram` value that cannot be used; the message says why."""
 
 

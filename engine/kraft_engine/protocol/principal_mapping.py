@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kraft_engine.protocol.errors import KafkaProtocolError
+
 __all__ = ["NoMatchingRule", "SslPrincipalMapper", "subject_name"]
 
 _RULE = r"(DEFAULT)|RULE:((\\.|[^\\/])*)/((\\.|[^\\/])*)/([LU]?).*?|(.*?)"
@@ -21,7 +23,7 @@ _SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(,\s*|$)")
 _PARSER = re.compile(_RULE)
 
 
-class NoMatchingRule(ValueError):
+class NoMatchingRule(KafkaProtocolError, ValueError):
     """No rule of `ssl.principal.mapping.rules` applies to a certificate's name."""
 
 

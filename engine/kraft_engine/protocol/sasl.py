@@ -69,7 +69,7 @@ ScramLookup = Callable[[str, str], ScramCredential | None]
 """(mechanism name, user name) -> the user's credential, or None."""
 
 
-class SaslStateError(Exception):
+class SaslStateError(KafkaProtocolError):
     """A request the authentication state does not allow: the connection is closed."""
 
 
@@ -270,7 +270,7 @@ class SaslAuthenticator:
         self.principal = f"User:{username}"
 
 
-class _PlainError(ValueError):
+class _PlainError(KafkaProtocolError, ValueError):
     pass
 
 

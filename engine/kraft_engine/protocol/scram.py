@@ -30,6 +30,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from kraft_engine.protocol.errors import KafkaProtocolError
+
 __all__ = [
     "SCRAM_MECHANISMS",
     "ScramClient",
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 
-class ScramError(ValueError):
+class ScramError(KafkaProtocolError, ValueError):
     """A SCRAM exchange that fails: malformed message, unknown user or wrong proof."""
 
 

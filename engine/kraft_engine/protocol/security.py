@@ -20,6 +20,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kraft_engine.protocol.errors import KafkaProtocolError
 from kraft_engine.protocol.principal_mapping import SslPrincipalMapper
 from kraft_engine.protocol.sasl import (
     DEFAULT_FAILED_AUTHENTICATION_DELAY_MS,
@@ -71,7 +72,7 @@ def is_security_key(key: str) -> bool:
     return match is not None and match.group("key") in SECURITY_KEYS
 
 
-class SecurityConfigError(ValueError):
+class SecurityConfigError(KafkaProtocolError, ValueError):
     """Security keys that cannot be used; the message names the key."""
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from kraft_engine.protocol.errors import KafkaProtocolError
+
 __all__ = [
     "ClientAuth",
     "TlsConfigError",
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 
-class TlsConfigError(ValueError):
+class TlsConfigError(KafkaProtocolError, ValueError):
     """`ssl.*` settings that cannot make a TLS context; the message names the key."""
 
 
