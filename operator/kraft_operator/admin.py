@@ -351,12 +351,13 @@ class ClusterAdmin:
         return await self._first_answer([node], "ApiVersions", attempt)
 
     # -- DescribeLogDirs -----------------------------------------------------------------------------
-    async def describe_log_dirs(self, broker: Address) -> tuple[LogDirDescription, ...]:
-        """One broker's log directories (DescribeLogDirs goes to the broker that holds them)."""
+    async def describe_log_dirs(self, broker: Address, *, partitions: bool = True) -> tuple[LogDirDescription, ...]:
+        """One broker's log directories (DescribeLogDirs goes to the broker that holds them); with
+        `partitions=False` the request names no topic, so the answer carries the directories alone."""
 
         async def attempt(connection: KafkaConnection) -> tuple[LogDirDescription, ...]:
             version = min(4, connection.negotiated_version(_DESCRIBE_LOG_DIRS))
-            response = await connection.send(request_class(_DESCRIBE_LOG_DIRS, version)(topics=None))
+            response = await connection.send(request_class(_DESCRIBE_LOG_DIRS, version)(topics=None if partitions else ()))
             if version >= 3:
                 _check("DescribeLogDirs", response.error_code)
             return tuple(

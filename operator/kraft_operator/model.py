@@ -375,6 +375,13 @@ class DirectoryStatus(_Model):
         default=None, description="What the volume's claim asks for; above capacityBytes while it grows."
     )
     capacity_bytes: int | None = Field(default=None, description="What the volume holds.")
+    offline: bool | None = Field(
+        default=None,
+        description="The broker reports this log directory offline (DescribeLogDirs: KAFKA_STORAGE_ERROR); "
+        "unset where the broker was not asked or did not answer.",
+    )
+    total_bytes: int | None = Field(default=None, description="The file system's size, as the broker reports it.")
+    usable_bytes: int | None = Field(default=None, description="Free bytes on it, as the broker reports it.")
 
 
 class NodeStatus(_Model):

@@ -4,7 +4,8 @@ One reconcile asks, with a short timeout each: DescribeQuorum (leader, epoch, hi
 voters and observers), DescribeCluster on the brokers (registered and fenced brokers), Metadata
 (partitions with their replicas and ISR; DescribeConfigs for every topic's min.insync.replicas,
 which the roll's min-ISR rule needs) and ApiVersions
-(the finalized metadata.version). Only nodes the runtime reports running are asked. A question
+(the finalized metadata.version), and DescribeLogDirs of each running broker (its directories:
+offline or not, total and usable bytes). Only nodes the runtime reports running are asked. A question
 that gets no answer leaves its part None and says why in `errors`: during bootstrap most of them
 have no answer yet, and that is not a failure.
 """
@@ -25,6 +26,7 @@ from kraft_operator.plan import (
     ClusterFacts,
     DesiredNode,
     Layout,
+    LogDirFacts,
     Observed,
     PartitionDetail,
     PartitionFacts,
@@ -118,6 +120,7 @@ async def observe_cluster(
             )
         except AdminError as e:
             errors.append(str(e))
+        log_dirs = await _log_dirs(admin, cluster, layout=layout, observed=observed)
         supported = await _supported_metadata_versions(admin, cluster, layout=layout, observed=observed,
                                                        errors=errors)
         try:
@@ -136,7 +139,34 @@ async def observe_cluster(
         errors=tuple(errors),
         partition_details=details,
         supported_metadata_versions=supported,
+        log_dirs=log_dirs,
     )
+
+
+async def _log_dirs(
+    admin: ClusterAdmin, cluster: KRaftCluster, *, layout: Layout, observed: Observed
+) -> dict[int, tuple[LogDirFacts, ...]]:
+    """Each running broker's log directories, from the broker itself (DescribeLogDirs without
+    partitions). A broker that does not answer (still starting, stopping) is left out: its
+    directories are unknown this time, not offline."""
+    spec = cluster.spec
+    first = spec.listeners[0]
+    found: dict[int, tuple[LogDirFacts, ...]] = {}
+    for node in desired_nodes(namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name,
+                              spec=spec, status=cluster.status):
+        facts = observed.nodes.get(node.ref.node_id)
+        if not node.is_broker or facts is None or facts.phase is not PodPhase.RUNNING:
+            continue
+        address = (layout.advertised_host(node.ref), layout.port(node.ref, listener=first.name, spec_port=first.port))
+        try:
+            described = await admin.describe_log_dirs(address, partitions=False)
+        except AdminError:
+            continue
+        found[node.ref.node_id] = tuple(
+            LogDirFacts(path=d.path, error=d.error, total_bytes=d.total_bytes, usable_bytes=d.usable_bytes)
+            for d in described
+        )
+    return found
 
 
 async def _supported_metadata_versions(

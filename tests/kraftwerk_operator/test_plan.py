@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kraft_operator.model import ConditionStatus, ConditionType, KRaftCluster
 from kraft_operator.plan import (
     ClusterFacts,
     FormatStorage,
     JobPhase,
+    LogDirFacts,
     NodeFacts,
     Observed,
     PartitionFacts,
@@ -337,3 +339,31 @@ def test_format_finalizes_only_levels_every_pool_supports(rules) -> None:
     # defaults for the release finalize: no overrides, the same records as kafka-storage writes.
     assert _format_features(THREE_CONTROLLERS, rules) == {()}
     assert _format_features(WITH_BROKERS, rules) == {()}
+
+
+def test_an_offline_log_dir_a_broker_reports_is_in_status_and_degraded_without_blocking(rules) -> None:
+    """DescribeLogDirs facts: each directory's state and space in status; an offline one (Kafka's
+    KAFKA_STORAGE_ERROR) makes the cluster Degraded, naming node and path, and blocks nothing."""
+    world = World(random.Random(0))
+    cluster, _ = until_ready(cluster_from(WITH_BROKERS), world, rules=rules)
+    observed = world.observe(cluster)
+    assert observed.cluster is not None
+    log_dirs = {
+        3: (LogDirFacts(path="/data/3/0", total_bytes=1000, usable_bytes=400),
+            LogDirFacts(path="/data/3/1/", error="KAFKA_STORAGE_ERROR")),
+        4: (LogDirFacts(path="/data/4/0", total_bytes=1000, usable_bytes=900),),
+    }
+    healthy = replace(observed, cluster=replace(observed.cluster, log_dirs={4: log_dirs[4]}))
+    failing = replace(observed, cluster=replace(observed.cluster, log_dirs=log_dirs))
+    results = [plan(cluster, observed=o, layout=FixedLayout(), rules=rules, rng=random.Random(1), now_ms=NOW_MS)
+               for o in (healthy, failing)]
+    assert condition(results[0], ConditionType.DEGRADED).status is ConditionStatus.FALSE
+    degraded = condition(results[1], ConditionType.DEGRADED)
+    assert (degraded.status, degraded.reason) == (ConditionStatus.TRUE, "LogDirOffline")
+    assert "node 3: log directory /data/3/1 is offline (KAFKA_STORAGE_ERROR)" in degraded.message
+    assert results[1].actions == results[0].actions  # nothing is blocked by it
+    node3 = results[1].status.node(3)
+    assert [(d.path, d.offline, d.total_bytes, d.usable_bytes) for d in node3.directories] == [
+        ("/data/3/0", False, 1000, 400), ("/data/3/1", True, None, None)]
+    node5 = results[1].status.node(5)
+    assert all(d.offline is None for d in node5.directories)  # not asked, or no answer: unknown

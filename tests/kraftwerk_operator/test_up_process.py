@@ -196,6 +196,8 @@ def test_quickstart_three_engine_controllers_and_three_engine_brokers_reach_read
         assert config["log.dirs"].endswith(f"node-{node['id']}/data-0")
         # The broker's log dir was formatted by `kraft storage format` with its own directory id.
         assert node["directories"][0]["directoryId"]
+        # ... and the broker itself describes it (DescribeLogDirs): online, with the space it has.
+        assert node["directories"][0]["offline"] is False and node["directories"][0]["usableBytes"] > 0, node
     assert "Created topic demo (3 partitions, RF 3)" in result.stdout
     describe = result.stdout[result.stdout.index("$ kraft topics --bootstrap-server"):]
     assert re.search(r"^Topic: demo\tTopicId: \S+\tPartitionCount: 3\tReplicationFactor: 3", describe, re.M), describe
@@ -234,6 +236,8 @@ def test_the_quickstart_with_apache_kafka_pools_from_the_jars_reaches_ready_with
     brokers = [n for n in status["nodes"] if n["pool"] == "brokers"]
     assert [n["id"] for n in brokers] == [3, 4, 5]
     assert all(n["registered"] and n["fenced"] is False for n in brokers)
+    # DescribeLogDirs answered by Kafka's brokers or ours: every broker directory online, with its space.
+    assert all(d["offline"] is False and d["usableBytes"] > 0 for n in brokers for d in n["directories"]), brokers
     assert sorted(v["id"] for v in status["quorum"]["voters"]) == [0, 1, 2]
     assert sorted(o["id"] for o in status["quorum"]["observers"]) == [3, 4, 5]
     assert "Created topic demo (3 partitions, RF 3)" in result.stdout

@@ -25,6 +25,7 @@ __all__ = [
     "FormatJobFacts",
     "JobPhase",
     "Layout",
+    "LogDirFacts",
     "NodeFacts",
     "NodeRef",
     "Observed",
@@ -184,6 +185,17 @@ def replication_factors(details: Iterable[PartitionDetail]) -> dict[str, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirFacts:
+    """One log directory as its broker describes it (DescribeLogDirs): `error` is Kafka's error
+    name (KAFKA_STORAGE_ERROR for an offline directory) or None; sizes are -1 where unknown."""
+
+    path: str
+    error: str | None = None
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterFacts:
     """What the cluster says about itself through the admin client. Every part is None when it
     could not be learned this time (no leader yet, no broker up); `errors` says why."""
@@ -196,6 +208,8 @@ class ClusterFacts:
     errors: tuple[str, ...] = ()
     partition_details: tuple[PartitionDetail, ...] | None = None
     supported_metadata_versions: Mapping[int, tuple[int, int]] | None = None  # node id -> (min, max) level
+    # broker id -> its log directories (DescribeLogDirs); a broker that did not answer is absent
+    log_dirs: Mapping[int, tuple[LogDirFacts, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,7 @@ from kraft_operator.plan.facts import (
     FormatJobFacts,
     JobPhase,
     Layout,
+    LogDirFacts,
     NodeFacts,
     NodeRef,
     Observed,
@@ -216,6 +217,7 @@ class _Planner:
         self.actions: list[PlannedAction] = []
         self.events: list[Event] = []
         self.blocked: list[str] = []  # Degraded: something is wrong with a node
+        self.offline_dirs: list[str] = []  # Degraded too, without blocking: a broker's offline log dir
         self.waiting: list[str] = []  # Progressing: something is on its way
         self.brokers_waiting_for_quorum: list[int] = []
         self.step = ""
@@ -524,10 +526,21 @@ class _Planner:
                 )
             elif not formatted:
                 unformatted.append(path)
+            described = self._log_dir(node_id, path)
+            if described is not None and described.error is not None:
+                self.offline_dirs.append(
+                    f"node {node_id}: log directory {path} is offline ({described.error}); its replicas are "
+                    "offline on this broker (see the broker-disk-loss runbook to replace the volume)"
+                )
             directories.append(
                 DirectoryStatus(volume_id=volume.id, path=path, directory_id=directory_id,
                                 requested_bytes=seen.requested_bytes if seen is not None else None,
-                                capacity_bytes=seen.size_bytes if seen is not None else None)
+                                capacity_bytes=seen.size_bytes if seen is not None else None,
+                                offline=None if described is None else described.error is not None,
+                                total_bytes=None if described is None or described.total_bytes < 0
+                                else described.total_bytes,
+                                usable_bytes=None if described is None or described.usable_bytes < 0
+                                else described.usable_bytes)
             )
         if problems:
             # The node is blocked as a whole: nothing is written, formatted or started for it.
@@ -628,6 +641,14 @@ class _Planner:
             step="start",
         )
 
+    def _log_dir(self, node_id: int, path: str) -> LogDirFacts | None:
+        """The broker's own account of its directory `path` (DescribeLogDirs), if it gave one."""
+        cluster = self.observed.cluster
+        if cluster is None or cluster.log_dirs is None:
+            return None
+        wanted = path.rstrip("/")
+        return next((d for d in cluster.log_dirs.get(node_id, ()) if d.path.rstrip("/") == wanted), None)
+
     def _started_at(self, name: str) -> str | None:
         """When operation `name` started: as the last status recorded it if it was under way, else now."""
         prev = self.previous.operation if self.previous is not None else None
@@ -663,7 +684,9 @@ class _Planner:
         else:
             progressing = (ConditionStatus.FALSE, "Reconciled", "nothing to do")
         if self.blocked:
-            degraded = (ConditionStatus.TRUE, self.degraded_reason, "; ".join(self.blocked))
+            degraded = (ConditionStatus.TRUE, self.degraded_reason, "; ".join(self.blocked + self.offline_dirs))
+        elif self.offline_dirs:
+            degraded = (ConditionStatus.TRUE, "LogDirOffline", "; ".join(self.offline_dirs))
         else:
             degraded = (ConditionStatus.FALSE, "AsExpected", "")
         waiting_for = "; ".join(self.waiting + self.blocked)
