@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .local_state import written_status
 from .test_roll_process import KRAFTWERK, REPO, _wait, kraftwerk_up
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
@@ -37,10 +38,7 @@ spec:
 
 
 def _status(state: Path) -> dict | None:
-    try:
-        return yaml.safe_load((state / "default" / "bumping" / "status.yaml").read_text())["status"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
+    return written_status(state, "bumping")
 
 
 def _settled(status: dict | None) -> bool:

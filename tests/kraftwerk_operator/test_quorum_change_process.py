@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from .builders import THREE_CONTROLLERS
+from .local_state import written_status
 from .test_roll_process import KRAFTWERK, REPO, _ready, _wait, kraftwerk_up
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
@@ -22,10 +23,7 @@ pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
 
 
 def _status(state: Path) -> dict | None:
-    try:
-        return yaml.safe_load((state / "ns" / "demo" / "status.yaml").read_text())["status"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
+    return written_status(state, "demo", namespace="ns")
 
 
 def current_voters(bootstrap: str) -> str:

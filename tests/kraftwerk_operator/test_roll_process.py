@@ -20,6 +20,7 @@ import yaml
 
 from kraft_engine.storage.java_properties import parse_properties
 
+from .local_state import written_status
 from .test_up_process import KRAFTWERK, REPO
 from .workload import acked_count, lost_records, producing, read_partition, terminate
 
@@ -48,11 +49,7 @@ spec:
 
 
 def _status(state: Path) -> dict | None:
-    path = state / "default" / "rolling" / "status.yaml"
-    try:
-        return yaml.safe_load(path.read_text())["status"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
+    return written_status(state, "rolling")
 
 
 def _ready(status: dict | None) -> bool:

@@ -23,6 +23,7 @@ import yaml
 
 from kraft_engine.storage.java_properties import parse_properties
 
+from .local_state import written_status
 from .test_quorum_change_process import current_voters
 from .test_roll_process import _wait, kraftwerk_up, start_up
 from .workload import acked_count, lost_records, producing, read_partition, terminate
@@ -66,10 +67,7 @@ TOPIC = "drained"
 
 
 def _status(state: Path) -> dict | None:
-    try:
-        return yaml.safe_load((state / "default" / "shrinking" / "status.yaml").read_text())["status"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
+    return written_status(state, "shrinking")
 
 
 def _settled(status: dict | None) -> bool:

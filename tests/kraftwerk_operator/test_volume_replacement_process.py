@@ -26,6 +26,7 @@ from kraft_engine.storage.meta_properties import read_meta_properties
 from kraft_operator.model import APPROVE_ANNOTATION
 from kraft_operator.plan.volume_replacement import VOLUME_REPLACEMENT_APPROVAL
 
+from .local_state import written_status
 from .test_roll_process import _wait, kraftwerk_up
 from .workload import acked_count, lost_records, producing, read_partition
 
@@ -56,10 +57,7 @@ PARTITIONS = 6
 
 
 def _status(state: Path) -> dict | None:
-    try:
-        return yaml.safe_load((state / "default" / "jbod" / "status.yaml").read_text())["status"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
+    return written_status(state, "jbod")
 
 
 def _settled(status: dict | None) -> bool:
