@@ -44,26 +44,30 @@ def admin_addresses(
     cluster: KRaftCluster, *, layout: Layout, observed: Observed
 ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
     """(controllers, brokers) to ask: the running nodes' controller and first client listener."""
-    spec = cluster.spec
-    nodes = desired_nodes(
-        namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name, spec=spec,
-        status=cluster.status,
-    )
-
-    def running(node: DesiredNode) -> bool:
-        facts = observed.nodes.get(node.ref.node_id)
-        return facts is not None and facts.phase is PodPhase.RUNNING
-
-    controllers = [
-        (layout.advertised_host(n.ref), layout.port(n.ref, listener=CONTROLLER_LISTENER, spec_port=spec.controller_port))
-        for n in nodes if n.is_controller and running(n)
-    ]
-    first = spec.listeners[0]
-    brokers = [
-        (layout.advertised_host(n.ref), layout.port(n.ref, listener=first.name, spec_port=first.port))
-        for n in nodes if n.is_broker and running(n)
-    ]
+    nodes = _running_nodes(cluster, observed)
+    controllers = [_address(cluster, layout, n, controller=True) for n in nodes if n.is_controller]
+    brokers = [_address(cluster, layout, n, controller=False) for n in nodes if n.is_broker]
     return controllers, brokers
+
+
+def _running_nodes(cluster: KRaftCluster, observed: Observed) -> list[DesiredNode]:
+    """The nodes of the spec that the runtime reports running: the only ones worth asking."""
+    nodes = desired_nodes(namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name,
+                          spec=cluster.spec, status=cluster.status)
+    running = []
+    for node in nodes:
+        facts = observed.nodes.get(node.ref.node_id)
+        if facts is not None and facts.phase is PodPhase.RUNNING:
+            running.append(node)
+    return running
+
+
+def _address(cluster: KRaftCluster, layout: Layout, node: DesiredNode, *, controller: bool) -> tuple[str, int]:
+    """Where to reach `node`: its controller listener, else the spec's first (client) listener."""
+    spec = cluster.spec
+    first = spec.listeners[0]
+    listener, port = (CONTROLLER_LISTENER, spec.controller_port) if controller else (first.name, first.port)
+    return (layout.advertised_host(node.ref), layout.port(node.ref, listener=listener, spec_port=port))
 
 
 async def observe_cluster(
@@ -149,15 +153,11 @@ async def _log_dirs(
     """Each running broker's log directories, from the broker itself (DescribeLogDirs without
     partitions). A broker that does not answer (still starting, stopping) is left out: its
     directories are unknown this time, not offline."""
-    spec = cluster.spec
-    first = spec.listeners[0]
     found: dict[int, tuple[LogDirFacts, ...]] = {}
-    for node in desired_nodes(namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name,
-                              spec=spec, status=cluster.status):
-        facts = observed.nodes.get(node.ref.node_id)
-        if not node.is_broker or facts is None or facts.phase is not PodPhase.RUNNING:
+    for node in _running_nodes(cluster, observed):
+        if not node.is_broker:
             continue
-        address = (layout.advertised_host(node.ref), layout.port(node.ref, listener=first.name, spec_port=first.port))
+        address = _address(cluster, layout, node, controller=False)
         try:
             described = await admin.describe_log_dirs(address, partitions=False)
         except AdminError:
@@ -174,16 +174,9 @@ async def _supported_metadata_versions(
 ) -> dict[int, tuple[int, int]] | None:
     """Each running node's supported metadata.version range (ApiVersions), None when some running
     node did not answer (the bump then waits: it must know every node's range)."""
-    spec = cluster.spec
-    first = spec.listeners[0]
     found: dict[int, tuple[int, int]] = {}
-    for node in desired_nodes(namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name,
-                              spec=spec, status=cluster.status):
-        facts = observed.nodes.get(node.ref.node_id)
-        if facts is None or facts.phase is not PodPhase.RUNNING:
-            continue
-        listener, port = (CONTROLLER_LISTENER, spec.controller_port) if node.is_controller else (first.name, first.port)
-        address = (layout.advertised_host(node.ref), layout.port(node.ref, listener=listener, spec_port=port))
+    for node in _running_nodes(cluster, observed):
+        address = _address(cluster, layout, node, controller=node.is_controller)
         try:
             ranges = await admin.supported_features(address)
         except AdminError as e:
