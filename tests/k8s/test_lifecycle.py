@@ -22,14 +22,14 @@ import pytest
 import yaml
 
 from .kube import Kube
-from .test_operator import (
+from .steps import (
     EXAMPLE,
-    _apply,
-    _condition,
-    _controllers_only_example,
-    _scale_operator,
-    _script_pod,
-    _wait,
+    apply_doc,
+    condition_of,
+    controllers_only_example,
+    scale_operator,
+    script_pod,
+    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(2400)
@@ -45,7 +45,7 @@ PINNED = "pinned"
 def _cluster_doc() -> dict[str, Any]:
     """Three controllers and three brokers of the engine (the example without the rack awareness,
     which needs a zoned node), with a short grace period."""
-    doc = _controllers_only_example()
+    doc = controllers_only_example()
     example = yaml.safe_load(EXAMPLE.read_text())
     brokers = example["spec"]["nodePools"][1]
     brokers.pop("rack", None)
@@ -62,7 +62,7 @@ def _resource(kube: Kube, ns: str) -> dict[str, Any]:
 
 def _ready(kube: Kube, ns: str) -> dict[str, Any] | None:
     resource = _resource(kube, ns)
-    condition = _condition(resource, "Ready")
+    condition = condition_of(resource, "Ready")
     status = resource.get("status", {})
     if condition is None or condition["status"] != "True" or status.get("operation"):
         return None
@@ -122,7 +122,7 @@ def workload(kube: Kube, operator_ns: str) -> Iterator[Callable[[], None]]:
     ns = operator_ns
 
     def start() -> None:
-        pod = _script_pod(kube, ns, name="workload", script=WORKLOAD,
+        pod = script_pod(kube, ns, name="workload", script=WORKLOAD,
                           args=[f"{NAME}-bootstrap:9092", "acked", STOP_FILE])
         kube.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
 
@@ -146,7 +146,7 @@ def _stop_workload(kube: Kube, ns: str) -> dict[str, Any]:
         phase = kube.json("-n", ns, "get", "pod", "workload")["status"].get("phase")
         return phase if phase in ("Succeeded", "Failed") else None
 
-    phase = _wait("the workload to read everything back and finish", ended, timeout_s=400, every_s=2)
+    phase = wait_until("the workload to read everything back and finish", ended, timeout_s=400, every_s=2)
     logs = kube.kubectl("-n", ns, "logs", "workload").stdout
     report = dict(json.loads(logs.strip().splitlines()[-1]))
     assert phase == "Succeeded", logs[-3000:]
@@ -162,7 +162,7 @@ def test_a_roll_under_load_waits_for_min_isr_resumes_after_the_operator_stops_th
     kube: Kube, operator_ns: str, workload: Callable[[], None],
 ) -> None:
     ns = operator_ns
-    _apply(kube, ns, _cluster_doc())
+    apply_doc(kube, ns, _cluster_doc())
     try:
         _scenario(kube, ns, start_workload=workload)
     finally:
@@ -171,7 +171,7 @@ def test_a_roll_under_load_waits_for_min_isr_resumes_after_the_operator_stops_th
 
 
 def _scenario(kube: Kube, ns: str, *, start_workload: Callable[[], None]) -> None:
-    before = _wait("the cluster to be Ready", lambda: _ready(kube, ns), timeout_s=900, every_s=3)
+    before = wait_until("the cluster to be Ready", lambda: _ready(kube, ns), timeout_s=900, every_s=3)
     uid = before["metadata"]["uid"]
     # the pods were started with the revision they run: the annotation a roll compares
     first_pods = _pods(kube, ns)
@@ -181,7 +181,7 @@ def _scenario(kube: Kube, ns: str, *, start_workload: Callable[[], None]) -> Non
 
     # the workload runs from now to the end: wait until it acknowledges
     start_workload()
-    _wait("the workload's first acknowledged records", lambda: _acked(kube, ns) >= 100, timeout_s=300, every_s=2)
+    wait_until("the workload's first acknowledged records", lambda: _acked(kube, ns) >= 100, timeout_s=300, every_s=2)
     _python_in(kube, ns, f"{NAME}-brokers-3", _admin(
         f"admin.create_topics([NewTopic('{PINNED}', replica_assignments={{0: [3, 4]}}, "
         "topic_configs={'min.insync.replicas': '2'})])"))
@@ -199,15 +199,15 @@ def _scenario(kube: Kube, ns: str, *, start_workload: Callable[[], None]) -> Non
             operation = roll()
             return operation if operation and operation["roll"].get("done") else None
 
-        operation = _wait("the roll to restart its first node", restarted_one, timeout_s=600, every_s=2)
+        operation = wait_until("the roll to restart its first node", restarted_one, timeout_s=600, every_s=2)
         assert operation["roll"]["done"][0] in (0, 1, 2), operation  # controllers first
 
         # the operator stops mid-roll; nobody acts while it is gone; a new one resumes from status
-        _scale_operator(kube, ns, 0)
+        scale_operator(kube, ns, 0)
         stopped_at = roll()
         time.sleep(5)
         assert roll() is not None
-        _scale_operator(kube, ns, 2)
+        scale_operator(kube, ns, 2)
 
         # the roll reaches broker 3 or 4 and waits on the pinned partition, saying why in status
         def blocked() -> dict[str, Any] | None:
@@ -215,7 +215,7 @@ def _scenario(kube: Kube, ns: str, *, start_workload: Callable[[], None]) -> Non
             blockers = (operation or {}).get("blockedBy") or []
             return operation if any(b.get("kind") == "partition" and b.get("topic") == PINNED for b in blockers) else None
 
-        operation = _wait("the roll to be blocked by the pinned partition", blocked, timeout_s=900, every_s=2)
+        operation = wait_until("the roll to be blocked by the pinned partition", blocked, timeout_s=900, every_s=2)
         blocker = next(b for b in operation["blockedBy"] if b["topic"] == PINNED)
         assert blocker["replicas"] == [3, 4] and sorted(blocker["isr"]) == [3, 4] and blocker["minIsr"] == 2, blocker
         assert set(operation["roll"]["done"]) >= {0, 1, 2}, operation  # every controller rolled before it
@@ -228,7 +228,7 @@ def _scenario(kube: Kube, ns: str, *, start_workload: Callable[[], None]) -> Non
 
         # fixed: the topic goes; the roll proceeds and finishes
         _python_in(kube, ns, f"{NAME}-brokers-5", _admin(f"admin.delete_topics(['{PINNED}'])"))
-        _wait("the roll to finish and the cluster to be Ready", lambda: _ready(kube, ns), timeout_s=900, every_s=3)
+        wait_until("the roll to finish and the cluster to be Ready", lambda: _ready(kube, ns), timeout_s=900, every_s=3)
 
     events = kube.json("-n", ns, "get", "events", "--field-selector",
                        f"involvedObject.uid={uid},reason=RollFinished")["items"]
@@ -254,21 +254,21 @@ def _scenario(kube: Kube, ns: str, *, start_workload: Callable[[], None]) -> Non
     assert _voters(kube, ns) == [0, 1, 2]
     kube.kubectl("-n", ns, "patch", "kc", NAME, "--type=json", "-p",
                  json.dumps([{"op": "replace", "path": "/spec/nodePools/0/replicas", "value": 4}]))
-    _wait("node 6 to become a voter", lambda: _voters(kube, ns) == [0, 1, 2, 6], timeout_s=600, every_s=3)
+    wait_until("node 6 to become a voter", lambda: _voters(kube, ns) == [0, 1, 2, 6], timeout_s=600, every_s=3)
     job = next(j for j in kube.json("-n", ns, "get", "jobs", "-l", f"kraftwerk.io/cluster={NAME},kraftwerk.io/node-id=6")["items"])
     assert "--no-initial-controllers" in job["spec"]["template"]["spec"]["containers"][0]["command"], job
-    resource = _wait("the four-controller cluster to be Ready", lambda: _ready(kube, ns), timeout_s=600, every_s=3)
-    even = _condition(resource, "EvenControllerCount")
+    resource = wait_until("the four-controller cluster to be Ready", lambda: _ready(kube, ns), timeout_s=600, every_s=3)
+    even = condition_of(resource, "EvenControllerCount")
     assert even is not None and even["status"] == "True", resource["status"]["conditions"]
 
     # and leaves again: RemoveRaftVoter, then its pod goes, and its claim with it (the controllers'
     # volume says deleteClaim: true: the user's standing decision, carried out by StopNode)
     kube.kubectl("-n", ns, "patch", "kc", NAME, "--type=json", "-p",
                  json.dumps([{"op": "replace", "path": "/spec/nodePools/0/replicas", "value": 3}]))
-    _wait("node 6 to leave the voters", lambda: _voters(kube, ns) == [0, 1, 2], timeout_s=600, every_s=3)
-    _wait("node 6's pod to go", lambda: 6 not in _pods(kube, ns), timeout_s=300, every_s=3)
-    _wait("the three-controller cluster to be Ready", lambda: _ready(kube, ns), timeout_s=600, every_s=3)
-    _wait("node 6's claim to be deleted (deleteClaim: true)",
+    wait_until("node 6 to leave the voters", lambda: _voters(kube, ns) == [0, 1, 2], timeout_s=600, every_s=3)
+    wait_until("node 6's pod to go", lambda: 6 not in _pods(kube, ns), timeout_s=300, every_s=3)
+    wait_until("the three-controller cluster to be Ready", lambda: _ready(kube, ns), timeout_s=600, every_s=3)
+    wait_until("node 6's claim to be deleted (deleteClaim: true)",
           lambda: not [c for c in kube.json("-n", ns, "get", "pvc", "-l",
                                             f"kraftwerk.io/cluster={NAME},kraftwerk.io/node-id=6")["items"]
                        if not c["metadata"].get("deletionTimestamp")], timeout_s=120, every_s=2)

@@ -22,51 +22,24 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from .conftest import RELEASE
-from .kube import IMAGE, REPO, Kube
+from .kube import Kube
+from .steps import (
+    EXAMPLE,
+    apply_doc,
+    condition_of,
+    controllers_only_example,
+    scale_operator,
+    script_pod,
+    wait_ready,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(900)
 
-EXAMPLE = REPO / "examples" / "kraftcluster.yaml"
 CLIENT = Path(__file__).with_name("client_check.py")
 ZONE_LABEL = "topology.kubernetes.io/zone"
 ZONE = "e2e-zone-a"
 EXPANDABLE_CLASS = "kraftwerk-e2e-expandable"
-
-
-def _wait(what: str, probe: Any, *, timeout_s: float = 300, every_s: float = 1.0) -> Any:
-    """Poll `probe` until it returns something truthy; fail naming `what` and the last answer."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
-
-
-def _controllers_only_example() -> dict[str, Any]:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["spec"]["nodePools"] = [p for p in doc["spec"]["nodePools"] if p["roles"] == ["controller"]]
-    return doc
-
-
-def _apply(kube: Kube, ns: str, doc: dict[str, Any], *, check: bool = True) -> Any:
-    return kube.kubectl("-n", ns, "apply", "-f", "-", stdin=yaml.safe_dump(doc), check=check)
-
-
-def _condition(resource: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in resource.get("status", {}).get("conditions", []) if c["type"] == kind), None)
-
-
-def _wait_ready(kube: Kube, ns: str, name: str) -> dict[str, Any]:
-    """The KRaftCluster once its Ready condition is True (up to 10 min: a loaded machine)."""
-    def ready() -> dict[str, Any] | None:
-        resource = kube.json("-n", ns, "get", "kc", name)
-        condition = _condition(resource, "Ready")
-        return resource if condition is not None and condition["status"] == "True" else None
-
-    return dict(_wait(f"the KRaftCluster {name} to be Ready", ready, timeout_s=600, every_s=2))
 
 
 def test_operator_runs_as_pods_under_its_own_service_account(kube: Kube, operator_ns: str) -> None:
@@ -89,7 +62,7 @@ def test_peering_lets_exactly_one_replica_act(kube: Kube, operator_ns: str) -> N
         status = kube.json("-n", operator_ns, "get", "kopfpeering", "kraftwerk").get("status") or {}
         return status if len(status) == 2 else None
 
-    status = _wait("both replicas in the KopfPeering", peers, timeout_s=120)
+    status = wait_until("both replicas in the KopfPeering", peers, timeout_s=120)
     priorities = {identity.split("@", 1)[1].split("/", 1)[0]: peer["priority"] for identity, peer in status.items()}
     assert len(set(priorities.values())) == 2, f"replicas tie on priority: {status}"
     leader = max(priorities, key=lambda pod: priorities[pod])
@@ -103,7 +76,7 @@ def test_peering_lets_exactly_one_replica_act(kube: Kube, operator_ns: str) -> N
         words = {pod: last_peering_word(pod) for pod in priorities}
         return words if words[leader] == "acting" and list(words.values()).count("acting") == 1 else None
 
-    _wait("the highest-priority replica alone to act", settled, timeout_s=120)
+    wait_until("the highest-priority replica alone to act", settled, timeout_s=120)
     time.sleep(3)
     assert settled() is not None, {pod: last_peering_word(pod) for pod in priorities}
 
@@ -153,28 +126,28 @@ def test_the_chart_grants_no_verb_it_does_not_need(kube: Kube, operator_ns: str,
     ids=["no-controller-pool", "negative-replicas", "duplicate-ports", "bad-cluster-id"],
 )
 def test_the_api_server_rejects_invalid_specs(kube: Kube, operator_ns: str, mutate: Any, message: str) -> None:
-    doc = _controllers_only_example()
+    doc = controllers_only_example()
     doc["metadata"]["name"] = "invalid"
     mutate(doc["spec"])
-    result = _apply(kube, operator_ns, doc, check=False)
+    result = apply_doc(kube, operator_ns, doc, check=False)
     assert result.returncode != 0, "the API server accepted an invalid KRaftCluster"
     assert "is invalid" in result.stderr and message in result.stderr, result.stderr
     assert kube.kubectl("-n", operator_ns, "get", "kc", "invalid", check=False).returncode != 0
 
 
 def test_immutable_fields_are_refused_by_the_api_server(kube: Kube, operator_ns: str) -> None:
-    doc = _controllers_only_example()
+    doc = controllers_only_example()
     doc["metadata"]["name"] = "immutable"
     doc["spec"]["paused"] = True  # the operator only observes: this test is about the API server
-    _apply(kube, operator_ns, doc)
+    apply_doc(kube, operator_ns, doc)
     try:
         changed = json.loads(json.dumps(doc))
         changed["spec"]["nodePools"][0]["roles"] = ["controller", "broker"]
-        result = _apply(kube, operator_ns, changed, check=False)
+        result = apply_doc(kube, operator_ns, changed, check=False)
         assert result.returncode != 0 and "a node pool's roles are immutable" in result.stderr, result.stderr
         shrunk = json.loads(json.dumps(doc))
         shrunk["spec"]["nodePools"][0]["storage"]["volumes"][0]["size"] = "512Mi"
-        result = _apply(kube, operator_ns, shrunk, check=False)
+        result = apply_doc(kube, operator_ns, shrunk, check=False)
         assert result.returncode != 0 and "a volume cannot shrink" in result.stderr, result.stderr
     finally:
         kube.kubectl("-n", operator_ns, "delete", "kc", "immutable", "--wait=true", "--timeout=60s", check=False)
@@ -189,31 +162,10 @@ def zoned_node(kube: Kube) -> Iterator[str]:
     kube.kubectl("label", "node", node, f"{ZONE_LABEL}-", check=False)
 
 
-def _script_pod(kube: Kube, ns: str, *, name: str, script: Path, args: list[str]) -> dict[str, Any]:
-    """A pod of the project's image running `script` (from a ConfigMap of the same name, created
-    here) with `args`, non-root, never restarted: the body to apply."""
-    kube.kubectl("-n", ns, "create", "configmap", name, f"--from-file={script.name}={script}")
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "restartPolicy": "Never",
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": name, "image": IMAGE, "imagePullPolicy": "Never",
-                "command": ["python3", f"/script/{script.name}", *args],
-                "volumeMounts": [{"name": "script", "mountPath": "/script"}],
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            }],
-            "volumes": [{"name": "script", "configMap": {"name": name}}],
-        },
-    }
-
-
 def _run_client(kube: Kube, ns: str, *, bootstrap: str, topic: str, count: int) -> dict[str, Any]:
     """A client pod (the project's image, kafka-python) that produces and consumes through `bootstrap`;
     its JSON report."""
-    pod = _script_pod(kube, ns, name="client-check", script=CLIENT,
+    pod = script_pod(kube, ns, name="client-check", script=CLIENT,
                       args=[bootstrap, topic, str(count)])
     kube.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
     try:
@@ -221,7 +173,7 @@ def _run_client(kube: Kube, ns: str, *, bootstrap: str, topic: str, count: int) 
             phase = kube.json("-n", ns, "get", "pod", "client-check")["status"].get("phase")
             return phase if phase in ("Succeeded", "Failed") else None
 
-        phase = _wait("the client pod to finish", ended, timeout_s=300, every_s=2)
+        phase = wait_until("the client pod to finish", ended, timeout_s=300, every_s=2)
         logs = kube.kubectl("-n", ns, "logs", "client-check").stdout
         assert phase == "Succeeded", logs
         return dict(json.loads(logs.strip().splitlines()[-1]))
@@ -238,7 +190,7 @@ def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_po
     name = doc["metadata"]["name"]
     doc["spec"]["nodePools"][0]["storage"]["volumes"][0]["deleteClaim"] = False
     applied_at = time.monotonic()
-    _apply(kube, ns, doc)
+    apply_doc(kube, ns, doc)
 
     # format Jobs, one per node, complete and report each directory id
     def formatted() -> list[dict[str, Any]] | None:
@@ -246,9 +198,9 @@ def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_po
         done = [j for j in jobs if j.get("status", {}).get("succeeded")]
         return jobs if len(done) == 6 else None
 
-    jobs = _wait("six format Jobs to complete", formatted, timeout_s=600, every_s=2)
+    jobs = wait_until("six format Jobs to complete", formatted, timeout_s=600, every_s=2)
 
-    resource = _wait_ready(kube, ns, name)
+    resource = wait_ready(kube, ns, name)
     print(f"apply -> Ready (3 controllers, 3 brokers): {time.monotonic() - applied_at:.1f}s")
     status = resource["status"]
     uid = resource["metadata"]["uid"]
@@ -268,7 +220,7 @@ def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_po
         found = sorted(o["id"] for o in quorum.get("observers", []))
         return found if found == [3, 4, 5] else None
 
-    _wait("brokers 3-5 as the quorum's observers", observers, timeout_s=120, every_s=2)
+    wait_until("brokers 3-5 as the quorum's observers", observers, timeout_s=120, every_s=2)
     nodes = {n["id"]: n for n in status["nodes"]}
     assert sorted(nodes) == [0, 1, 2, 3, 4, 5]
     for node in nodes.values():
@@ -283,7 +235,7 @@ def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_po
     for node_id in (0, 1, 2):
         assert voter_dirs[node_id] in {d["directoryId"] for d in nodes[node_id]["directories"]}
     for kind in ("Progressing", "Degraded"):
-        condition = _condition(resource, kind)
+        condition = condition_of(resource, kind)
         assert condition is not None and condition["status"] == "False", condition
         assert condition["lastTransitionTime"] and condition["reason"]
 
@@ -353,7 +305,7 @@ def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_po
 
     # delete: everything owned goes, the claims stay (deleteClaim: false)
     kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=300s")
-    _wait("the owned pods to be garbage-collected",
+    wait_until("the owned pods to be garbage-collected",
           lambda: not kube.json("-n", ns, "get", "pods", "-l", f"kraftwerk.io/cluster={name}")["items"],
           timeout_s=300, every_s=2)
     kept = kube.json("-n", ns, "get", "pvc", "-l", f"kraftwerk.io/cluster={name}")["items"]
@@ -363,16 +315,16 @@ def test_apply_to_ready_then_produce_and_consume_then_delete_keeps_claims_per_po
 
 def test_delete_claim_true_removes_the_claims(kube: Kube, operator_ns: str) -> None:
     ns = operator_ns
-    doc = _controllers_only_example()
+    doc = controllers_only_example()
     doc["metadata"]["name"] = "ephemeral"
     pool = doc["spec"]["nodePools"][0]
     pool["replicas"] = 1
     pool["storage"]["volumes"][0]["deleteClaim"] = True
-    _apply(kube, ns, doc)
-    _wait("the claim of node 0", lambda: kube.json("-n", ns, "get", "pvc", "-l", "kraftwerk.io/cluster=ephemeral")["items"],
+    apply_doc(kube, ns, doc)
+    wait_until("the claim of node 0", lambda: kube.json("-n", ns, "get", "pvc", "-l", "kraftwerk.io/cluster=ephemeral")["items"],
           timeout_s=300, every_s=2)
     kube.kubectl("-n", ns, "delete", "kc", "ephemeral", "--wait=true", "--timeout=180s")
-    _wait("the claim to be deleted",
+    wait_until("the claim to be deleted",
           lambda: not [c for c in kube.json("-n", ns, "get", "pvc", "-l", "kraftwerk.io/cluster=ephemeral")["items"]
                        if not c["metadata"].get("deletionTimestamp")],
           timeout_s=120, every_s=2)
@@ -395,9 +347,9 @@ def test_apache_kafka_brokers_on_engine_controllers_reach_ready_serve_clients_an
     doc["metadata"]["name"] = name
     doc["spec"]["nodePools"][1]["implementation"] = "apache-kafka"
     applied_at = time.monotonic()
-    _apply(kube, ns, doc)
+    apply_doc(kube, ns, doc)
     try:
-        resource = _wait_ready(kube, ns, name)
+        resource = wait_ready(kube, ns, name)
         print(f"apply -> Ready (3 engine controllers, 3 Kafka 4.1 brokers): {time.monotonic() - applied_at:.1f}s")
         status = resource["status"]
         assert status["controllers"] == "3/3" and status["brokers"] == "3/3", status
@@ -446,7 +398,7 @@ def test_apache_kafka_brokers_on_engine_controllers_reach_ready_serve_clients_an
             node = {n["id"]: n for n in kube.json("-n", ns, "get", "kc", name)["status"]["nodes"]}[4]
             return items[0] if node.get("registered") and node.get("fenced") is False else None
 
-        _wait("broker 4's new pod to be Ready and registered", restarted, timeout_s=420, every_s=2)
+        wait_until("broker 4's new pod to be Ready and registered", restarted, timeout_s=420, every_s=2)
         events = kube.json("-n", ns, "get", "events", "--field-selector", f"involvedObject.name={name}")["items"]
         assert any(e["reason"] == "RestartNode" and "node 4" in e["message"] for e in events), \
             sorted({(e["reason"], e["message"][:80]) for e in events})
@@ -462,13 +414,13 @@ def test_apache_kafka_controllers_are_ready_from_raft(kube: Kube, operator_ns: s
     the initial controllers, their pods Ready through the exec probe that asks raft (DescribeQuorum
     of the leader), not a port; the quorum in status is Kafka's."""
     ns = operator_ns
-    doc = _controllers_only_example()
+    doc = controllers_only_example()
     name = "kafka-controllers"
     doc["metadata"]["name"] = name
     doc["spec"]["nodePools"][0]["implementation"] = "apache-kafka"
-    _apply(kube, ns, doc)
+    apply_doc(kube, ns, doc)
     try:
-        status = _wait_ready(kube, ns, name)["status"]
+        status = wait_ready(kube, ns, name)["status"]
         assert status["controllers"] == "3/3", status
         quorum = status["quorum"]
         assert quorum["leaderId"] in {0, 1, 2} and sorted(v["id"] for v in quorum["voters"]) == [0, 1, 2], quorum
@@ -502,10 +454,10 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
     brokers.pop("rack", None)
     for volume in brokers["storage"]["volumes"]:
         volume.update({"size": "1Gi", "deleteClaim": True})
-    _apply(kube, ns, doc)
+    apply_doc(kube, ns, doc)
     claim = f"data-1-{name}-brokers-5"
     try:
-        status = _wait_ready(kube, ns, name)["status"]
+        status = wait_ready(kube, ns, name)["status"]
         report = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="before-loss", count=100)
         assert report["acknowledged"] == 100 and report["same"] is True, report
         lost_id = next(d["directoryId"] for n in status["nodes"] if n["id"] == 5
@@ -520,7 +472,7 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
         volume = old["spec"]["volumeName"]
         kube.kubectl("delete", "pv", volume, "--wait=false")
         kube.kubectl("patch", "pv", volume, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
-        _wait("the claim to be Lost", lambda: kube.json("-n", ns, "get", "pvc", claim)["status"].get("phase") == "Lost",
+        wait_until("the claim to be Lost", lambda: kube.json("-n", ns, "get", "pvc", claim)["status"].get("phase") == "Lost",
               timeout_s=120, every_s=2)
 
         def held() -> dict[str, Any] | None:
@@ -530,7 +482,7 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
                 return None
             return status if any(r["name"] == "broker-disk-loss" for r in status.get("runbooks", [])) else None
 
-        status = _wait("the lost volume recorded, waiting for approval", held, timeout_s=300, every_s=2)
+        status = wait_until("the lost volume recorded, waiting for approval", held, timeout_s=300, every_s=2)
         assert status["operation"]["volume"]["nodeId"] == 5 and status["operation"]["volume"]["volumeId"] == 1
         assert status["operation"]["volume"]["lostDirectoryId"] == lost_id, status["operation"]
         assert status["operation"]["blockedBy"][0]["kind"] == "approval", status["operation"]
@@ -541,7 +493,7 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
         def replaced() -> dict[str, Any] | None:
             resource = kube.json("-n", ns, "get", "kc", name)
             status = resource.get("status", {})
-            ready = _condition(resource, "Ready")
+            ready = condition_of(resource, "Ready")
             if status.get("operation") or ready is None or ready["status"] != "True":
                 return None
             if any(r["name"] == "broker-disk-loss" for r in status.get("runbooks", [])):
@@ -550,7 +502,7 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
             directory = next(d for d in node["directories"] if d["volumeId"] == 1)
             return status if directory.get("directoryId") not in (None, lost_id) else None
 
-        status = _wait("the volume replaced, formatted anew and re-replicated", replaced, timeout_s=900, every_s=3)
+        status = wait_until("the volume replaced, formatted anew and re-replicated", replaced, timeout_s=900, every_s=3)
         new = kube.json("-n", ns, "get", "pvc", claim)
         assert new["metadata"]["uid"] != old["metadata"]["uid"] and new["status"]["phase"] == "Bound", new["status"]
         assert new["metadata"]["annotations"]["kraftwerk.io/directory-id"] not in (None, lost_id)
@@ -589,18 +541,6 @@ def expandable_class(kube: Kube) -> str:
     return EXPANDABLE_CLASS
 
 
-def _scale_operator(kube: Kube, ns: str, replicas: int) -> None:
-    kube.kubectl("-n", ns, "scale", "deployment", RELEASE, f"--replicas={replicas}")
-
-    def settled() -> bool:
-        pods = kube.json("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-                   and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
-        return len(pods) == replicas and len(running) == replicas
-
-    _wait(f"{replicas} operator pod(s)", settled, timeout_s=240, every_s=2)
-
-
 def test_a_grown_volume_is_expanded_by_the_update_handler_and_a_restarted_operator_resumes(
     kube: Kube, operator_ns: str, expandable_class: str,
 ) -> None:
@@ -609,15 +549,15 @@ def test_a_grown_volume_is_expanded_by_the_update_handler_and_a_restarted_operat
     afresh picks it up from the resource and its status, formats nothing again and keeps the
     cluster id."""
     ns = operator_ns
-    doc = _controllers_only_example()
+    doc = controllers_only_example()
     doc["metadata"]["name"] = "growing"
     pool = doc["spec"]["nodePools"][0]
     pool["replicas"] = 1
     pool["storage"]["volumes"][0].update({"size": "1Gi", "class": expandable_class, "deleteClaim": True})
-    _apply(kube, ns, doc)
+    apply_doc(kube, ns, doc)
     claim = "data-0-growing-controllers-0"
     try:
-        before = _wait_ready(kube, ns, "growing")
+        before = wait_ready(kube, ns, "growing")
         jobs_before = sorted(j["metadata"]["name"] for j in kube.json(
             "-n", ns, "get", "jobs", "-l", "kraftwerk.io/cluster=growing")["items"])
 
@@ -634,8 +574,8 @@ def test_a_grown_volume_is_expanded_by_the_update_handler_and_a_restarted_operat
         # update handler: the spec grows, the claim follows, the status tells request and capacity
         kube.kubectl("-n", ns, "patch", "kc", "growing", "--type=json", "-p",
                      json.dumps([{"op": "replace", "path": "/spec/nodePools/0/storage/volumes/0/size", "value": "2Gi"}]))
-        _wait("the claim to ask for 2Gi", lambda: requested("2Gi"), timeout_s=120, every_s=2)
-        directory = _wait("status to show the 2Gi request", lambda: directory_reports(2 * 2**30), timeout_s=120,
+        wait_until("the claim to ask for 2Gi", lambda: requested("2Gi"), timeout_s=120, every_s=2)
+        directory = wait_until("status to show the 2Gi request", lambda: directory_reports(2 * 2**30), timeout_s=120,
                           every_s=2)
         assert directory["capacityBytes"] == 2**30  # the hostPath class cannot grow it: pending, and said so
         uid = before["metadata"]["uid"]
@@ -644,20 +584,20 @@ def test_a_grown_volume_is_expanded_by_the_update_handler_and_a_restarted_operat
         assert events and "grow volume 0" in events[0]["message"], events
 
         # resume: the spec changes while no operator runs; a fresh operator picks it up
-        _scale_operator(kube, ns, 0)
+        scale_operator(kube, ns, 0)
         kube.kubectl("-n", ns, "patch", "kc", "growing", "--type=json", "-p",
                      json.dumps([{"op": "replace", "path": "/spec/nodePools/0/storage/volumes/0/size", "value": "3Gi"}]))
         time.sleep(3)
         assert requested("2Gi") is not None  # nobody acted while the operator was gone
-        _scale_operator(kube, ns, 2)
-        _wait("the resumed operator to grow the claim to 3Gi", lambda: requested("3Gi"), timeout_s=240, every_s=2)
-        _wait("status to show the 3Gi request", lambda: directory_reports(3 * 2**30), timeout_s=120, every_s=2)
-        after = _wait_ready(kube, ns, "growing")
+        scale_operator(kube, ns, 2)
+        wait_until("the resumed operator to grow the claim to 3Gi", lambda: requested("3Gi"), timeout_s=240, every_s=2)
+        wait_until("status to show the 3Gi request", lambda: directory_reports(3 * 2**30), timeout_s=120, every_s=2)
+        after = wait_ready(kube, ns, "growing")
         assert after["status"]["clusterId"] == before["status"]["clusterId"]
         assert after["status"]["observedGeneration"] == after["metadata"]["generation"]
         jobs_after = sorted(j["metadata"]["name"] for j in kube.json(
             "-n", ns, "get", "jobs", "-l", "kraftwerk.io/cluster=growing")["items"])
         assert jobs_after == jobs_before  # nothing formatted again
     finally:
-        _scale_operator(kube, ns, 2)
+        scale_operator(kube, ns, 2)
         kube.kubectl("-n", ns, "delete", "kc", "growing", "--wait=true", "--timeout=180s", check=False)

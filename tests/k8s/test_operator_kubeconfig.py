@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .conftest import CHART
 from .kube import REPO, Kube
-from .test_operator import _apply, _controllers_only_example, _wait_ready
+from .steps import apply_doc, controllers_only_example, wait_ready
 
 CLUSTER = REPO / "e2e" / "cluster" / "cluster"
 KRAFTWERK = Path(sys.executable).parent / "kraftwerk"
@@ -43,10 +43,10 @@ def test_the_operator_run_from_a_kubeconfig_brings_a_cluster_to_ready(
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ},
         )
     try:
-        doc = _controllers_only_example()
+        doc = controllers_only_example()
         name = doc["metadata"]["name"]
-        _apply(kube, namespace, doc)
-        resource = _wait_ready(kube, namespace, name)
+        apply_doc(kube, namespace, doc)
+        resource = wait_ready(kube, namespace, name)
         status = resource["status"]
         assert operator.poll() is None, log_path.read_text()[-3000:]
         # Facts only the admin client can give (through the pods' DNS names): a leader and voters.
