@@ -6,11 +6,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from kraft_engine.kafka_uuid import from_kafka_str
 from kraft_engine.metadata.loader import MetadataLoader
 from kraft_engine.metadata.metadata_image import MetadataImage
 from kraft_engine.raft import CommittedBatch
-from kraft_engine.records import decode_metadata_record, parse_batches
+from kraft_engine.records import (
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    decode_metadata_record,
+    parse_batches,
+)
 from kraft_engine.storage.log_file_reader import (
     LogFileKind,
     ScannedBatch,
@@ -55,3 +64,54 @@ def straight_replay(partition_dir: Path) -> Replay:
             loader.handle_commit([CommittedBatch.of(batch).with_records(decoded)])
             replay.images[batch.last_offset] = loader.image
     return replay
+
+
+def check_history_against_replay(history: list[dict[str, Any]], replay: Replay) -> None:
+    """Each interval of `partition_history` is the loader's image of that partition at its start
+    (intervals that changed again within the same batch are skipped: the loader's images are per
+    batch), and an interval still open is the final image's."""
+    if not history:
+        raise AssertionError("partition_history is empty")
+
+    def batch_of(offset: int) -> int:
+        return min(last for last in replay.images if last >= offset)
+
+    for interval in history:
+        if interval["end_offset"] is not None and batch_of(interval["end_offset"]) == batch_of(interval["start_offset"]):
+            continue
+        image = replay.image_at(interval["start_offset"])
+        state = image.topics.get_partition(from_kafka_str(interval["topic_id"]), interval["partition"])
+        if state is None:
+            raise AssertionError(f"the loader's image has no partition for {interval}")
+        got = (interval["leader"], interval["leader_epoch"], interval["partition_epoch"],
+               interval["replicas"], interval["isr"])
+        want = (state.leader, state.leader_epoch, state.partition_epoch, list(state.replicas), list(state.isr))
+        if got != want:
+            raise AssertionError(f"{interval} differs from the loader's {want}")
+        if interval["end_offset"] is None:
+            final = replay.images[max(replay.images)].topics.get_partition(
+                from_kafka_str(interval["topic_id"]), interval["partition"])
+            if final is None or final.partition_epoch != interval["partition_epoch"]:
+                raise AssertionError(f"the open interval {interval} is not the final image's {final}")
+
+
+def check_events_against_replay(events: list[dict[str, Any]], replay: Replay) -> None:
+    """Topic creations, broker registrations and fencings are at exactly the offsets holding those
+    records in the replayed log, and each fencing or unfencing leaves the loader's image so."""
+    for kind, record_type in {"topic_created": TopicRecord, "broker_registered": RegisterBrokerRecord}.items():
+        found = sorted(e["offset"] for e in events if e["event"] == kind)
+        if found != replay.offsets_of(record_type.__name__):
+            raise AssertionError(f"{kind} at {found}, the log's {record_type.__name__} at "
+                                 f"{replay.offsets_of(record_type.__name__)}")
+    fences = sorted(e["offset"] for e in events if e["event"] == "broker_fenced")
+    replayed = sorted(
+        o for o, (_, r) in replay.records.items()
+        if isinstance(r, FenceBrokerRecord) or (isinstance(r, BrokerRegistrationChangeRecord) and r.fenced == 1)
+    )
+    if fences != replayed:
+        raise AssertionError(f"broker_fenced at {fences}, the log's fencings at {replayed}")
+    for e in events:
+        if e["event"] in ("broker_fenced", "broker_unfenced"):
+            broker = replay.image_at(e["offset"]).cluster.broker(e["node_id"])
+            if broker is None or broker.fenced != (e["event"] == "broker_fenced"):
+                raise AssertionError(f"{e} but the loader's image holds {broker}")

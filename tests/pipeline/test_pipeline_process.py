@@ -1,8 +1,12 @@
 """The pipeline on logs written by a real cluster: three controllers and three brokers as processes,
 a topic created, a broker killed with SIGKILL (fenced, ISR shrinks) and restarted (registers a new
-incarnation, unfenced, ISR expands). `kraftwerk pipeline run` then finds each of those events at
-the offsets the live cluster's high watermark brackets, its tables agree with a straight replay of
-the same log through the engine's MetadataLoader, and the URP count rises and returns to 0.
+incarnation, unfenced, ISR expands), metadata.version upgraded with `kraft features upgrade`
+(the cluster is formatted one level below the latest), a fourth broker started and a partition
+moved onto it with `kraft reassign-partitions`, and a fourth controller added to the quorum and
+removed again with `kraft metadata-quorum add-controller` / `remove-controller`. `kraftwerk
+pipeline run` then finds each of those events at the offsets the live cluster's high watermark
+brackets (read before and after each action), its tables agree with a straight replay of the same
+log through the engine's MetadataLoader, and the URP count rises and returns to 0.
 
 The same disks, copied with planted faults (each copy a cluster of its own, so one run checks
 them all), fail the DR check that should catch each: a flipped byte in a committed batch on one
@@ -16,6 +20,7 @@ import base64
 import dataclasses
 import hashlib
 import io
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -25,17 +30,17 @@ from typing import Any
 import pytest
 from broker_processes import BrokerCluster, start_cluster
 from pyspark.sql import SparkSession
-from quorum_processes import kraft_tool, wait_for
-from replay import Replay, straight_replay
+from quorum_processes import describe_status, directory_of, kraft_tool, metadata_quorum, voter_ids, wait_for
+from replay import Replay, check_events_against_replay, check_history_against_replay, straight_replay
 
 from kraft_engine.kafka_uuid import random_uuid, to_kafka_str
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
     FenceBrokerRecord,
-    RegisterBrokerRecord,
     TopicRecord,
     build_batch,
     encode_metadata_record,
+    metadata_version,
 )
 from kraft_engine.storage.log_file_reader import ScannedBatch, read_log_file, scan_batches
 from kraft_engine.storage.meta_properties import read_meta_properties, write_meta_properties
@@ -51,6 +56,12 @@ PARTITIONS = 2
 KILLED = 102
 CONTROLLERS = (1, 2, 3)
 BROKERS = (101, 102, 103)
+NEW_BROKER = 104  # started for the reassignment
+NEW_CONTROLLER = 4  # added to the quorum, then removed
+ALL_NODES = (*CONTROLLERS, NEW_CONTROLLER, *BROKERS, NEW_BROKER)
+UPGRADED = metadata_version.LATEST_PRODUCTION
+FORMATTED = metadata_version.METADATA_VERSIONS[metadata_version.METADATA_VERSIONS.index(UPGRADED) - 1]
+MOVED = 0  # the partition reassigned from KILLED to NEW_BROKER
 
 
 def leader_hwm(cluster: BrokerCluster) -> int:
@@ -67,7 +78,7 @@ def leader_hwm(cluster: BrokerCluster) -> int:
 
 
 def partition_dir(root: Path, node_id: int) -> Path:
-    kind = "controller" if node_id in CONTROLLERS else "broker"
+    kind = "controller" if node_id < 100 else "broker"
     return root / f"{kind}-{node_id}" / "metadata" / "__cluster_metadata-0"
 
 
@@ -97,7 +108,7 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     cluster = BrokerCluster(root=root)
     marks: dict[str, int] = {}
     try:
-        start_cluster(cluster, controllers=len(CONTROLLERS), brokers=len(BROKERS))
+        start_cluster(cluster, controllers=len(CONTROLLERS), brokers=len(BROKERS), release=FORMATTED)
         marks["before_create"] = leader_hwm(cluster)
         kraft_tool("topics", "--bootstrap-controller", cluster.bootstrap_servers(), "--create", "--topic", TOPIC,
                    "--partitions", str(PARTITIONS), "--replication-factor", "3", check=True)
@@ -120,6 +131,58 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         for partition in range(PARTITIONS):
             cluster.wait_isr(TOPIC, partition, set(BROKERS), timeout_s=120)
         marks["after_restart"] = leader_hwm(cluster)
+
+        marks["before_upgrade"] = leader_hwm(cluster)
+        kraft_tool("features", "--bootstrap-controller", cluster.bootstrap_servers(), "upgrade",
+                   "--metadata", UPGRADED.version, check=True)  # answered once committed
+        marks["after_upgrade"] = leader_hwm(cluster)
+
+        cluster.add_broker(NEW_BROKER)
+        cluster.format(NEW_BROKER)
+        cluster.start(NEW_BROKER)
+        cluster.wait_ready([NEW_BROKER], timeout_s=120)
+        marks["before_reassign"] = leader_hwm(cluster)
+        target = sorted((set(BROKERS) - {KILLED}) | {NEW_BROKER})
+        plan = root / "reassignment.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": TOPIC, "partition": MOVED, "replicas": target, "log_dirs": ["any"] * len(target)}]}))
+        reassign = ("reassign-partitions", "--bootstrap-server", cluster.broker_bootstrap(),
+                    "--reassignment-json-file", str(plan))
+        kraft_tool(*reassign, "--execute", check=True)
+
+        def reassigned() -> bool:
+            # Kafka's verify line; a timeout reports the tool's last answer
+            answer = kraft_tool(*reassign, "--verify", check=True).stdout
+            assert f"Reassignment of partition {TOPIC}-{MOVED} is completed." in answer, answer
+            return True
+
+        wait_for(reassigned, timeout_s=120, interval_s=1, what="the reassignment to finish")
+        cluster.wait_isr(TOPIC, MOVED, set(target), timeout_s=120)
+        marks["after_reassign"] = leader_hwm(cluster)
+
+        marks["before_add_controller"] = leader_hwm(cluster)
+        cluster.add_node(NEW_CONTROLLER)
+        cluster.format(NEW_CONTROLLER, "--no-initial-controllers")
+        cluster.start(NEW_CONTROLLER)
+        voters = list(CONTROLLERS)
+
+        def observer_caught_up() -> bool:
+            rows = json.loads(metadata_quorum(cluster, "--output", "json", "describe", "--replication",
+                                              bootstrap_ids=voters, check=True).stdout)
+            return any(r["nodeId"] == NEW_CONTROLLER and r["status"] == "Observer" and r["lag"] == 0 for r in rows)
+
+        wait_for(observer_caught_up, timeout_s=120, interval_s=1, what=f"controller {NEW_CONTROLLER} to catch up")
+        metadata_quorum(cluster, "add-controller", "--config", str(cluster.nodes[NEW_CONTROLLER].config_path),
+                        bootstrap_ids=voters, check=True)
+        wait_for(lambda: voter_ids(describe_status(cluster, bootstrap_ids=voters)) == [*voters, NEW_CONTROLLER],
+                 timeout_s=120, interval_s=1, what=f"controller {NEW_CONTROLLER} to be a voter")
+        marks["after_add_controller"] = leader_hwm(cluster)
+        directory = directory_of(describe_status(cluster, bootstrap_ids=voters), NEW_CONTROLLER)
+        metadata_quorum(cluster, "remove-controller", "--controller-id", str(NEW_CONTROLLER),
+                        "--controller-directory-id", directory, bootstrap_ids=voters, check=True)
+        wait_for(lambda: voter_ids(describe_status(cluster, bootstrap_ids=voters)) == voters,
+                 timeout_s=120, interval_s=1, what=f"controller {NEW_CONTROLLER} to be removed")
+        marks["after_remove_controller"] = leader_hwm(cluster)
         cluster_id = read_meta_properties(partition_dir(root, 1).parent).cluster_id
         assert cluster_id is not None
     finally:
@@ -203,49 +266,51 @@ def test_events_are_found_at_the_offsets_the_live_cluster_brackets(
     assert [e for e in events if e["event"] == "controller_elected"]
 
 
+def test_upgrade_reassignment_and_voter_changes_are_found_between_their_marks(
+    cluster_run: Run, pipeline_output: Path, spark: SparkSession
+) -> None:
+    events = table(spark, pipeline_output, "events")
+    marks = cluster_run.marks
+
+    def between(kind: str, low: str, high: str) -> list[dict[str, Any]]:
+        return sorted((e for e in events if e["event"] == kind and marks[low] <= e["offset"] < marks[high]),
+                      key=lambda e: e["offset"])
+
+    levels = [e["value"] for e in sorted(events, key=lambda e: e["offset"])
+              if e["event"] == "feature_level_changed" and e["name"] == "metadata.version"]
+    assert levels[0] == str(FORMATTED.feature_level), levels  # the bootstrap's level
+    upgrade = [e for e in between("feature_level_changed", "before_upgrade", "after_upgrade")
+               if e["name"] == "metadata.version"]
+    assert [e["value"] for e in upgrade] == [str(UPGRADED.feature_level)]
+
+    target = sorted((set(BROKERS) - {KILLED}) | {NEW_BROKER})
+    (started,) = between("reassignment_started", "before_reassign", "after_reassign")
+    assert (started["topic"], started["partition"]) == (TOPIC, MOVED)
+    assert set(started["replicas"]) == set(BROKERS) | {NEW_BROKER}  # the old and the new, while it runs
+    (finished,) = between("reassignment_finished", "before_reassign", "after_reassign")
+    assert (finished["topic"], finished["partition"]) == (TOPIC, MOVED)
+    assert sorted(finished["replicas"]) == target and finished["offset"] > started["offset"]
+    assert [e for e in events if e["event"] == "reassignment_cancelled"] == []
+
+    added = between("voters_changed", "before_add_controller", "after_add_controller")
+    assert [e["voters"] for e in added] == [[*CONTROLLERS, NEW_CONTROLLER]]
+    removed = between("voters_changed", "after_add_controller", "after_remove_controller")
+    assert [e["voters"] for e in removed] == [list(CONTROLLERS)]
+
+    # the partition was under-replicated while it moved (4 replicas, 3 in sync), and is not after
+    urp = sorted(table(spark, pipeline_output, "urp_history"), key=lambda r: r["offset"])
+    moving = [r for r in urp if started["offset"] <= r["offset"] < finished["offset"]]
+    assert moving and max(r["under_replicated"] for r in moving) == 1
+    assert [r for r in urp if r["offset"] <= finished["offset"]][-1]["under_replicated"] == 0
+
+
 def test_tables_agree_with_a_straight_replay_through_the_metadata_loader(
     cluster_run: Run, pipeline_output: Path, spark: SparkSession
 ) -> None:
     replay: Replay = straight_replay(partition_dir(cluster_run.root, 1))
-    events = table(spark, pipeline_output, "events")
-    # every record-level event is at an offset holding that record in the replayed log
-    kinds = {"topic_created": TopicRecord, "broker_registered": RegisterBrokerRecord}
-    for kind, record_type in kinds.items():
-        assert sorted(e["offset"] for e in events if e["event"] == kind) == replay.offsets_of(record_type.__name__)
-    fence_offsets = sorted(
-        e["offset"] for e in events if e["event"] == "broker_fenced"
-    )
-    replay_fences = sorted(
-        o for o, (_, r) in replay.records.items()
-        if isinstance(r, FenceBrokerRecord) or (isinstance(r, BrokerRegistrationChangeRecord) and r.fenced == 1)
-    )
-    assert fence_offsets == replay_fences
-    for e in events:
-        if e["event"] in ("broker_fenced", "broker_unfenced"):
-            broker = replay.image_at(e["offset"]).cluster.broker(e["node_id"])
-            assert broker is not None and broker.fenced == (e["event"] == "broker_fenced"), e
-
+    check_events_against_replay(table(spark, pipeline_output, "events"), replay)
     # each interval of partition_history is the loader's image of that partition at its start
-    history = table(spark, pipeline_output, "partition_history")
-    assert history
-    from kraft_engine.kafka_uuid import from_kafka_str
-
-    def batch_of(offset: int) -> int:
-        return min(last for last in replay.images if last >= offset)
-
-    for interval in history:
-        if interval["end_offset"] is not None and batch_of(interval["end_offset"]) == batch_of(interval["start_offset"]):
-            continue  # changed again within the same batch: the loader's images are per batch
-        image = replay.image_at(interval["start_offset"])
-        state = image.topics.get_partition(from_kafka_str(interval["topic_id"]), interval["partition"])
-        assert state is not None, interval
-        got = (interval["leader"], interval["leader_epoch"], interval["partition_epoch"],
-               interval["replicas"], interval["isr"])
-        assert got == (state.leader, state.leader_epoch, state.partition_epoch, list(state.replicas), list(state.isr))
-        if interval["end_offset"] is None:  # still open: the final image holds it unchanged
-            final = replay.images[max(replay.images)].topics.get_partition(
-                from_kafka_str(interval["topic_id"]), interval["partition"])
-            assert final is not None and final.partition_epoch == interval["partition_epoch"]
+    check_history_against_replay(table(spark, pipeline_output, "partition_history"), replay)
 
 
 def test_urp_rises_after_the_kill_and_returns_to_zero_after_the_restart(
@@ -268,7 +333,7 @@ def test_a_healthy_clusters_dr_checks_pass(cluster_run: Run, pipeline_output: Pa
     names = {c["check"] for c in checks}
     assert {"log_agreement", "segment_continuity", "rebuildable_from", "snapshot_age", "voter_set_history"} <= names
     voters = next(c for c in checks if c["check"] == "voter_set_history")
-    assert "[1, 2, 3]" in voters["evidence"]
+    assert "[1, 2, 3]" in voters["evidence"] and "[1, 2, 3, 4]" in voters["evidence"]
     assert table(spark, pipeline_output, "problems") == []
 
 
@@ -279,7 +344,7 @@ def copy_as_cluster(run: Run, root: Path, name: str) -> tuple[Path, str]:
     """A copy of every node's metadata dir under root/name, relabelled as a cluster of its own."""
     target = root / name
     cluster_id = to_kafka_str(random_uuid())
-    for node_id in (*CONTROLLERS, *BROKERS):
+    for node_id in ALL_NODES:
         source = partition_dir(run.root, node_id).parent
         dest = target / f"node-{node_id}"
         dest.mkdir(parents=True)
