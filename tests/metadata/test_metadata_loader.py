@@ -26,6 +26,7 @@ from kraft_engine.metadata import (
     MetadataLoader,
     MetadataReplayError,
     SnapshotManifest,
+    TopicIdPartition,
 )
 from kraft_engine.raft import CommittedBatch, LeaderAndEpoch
 from kraft_engine.records.metadata_records import (
@@ -311,3 +312,55 @@ def test_a_run_with_a_record_for_an_unknown_partition_fails_naming_that_record()
     run = [change(1, 0, isr=(1,)), change(1, 1, isr=(1,)), change(1, 7, isr=(1,)), change(1, 0, isr=(2,))]
     with pytest.raises(MetadataReplayError, match=f"log record at offset {len(base) + 2}: .*unknown partition 7"):
         loader.handle_commit(batches_of(run, [len(run)], base_offset=len(base)), high_watermark=len(base) + len(run))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    runs=st.lists(
+        st.lists(st.tuples(_ISRS, st.sampled_from([-2, -1, 1, 2, 3]), st.sets(st.integers(0, 14), min_size=1)),
+                 max_size=4),
+        min_size=1, max_size=3,
+    )
+)
+def test_partitions_sharing_a_state_are_indexed_and_counted_as_a_full_scan_finds_them(
+    runs: list[list[tuple[tuple[int, ...], int, set[int]]]],
+) -> None:
+    """Partitions in one state share one registration, and the image accounts each distinct
+    (before, after) pair once for all its partitions (a fence moves 100k partitions through a few
+    pairs). Leaders, ISR members, replicas and the offline and imbalance counts are what a scan of
+    every partition of the published image finds, after every commit."""
+    base = [*BOOTSTRAP, register_broker(3)]
+    for n in (1, 2, 3):
+        base += [topic(f"t{n}", n), *(partition(n, p, replicas=(1, 2, 3) if p % 2 else (2, 3, 1)) for p in range(5))]
+    loader = MetadataLoader()
+    loader.handle_commit(batches_of(base, [len(base)]), high_watermark=len(base))
+    offset = len(base)
+    for run in runs:
+        # Each change goes to a set of partitions at once, as a fence's does (partition i of the
+        # 15 is partition i % 5 of topic 1 + i // 5).
+        records: list[object] = [change(1 + i // 5, i % 5, isr=isr, leader=leader)
+                                 for isr, leader, chosen in run for i in sorted(chosen)]
+        if not records:
+            continue
+        loader.handle_commit(batches_of(records, [len(records)], base_offset=offset), high_watermark=offset + len(records))
+        offset += len(records)
+        topics = loader.image.topics
+        leaders: dict[int, set[TopicIdPartition]] = {}
+        isr_members: dict[int, set[TopicIdPartition]] = {}
+        replicas: dict[int, set[TopicIdPartition]] = {}
+        offline = imbalanced = 0
+        for topic_image in topics.topics_by_id.values():
+            for partition_id, registration in topic_image.partitions.items():
+                tp = TopicIdPartition(topic_image.id, partition_id)
+                if registration.has_leader:
+                    leaders.setdefault(registration.leader, set()).add(tp)
+                for broker in registration.isr:
+                    isr_members.setdefault(broker, set()).add(tp)
+                for broker in registration.replicas:
+                    replicas.setdefault(broker, set()).add(tp)
+                offline += not registration.has_leader
+                imbalanced += not registration.has_preferred_leader
+        assert {b: set(topics.partitions_led_by(b)) for b in topics.leaders.brokers()} == leaders
+        assert {b: set(topics.partitions_with_isr_member(b)) for b in topics.isr_members.brokers()} == isr_members
+        assert {b: set(topics.partitions_with_replica(b)) for b in topics.replicas.brokers()} == replicas
+        assert (topics.offline_partition_count, topics.preferred_replica_imbalance_count) == (offline, imbalanced)

@@ -15,6 +15,7 @@ from kraft_engine.metadata import (
     NO_LEADER,
     ImageWriterOptions,
     LeaderRecoveryState,
+    MergeMemo,
     MetadataReplayError,
     PartitionRegistration,
     UnwritableMetadataError,
@@ -194,3 +195,43 @@ def test_an_isr_or_leader_change_merges_as_every_other_change_does(
     assert hash(merged) == hash(base._merged(record)) and repr(merged) == repr(base._merged(record))
     with pytest.raises(dataclasses.FrozenInstanceError):
         merged.isr = ()  # type: ignore[misc]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.none() | st.sampled_from([(1,), (1, 2), (2, 3), (1, 2, 3)]),
+            st.sampled_from([-2, -1, 1, 2, 3]),
+            st.booleans(),
+        ),
+        max_size=40,
+    )
+)
+def test_a_merge_memo_gives_what_merge_gives_and_one_object_per_distinct_merge(
+    changes: list[tuple[int, tuple[int, ...] | None, int, bool]],
+) -> None:
+    """`MergeMemo.merge` (a fence's records replayed in the controller and every image) returns an
+    equal registration to `merge` for every record; registrations that were one object before and
+    take the same ISR/leader change are one object after; other records merge field by field."""
+    states = [registration(), registration(isr=(1, 2)), registration(leader=2, leader_epoch=6)]
+    memo = MergeMemo()
+    seen: dict[tuple[int, tuple[int, ...] | None, int], PartitionRegistration] = {}
+    for state, isr, leader, with_elr in changes:
+        extra: dict[str, object] = {"eligible_leader_replicas": (3,)} if with_elr else {}
+        record = change(1, state, isr=isr, leader=leader, **extra)
+        merged = memo.merge(states[state], record)
+        assert merged == states[state].merge(record)
+        if not with_elr:
+            first = seen.setdefault((state, isr, leader), merged)
+            assert first is merged
+
+
+def test_equal_partition_records_load_as_one_registration() -> None:
+    """Partitions in one state hold one registration object (so a memo finds their merges by
+    identity); records that differ in any field load as different values."""
+    first = PartitionRegistration.from_record(partition(1, 0, replicas=(1, 2, 3)))
+    assert PartitionRegistration.from_record(partition(2, 5, replicas=(1, 2, 3))) is first
+    other = PartitionRegistration.from_record(partition(1, 1, replicas=(1, 2, 3), leader=2))
+    assert other is not first and other != first

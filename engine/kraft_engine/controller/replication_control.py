@@ -63,7 +63,7 @@ from kraft_engine.controller.results import (
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
 from kraft_engine.invariant import require
 from kraft_engine.kafka_uuid import ONE_UUID, ZERO_UUID
-from kraft_engine.metadata import LeaderRecoveryState, PartitionRegistration
+from kraft_engine.metadata import LeaderRecoveryState, MergeMemo, PartitionRegistration
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
     ClearElrRecord,
@@ -343,6 +343,7 @@ class ReplicationControlManager:
         the broker; here they cost a merge each and one pass over the partitions map and the
         reverse indexes, not a timeline write and an index move per record."""
         latest = self._partitions.latest()
+        merge = MergeMemo().merge
         changed: dict[PackedPartition, tuple[PartitionRegistration, PartitionRegistration]] = {}
         for index, record in enumerate(records):
             packed = record.topic_id.int << _PARTITION_BITS | record.partition_id
@@ -354,40 +355,51 @@ class ReplicationControlManager:
                         f"PartitionChangeRecord at offset {base_offset + index} names unknown partition "
                         f"{(record.topic_id, int(record.partition_id))}"
                     )
-                changed[packed] = (previous, previous.merge(record))
+                changed[packed] = (previous, merge(previous, record))
             else:
-                changed[packed] = (found[0], found[1].merge(record))
+                changed[packed] = (found[0], merge(found[1], record))
         self._partitions.put_many({packed: pair[1] for packed, pair in changed.items()})
         self._reindex_many(changed)
 
     def _reindex_many(self, changed: dict[PackedPartition, tuple[PartitionRegistration, PartitionRegistration]]) -> None:
         """`_reindex` of every (previous, current) pair, with each reverse-index move done once per
-        distinct (old ISR, new ISR) pair and each partition set changed once."""
+        distinct (old ISR, new ISR) pair and each partition set changed once. Partitions share
+        registrations (`MergeMemo`), so the pairs are grouped by identity first and each distinct
+        pair is looked at once."""
+        pairs: dict[tuple[int, int], tuple[PartitionRegistration, PartitionRegistration, list[PackedPartition]]] = {}
+        for packed, (previous, current) in changed.items():
+            # `changed` holds both registrations, so their ids are theirs until this returns.
+            group = pairs.get((id(previous), id(current)))
+            if group is None:
+                pairs[id(previous), id(current)] = (previous, current, [packed])
+            else:
+                group[2].append(packed)
         isr_moves: dict[tuple[tuple[int, ...], tuple[int, ...]], list[PackedPartition]] = {}
         leaderless: tuple[list[PackedPartition], list[PackedPartition]] = ([], [])
         imbalanced: tuple[list[PackedPartition], list[PackedPartition]] = ([], [])
-        for packed, (previous, current) in changed.items():
+        for previous, current, packeds in pairs.values():
             if (
                 previous.replicas is not current.replicas or previous.directories is not current.directories
                 or previous.elr != current.elr or previous.adding_replicas != current.adding_replicas
                 or previous.removing_replicas != current.removing_replicas
             ):
                 # The rarer changes (assignment, directories, ELR, reassignment) one by one.
-                self._reindex(packed, previous, current)
+                for packed in packeds:
+                    self._reindex(packed, previous, current)
                 continue
             if previous.isr != current.isr:
                 moves = isr_moves.get((previous.isr, current.isr))
                 if moves is None:
-                    isr_moves[previous.isr, current.isr] = [packed]
+                    isr_moves[previous.isr, current.isr] = list(packeds)
                 else:
-                    moves.append(packed)
+                    moves.extend(packeds)
             if previous.leader != current.leader:
                 was = previous.leader == NO_LEADER
                 if was != (current.leader == NO_LEADER):
-                    leaderless[was].append(packed)
+                    leaderless[was].extend(packeds)
                 was = _is_imbalanced(previous)
                 if was != _is_imbalanced(current):
-                    imbalanced[was].append(packed)
+                    imbalanced[was].extend(packeds)
         for (old, new), partitions in isr_moves.items():
             self._brokers_to_isrs.update_many(partitions, old=old, new=new)
         for moved, members in ((leaderless, self._leaderless), (imbalanced, self._imbalanced)):
@@ -909,6 +921,10 @@ class ReplicationControlManager:
         latest = self._partitions.latest()
         topic_settings = self._topic_settings_reader()
         makers: dict[tuple[object, ...], _ChangeRecordMaker | None] = {}
+        # Partitions in one state usually share one registration (`MergeMemo`): the maker is found
+        # by the registration's identity first (the entry holds it, so its id stays its own), and
+        # the state is only spelled out for a registration not seen yet.
+        by_registration: dict[tuple[int, tuple[int, bool]], tuple[PartitionRegistration, _ChangeRecordMaker | None]] = {}
         topic_int = -1
         topic_id = ZERO_UUID
         settings: tuple[int, bool] = (1, False)
@@ -922,11 +938,16 @@ class ReplicationControlManager:
                 topic_int = packed >> _PARTITION_BITS
                 topic_id = self._unpack(packed)[0]
                 settings = topic_settings(topic_id)
+            seen = by_registration.get((id(partition), settings))
+            if seen is not None:
+                if seen[1] is not None:
+                    records.append(RecordAndVersion(seen[1].record(packed & _PARTITION_MASK, topic_id), version))
+                continue
             # Directories by their integers: a Uuid hashes through a Python call, an int in C.
             state = (
                 partition.replicas, tuple(map(_uuid_int, partition.directories)), partition.isr,
                 partition.removing_replicas, partition.adding_replicas, partition.elr, partition.last_known_elr,
-                partition.leader, partition.leader_recovery_state, settings,
+                partition.leader, int(partition.leader_recovery_state), settings,
             )
             maker = makers.get(state, _UNBUILT)
             if maker is _UNBUILT:
@@ -939,6 +960,7 @@ class ReplicationControlManager:
                     builder.set_target_isr([r for r in partition.isr if r not in leaving])
                 change = builder.build()
                 maker = makers[state] = None if change is None else _ChangeRecordMaker(change)
+            by_registration[id(partition), settings] = (partition, maker if isinstance(maker, _ChangeRecordMaker) else None)
             if isinstance(maker, _ChangeRecordMaker):
                 records.append(RecordAndVersion(maker.record(packed & _PARTITION_MASK, topic_id), version))
 

@@ -36,6 +36,7 @@ from kraft_engine.metadata.partition_registration import (
     NO_LEADER,
     NO_LEADER_CHANGE,
     LeaderRecoveryState,
+    MergeMemo,
     PartitionRegistration,
 )
 from kraft_engine.metadata.producer_ids_image import ProducerIdsDelta, ProducerIdsImage
@@ -98,6 +99,7 @@ __all__ = [
     "LocalReplicaChanges",
     "LoaderManifest",
     "LogDeltaManifest",
+    "MergeMemo",
     "MetadataDelta",
     "MetadataImage",
     "MetadataLoader",

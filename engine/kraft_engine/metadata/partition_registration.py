@@ -30,6 +30,7 @@ __all__ = [
     "NO_LEADER",
     "NO_LEADER_CHANGE",
     "LeaderRecoveryState",
+    "MergeMemo",
     "PartitionRegistration",
 ]
 
@@ -119,19 +120,26 @@ class PartitionRegistration:
                 f"PartitionRecord for {record.topic_id}:{record.partition_id} has "
                 f"{len(replicas)} replicas but {len(record.directories)} directories"
             )
-        return _built(
-            replicas=replicas,
-            directories=_directories(record.directories, len(replicas)),
-            isr=_ints(record.isr),
-            removing_replicas=_ints(record.removing_replicas),
-            adding_replicas=_ints(record.adding_replicas),
-            elr=_ints(record.eligible_leader_replicas),
-            last_known_elr=_ints(record.last_known_elr),
-            leader=int(record.leader),
-            leader_recovery_state=LeaderRecoveryState.of(record.leader_recovery_state),
-            leader_epoch=int(record.leader_epoch),
-            partition_epoch=int(record.partition_epoch),
+        directories = _directories(record.directories, len(replicas))
+        isr = _ints(record.isr)
+        removing, adding = _ints(record.removing_replicas), _ints(record.adding_replicas)
+        elr, last_known_elr = _ints(record.eligible_leader_replicas), _ints(record.last_known_elr)
+        leader, leader_epoch, partition_epoch = int(record.leader), int(record.leader_epoch), int(record.partition_epoch)
+        recovery = LeaderRecoveryState.of(record.leader_recovery_state)
+        key = (replicas, directories, isr, removing, adding, elr, last_known_elr, leader,
+               record.leader_recovery_state, leader_epoch,
+               partition_epoch)
+        found = _INTERNED.get(key)
+        if found is not None:
+            return found
+        if len(_INTERNED) >= _INTERNED_MAX:
+            _INTERNED.clear()
+        registration = _INTERNED[key] = _built(
+            replicas=replicas, directories=directories, isr=isr, removing_replicas=removing,
+            adding_replicas=adding, elr=elr, last_known_elr=last_known_elr, leader=leader,
+            leader_recovery_state=recovery, leader_epoch=leader_epoch, partition_epoch=partition_epoch,
         )
+        return registration
 
     def merge(self, record: PartitionChangeRecord) -> PartitionRegistration:
         """The registration after `record`: absent (None / sentinel) fields keep their value.
@@ -139,11 +147,7 @@ class PartitionRegistration:
         Naming any leader (including the current one, or -1 for "none") bumps the leader epoch;
         every change record bumps the partition epoch.
         """
-        if (
-            record.replicas is None and record.directories is None and record.removing_replicas is None
-            and record.adding_replicas is None and record.eligible_leader_replicas is None
-            and record.last_known_elr is None and record.leader_recovery_state == _RECOVERY_STATE_NO_CHANGE
-        ):
+        if _isr_or_leader_only(record):
             # The ISR or the leader alone (every change of a fence or a controlled shutdown): the
             # assignment, the ELR and the recovery state stand as they are, already checked.
             return self._with_isr_and_leader(record.isr, int(record.leader))
@@ -296,6 +300,53 @@ class PartitionRegistration:
             last_known_elr=last_known_elr,
         )
         return record, options.partition_record_version
+
+
+def _isr_or_leader_only(record: PartitionChangeRecord) -> bool:
+    return (
+        record.replicas is None and record.directories is None and record.removing_replicas is None
+        and record.adding_replicas is None and record.eligible_leader_replicas is None
+        and record.last_known_elr is None and record.leader_recovery_state == _RECOVERY_STATE_NO_CHANGE
+    )
+
+
+class MergeMemo:
+    """`PartitionRegistration.merge` over a run of records, each distinct merge done once.
+
+    Registrations are immutable and compare by value, so partitions in the same state may hold
+    the same registration object: `from_record` returns one object per distinct state (a bounded
+    table), and a memo hands every partition whose old registration and ISR/leader change are the
+    same the same merged registration. One broker's fence at 100k partitions then merges a few
+    hundred times, not 100k, in the controller and in every node's image alike, and the states
+    stay shared for the next change. The memo keys on the old registration's identity and holds
+    it, so no other object can take its id while the memo lives; keep one memo for one run."""
+
+    __slots__ = ("_merged",)
+
+    def __init__(self) -> None:
+        self._merged: dict[tuple[int, tuple[int, ...] | None, int],
+                           tuple[PartitionRegistration, PartitionRegistration]] = {}
+
+    def merge(self, registration: PartitionRegistration, record: PartitionChangeRecord) -> PartitionRegistration:
+        isr = record.isr
+        if (isr is not None and type(isr) is not tuple) or not _isr_or_leader_only(record):
+            return registration.merge(record)
+        leader = int(record.leader)
+        key = (id(registration), isr, leader)
+        found = self._merged.get(key)
+        if found is not None:
+            return found[1]
+        merged = registration._with_isr_and_leader(isr, leader)
+        self._merged[key] = (registration, merged)
+        return merged
+
+
+# One registration per distinct state read from PartitionRecords (creation, snapshot loads): a
+# cluster's partitions are in few states, so 100k partitions hold a few hundred objects, and the
+# memo above finds their merges by identity. Bounded: past the limit the table starts again,
+# which only costs sharing (equality is by value, never identity).
+_INTERNED: dict[tuple[object, ...], PartitionRegistration] = {}
+_INTERNED_MAX = 1 << 14
 
 
 def _check_directories(replicas: tuple[int, ...], directories: tuple[uuid.UUID, ...]) -> None:

@@ -20,7 +20,7 @@ from typing import ClassVar, NamedTuple
 from kraft_engine.metadata._maps import EMPTY_MAP, frozen_map, thawed
 from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.image_writer import ImageWriter, ImageWriterOptions
-from kraft_engine.metadata.partition_registration import NO_LEADER, PartitionRegistration
+from kraft_engine.metadata.partition_registration import NO_LEADER, MergeMemo, PartitionRegistration
 from kraft_engine.records.metadata_records import (
     ClearElrRecord,
     PartitionChangeRecord,
@@ -155,6 +155,23 @@ class _IndexBuilder:
         for broker_id in new:
             if broker_id not in old:
                 (sets.get(broker_id) or self._set(broker_id)).add(partition_id)
+
+    def update_many(
+        self, topic_id: uuid.UUID, partition_ids: list[int], *, old: tuple[int, ...], new: tuple[int, ...]
+    ) -> None:
+        """`update` of each of a topic's `partition_ids`, all moving from `old` to `new`."""
+        if old == new:
+            return
+        if topic_id is not self._topic_id:
+            self._topic_id = topic_id
+            self._topic_sets = {}
+        sets = self._topic_sets
+        for broker_id in old:
+            if broker_id not in new:
+                (sets.get(broker_id) or self._set(broker_id)).difference_update(partition_ids)
+        for broker_id in new:
+            if broker_id not in old:
+                (sets.get(broker_id) or self._set(broker_id)).update(partition_ids)
 
     def build(self) -> BrokerPartitionIndex:
         if not self._touched:
@@ -382,6 +399,7 @@ class TopicsDelta:
         was (bar an empty topic delta, which changes nothing). One broker's fence writes a record
         per partition it held, a topic's together: each costs a merge and a store here."""
         merged: dict[tuple[int, int], tuple[dict[int, PartitionRegistration], int, PartitionRegistration]] = {}
+        merge = MergeMemo().merge
         topic_int = -1
         changes: dict[int, PartitionRegistration] = {}
         partitions: Mapping[int, PartitionRegistration] = EMPTY_MAP
@@ -399,7 +417,7 @@ class TopicsDelta:
                 raise MetadataReplayError(
                     f"PartitionChangeRecord for unknown partition {partition_id} of topic {name!r} ({topic_id})"
                 )
-            merged[key] = (changes, partition_id, current.merge(record))
+            merged[key] = (changes, partition_id, merge(current, record))
         for changes, partition_id, registration in merged.values():
             changes[partition_id] = registration
 
@@ -505,8 +523,7 @@ class TopicsDelta:
                         new=topic.partitions.get(partition_id),
                     )
             else:
-                for partition_id, partition in delta.partition_changes.items():
-                    account(topic_id, partition_id, old=delta.image.partitions.get(partition_id), new=partition)
+                accounts.account_changes(topic_id, delta.image.partitions, delta.partition_changes)
 
         return TopicsImage(
             frozen_map(by_id),
@@ -531,6 +548,53 @@ class _Accounts:
         self.replicas = _IndexBuilder(base.replicas)
         self.offline = base.offline_partition_count
         self.imbalanced = base.preferred_replica_imbalance_count
+
+    def account_changes(
+        self, topic_id: uuid.UUID, old: Mapping[int, PartitionRegistration], new: Mapping[int, PartitionRegistration]
+    ) -> None:
+        """`account` of every partition in `new` against its registration in `old`. Partitions in
+        the same state share their registration (`MergeMemo`), so each distinct (old, new) pair is
+        accounted once, for all its partitions."""
+        pairs: dict[tuple[int, int], tuple[PartitionRegistration | None, PartitionRegistration, list[int]]] = {}
+        for partition_id, registration in new.items():
+            # Both registrations are held by `old` and `new`, so their ids stay theirs meanwhile.
+            before = old.get(partition_id)
+            group = pairs.get((id(before), id(registration)))
+            if group is None:
+                pairs[id(before), id(registration)] = (before, registration, [partition_id])
+            else:
+                group[2].append(partition_id)
+        for before, registration, partition_ids in pairs.values():
+            if len(partition_ids) == 1:
+                self.account(topic_id, partition_ids[0], old=before, new=registration)
+            else:
+                self._account_many(topic_id, partition_ids, old=before, new=registration)
+
+    def _account_many(
+        self, topic_id: uuid.UUID, partition_ids: list[int], *, old: PartitionRegistration | None,
+        new: PartitionRegistration,
+    ) -> None:
+        count = len(partition_ids)
+        old_leader = NO_LEADER
+        old_isr: tuple[int, ...] = ()
+        old_replicas: tuple[int, ...] = ()
+        if old is not None:
+            old_leader, old_isr, old_replicas = old.leader, old.isr, old.replicas
+            self.offline -= count * (old_leader == NO_LEADER)
+            self.imbalanced -= count * (old_leader == NO_LEADER or not old_replicas or old_leader != old_replicas[0])
+        new_leader, new_isr, new_replicas = new.leader, new.isr, new.replicas
+        self.offline += count * (new_leader == NO_LEADER)
+        self.imbalanced += count * (new_leader == NO_LEADER or not new_replicas or new_leader != new_replicas[0])
+        if old_leader != new_leader:
+            self.leaders.update_many(
+                topic_id, partition_ids,
+                old=() if old_leader == NO_LEADER else (old_leader,),
+                new=() if new_leader == NO_LEADER else (new_leader,),
+            )
+        if old_isr != new_isr:
+            self.isr_members.update_many(topic_id, partition_ids, old=old_isr, new=new_isr)
+        if old_replicas != new_replicas:
+            self.replicas.update_many(topic_id, partition_ids, old=old_replicas, new=new_replicas)
 
     def account(
         self,
