@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from kraft_engine.metadata import MetadataDelta, MetadataImage, MetadataProvenance
+from kraft_engine.metadata import MetadataDelta, MetadataImage, MetadataProvenance, TopicIdPartition
 from kraft_engine.raft import CommittedBatch
 from kraft_engine.records.metadata_records import (
     BrokerEndpoint,
@@ -116,3 +116,29 @@ def batches_of(records: list[object], sizes: list[int], *, base_offset: int = 0,
         offset += len(chunk)
         start += len(chunk)
     return out
+
+
+def assert_indexes_match_a_full_scan(image: MetadataImage) -> None:
+    """The image's reverse indexes (leaders, ISR members, replicas) and its offline and imbalance
+    counts are what a scan of every partition finds."""
+    leaders: dict[int, set[TopicIdPartition]] = {}
+    isr: dict[int, set[TopicIdPartition]] = {}
+    replicas: dict[int, set[TopicIdPartition]] = {}
+    offline = imbalanced = 0
+    for topic_image in image.topics.topics_by_id.values():
+        for partition_id, registration in topic_image.partitions.items():
+            tp = TopicIdPartition(topic_image.id, partition_id)
+            if registration.has_leader:
+                leaders.setdefault(registration.leader, set()).add(tp)
+            for broker in registration.isr:
+                isr.setdefault(broker, set()).add(tp)
+            for broker in registration.replicas:
+                replicas.setdefault(broker, set()).add(tp)
+            offline += not registration.has_leader
+            imbalanced += not registration.has_preferred_leader
+    topics = image.topics
+    assert {b: set(topics.partitions_led_by(b)) for b in topics.leaders.brokers()} == leaders
+    assert {b: set(topics.partitions_with_isr_member(b)) for b in topics.isr_members.brokers()} == isr
+    assert {b: set(topics.partitions_with_replica(b)) for b in topics.replicas.brokers()} == replicas
+    assert topics.offline_partition_count == offline
+    assert topics.preferred_replica_imbalance_count == imbalanced

@@ -15,9 +15,18 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from metadata_log_helpers import batches_of, change, mv_record, partition, register_broker, topic, topic_id
+from metadata_log_helpers import (
+    assert_indexes_match_a_full_scan,
+    batches_of,
+    change,
+    mv_record,
+    partition,
+    register_broker,
+    topic,
+    topic_id,
+)
 
-from kraft_engine.metadata import MetadataImage, MetadataLoader, TopicIdPartition
+from kraft_engine.metadata import MetadataImage, MetadataLoader
 from kraft_engine.raft import CommittedBatch
 from kraft_engine.records.framing import decode_metadata_record, encode_metadata_record
 from kraft_engine.records.metadata_records import (
@@ -148,26 +157,6 @@ def _load_snapshot(loader: MetadataLoader, image: MetadataImage) -> None:
     )
 
 
-def _assert_indexes_match_a_full_scan(image: MetadataImage) -> None:
-    leaders: dict[int, set[TopicIdPartition]] = {}
-    isr: dict[int, set[TopicIdPartition]] = {}
-    offline = imbalanced = 0
-    for topic_image in image.topics.topics_by_id.values():
-        for partition_id, registration in topic_image.partitions.items():
-            tp = TopicIdPartition(topic_image.id, partition_id)
-            if registration.has_leader:
-                leaders.setdefault(registration.leader, set()).add(tp)
-            for broker in registration.isr:
-                isr.setdefault(broker, set()).add(tp)
-            offline += not registration.has_leader
-            imbalanced += not registration.has_preferred_leader
-    topics = image.topics
-    assert {b: set(topics.partitions_led_by(b)) for b in topics.leaders.brokers()} == leaders
-    assert {b: set(topics.partitions_with_isr_member(b)) for b in topics.isr_members.brokers()} == isr
-    assert topics.offline_partition_count == offline
-    assert topics.preferred_replica_imbalance_count == imbalanced
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_every_batching_and_snapshot_point_gives_the_same_image_bytes(data: st.DataObject) -> None:
@@ -179,7 +168,7 @@ def test_every_batching_and_snapshot_point_gives_the_same_image_bytes(data: st.D
         straight.handle_commit([batch], high_watermark=high_watermark)
     expected = straight.image.to_bytes()
     assert straight.image.offset == len(records) - 1
-    _assert_indexes_match_a_full_scan(straight.image)
+    assert_indexes_match_a_full_scan(straight.image)
 
     # Another batching, with snapshots: the node reloads its own image, a fresh node starts from it,
     # and a stale node that stopped earlier jumps to it.
@@ -214,10 +203,10 @@ def test_every_batching_and_snapshot_point_gives_the_same_image_bytes(data: st.D
         stale_following = True
 
     assert node.image.to_bytes() == expected
-    _assert_indexes_match_a_full_scan(node.image)
+    assert_indexes_match_a_full_scan(node.image)
     if fresh is not None:
         assert fresh.image.to_bytes() == expected
-        _assert_indexes_match_a_full_scan(fresh.image)
+        assert_indexes_match_a_full_scan(fresh.image)
     assert stale.image.offset == straight.image.offset
     assert stale.image.to_bytes() == expected
-    _assert_indexes_match_a_full_scan(stale.image)
+    assert_indexes_match_a_full_scan(stale.image)

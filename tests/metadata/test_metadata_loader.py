@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from metadata_log_helpers import (
+    assert_indexes_match_a_full_scan,
     batches_of,
     change,
     image_of,
@@ -26,7 +27,6 @@ from kraft_engine.metadata import (
     MetadataLoader,
     MetadataReplayError,
     SnapshotManifest,
-    TopicIdPartition,
 )
 from kraft_engine.raft import CommittedBatch, LeaderAndEpoch
 from kraft_engine.records.metadata_records import (
@@ -344,23 +344,4 @@ def test_partitions_sharing_a_state_are_indexed_and_counted_as_a_full_scan_finds
             continue
         loader.handle_commit(batches_of(records, [len(records)], base_offset=offset), high_watermark=offset + len(records))
         offset += len(records)
-        topics = loader.image.topics
-        leaders: dict[int, set[TopicIdPartition]] = {}
-        isr_members: dict[int, set[TopicIdPartition]] = {}
-        replicas: dict[int, set[TopicIdPartition]] = {}
-        offline = imbalanced = 0
-        for topic_image in topics.topics_by_id.values():
-            for partition_id, registration in topic_image.partitions.items():
-                tp = TopicIdPartition(topic_image.id, partition_id)
-                if registration.has_leader:
-                    leaders.setdefault(registration.leader, set()).add(tp)
-                for broker in registration.isr:
-                    isr_members.setdefault(broker, set()).add(tp)
-                for broker in registration.replicas:
-                    replicas.setdefault(broker, set()).add(tp)
-                offline += not registration.has_leader
-                imbalanced += not registration.has_preferred_leader
-        assert {b: set(topics.partitions_led_by(b)) for b in topics.leaders.brokers()} == leaders
-        assert {b: set(topics.partitions_with_isr_member(b)) for b in topics.isr_members.brokers()} == isr_members
-        assert {b: set(topics.partitions_with_replica(b)) for b in topics.replicas.brokers()} == replicas
-        assert (topics.offline_partition_count, topics.preferred_replica_imbalance_count) == (offline, imbalanced)
+        assert_indexes_match_a_full_scan(loader.image)

@@ -139,27 +139,10 @@ class _IndexBuilder:
         self._topic_sets[broker_id] = found
         return found
 
-    def update(
-        self, topic_id: uuid.UUID, partition_id: int, *, old: tuple[int, ...], new: tuple[int, ...]
-    ) -> None:
-        if old == new:
-            return
-        if topic_id is not self._topic_id:
-            self._topic_id = topic_id
-            self._topic_sets = {}
-        sets = self._topic_sets
-        # Replica lists are a handful of brokers: tuple membership beats building sets.
-        for broker_id in old:
-            if broker_id not in new:
-                (sets.get(broker_id) or self._set(broker_id)).discard(partition_id)
-        for broker_id in new:
-            if broker_id not in old:
-                (sets.get(broker_id) or self._set(broker_id)).add(partition_id)
-
     def update_many(
-        self, topic_id: uuid.UUID, partition_ids: list[int], *, old: tuple[int, ...], new: tuple[int, ...]
+        self, topic_id: uuid.UUID, partition_ids: Sequence[int], *, old: tuple[int, ...], new: tuple[int, ...]
     ) -> None:
-        """`update` of each of a topic's `partition_ids`, all moving from `old` to `new`."""
+        """Each of a topic's `partition_ids` moves from the brokers in `old` to those in `new`."""
         if old == new:
             return
         if topic_id is not self._topic_id:
@@ -619,13 +602,13 @@ class _Accounts:
             self.offline += new_leader == NO_LEADER
             self.imbalanced += new_leader == NO_LEADER or not new_replicas or new_leader != new_replicas[0]
         if old_leader != new_leader:
-            self.leaders.update(
+            self.leaders.update_many(
                 topic_id,
-                partition_id,
+                (partition_id,),
                 old=() if old_leader == NO_LEADER else (old_leader,),
                 new=() if new_leader == NO_LEADER else (new_leader,),
             )
         if old_isr != new_isr:
-            self.isr_members.update(topic_id, partition_id, old=old_isr, new=new_isr)
+            self.isr_members.update_many(topic_id, (partition_id,), old=old_isr, new=new_isr)
         if old_replicas != new_replicas:
-            self.replicas.update(topic_id, partition_id, old=old_replicas, new=new_replicas)
+            self.replicas.update_many(topic_id, (partition_id,), old=old_replicas, new=new_replicas)
