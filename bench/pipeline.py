@@ -23,6 +23,7 @@ The machine's load average is printed before and after every run: figures from a
 are noisy and only comparable at similar load.
 
 Usage: .venv/bin/python bench/pipeline.py [--fleets 1x1000,4x1000,8x2000] [--cores 1,2] [--rounds 10]
+       the issue's fleet: --fleets 20x10000 --rounds 2 --cores 2 --baseline-clusters 1
 """
 
 from __future__ import annotations
@@ -218,13 +219,13 @@ def run_pipeline(fleet: Path, *, cores: int) -> dict[str, float]:
     return {"wall_s": wall_s, "records": records, "events": events}
 
 
-def run_decoder(fleet: Path) -> dict[str, float]:
+def run_decoder(inputs: Sequence[Path]) -> dict[str, float]:
     """The pipeline's own per-file decoder (what each Spark task runs: `log_files.decode_file`, into
     Arrow batches) in this one process, no Spark: the per-core ceiling of the job's reading."""
     from kraft_pipeline.log_files import decode_file, find_log_files
 
     started = time.perf_counter()
-    records = sum(batch.num_rows for file in find_log_files([str(fleet)]) for batch in decode_file(file))
+    records = sum(batch.num_rows for file in find_log_files([str(p) for p in inputs]) for batch in decode_file(file))
     return {"wall_s": time.perf_counter() - started, "records": records}
 
 
@@ -250,6 +251,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="fence + roll + reassignment rounds per cluster")
     parser.add_argument("--segment-bytes", type=int, default=1 << 20)
     parser.add_argument("--keep-dir", type=Path, default=None, help="generate the fleets here and keep them")
+    parser.add_argument("--baseline-clusters", type=int, default=None,
+                        help="run the two single-threaded decoders (decode_file, kafka-dump-log) on the first N "
+                             "clusters only (a rate, and the whole fleet takes them long); default: all")
     args = parser.parse_args()
     root = args.keep_dir or Path(tempfile.mkdtemp(prefix="kraft-bench-pipeline-"))
     classpath = kafka_classpath()
@@ -276,20 +280,23 @@ def main() -> None:
                              f"{figures['events'] / figures['wall_s']:,.0f}", f"{rate / cores:,.0f}",
                              f"{before} / {load()}"])
                 print("    " + " | ".join(rows[-1]), flush=True)
+            baseline = [fleet / f"cluster-{n}" for n in range(min(args.baseline_clusters or clusters, clusters))]
+            baseline_files = sorted(f for cluster in baseline for f in cluster.rglob("*.log"))
+            label = "" if len(baseline) == clusters else f" ({len(baseline)} of the clusters)"
             before = load()
-            figures = run_decoder(fleet)
+            figures = run_decoder(baseline)
             rate = figures["records"] / figures["wall_s"]
-            rows.append([f"{clusters}x{partitions}", "decode_file, no Spark (1 thread)", str(len(files)),
+            rows.append([f"{clusters}x{partitions}", f"decode_file, no Spark (1 thread){label}", str(len(baseline_files)),
                          str(int(figures["records"])), "-", f"{figures['wall_s']:.1f}", f"{rate:,.0f}",
-                         f"{len(files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
+                         f"{len(baseline_files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
             print("    " + " | ".join(rows[-1]), flush=True)
             if classpath is not None:
                 before = load()
-                figures = run_dump_log(files, classpath)
+                figures = run_dump_log(baseline_files, classpath)
                 rate = figures["records"] / figures["wall_s"]
-                rows.append([f"{clusters}x{partitions}", "kafka-dump-log (1 thread)", str(len(files)),
+                rows.append([f"{clusters}x{partitions}", f"kafka-dump-log (1 thread){label}", str(len(baseline_files)),
                              str(int(figures["records"])), "-", f"{figures['wall_s']:.1f}", f"{rate:,.0f}",
-                             f"{len(files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
+                             f"{len(baseline_files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
                 print("    " + " | ".join(rows[-1]), flush=True)
             else:
                 print("    kafka-dump-log: skipped (no Kafka jars in .kafka-jars/: scripts/fetch-kafka-jars)")

@@ -11,9 +11,11 @@ hints), so a record type or field added to the engine appears here without a sec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -124,26 +126,56 @@ RECORD_STRUCT: pa.StructType = pa.struct(
 """One field per record type; a row sets the one its record is."""
 
 
-def _plain(value: Any) -> Any:
-    """A decoded entity as Arrow's from_pylist wants it: dicts, lists, Uuids in Kafka's text form."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if isinstance(value, uuid.UUID):
-        return to_kafka_str(value)
-    if isinstance(value, bool | str | bytes | float) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    return value
+_Convert = Callable[[Any], Any]
+# Uuids repeat through a log (topic, directory, incarnation ids): their text form is made once.
+_uuid_text = functools.lru_cache(maxsize=1 << 16)(to_kafka_str)
+
+
+def _field_converter(hint: Any) -> _Convert | None:
+    """How a field of this type becomes what Arrow's from_pylist takes (dicts, lists, Uuids in
+    Kafka's text form); None when the value goes as it is (ints, strings, bytes, booleans)."""
+    hint, _ = _is_optional(hint)
+    if typing.get_origin(hint) is tuple:
+        item = _field_converter(typing.get_args(hint)[0])
+        if item is None:
+            return lambda v: None if v is None else list(v)
+        return lambda v: None if v is None else [item(x) for x in v]
+    if dataclasses.is_dataclass(hint):
+        return _converter(hint)
+    if hint is uuid.UUID:
+        return lambda v: None if v is None else _uuid_text(v)
+    return None
+
+
+_CONVERTERS: dict[Any, _Convert] = {}
+
+
+def _converter(cls: Any) -> _Convert:
+    """One record class's converter, built once from its type hints (the same hints the Arrow
+    struct is derived from), so decoding a record does no per-value type inspection."""
+    known = _CONVERTERS.get(cls)
+    if known is not None:
+        return known
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, _field_converter(hints[f.name])) for f in dataclasses.fields(cls)]
+    as_is = [name for name, convert in fields if convert is None]
+    converted = [(name, convert) for name, convert in fields if convert is not None]
+
+    def convert(value: Any) -> Any:
+        if value is None:
+            return None
+        out = {name: getattr(value, name) for name in as_is}
+        for name, field_convert in converted:
+            out[name] = field_convert(getattr(value, name))
+        return out
+
+    _CONVERTERS[cls] = convert
+    return convert
 
 
 def record_struct_value(type_name: str, entity: object) -> dict[str, Any]:
     """The `record` column's value for one decoded record of `type_name`."""
-    return {type_name: _plain(entity)}
-
-
+    return {type_name: _converter(type(entity))(entity)}
 
 
 def _from_plain(hint: Any, value: Any) -> Any:
