@@ -228,7 +228,7 @@ def _p(values: list[float], fraction: float) -> float:
 def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
     figures = Figures()
     with tempfile.TemporaryDirectory(prefix=f"bench-broker-{name}-") as state:
-        runtime = LocalRuntime(state, rng=random.Random(1))
+        runtime = LocalRuntime(state)
         cluster = KRaftCluster.model_validate(yaml.safe_load(_SPEC.format(name=name, implementation=implementation)))
         try:
             started = time.monotonic()

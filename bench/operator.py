@@ -90,7 +90,7 @@ spec:
 
 async def reconcile_loop(count: int, *, rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="kraftwerk-bench-") as state:
-        runtime = LocalRuntime(state, rng=random.Random(count))
+        runtime = LocalRuntime(state)
         reconciler = Reconciler(runtime, rng=random.Random(count), metrics=OperatorMetrics())
         clusters = [KRaftCluster.model_validate(yaml.safe_load(_ONE_CONTROLLER.format(index=i))) for i in range(count)]
         try:

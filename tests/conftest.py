@@ -9,9 +9,27 @@ from pathlib import Path
 
 import pytest
 
+from kraft_engine.loopback_ports import PORT_RANGE_ENV, picking_range
+
 SmallTmpfs = Callable[[int], Path]
 
 _TESTS = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker picks the loopback ports of the nodes it starts from a range
+    of its own (`KRAFTWERK_PORT_RANGE`, inherited by the processes it starts): a port one worker
+    found free and handed to a node that has not bound it yet cannot be handed out by the other."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
+        return
+    index, count = int(worker["workerid"].removeprefix("gw")), int(worker["workercount"])
+    ports = picking_range()
+    share = len(ports) // count
+    if share < 1000:
+        raise pytest.UsageError(f"{PORT_RANGE_ENV} leaves {share} ports to each of {count} workers; give it more")
+    low = ports.start + index * share
+    os.environ[PORT_RANGE_ENV] = f"{low}-{low + share - 1}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

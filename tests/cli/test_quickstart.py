@@ -4,12 +4,10 @@ find the storage formatted, change nothing, and repair only what is missing."""
 from __future__ import annotations
 
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
-from kraft_engine import loopback_ports
 from kraft_engine.cli.main import main
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.server.config import load_config
@@ -100,31 +98,3 @@ def test_a_damaged_plan_file_is_refused_clearly(tmp_path: Path, capsys: pytest.C
     assert rc == 1
     assert "No colon following port" in err
     assert sorted(p.name for p in state.iterdir()) == ["quickstart.properties"]
-
-
-def test_picked_ports_are_free_and_outside_the_ephemeral_range(tmp_path: Path) -> None:
-    # A port from the ephemeral range can be taken by any outgoing connection (even one to that
-    # very port, a loopback self-connect) before or while its controller binds it.
-    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    ports = loopback_ports.free_loopback_ports(6)
-    assert len(set(ports)) == 6
-    assert all(loopback_ports.LOWEST_PICKED_PORT <= p < first_ephemeral for p in ports)
-    for port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", port))
-
-
-def test_a_taken_candidate_is_skipped_and_the_kernel_chooses_when_none_is_left(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        taken_port = taken.getsockname()[1]
-        # The only candidate is in use: every port comes from the kernel instead, still distinct.
-        range_file = tmp_path / "ip_local_port_range"
-        range_file.write_text(f"{taken_port + 1}\t65000\n")
-        monkeypatch.setattr(loopback_ports, "_EPHEMERAL_RANGE_PATH", range_file)
-        monkeypatch.setattr(loopback_ports, "LOWEST_PICKED_PORT", taken_port)
-        ports = loopback_ports.free_loopback_ports(3)
-    assert len(set(ports)) == 3 and taken_port not in ports

@@ -62,7 +62,7 @@ class Running:
 @pytest.fixture
 async def running(tmp_path: Path) -> AsyncIterator[Running]:
     cluster = KRaftCluster.model_validate(yaml.safe_load(textwrap.dedent(SPEC)))
-    runtime = LocalRuntime(tmp_path, rng=random.Random(7))
+    runtime = LocalRuntime(tmp_path)
     reconciler = Reconciler(runtime, rng=random.Random(7), metrics=OperatorMetrics())
     handle = Running(cluster, runtime, reconciler)
     try:
@@ -146,7 +146,7 @@ spec:
 @pytest.mark.skipif(kafka_classpath() is None, reason="Kafka jars not cached (scripts/fetch-kafka-jars) or no java")
 async def test_the_admin_client_against_an_apache_kafka_broker(tmp_path: Path) -> None:
     cluster = KRaftCluster.model_validate(yaml.safe_load(textwrap.dedent(KAFKA_BROKER)))
-    runtime = LocalRuntime(tmp_path, rng=random.Random(3))
+    runtime = LocalRuntime(tmp_path)
     handle = Running(cluster, runtime, Reconciler(runtime, rng=random.Random(3), metrics=OperatorMetrics()))
     try:
         await handle.reconcile_until_ready(timeout_s=240)

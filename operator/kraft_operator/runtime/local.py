@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kraft_engine.kafka_uuid import to_kafka_str
-from kraft_engine.loopback_ports import HOST, LOWEST_PICKED_PORT, first_ephemeral_port, port_is_free
+from kraft_engine.loopback_ports import HOST, free_port_block
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
 from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
 from kraft_operator.model import Implementation, KRaftCluster, Role
@@ -137,9 +136,8 @@ class LocalRuntime:
 
     name = "local"
 
-    def __init__(self, state_dir: str | Path, *, rng: random.Random | None = None) -> None:
+    def __init__(self, state_dir: str | Path) -> None:
         self.state_dir = Path(state_dir).resolve()
-        self._rng = rng or random.Random()
         self._processes: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._jobs: dict[tuple[str, int], _Job] = {}
         self._controllers: set[tuple[str, int]] = set()
@@ -169,20 +167,16 @@ class LocalRuntime:
         return base
 
     def _free_port_block(self) -> int:
-        """A base port whose first nodes' ports are free now (node ids 0..15 are checked).
-
-        The block lies below the kernel's ephemeral range: a port from that range can be taken by
+        """A base port whose whole block (node ids 0..63) is free now, from the range every local
+        node's ports come from (`kraft_engine.loopback_ports`: below the ephemeral and NodePort
+        ranges, `KRAFTWERK_PORT_RANGE` when set): a port from the ephemeral range can be taken by
         any outgoing connection while its node is down (a roll, a kill), and the node then cannot
         bind it again.
         """
-        high = first_ephemeral_port() - _PORT_SPAN
-        if high <= LOWEST_PICKED_PORT:
-            high = 60000 - _PORT_SPAN
-        for _ in range(200):
-            base = self._rng.randrange(LOWEST_PICKED_PORT, high, _PORTS_PER_NODE)
-            if all(port_is_free(base + offset) for offset in range(16 * _PORTS_PER_NODE)):
-                return base
-        raise RuntimeActionError("no free block of loopback ports found")
+        base = free_port_block(size=_PORT_SPAN, step=_PORTS_PER_NODE)
+        if base is None:
+            raise RuntimeActionError(f"no free block of {_PORT_SPAN} loopback ports found")
+        return base
 
     # -- observe -----------------------------------------------------------------------------------
     async def observe(self, cluster: KRaftCluster) -> Observed:
