@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kafka_python_sockets import close_failed_sockets
 
 from kraft_engine.loopback_ports import PORT_RANGE_ENV, picking_range
 
@@ -17,9 +18,12 @@ _TESTS = Path(__file__).parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist each worker picks the loopback ports of the nodes it starts from a range
+    """kafka-python's clients close the sockets of failed connection attempts (kafka_python_sockets.py).
+
+    Under pytest-xdist each worker picks the loopback ports of the nodes it starts from a range
     of its own (`KRAFTWERK_PORT_RANGE`, inherited by the processes it starts): a port one worker
     found free and handed to a node that has not bound it yet cannot be handed out by the other."""
+    close_failed_sockets()
     worker = getattr(config, "workerinput", None)
     if worker is None:
         return
