@@ -16,7 +16,14 @@ import pytest
 import yaml
 from kio.schema.errors import ErrorCode
 
-from kraft_operator.admin import AdminError, AdminUnreachable, ClusterAdmin, create_topic
+from kraft_operator.admin import (
+    AdminError,
+    AdminUnreachable,
+    ClusterAdmin,
+    NodeDescription,
+    QuorumDescription,
+    create_topic,
+)
 from kraft_operator.metrics import OperatorMetrics
 from kraft_operator.model import ConditionStatus, ConditionType, KRaftCluster
 from kraft_operator.observing import admin_addresses
@@ -72,18 +79,39 @@ async def running(tmp_path: Path) -> AsyncIterator[Running]:
         runtime.stop_all(timeout_s=20)
 
 
+async def every_controllers_view_once_settled(
+    controllers: list[tuple[str, int]], *, timeout_s: float = 60,
+) -> tuple[QuorumDescription, list[tuple[str, int, tuple[NodeDescription, ...]]]]:
+    """DescribeQuorum, and each controller's own DescribeCluster answer, once every controller
+    names the leader DescribeQuorum reports. A controller that has not heard from the leader of
+    the current epoch yet (its BeginQuorumEpoch still on the way) answers controller id -1, as
+    Kafka's ControllerApis does: Ready says a majority follows, not that every voter does."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with ClusterAdmin(controllers=controllers, timeout_ms=10000) as admin:
+            quorum = await admin.describe_quorum()
+        answers = []
+        for address in controllers:
+            async with ClusterAdmin(controllers=[address], timeout_ms=10000) as one:
+                answers.append(await one.describe_cluster(brokers=False))
+        if all(controller_id == quorum.leader_id for _, controller_id, _ in answers):
+            return quorum, answers
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not every controller names leader {quorum.leader_id} after {timeout_s} s: {answers}")
+        await asyncio.sleep(0.3)
+
+
 async def test_the_admin_client_describes_quorum_cluster_metadata_configs_and_features(running: Running) -> None:
     controllers = await running.controllers()
-    async with ClusterAdmin(controllers=controllers, timeout_ms=10000) as admin:
-        quorum = await admin.describe_quorum()
-        assert sorted(v.replica_id for v in quorum.voters) == [0, 1, 2]
-        assert quorum.leader_id in (0, 1, 2) and quorum.leader_epoch >= 1
-        cluster_id, controller_id, nodes = await admin.describe_cluster(brokers=False)
+    quorum, answers = await every_controllers_view_once_settled(controllers)
+    assert sorted(v.replica_id for v in quorum.voters) == [0, 1, 2]
+    assert quorum.leader_id in (0, 1, 2) and quorum.leader_epoch >= 1
+    for cluster_id, _, nodes in answers:
         assert cluster_id == running.cluster.status.cluster_id
-        assert controller_id == quorum.leader_id
         assert sorted((n.node_id, n.port) for n in nodes) == sorted(
             (i, port) for i, (_, port) in enumerate(controllers)
         )
+    async with ClusterAdmin(controllers=controllers, timeout_ms=10000) as admin:
         features = await admin.finalized_features()
         assert features["metadata.version"] == 29  # 4.2-IV1, the engine's newest production level
     with pytest.raises(AdminError) as no_brokers:
