@@ -59,6 +59,8 @@ _DESCRIBE_CONFIGS = 32
 _DESCRIBE_LOG_DIRS = 35
 _DESCRIBE_CLUSTER = 60
 _TOPIC_RESOURCE = 2
+_BROKER_RESOURCE = 4
+_DYNAMIC_BROKER_CONFIG = 1  # DescribeConfigs ConfigSource
 _BROKER_ENDPOINTS = 1
 _CONTROLLER_ENDPOINTS = 2
 _RETRY_INTERVAL_S = 0.1
@@ -296,32 +298,48 @@ class ClusterAdmin:
         """Each topic's configs in force (name -> value), optionally only `keys`."""
         if not topics:
             return {}
+        found = await self._describe_configs(self.brokers or self.controllers, resource_type=_TOPIC_RESOURCE,
+                                             names=topics, keys=keys)
+        return {name: {k: value for k, (value, _) in configs.items()} for name, configs in found.items()}
 
-        async def attempt(connection: KafkaConnection) -> dict[str, dict[str, str]]:
+    async def dynamic_broker_configs(self, broker: Address, *, broker_id: int, keys: Sequence[str]) -> dict[str, str]:
+        """The configs set for this one broker (DescribeConfigs source DYNAMIC_BROKER_CONFIG), asked
+        of the broker itself, as Kafka's Admin does for a broker resource."""
+        found = await self._describe_configs([broker], resource_type=_BROKER_RESOURCE, names=[str(broker_id)], keys=keys)
+        return {k: value for k, (value, source) in found.get(str(broker_id), {}).items()
+                if source == _DYNAMIC_BROKER_CONFIG}
+
+    async def _describe_configs(
+        self, addresses: Sequence[Address], *, resource_type: int, names: Sequence[str], keys: Sequence[str] | None
+    ) -> dict[str, dict[str, tuple[str, int]]]:
+        """DescribeConfigs of resources of one type: name -> key -> (value, source)."""
+
+        async def attempt(connection: KafkaConnection) -> dict[str, dict[str, tuple[str, int]]]:
             version = min(4, connection.negotiated_version(_DESCRIBE_CONFIGS))
             request_cls = request_class(_DESCRIBE_CONFIGS, version)
             module = __import__(request_cls.__module__, fromlist=["DescribeConfigsResource"])
             resources = tuple(
                 module.DescribeConfigsResource(
-                    resource_type=i8(_TOPIC_RESOURCE),
-                    resource_name=topic,
+                    resource_type=i8(resource_type),
+                    resource_name=name,
                     configuration_keys=tuple(keys) if keys is not None else None,
                 )
-                for topic in topics
+                for name in names
             )
             fields: dict[str, Any] = {"resources": resources, "include_synonyms": False}
             if version >= 3:
                 fields["include_documentation"] = False
             response = await connection.send(request_cls(**fields))
-            found: dict[str, dict[str, str]] = {}
+            found: dict[str, dict[str, tuple[str, int]]] = {}
             for result in response.results:
                 _check("DescribeConfigs", result.error_code, result.error_message)
                 found[str(result.resource_name)] = {
-                    str(c.name): str(c.value) for c in result.configs if c.value is not None
+                    str(c.name): (str(c.value), int(getattr(c, "config_source", -1)))
+                    for c in result.configs if c.value is not None
                 }
             return found
 
-        return await self._first_answer(self.brokers or self.controllers, "DescribeConfigs", attempt)
+        return await self._first_answer(addresses, "DescribeConfigs", attempt)
 
     # -- features (ApiVersions) ----------------------------------------------------------------------
     async def finalized_features(self) -> dict[str, int]:

@@ -51,6 +51,8 @@ __all__ = [
     "QuorumReplicaStatus",
     "QuorumStatus",
     "Rack",
+    "ReassignmentThrottleStatus",
+    "RebalanceStatus",
     "Resources",
     "Role",
     "RollStatus",
@@ -58,6 +60,7 @@ __all__ = [
     "RunbookStepStatus",
     "ScaleDownStatus",
     "Storage",
+    "TopicThrottleStatus",
     "Volume",
     "VolumeReplacementStatus",
 ]
@@ -249,6 +252,18 @@ class Lifecycle(_Model):
     stuck_roll_after_seconds: int = Field(
         default=1800, ge=10, le=604800,
         description="A roll blocked by a gate this long raises the stuck-roll runbook (it keeps waiting).",
+    )
+    reassignment_throttle_bytes_per_second: int | None = Field(
+        default=52428800, ge=1,
+        description="The replication throttle (leader.replication.throttled.rate and "
+        "follower.replication.throttled.rate on the brokers involved, with the moving replicas as the "
+        "topics' throttled replicas) while the operator reassigns partitions (a drain, a rebalance); "
+        "removed once the move finishes. null: unthrottled.",
+    )
+    rebalance_on_scale_up: bool = Field(
+        default=False,
+        description="Move replicas onto brokers that joined and hold none (a throttled reassignment). "
+        "Kafka never does this by itself; off by default.",
     )
 
 
@@ -452,6 +467,33 @@ class PartitionMoveStatus(_Model):
     replicas: list[int]
 
 
+class TopicThrottleStatus(_Model):
+    """One topic's throttled replicas during a reassignment, in Kafka's `partition:broker` lists:
+    the replicas moved from (leader side) and the replicas being added (follower side)."""
+
+    topic: str
+    leader_replicas: str = ""
+    follower_replicas: str = ""
+
+
+class ReassignmentThrottleStatus(_Model):
+    """The replication throttle the operator set for its reassignment, removed once it finished."""
+
+    rate_bytes_per_second: int
+    brokers: list[int] = Field(default_factory=list)
+    topics: list[TopicThrottleStatus] = Field(default_factory=list)
+    cleared_at: str | None = Field(default=None, description="When its removal was sent.")
+
+
+class RebalanceStatus(_Model):
+    """Replicas moved onto brokers that joined holding none (`spec.lifecycle.rebalanceOnScaleUp`):
+    the planned targets, recorded before they are sent, and their throttle."""
+
+    brokers: list[int] = Field(default_factory=list, description="The brokers that held no replica.")
+    moves: list[PartitionMoveStatus] = Field(default_factory=list)
+    throttle: ReassignmentThrottleStatus | None = None
+
+
 class ScaleDownStatus(_Model):
     """Nodes leaving the cluster, one at a time: `current` is the node being removed (voter removal,
     drain, stop, unregister), `moves` the reassignment planned for it, recorded before it is sent."""
@@ -461,6 +503,7 @@ class ScaleDownStatus(_Model):
     moves: list[PartitionMoveStatus] = Field(default_factory=list)
     removed: list[int] = Field(default_factory=list)
     sent_at: str | None = Field(default=None, description="When the current step's request was last sent.")
+    throttle: ReassignmentThrottleStatus | None = None
 
 
 class VolumeReplacementStatus(_Model):
@@ -487,6 +530,7 @@ class OperationStatus(_Model):
     roll: RollStatus | None = None
     scale_down: ScaleDownStatus | None = None
     volume: VolumeReplacementStatus | None = None
+    rebalance: RebalanceStatus | None = None
 
 
 class RunbookStepStatus(_Model):

@@ -5,7 +5,9 @@ voters and observers), DescribeCluster on the brokers (registered and fenced bro
 (partitions with their replicas and ISR; DescribeConfigs for every topic's min.insync.replicas,
 which the roll's min-ISR rule needs) and ApiVersions
 (the finalized metadata.version), and DescribeLogDirs of each running broker (its directories:
-offline or not, total and usable bytes). Only nodes the runtime reports running are asked. A question
+offline or not, total and usable bytes). The replication throttles an operator reassignment sets
+are read back too: each topic's throttled replicas (with min.insync.replicas) and each running
+broker's own throttled rates (DescribeConfigs of its broker resource, asked of it). Only nodes the runtime reports running are asked. A question
 that gets no answer leaves its part None and says why in `errors`: during bootstrap most of them
 have no answer yet, and that is not a failure.
 """
@@ -22,6 +24,8 @@ from kraft_operator.admin import AdminError, ClusterAdmin, under_min_isr
 from kraft_operator.model import KRaftCluster
 from kraft_operator.plan import (
     CONTROLLER_LISTENER,
+    THROTTLE_BROKER_KEYS,
+    THROTTLE_TOPIC_KEYS,
     BrokerFacts,
     ClusterFacts,
     DesiredNode,
@@ -33,6 +37,7 @@ from kraft_operator.plan import (
     PodPhase,
     QuorumFacts,
     ReplicaFacts,
+    ThrottleFacts,
     desired_nodes,
     replication_factors,
 )
@@ -83,6 +88,7 @@ async def observe_cluster(
     details = None
     finalized = None
     cluster_id = None
+    topic_throttles: dict[str, dict[str, str]] | None = None
     async with ClusterAdmin(controllers=controllers, brokers=brokers, timeout_ms=timeout_ms) as admin:
         if controllers:
             try:
@@ -107,8 +113,10 @@ async def observe_cluster(
             cluster_id = cluster_id or metadata.cluster_id
             # Every topic's effective min.insync.replicas: the roll's min-ISR rule needs it for all.
             names = [t.name for t in metadata.topics]
-            configs = await admin.describe_topic_configs(names, keys=["min.insync.replicas"]) if names else {}
+            configs = await admin.describe_topic_configs(names, keys=["min.insync.replicas", *THROTTLE_TOPIC_KEYS]) if (
+                names) else {}
             min_isr = {name: int(c.get("min.insync.replicas", "1")) for name, c in configs.items()}
+            topic_throttles = {name: {k: c[k] for k in THROTTLE_TOPIC_KEYS if c.get(k)} for name, c in configs.items()}
             all_partitions = [p for t in metadata.topics for p in t.partitions]
             details = tuple(
                 PartitionDetail(topic=t.name, partition=p.partition, leader_id=p.leader_id, replicas=p.replicas,
@@ -125,6 +133,9 @@ async def observe_cluster(
         except AdminError as e:
             errors.append(str(e))
         log_dirs = await _log_dirs(admin, cluster, layout=layout, observed=observed)
+        throttles = None if topic_throttles is None else ThrottleFacts(
+            broker_rates=await _broker_throttles(admin, cluster, layout=layout, observed=observed),
+            topic_replicas={name: found for name, found in topic_throttles.items() if found})
         supported = await _supported_metadata_versions(admin, cluster, layout=layout, observed=observed,
                                                        errors=errors)
         try:
@@ -144,7 +155,25 @@ async def observe_cluster(
         partition_details=details,
         supported_metadata_versions=supported,
         log_dirs=log_dirs,
+        throttles=throttles,
     )
+
+
+async def _broker_throttles(
+    admin: ClusterAdmin, cluster: KRaftCluster, *, layout: Layout, observed: Observed
+) -> dict[int, dict[str, str]]:
+    """Each running broker's throttled rates set for it; a broker that does not answer is left out."""
+    found: dict[int, dict[str, str]] = {}
+    for node in _running_nodes(cluster, observed):
+        if not node.is_broker:
+            continue
+        address = _address(cluster, layout, node, controller=False)
+        try:
+            found[node.ref.node_id] = await admin.dynamic_broker_configs(address, broker_id=node.ref.node_id,
+                                                                         keys=THROTTLE_BROKER_KEYS)
+        except AdminError:
+            continue
+    return found
 
 
 async def _log_dirs(

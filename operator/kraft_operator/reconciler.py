@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,6 +21,11 @@ from kio.schema.alter_partition_reassignments.v1.request import (
     ReassignableTopic,
 )
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from kio.schema.types import BrokerId, TopicName
 from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
 from kio.schema.update_features.v1.request import FeatureUpdateKey, UpdateFeaturesRequest
@@ -43,7 +48,10 @@ from kraft_operator.model import (
 )
 from kraft_operator.observing import admin_addresses, observe_cluster
 from kraft_operator.plan import (
+    THROTTLE_BROKER_KEYS,
+    THROTTLE_TOPIC_KEYS,
     AddVoter,
+    ClearReassignmentThrottles,
     ConfigRules,
     Event,
     EventType,
@@ -52,6 +60,7 @@ from kraft_operator.plan import (
     Plan,
     ReassignPartitions,
     RemoveVoter,
+    SetReassignmentThrottles,
     UnregisterBroker,
     plan,
 )
@@ -61,6 +70,8 @@ __all__ = ["Reconciler"]
 
 _UPGRADE = 1  # UpdateFeatures upgrade types (KIP-584)
 _SAFE_DOWNGRADE = 2
+_TOPIC, _BROKER = 2, 4  # ConfigResource.Type
+_SET, _DELETE = 0, 1  # AlterConfigOp.OpType
 
 
 def _now_ms() -> int:
@@ -94,10 +105,13 @@ class Reconciler:
                         await self._send_to_active_controller(cluster, action, observed=observed)
                     elif isinstance(action, FinalizeMetadataVersion):
                         await self._finalize_metadata_version(cluster, action, observed=observed)
+                    elif isinstance(action, SetReassignmentThrottles | ClearReassignmentThrottles):
+                        await self._alter_throttles(cluster, action, observed=observed)
                     else:
                         await self.runtime.apply(cluster, action)
                 except (RuntimeActionError, AdminError, OSError) as e:
-                    target = "the cluster" if isinstance(action, FinalizeMetadataVersion) else f"node {action.node.node_id}"
+                    node = getattr(action, "node", None)
+                    target = f"node {node.node_id}" if node is not None else "the cluster"
                     result = _action_failed(result, f"{type(action).__name__} for {target}: {e}")
                     if isinstance(action, FinalizeMetadataVersion):
                         result = _bump_failed(result, action, reason=str(e), now_ms=self.clock_ms())
@@ -159,6 +173,36 @@ class Reconciler:
                        for p in topic.partitions]
         _raise_first_error(api, errors, ignore=ErrorCode.broker_id_not_registered if api == "UnregisterBroker" else None)
 
+    async def _alter_throttles(
+        self, cluster: KRaftCluster, action: SetReassignmentThrottles | ClearReassignmentThrottles, *,
+        observed: Observed,
+    ) -> None:
+        """IncrementalAlterConfigs on the active controller: the reassignment throttle set (each
+        topic's throttled replicas, both rates on each broker involved) or deleted. Deleting a
+        deleted topic's keys finds no topic: nothing is left to remove there."""
+        resources: list[AlterConfigsResource] = []
+        if isinstance(action, SetReassignmentThrottles):
+            rate = str(action.rate_bytes_per_second)
+            for topic, leaders, followers in action.topics:
+                resources.append(AlterConfigsResource(resource_type=i8(_TOPIC), resource_name=topic, configs=tuple(
+                    AlterableConfig(name=key, config_operation=i8(_SET), value=value)
+                    for key, value in zip(THROTTLE_TOPIC_KEYS, (leaders, followers), strict=True) if value)))
+            for broker in action.brokers:
+                resources.append(AlterConfigsResource(resource_type=i8(_BROKER), resource_name=str(broker), configs=tuple(
+                    AlterableConfig(name=key, config_operation=i8(_SET), value=rate) for key in THROTTLE_BROKER_KEYS)))
+        else:
+            for topic in action.topics:
+                resources.append(AlterConfigsResource(resource_type=i8(_TOPIC), resource_name=topic, configs=tuple(
+                    AlterableConfig(name=key, config_operation=i8(_DELETE), value=None) for key in THROTTLE_TOPIC_KEYS)))
+            for broker in action.brokers:
+                resources.append(AlterConfigsResource(resource_type=i8(_BROKER), resource_name=str(broker), configs=tuple(
+                    AlterableConfig(name=key, config_operation=i8(_DELETE), value=None) for key in THROTTLE_BROKER_KEYS)))
+        request = IncrementalAlterConfigsRequest(resources=tuple(r for r in resources if r.configs), validate_only=False)
+        response = await self._on_active_controller(cluster, request, api="IncrementalAlterConfigs", observed=observed)
+        errors = [(ErrorCode(r.error_code), f"{r.resource_name}: {r.error_message or ''}") for r in response.responses]
+        ignore = ErrorCode.unknown_topic_or_partition if isinstance(action, ClearReassignmentThrottles) else None
+        _raise_first_error("IncrementalAlterConfigs", errors, ignore=ignore)
+
     async def _finalize_metadata_version(
         self, cluster: KRaftCluster, action: FinalizeMetadataVersion, *, observed: Observed
     ) -> None:
@@ -217,7 +261,7 @@ def _bump_failed(result: Plan, action: FinalizeMetadataVersion, *, reason: str, 
     return replace(result, status=result.status.model_copy(update={"metadata_version": recorded}))
 
 
-def _raise_first_error(api: str, errors: list[tuple[ErrorCode, str | None]], *, ignore: ErrorCode | None = None) -> None:
+def _raise_first_error(api: str, errors: Sequence[tuple[ErrorCode, str | None]], *, ignore: ErrorCode | None = None) -> None:
     """The first error of an answer (its top-level one, then its entries') as the action's failure."""
     for code, message in errors:
         if code is not ErrorCode.none and code is not ignore:

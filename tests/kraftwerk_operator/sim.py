@@ -15,7 +15,10 @@ operator was told) at the moment the operator acts, and recorded in `violations`
   of would drop below min.insync.replicas;
 - a running, caught-up controller is restarted only while the other caught-up voters are a
   majority;
-- order: controllers (followers, then the active one) before brokers.
+- order: controllers (followers, then the active one) before brokers;
+- a reassignment starts only under its throttle (each moved partition's sources and added
+  replicas listed on its topic, the rate on every broker involved), and a drained broker stops
+  only once no throttle is left (`throttled`: the spec asks for one).
 `Scenario` drives a roll with faults at exact points (the operator dying before acting or after
 acting but before its status write, a second voter failing mid-roll, a broker that re-registers
 slowly, a broker dead before the roll, a partition held at min ISR until a user fixes its topic)
@@ -32,9 +35,11 @@ from kraft_operator.config_rules import EngineConfigRules
 from kraft_operator.model import MANUAL_ROLL_ANNOTATION, ConditionStatus, ConditionType, KRaftCluster
 from kraft_operator.plan import (
     ROLL_OPERATION,
+    THROTTLE_BROKER_KEYS,
     Action,
     AddVoter,
     BrokerFacts,
+    ClearReassignmentThrottles,
     ClusterFacts,
     FinalizeMetadataVersion,
     FormatJobFacts,
@@ -53,8 +58,10 @@ from kraft_operator.plan import (
     ReplaceVolume,
     ReplicaFacts,
     RestartNode,
+    SetReassignmentThrottles,
     StartNode,
     StopNode,
+    ThrottleFacts,
     UnregisterBroker,
     VolumeFacts,
     WriteConfig,
@@ -164,10 +171,29 @@ class SimCluster:
     bumps: list[str] = field(default_factory=list)
     upgraded_support: tuple[int, int] | None = None  # what a node restarted on a new revision supports
     replacements: list[tuple[int, int]] = field(default_factory=list)  # (node, volume) per ReplaceVolume
+    throttled: bool = True  # the spec asks for a reassignment throttle (its default)
+    broker_rates: dict[int, dict[str, str]] = field(default_factory=dict)  # dynamic broker configs set
+    topic_throttles: dict[str, dict[str, str]] = field(default_factory=dict)  # topic -> throttled replicas set
+    throttle_sets: int = 0
 
     # -- the runtime ---------------------------------------------------------------------------
     def apply(self, action: Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker
-              | FinalizeMetadataVersion) -> None:
+              | FinalizeMetadataVersion | SetReassignmentThrottles | ClearReassignmentThrottles) -> None:
+        if isinstance(action, SetReassignmentThrottles):
+            self.throttle_sets += 1
+            for topic, leaders, followers in action.topics:
+                found = self.topic_throttles.setdefault(topic, {})
+                found.update({k: v for k, v in (("leader.replication.throttled.replicas", leaders),
+                                                ("follower.replication.throttled.replicas", followers)) if v})
+            for broker in action.brokers:
+                self.broker_rates[broker] = dict.fromkeys(THROTTLE_BROKER_KEYS, str(action.rate_bytes_per_second))
+            return
+        if isinstance(action, ClearReassignmentThrottles):
+            for topic in action.topics:
+                self.topic_throttles.pop(topic, None)
+            for broker in action.brokers:
+                self.broker_rates.pop(broker, None)
+            return
         if isinstance(action, FinalizeMetadataVersion):
             self._check_finalize(action)
             self.finalized = action.version
@@ -279,7 +305,7 @@ class SimCluster:
             if p.target is not None and p.target != move.replicas:
                 self.violations.append(f"a second reassignment of {p.topic}-{p.partition} to {move.replicas} "
                                        f"while one to {p.target} is in flight")
-            if node.node_id in move.replicas or len(set(move.replicas)) != len(p.target or p.replicas):
+            if (action.drain and node.node_id in move.replicas) or len(set(move.replicas)) != len(p.target or p.replicas):
                 self.violations.append(f"reassignment of {p.topic}-{p.partition} to {move.replicas} "
                                        f"(replicas {p.replicas}) keeps broker {node.node_id} or changes the RF")
             missing = [r for r in move.replicas if r not in self.nodes or not self.nodes[r].broker]
@@ -287,12 +313,31 @@ class SimCluster:
                 self.violations.append(f"reassignment of {p.topic}-{p.partition} onto non-brokers {missing}")
             if p.target == move.replicas:
                 continue  # sent again: nothing changes
+            if self.throttled:
+                self._check_throttled(p, move.replicas)
             p.target = move.replicas
             p.replicas = tuple(dict.fromkeys((*move.replicas, *p.replicas)))
             p.move_left = self.rng.randint(1, 4)
 
+    def _check_throttled(self, p: SimPartition, target: tuple[int, ...]) -> None:
+        """Kafka's throttle for the move, in force before it starts: the sources on the leader side,
+        the added replicas on the follower side, the rate on every broker involved."""
+        found = self.topic_throttles.get(p.topic, {})
+        leaders = set(found.get("leader.replication.throttled.replicas", "").split(","))
+        followers = set(found.get("follower.replication.throttled.replicas", "").split(","))
+        missing = [f"{p.partition}:{b}" for b in p.replicas if f"{p.partition}:{b}" not in leaders]
+        missing += [f"{p.partition}:{b}" for b in target if b not in p.replicas and f"{p.partition}:{b}" not in followers]
+        unrated = [b for b in {*p.replicas, *target} if b not in self.broker_rates]
+        if missing or unrated:
+            self.violations.append(f"reassignment of {p.topic}-{p.partition} to {list(target)} started unthrottled "
+                                   f"(replicas {missing} not throttled, brokers {unrated} without a rate)")
+
     def _check_stop(self, node: SimNode) -> None:
-        """A leaving node stops only once it holds no vote and no replica."""
+        """A leaving node stops only once it holds no vote and no replica, and (a broker) once the
+        throttle of its drain is removed."""
+        if node.broker and (self.broker_rates or self.topic_throttles):
+            self.violations.append(f"stopped broker {node.node_id} with reassignment throttles left: "
+                                   f"{self.broker_rates} {self.topic_throttles}")
         if node.node_id in self.voters:
             self.violations.append(f"stopped node {node.node_id} while it is a voter")
         held = [f"{p.topic}-{p.partition}" for p in self.partitions if node.node_id in p.replicas]
@@ -570,6 +615,9 @@ class SimCluster:
             finalized_metadata_version=self.finalized,
             partition_details=details,
             supported_metadata_versions={n.node_id: n.supported for n in self.nodes.values() if n.running},
+            throttles=None if details is None else ThrottleFacts(
+                broker_rates={b: dict(self.broker_rates.get(b, {})) for b in (brokers or {}) if self.nodes[b].up},
+                topic_replicas={t: dict(v) for t, v in self.topic_throttles.items()}),
         )
 
 
@@ -773,6 +821,7 @@ class ScaleScenario:
     leaving: list[int] = field(default_factory=list)
     sim: SimCluster | None = None
     delete_claims: bool = False  # the broker pool's second volume says deleteClaim: true
+    throttle_bytes_per_second: int | None = 52428800  # spec.lifecycle.reassignmentThrottleBytesPerSecond
 
     @classmethod
     def random(cls, seed: int) -> ScaleScenario:
@@ -783,6 +832,10 @@ class ScaleScenario:
     def run(self) -> tuple[list[str], bool]:
         cluster, sim = bootstrap(self.seed, brokers=4)
         self.sim = sim
+        sim.throttled = self.throttle_bytes_per_second is not None
+        lifecycle = cluster.spec.lifecycle.model_copy(
+            update={"reassignment_throttle_bytes_per_second": self.throttle_bytes_per_second})
+        cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"lifecycle": lifecycle})})
         if self.delete_claims:
             pools = list(cluster.spec.node_pools)
             volumes = [v.model_copy(update={"delete_claim": v.id == 1}) for v in pools[1].storage.volumes]
@@ -825,6 +878,6 @@ class ScaleScenario:
         if set(sim.voters) != {0, 1, 2} or {n.id for n in result.status.nodes} != self.staying:
             return False
         leaving = [sim.nodes[i] for i in self.leaving]
-        if any(n.running or n.registered for n in leaving):
+        if any(n.running or n.registered for n in leaving) or sim.broker_rates or sim.topic_throttles:
             return False
         return not any(set(p.replicas) & set(self.leaving) for p in sim.partitions)

@@ -15,6 +15,7 @@ the two things that differ per runtime arrive as ports: `Layout` (hosts, ports, 
 from kraft_operator.plan.actions import (
     Action,
     AddVoter,
+    ClearReassignmentThrottles,
     Event,
     EventType,
     FinalizeMetadataVersion,
@@ -27,6 +28,7 @@ from kraft_operator.plan.actions import (
     ReplaceVolume,
     ResizeVolume,
     RestartNode,
+    SetReassignmentThrottles,
     StartNode,
     StopNode,
     UnregisterBroker,
@@ -48,6 +50,7 @@ from kraft_operator.plan.facts import (
     PodPhase,
     QuorumFacts,
     ReplicaFacts,
+    ThrottleFacts,
     VolumeFacts,
     replication_factors,
 )
@@ -61,6 +64,12 @@ from kraft_operator.plan.gates import (
 )
 from kraft_operator.plan.planning import Plan, plan
 from kraft_operator.plan.quorum_change import QUORUM_CHANGE_OPERATION, plan_quorum_change
+from kraft_operator.plan.reassignment import (
+    THROTTLE_BROKER_KEYS,
+    THROTTLE_TOPIC_KEYS,
+    reassignment_throttle,
+    rebalance_moves,
+)
 from kraft_operator.plan.rendering import (
     CONTROLLER_LISTENER,
     MANAGED_KEYS,
@@ -88,6 +97,7 @@ __all__ = [
     "AddVoter",
     "BrokerFacts",
     "CONTROLLER_LISTENER",
+    "ClearReassignmentThrottles",
     "ClusterFacts",
     "ConfigRules",
     "DesiredNode",
@@ -122,9 +132,13 @@ __all__ = [
     "RestartNode",
     "RollDecision",
     "SCALE_DOWN_OPERATION",
+    "SetReassignmentThrottles",
     "SpecProblem",
     "StartNode",
     "StopNode",
+    "THROTTLE_BROKER_KEYS",
+    "THROTTLE_TOPIC_KEYS",
+    "ThrottleFacts",
     "UnregisterBroker",
     "VolumeFacts",
     "WriteConfig",
@@ -141,6 +155,8 @@ __all__ = [
     "plan_quorum_change",
     "plan_roll",
     "plan_scale_down",
+    "reassignment_throttle",
+    "rebalance_moves",
     "removal_gate",
     "render_config",
     "revision_change",

@@ -16,6 +16,7 @@ from kraft_operator.plan.facts import NodeRef
 __all__ = [
     "Action",
     "AddVoter",
+    "ClearReassignmentThrottles",
     "Event",
     "EventType",
     "FinalizeMetadataVersion",
@@ -28,6 +29,7 @@ __all__ = [
     "ReplaceVolume",
     "ResizeVolume",
     "RestartNode",
+    "SetReassignmentThrottles",
     "StartNode",
     "StopNode",
     "UnregisterBroker",
@@ -193,11 +195,35 @@ class PartitionMove:
 
 @dataclass(frozen=True, slots=True)
 class ReassignPartitions:
-    """AlterPartitionReassignments for a broker being drained, sent by the reconciler to the active
+    """AlterPartitionReassignments for a broker being drained (or a rebalance), sent by the reconciler to the active
     controller. Sending the same targets again is harmless (an operator that died after sending)."""
 
-    node: NodeRef  # the broker being drained
+    node: NodeRef  # the broker being drained (a rebalance: the first broker it fills)
     moves: tuple[PartitionMove, ...]
+    reason: str
+    drain: bool = True  # False: a rebalance onto brokers that joined (`node` stays a replica)
+
+
+@dataclass(frozen=True, slots=True)
+class SetReassignmentThrottles:
+    """IncrementalAlterConfigs before (or with) a reassignment, as Kafka's reassign tool's
+    `--throttle`: each topic's `leader/follower.replication.throttled.replicas` (`topics`: topic,
+    leader-side list, follower-side list) and both throttled rates on every broker involved. Sent by
+    the reconciler to the active controller; sending it again is harmless."""
+
+    rate_bytes_per_second: int
+    brokers: tuple[int, ...]
+    topics: tuple[tuple[str, str, str], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClearReassignmentThrottles:
+    """IncrementalAlterConfigs deleting what `SetReassignmentThrottles` set, once the reassignment
+    finished (Kafka's `--verify` does it); deleting keys already gone is harmless."""
+
+    brokers: tuple[int, ...]
+    topics: tuple[str, ...]
     reason: str
 
 
@@ -225,7 +251,7 @@ class FinalizeMetadataVersion:
 # What a runtime performs; `PlannedAction` adds what the reconciler sends through the admin client.
 Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume | StopNode | ReplaceVolume
 PlannedAction = (Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker
-                 | FinalizeMetadataVersion)
+                 | FinalizeMetadataVersion | SetReassignmentThrottles | ClearReassignmentThrottles)
 
 
 class EventType(StrEnum):

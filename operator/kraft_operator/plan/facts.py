@@ -34,6 +34,7 @@ __all__ = [
     "PodPhase",
     "QuorumFacts",
     "ReplicaFacts",
+    "ThrottleFacts",
     "VolumeFacts",
     "replication_factors",
 ]
@@ -196,6 +197,17 @@ class LogDirFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class ThrottleFacts:
+    """The replication throttles set as dynamic configs: each answering broker's own
+    `leader/follower.replication.throttled.rate` (only those set for it, DescribeConfigs source
+    DYNAMIC_BROKER_CONFIG), and each topic's non-empty `leader/follower.replication.throttled.replicas`.
+    A broker that did not answer is absent from `broker_rates`."""
+
+    broker_rates: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    topic_replicas: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterFacts:
     """What the cluster says about itself through the admin client. Every part is None when it
     could not be learned this time (no leader yet, no broker up); `errors` says why."""
@@ -210,6 +222,7 @@ class ClusterFacts:
     supported_metadata_versions: Mapping[int, tuple[int, int]] | None = None  # node id -> (min, max) level
     # broker id -> its log directories (DescribeLogDirs); a broker that did not answer is absent
     log_dirs: Mapping[int, tuple[LogDirFacts, ...]] | None = None
+    throttles: ThrottleFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)

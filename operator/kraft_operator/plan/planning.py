@@ -83,6 +83,7 @@ from kraft_operator.plan.facts import (
 )
 from kraft_operator.plan.features import plan_metadata_version
 from kraft_operator.plan.quorum_change import plan_quorum_change
+from kraft_operator.plan.rebalancing import REBALANCE_OPERATION, plan_rebalance
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
 from kraft_operator.plan.resizing import grow_volumes
 from kraft_operator.plan.roll import RollDecision, fetch_timeout_ms, node_revision, plan_roll
@@ -276,8 +277,8 @@ class _Planner:
             operation = self.volume.operation.model_copy(update={"waiting_for": result.waiting_for})
             return replace(result, status=result.status.model_copy(update={"operation": operation}))
         if roll is None or (roll.operation is None and not roll.actions):
-            change = (self._quorum_change() or self._scale_down(status) or self._stale_registrations()
-                      or self._metadata_version())
+            change = (self._quorum_change() or self._scale_down(status) or self._rebalance()
+                      or self._stale_registrations() or self._metadata_version())
             if self.removed:
                 status = status.model_copy(update={"nodes": [n for n in status.nodes if n.id not in self.removed]})
             if change is not None:
@@ -336,6 +337,29 @@ class _Planner:
             self.waiting.append(decision.waiting)
         self.requeue_now = self.requeue_now or decision.requeue_now
         self.step = self.step or "scale-down"
+        return decision.operation
+
+    def _rebalance(self) -> OperationStatus | None:
+        """Replicas moved onto brokers that joined holding none (`rebalancing`), with the spec's flag,
+        once nothing else is under way; a rebalance under way keeps its recorded state meanwhile."""
+        prev = self.previous.operation if self.previous is not None else None
+        prev = prev if prev is not None and prev.name == REBALANCE_OPERATION else None
+        if self.spec.paused or self.actions or self.waiting or self.blocked:
+            if prev is None:
+                return None
+            self.waiting.append("the rebalance resumes once nothing else is under way")
+            return prev.model_copy(update={"step": "paused" if self.spec.paused else prev.step})
+        decision = plan_rebalance(spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous,
+                                  idle=idle_broker_ids(self.nodes, self.observed), now_ms=self.now_ms,
+                                  now_text=self.builder.now_text,
+                                  resend_after_ms=max(10_000, 5 * fetch_timeout_ms(self.spec)))
+        self.events.extend(decision.events)
+        if decision.operation is None:
+            return None
+        self.actions.extend(decision.actions)
+        self.waiting.append(decision.waiting)
+        self.requeue_now = self.requeue_now or decision.requeue_now
+        self.step = self.step or "rebalance"
         return decision.operation
 
     def _stale_registrations(self) -> OperationStatus | None:
@@ -891,18 +915,24 @@ def idle_brokers(nodes: tuple[DesiredNode, ...], observed: Observed) -> str | No
     """Why the BrokersWithoutReplicas condition is True: running, unfenced brokers of the spec that
     hold no replica while others do (typically brokers a scale-up added). Kafka never moves
     existing replicas by itself; None when every running broker holds some, or nothing is known."""
-    cluster = observed.cluster
-    details = cluster.partition_details if cluster is not None else None
-    if cluster is None or not details or cluster.brokers is None:
-        return None
-    holding = {r for p in details for r in p.replicas}
-    idle = sorted(n.ref.node_id for n in nodes if n.is_broker and _broker_ready(n, observed)
-                  and n.ref.node_id not in holding)
+    idle = idle_broker_ids(nodes, observed)
     if not idle:
         return None
     return (f"broker(s) {idle} hold no replica: Kafka does not move existing replicas onto brokers that join, "
             "only new partitions go there; move some with a throttled reassignment (kraft reassign-partitions "
-            "--generate, then --execute --throttle) to use them")
+            "--generate, then --execute --throttle), or set spec.lifecycle.rebalanceOnScaleUp and the operator "
+            "does it")
+
+
+def idle_broker_ids(nodes: tuple[DesiredNode, ...], observed: Observed) -> list[int]:
+    """Running, unfenced brokers of the spec that hold no replica while partitions exist."""
+    cluster = observed.cluster
+    details = cluster.partition_details if cluster is not None else None
+    if cluster is None or not details or cluster.brokers is None:
+        return []
+    holding = {r for p in details for r in p.replicas}
+    return sorted(n.ref.node_id for n in nodes if n.is_broker and _broker_ready(n, observed)
+                  and n.ref.node_id not in holding)
 
 
 def _controller_ready(node: DesiredNode, observed: Observed) -> bool:

@@ -17,8 +17,12 @@ decided afresh from what the cluster says, so an operator restarted anywhere car
    is not already a replica), so every replication factor, and so every min.insync.replicas, is
    kept. The targets are published in status first and sent with AlterPartitionReassignments on
    the next reconcile (persist before act: a restarted operator resends the same targets, never
-   new ones). It waits until every moved partition has exactly its target replicas, all in the
-   ISR. A partition no staying broker can take (every staying broker is already a replica) refuses
+   new ones). The reassignment is throttled as Kafka's reassign tool does it (`reassignment`):
+   the throttle (`spec.lifecycle.reassignmentThrottleBytesPerSecond`) is recorded with the
+   targets, set with the first send (and again should none of it show), and shown in status
+   while the drain runs. It waits until every moved partition has exactly its target replicas,
+   all in the ISR, then removes the throttle (step `clear-throttles`) and waits until the cluster
+   no longer reports it. A partition no staying broker can take (every staying broker is already a replica) refuses
    the scale-down with the topic named: Degraded, reason ScaleDownRefused; nothing moves.
 3. Its process runs: StopNode (controlled shutdown, SIGTERM with the spec's grace period). By now
    it holds no replica and no vote, so stopping it disrupts nothing.
@@ -41,6 +45,7 @@ from kraft_operator.model import (
     KRaftClusterStatus,
     OperationStatus,
     PartitionMoveStatus,
+    ReassignmentThrottleStatus,
     Role,
     ScaleDownStatus,
 )
@@ -56,6 +61,15 @@ from kraft_operator.plan.actions import (
 )
 from kraft_operator.plan.facts import NodeFacts, NodeRef, Observed, PartitionDetail, PodPhase, QuorumFacts
 from kraft_operator.plan.gates import removal_gate, running_since
+from kraft_operator.plan.reassignment import (
+    clear_throttles,
+    moving_blockers,
+    reassignment_throttle,
+    set_throttles,
+    throttle_lost,
+    throttle_removal,
+    throttle_text,
+)
 from kraft_operator.plan.rendering import DesiredNode
 from kraft_operator.plan.roll import rfc3339_ms
 
@@ -100,6 +114,7 @@ class _ScaleDown:
         self.quorum = cluster.quorum if cluster is not None else None
         self.brokers = cluster.brokers if cluster is not None else None
         self.details = cluster.partition_details if cluster is not None else None
+        self.throttle_facts = cluster.throttles if cluster is not None else None
         prev_op = self.previous.operation if self.previous is not None else None
         self.prev_op = prev_op if prev_op is not None and prev_op.name == SCALE_DOWN_OPERATION else None
         self.prev = self.prev_op.scale_down if self.prev_op is not None else None
@@ -179,6 +194,7 @@ class _ScaleDown:
         self, node_id: int, *, quorum: QuorumFacts, pending: list[int], removed: tuple[int, ...]
     ) -> ScaleDownDecision:
         moves = list(self.prev.moves) if self.prev is not None and self.prev.current == node_id else []
+        throttle = self.prev.throttle if self.prev is not None and self.prev.current == node_id else None
         voter = next((v for v in quorum.voters if v.replica_id == node_id), None)
         if voter is not None:
             blockers = removal_gate(node_id, quorum=quorum, running=running_since(self.observed.nodes), now_ms=self.now_ms,
@@ -188,13 +204,13 @@ class _ScaleDown:
                     b.message for b in blockers)
                 self.events.append(Event(EventType.WARNING, "ScaleDownBlocked", why))
                 return self._waiting(pending, current=node_id, removed=removed, step="remove-voter-blocked", why=why,
-                                     blockers=blockers, moves=moves)
+                                     blockers=blockers, moves=moves, throttle=throttle)
             prev = self.prev
             if (prev is not None and prev.current == node_id and prev.sent_at is not None and self.prev_op is not None
                     and self.prev_op.step == "remove-voter"
                     and self.now_ms - rfc3339_ms(prev.sent_at) < _resend_after_ms(self.fetch_timeout_ms)):
                 return self._waiting(pending, current=node_id, removed=removed, step="remove-voter",
-                                     why=f"the removal of voter {node_id} to commit", moves=moves,
+                                     why=f"the removal of voter {node_id} to commit", moves=moves, throttle=throttle,
                                      sent_at=prev.sent_at)
             staying = sorted(v.replica_id for v in quorum.voters if v.replica_id != node_id)
             active = " (the active controller: it resigns once the removal commits)" if (
@@ -204,17 +220,21 @@ class _ScaleDown:
                                  f"voters become {staying}")
             self.events.append(Event(EventType.NORMAL, "RemoveVoter", action.reason))
             return self._waiting(pending, current=node_id, removed=removed, step="remove-voter", actions=(action,),
-                                 why=f"the removal of voter {node_id} to commit", moves=moves, sent_at=self.now_text)
+                                 why=f"the removal of voter {node_id} to commit", moves=moves, throttle=throttle, sent_at=self.now_text)
         if node_id == quorum.leader_id:
             return self._waiting(pending, current=node_id, removed=removed, step="await-voter-removal",
-                                 why=f"node {node_id} to resign the leadership after its removal", moves=moves)
+                                 why=f"node {node_id} to resign the leadership after its removal", moves=moves, throttle=throttle)
         on_it = self.replicas_on(node_id) if Role.BROKER in self.roles[node_id] else []
         if Role.BROKER in self.roles[node_id] and self.details is None and self.running(node_id):
             return self._waiting(pending, current=node_id, removed=removed, step="drain",
-                                 why=f"partition metadata before broker {node_id} is drained", moves=moves)
+                                 why=f"partition metadata before broker {node_id} is drained", moves=moves, throttle=throttle)
         if on_it or (moves and not self._moved(moves)):
-            return self._drain(node_id, on_it=on_it, moves=moves, pending=pending, removed=removed)
-        if moves:
+            return self._drain(node_id, on_it=on_it, moves=moves, throttle=throttle, pending=pending, removed=removed)
+        if moves and throttle is not None:
+            unthrottling = self._unthrottle(node_id, moves=moves, throttle=throttle, pending=pending, removed=removed)
+            if unthrottling is not None:
+                return unthrottling
+        elif moves:
             self.events.append(Event(EventType.NORMAL, "Drained", f"broker {node_id} holds no replica any more"))
         if self.running(node_id):
             grace_ms = self.spec.lifecycle.termination_grace_period_seconds * 1000
@@ -239,9 +259,32 @@ class _ScaleDown:
         return self._waiting(pending, current=node_id, removed=removed, step="unregister",
                              actions=(action_unregister,), why=f"broker {node_id}'s registration to go")
 
+    def _unthrottle(
+        self, node_id: int, *, moves: list[PartitionMoveStatus], throttle: ReassignmentThrottleStatus,
+        pending: list[int], removed: tuple[int, ...], drained: bool = True,
+    ) -> ScaleDownDecision | None:
+        """The drain finished: remove its throttle and wait until the cluster no longer reports it
+        (None: gone, the broker may stop)."""
+        step, residue = throttle_removal(throttle, facts=self.throttle_facts, now_ms=self.now_ms,
+                                         resend_after_ms=_resend_after_ms(self.fetch_timeout_ms))
+        if step == "done":
+            return None
+        if step == "wait":
+            return self._waiting(pending, current=node_id, removed=removed, step="clear-throttles", moves=moves,
+                                 throttle=throttle,
+                                 why=f"the drain's throttle to be removed ({'; '.join(residue[:5])})")
+        if throttle.cleared_at is None and drained:
+            self.events.append(Event(EventType.NORMAL, "Drained", f"broker {node_id} holds no replica any more"))
+        action = clear_throttles(throttle, reason=f"broker {node_id} drained: remove the reassignment throttle "
+                                 f"(brokers {throttle.brokers}, topics {[t.topic for t in throttle.topics]})")
+        self.events.append(Event(EventType.NORMAL, "ClearReassignmentThrottles", action.reason))
+        return self._waiting(pending, current=node_id, removed=removed, step="clear-throttles", actions=(action,),
+                             moves=moves, throttle=throttle.model_copy(update={"cleared_at": self.now_text}),
+                             why="the drain's throttle to be removed")
+
     def _drain(
-        self, node_id: int, *, on_it: list[PartitionDetail], moves: list[PartitionMoveStatus], pending: list[int],
-        removed: tuple[int, ...],
+        self, node_id: int, *, on_it: list[PartitionDetail], moves: list[PartitionMoveStatus],
+        throttle: ReassignmentThrottleStatus | None, pending: list[int], removed: tuple[int, ...],
     ) -> ScaleDownDecision:
         if not moves:
             planned, refused = self._plan_moves(node_id, on_it)
@@ -252,9 +295,14 @@ class _ScaleDown:
                 self.events.append(Event(EventType.WARNING, "ScaleDownRefused", message))
                 return self._waiting(pending, current=node_id, removed=removed, step="refused", why=message,
                                      refused=message)
+            rate = self.spec.lifecycle.reassignment_throttle_bytes_per_second
+            planned_throttle = (reassignment_throttle(planned, current=self.details or (), rate_bytes_per_second=rate)
+                                if rate is not None and planned else None)
             self.events.append(Event(EventType.NORMAL, "DrainPlanned",
-                                     f"broker {node_id}: {len(planned)} partition(s) move off it (recorded before sending)"))
+                                     f"broker {node_id}: {len(planned)} partition(s) move off it, "
+                                     f"{throttle_text(planned_throttle)} (recorded before sending)"))
             return self._waiting(pending, current=node_id, removed=removed, step="drain-planned", moves=planned,
+                                 throttle=planned_throttle,
                                  why=f"the drain of broker {node_id} to be recorded before it is sent", requeue_now=True)
         by_key = {(p.topic, p.partition): p for p in self.details or ()}
         unstarted = [m for m in moves if (m.topic, m.partition) in by_key
@@ -269,20 +317,39 @@ class _ScaleDown:
                 f"({', '.join(f'{m.topic}-{m.partition} -> {m.replicas}' for m in unstarted[:5])}"
                 f"{', ...' if len(unstarted) > 5 else ''})",
             )
+            actions: tuple[PlannedAction, ...] = (action,)
+            if throttle is not None:
+                # Throttle first, as Kafka's tool does: the copy starts throttled.
+                actions = (set_throttles(throttle, reason=f"broker {node_id}: {throttle_text(throttle)} for its "
+                                         "drain"), action)
+                self.events.append(Event(EventType.NORMAL, "SetReassignmentThrottles", actions[0].reason))
             self.events.append(Event(EventType.NORMAL, "ReassignPartitions", action.reason))
-            return self._waiting(pending, current=node_id, removed=removed, step="draining", actions=(action,),
-                                 moves=moves, why=f"the partitions to move off broker {node_id}")
+            return self._waiting(pending, current=node_id, removed=removed, step="draining", actions=actions,
+                                 moves=moves, throttle=throttle,
+                                 why=f"the partitions to move off broker {node_id} ({throttle_text(throttle)})")
         blockers = self._moving(moves)
         if not blockers and not on_it:  # no partition metadata to tell
-            return self._waiting(pending, current=node_id, removed=removed, step="draining", moves=moves,
+            return self._waiting(pending, current=node_id, removed=removed, step="draining", moves=moves, throttle=throttle,
                                  why=f"partition metadata to show the partitions moved off broker {node_id}")
         if on_it and not blockers:
-            # Partitions appeared on it after the plan (a topic created meanwhile): plan again.
+            # Partitions appeared on it after the plan (a topic created meanwhile): plan again, once
+            # the finished part's throttle is gone.
+            if throttle is not None:
+                unthrottling = self._unthrottle(node_id, moves=moves, throttle=throttle, pending=pending,
+                                                removed=removed, drained=False)
+                if unthrottling is not None:
+                    return unthrottling
             return self._waiting(pending, current=node_id, removed=removed, step="drain-planned", moves=[],
                                  why=f"new partitions on broker {node_id}: its drain is planned again", requeue_now=True)
-        why = f"{len(blockers)} partition(s) to move off broker {node_id}: " + "; ".join(b.message for b in blockers[:5])
+        why = (f"{len(blockers)} partition(s) to move off broker {node_id} ({throttle_text(throttle)}): "
+               + "; ".join(b.message for b in blockers[:5]))
+        resend: tuple[PlannedAction, ...] = ()
+        if throttle is not None and throttle_lost(throttle, self.throttle_facts):
+            resend = (set_throttles(throttle, reason=f"broker {node_id}: the drain's throttle no longer shows; "
+                                    f"{throttle_text(throttle)} again"),)
+            self.events.append(Event(EventType.WARNING, "SetReassignmentThrottles", resend[0].reason))
         return self._waiting(pending, current=node_id, removed=removed, step="draining", moves=moves, why=why,
-                             blockers=blockers)
+                             blockers=blockers, actions=resend, throttle=throttle)
 
     def _plan_moves(self, node_id: int, on_it: list[PartitionDetail]) -> tuple[list[PartitionMoveStatus], list[str]]:
         load = dict.fromkeys(self.staying_brokers, 0)
@@ -304,19 +371,7 @@ class _ScaleDown:
         return moves, refused
 
     def _moving(self, moves: list[PartitionMoveStatus]) -> list[BlockerStatus]:
-        by_key = {(p.topic, p.partition): p for p in self.details or ()}
-        blockers = []
-        for m in moves:
-            p = by_key.get((m.topic, m.partition))
-            if p is None:
-                continue  # the topic was deleted meanwhile: nothing left to move
-            if set(p.replicas) != set(m.replicas) or not set(m.replicas) <= set(p.isr):
-                blockers.append(BlockerStatus(
-                    kind="partition", topic=p.topic, partition=p.partition, replicas=list(p.replicas), isr=list(p.isr),
-                    min_isr=p.min_isr,
-                    message=f"{p.topic}-{p.partition} moving to {m.replicas} (replicas {list(p.replicas)}, "
-                    f"ISR {list(p.isr)})"))
-        return blockers
+        return moving_blockers(moves, self.details or ())
 
     def _moved(self, moves: list[PartitionMoveStatus]) -> bool:
         return self.details is not None and not self._moving(moves)
@@ -340,12 +395,13 @@ class _ScaleDown:
         sent_at: str | None = None,
         refused: str = "",
         requeue_now: bool = False,
+        throttle: ReassignmentThrottleStatus | None = None,
     ) -> ScaleDownDecision:
         started = self.prev_op.started_at if self.prev_op is not None else self.now_text
         done = list(self.prev.removed) if self.prev is not None else []
         done += [i for i in removed if i not in done]
         status = ScaleDownStatus(leaving=self.order(pending), current=current, moves=list(moves or []), removed=done,
-                                 sent_at=sent_at)
+                                 sent_at=sent_at, throttle=throttle)
         operation = OperationStatus(name=SCALE_DOWN_OPERATION, step=step, started_at=started,
                                     blocked_by=list(blockers or []), scale_down=status)
         return ScaleDownDecision(actions=actions, events=tuple(self.events), operation=operation, waiting=why,
