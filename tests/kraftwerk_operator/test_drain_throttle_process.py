@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from .test_roll_process import _wait, kraftwerk_up
-from .test_scale_down_process import TOPIC, _bootstrap, _create_topic, _layout, _settled, _status
+from .test_scale_down_process import TOPIC, _settled, _status, ready_with_the_topic_on_broker_6
 from .workload import read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
@@ -95,11 +95,7 @@ def test_a_drain_runs_throttled_shown_in_status_and_the_throttle_is_gone_before_
     state = tmp_path / "state"
     log = tmp_path / "up.log"
     with kraftwerk_up(spec, state, log) as up:
-        _wait("Ready with four brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "4/4",
-              timeout_s=600, up=up, log=log)
-        bootstrap = _bootstrap(state, [3, 4, 5])
-        _create_topic(bootstrap)
-        _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=log)
+        bootstrap = ready_with_the_topic_on_broker_6(state, up=up, log=log)
         _produce(bootstrap)
         shrunk = yaml.safe_load(spec.read_text())
         shrunk["spec"]["nodePools"][1]["replicas"] = 3

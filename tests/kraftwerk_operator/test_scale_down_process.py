@@ -112,6 +112,16 @@ def _create_topic(bootstrap: str) -> None:
             admin.close()
 
 
+def ready_with_the_topic_on_broker_6(state: Path, *, up: subprocess.Popen, log: Path) -> str:
+    """Wait until the four brokers are Ready, create the topic on brokers 6, 3, 4; its bootstrap."""
+    _wait("Ready with four brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "4/4",
+          timeout_s=600, up=up, log=log)
+    bootstrap = _bootstrap(state, [3, 4, 5])
+    _create_topic(bootstrap)
+    _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=log)
+    return bootstrap
+
+
 def test_a_broker_is_drained_stopped_and_unregistered_under_a_live_producer_losing_nothing(tmp_path: Path) -> None:
     spec = tmp_path / "shrinking.yaml"
     spec.write_text(textwrap.dedent(CLUSTER))
@@ -119,11 +129,7 @@ def test_a_broker_is_drained_stopped_and_unregistered_under_a_live_producer_losi
     log = tmp_path / "up.log"
     acks = tmp_path / "acks.jsonl"
     with kraftwerk_up(spec, state, log) as up:
-        _wait("Ready with four brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "4/4",
-              timeout_s=600, up=up, log=log)
-        bootstrap = _bootstrap(state, [3, 4, 5])
-        _create_topic(bootstrap)
-        _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=log)
+        bootstrap = ready_with_the_topic_on_broker_6(state, up=up, log=log)
         with producing(bootstrap, TOPIC, acks):
             _wait("the producer's first acks", lambda: acked_count(acks) >= 20, timeout_s=120, up=up, log=log)
             shrunk = yaml.safe_load(spec.read_text())
@@ -208,11 +214,7 @@ def test_kraftwerk_up_killed_at_every_step_of_a_broker_drain_resumes_it_and_lose
     workload = contextlib.ExitStack()
     up = start()
     try:
-        _wait("Ready with four brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "4/4",
-              timeout_s=600, up=up, log=logs[-1])
-        bootstrap = _bootstrap(state, [3, 4, 5])
-        _create_topic(bootstrap)
-        _wait("the topic on broker 6", lambda: _layout(bootstrap) == [3, 4, 6], timeout_s=120, up=up, log=logs[-1])
+        bootstrap = ready_with_the_topic_on_broker_6(state, up=up, log=logs[-1])
         pids = {i: _pid(state, i) for i in range(7)}
         workload.enter_context(producing(bootstrap, TOPIC, acks))
         shrunk = yaml.safe_load(spec.read_text())
