@@ -61,12 +61,15 @@ def kafka_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # partition 0 prefers the node to be killed, partition 1 has it last
         assignment = f"{killed}:{others[0]}:{others[1]},{others[0]}:{others[1]}:{killed}"
 
+        marks["before_create"] = cluster.leader_hwm()
+
         def created() -> bool:
-            # refused until all three brokers registered; a refusal writes nothing
-            marks["before_create"] = cluster.leader_hwm()
+            # refused until all three brokers registered; an attempt whose answer was lost under
+            # load may have created it, which the next attempt hears as "already exists"
             answer = kraft_tool("topics", "--bootstrap-server", cluster.brokers(), "--create", "--topic", TOPIC,
                                 "--replica-assignment", assignment)
-            assert answer.returncode == 0, answer.stdout + answer.stderr
+            assert answer.returncode == 0 or "already exists" in answer.stdout + answer.stderr, (
+                answer.stdout + answer.stderr)
             return True
 
         wait_for(created, timeout_s=WAIT_S, interval_s=2, what=f"Kafka to create {TOPIC}")
@@ -149,9 +152,11 @@ def test_kafkas_events_are_found_between_the_marks(kafka_run: Run, kafka_tables:
     assert moved and moved[0]["previous_leader"] == killed and moved[-1]["leader"] == others[0]
 
     # the restart: a new incarnation, unfenced, both ISRs expand, partition 0 given back
-    incarnations = [e["incarnation_id"] for e in events if e["event"] == "broker_registered" and e["node_id"] == killed]
-    assert len(set(incarnations)) == 2, "the restart registers a new incarnation"
-    assert len(between("broker_registered", "before_restart", "after_restart", node_id=killed)) == 1
+    first = {e["incarnation_id"] for e in events
+             if e["event"] == "broker_registered" and e["node_id"] == killed and e["offset"] < marks["before_kill"]}
+    again = {e["incarnation_id"] for e in between("broker_registered", "before_restart", "after_restart",
+                                                  node_id=killed)}
+    assert first and len(again) == 1 and again.isdisjoint(first), "the restart registers one new incarnation"
     assert between("broker_unfenced", "before_restart", "after_restart", node_id=killed)
     expanded = between("isr_expanded", "before_restart", "after_restart", topic=TOPIC)
     assert {e["partition"] for e in expanded} == {0, 1} and all(killed in e["isr"] for e in expanded)
