@@ -70,6 +70,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -284,6 +285,9 @@ class ReplicaManager:
         self._recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
         self._log_starts: dict[Path, dict[tuple[str, int], int]] = {}
         self._cleaner_points: dict[Path, dict[tuple[str, int], int]] = {}
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoints_taken = 0  # numbers each directory checkpoint taken, in the loop's order
+        self._checkpoints_written: dict[Path, int] = {}  # the newest written per directory
         self._uncleanable: set[Partition] = set()  # cleaning failed: Kafka's uncleanable partitions
         # Directories a clean shutdown left marked: their logs open without recovery. The marker
         # goes before anything is written, so a crash from here on means full recovery again.
@@ -1256,7 +1260,7 @@ class ReplicaManager:
                     last_cleaning = loop.time()
                 if loop.time() - last_checkpoint >= _CHECKPOINT_INTERVAL_S:
                     last_checkpoint = loop.time()
-                    self.write_checkpoints()
+                    await self._write_checkpoints_off_loop()
             except OSError as error:
                 logger.error("Replica manager background work failed: %s", error)
 
@@ -1338,8 +1342,28 @@ class ReplicaManager:
             return default
 
     def write_checkpoints(self) -> None:
+        """Every checkpoint now, on the calling thread (at shutdown)."""
+        for directory, write in self._checkpoint_writes():
+            try:
+                write()
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(directory, error)
+
+    async def _write_checkpoints_off_loop(self) -> None:
+        """The periodic checkpoints: their contents taken on the loop, their files written and
+        fsynced on a worker thread (eight fsyncs per directory every few seconds stalled every
+        Fetch and Produce of the broker behind them, 100 ms and more on a busy disk; Kafka's
+        scheduler thread writes them apart from its request handlers too)."""
+        for directory, write in self._checkpoint_writes():
+            try:
+                await asyncio.to_thread(write)
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(directory, error)
+
+    def _checkpoint_writes(self) -> list[tuple[Path, Callable[[], None]]]:
         # Kafka snapshots producer state when a segment rolls: replay after a crash then starts
-        # from the newest segment.
+        # from the newest segment. Rare, and in the partition's own directory, which a deletion on
+        # the loop may remove: written here, on the loop.
         for partition in list(self.partitions.values()):
             active_base = partition.log.segment_base_offsets[-1]
             if active_base != partition.snapshot_segment_base:
@@ -1349,14 +1373,16 @@ class ReplicaManager:
                     self.fail_directory(partition.log_dir, error)
                     continue
                 partition.snapshot_segment_base = active_base
-        for directory in self._online_dirs():
-            try:
-                self._write_directory_checkpoints(directory)
-            except _DIRECTORY_FAILURES as error:
-                self.fail_directory(directory, error)
+        return [(directory, self._directory_checkpoints(directory)) for directory in self._online_dirs()]
 
     def _write_directory_checkpoints(self, directory: Path) -> None:
-        """Kafka's per-directory offset checkpoints of the replicas that directory holds."""
+        self._directory_checkpoints(directory)()
+
+    def _directory_checkpoints(self, directory: Path) -> Callable[[], None]:
+        """Kafka's per-directory offset checkpoints of the replicas that directory holds, taken
+        now; the returned function writes them. One writer at a time (the periodic one on its
+        thread may overlap one on the loop), and never over newer ones: a DeleteRecords answered
+        after its checkpoint was written must not see an older one taken before it land later."""
         hwms = {k: p.high_watermark for k, p in self.partitions.items() if p.log_dir == directory}
         points = {k: p.log.flushed_offset for k, p in self.partitions.items() if p.log_dir == directory}
         starts = {k: p.log.log_start_offset for k, p in self.partitions.items() if p.log_dir == directory}
@@ -1365,10 +1391,20 @@ class ReplicaManager:
         self._hwm_checkpoints[directory] = hwms
         self._recovery_points[directory] = points
         self._log_starts[directory] = starts
-        write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
-        write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
-        write_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME, starts)
-        write_offset_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME, dirty)
+        self._checkpoints_taken += 1
+        taken = self._checkpoints_taken
+
+        def write() -> None:
+            with self._checkpoint_lock:
+                if self._checkpoints_written.get(directory, 0) > taken:
+                    return
+                self._checkpoints_written[directory] = taken
+                write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
+                write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
+                write_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME, starts)
+                write_offset_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME, dirty)
+
+        return write
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
