@@ -6,6 +6,7 @@ a JVM's own output)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,45 @@ def test_options_of_another_action_are_refused(capsys: pytest.CaptureFixture[str
     assert main(["reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--verify",
                  "--reassignment-json-file", "x.json", "--throttle", "5"]) == 1
     assert "Option \"[throttle]\" can't be used with action \"[verify]\"" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--bootstrap-server", "127.0.0.1:1", "--bootstrap-controller", "127.0.0.1:2", "--list"],
+     "Please don't specify both --bootstrap-server and --bootstrap-controller"),
+    (["--list"], "Please specify either --bootstrap-server or --bootstrap-controller"),
+    # Kafka 4.1 takes --bootstrap-controller for --cancel and --list only.
+    (["--bootstrap-controller", "127.0.0.1:2", "--execute", "--reassignment-json-file", "x.json"],
+     "Option \"[bootstrap-controller]\" can't be used with action \"[execute]\""),
+    (["--bootstrap-controller", "127.0.0.1:2", "--verify", "--reassignment-json-file", "x.json"],
+     "Option \"[bootstrap-controller]\" can't be used with action \"[verify]\""),
+    (["--bootstrap-controller", "127.0.0.1:2", "--generate", "--topics-to-move-json-file", "x.json",
+      "--broker-list", "1"], "Option \"[bootstrap-controller]\" can't be used with action \"[generate]\""),
+    (["--bootstrap-controller", "nohost", "--list"], "--bootstrap-controller: "),
+])
+def test_the_bootstrap_flags_follow_kafkas_rules(args: list[str], message: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reassign-partitions", *args]) == 1
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("properties", "message"), [
+    ("security.protocol=NOPE\n", "--command-config {path}: Invalid value NOPE for configuration security.protocol"),
+    ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n", "sasl.jaas.config is not set"),
+    ("security.protocol=SSL\nssl.truststore.location=/nonexistent/trust.pem\nssl.truststore.type=PEM\n",
+     "--command-config {path}: "),
+])
+def test_a_command_config_that_cannot_be_used_is_refused_before_anything_is_sent(
+        properties: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "admin.properties"
+    path.write_text(properties)
+    # Port 1 answers nothing: a refusal that reached the network would time out instead.
+    assert main(["reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--command-config", str(path),
+                 "--list"]) == 1
+    assert message.format(path=path) in capsys.readouterr().err
+
+
+def test_a_missing_command_config_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.properties"
+    assert main(["reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--command-config", str(missing),
+                 "--list"]) == 1
+    assert f"cannot read --command-config {missing}" in capsys.readouterr().err

@@ -18,6 +18,7 @@ import confluent_kafka
 import pytest
 import quorum_processes
 from broker_processes import BrokerCluster
+from confluent_kafka.admin import AdminClient, NewTopic
 from group_members import TIMEOUT_S
 from quorum_processes import wait_for
 
@@ -194,3 +195,102 @@ def test_kafka_reassign_partitions_moves_with_a_throttle_our_brokers_honour_and_
     ours = kraft("reassign-partitions", "--bootstrap-server", bootstrap, "--reassignment-json-file", str(plan),
                  "--verify", "--preserve-throttles")
     assert ours == f"Status of partition reassignment:\nReassignment of partition {topic}-0 is completed.\n\n"
+
+
+def _two_documents(output: str, first: str, second: str) -> tuple[dict[str, object], dict[str, object]]:
+    """The two JSON documents `--generate` prints under its two headings."""
+    head, _, tail = output.partition(second + "\n")
+    assert head.startswith(first + "\n"), output
+    return json.loads(head.removeprefix(first + "\n")), json.loads(tail)
+
+
+def test_reassign_generate_proposes_a_plan_that_executes_and_kafkas_tool_reads_the_same_assignment(
+        cluster: BrokerCluster, tmp_path: Path) -> None:
+    topic, bootstrap = "to-spread", cluster.broker_bootstrap()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 4, 2)], request_timeout=60).values():
+        future.result(timeout=TIMEOUT_S)
+
+    def assignment() -> dict[int, list[int]] | None:
+        partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+        if len(partitions) != 4 or any(p.leader < 0 or sorted(p.isrs) != sorted(p.replicas) for p in partitions.values()):
+            return None
+        return {index: list(p.replicas) for index, p in partitions.items()}
+    current = wait_for(assignment, timeout_s=TIMEOUT_S, what=f"{topic} to have its leaders and full ISRs", interval_s=0.5)
+    moving = tmp_path / "topics.json"
+    moving.write_text(json.dumps({"topics": [{"topic": topic}], "version": 1}))
+    flags = ("--bootstrap-server", bootstrap, "--generate", "--topics-to-move-json-file", str(moving),
+             "--broker-list", "101,102")
+    ours_current, proposal = _two_documents(kraft("reassign-partitions", *flags), "Current partition replica assignment",
+                                            "Proposed partition reassignment configuration")
+    assert ours_current == {"version": 1, "partitions": [
+        {"topic": topic, "partition": index, "replicas": current[index], "log_dirs": ["any", "any"]}
+        for index in range(4)]}
+    assert proposal["version"] == 1
+    parts = proposal["partitions"]
+    assert isinstance(parts, list)
+    assert [(p["topic"], p["partition"], p["log_dirs"]) for p in parts] == [(topic, i, ["any", "any"]) for i in range(4)]
+    assert all(sorted(p["replicas"]) == [101, 102] for p in parts), parts
+    assert {p["replicas"][0] for p in parts} == {101, 102}  # striped: the leaders spread over the brokers given
+    if has_jars:
+        # Kafka 4.1's tool reads the same assignment from our brokers and proposes the same shape.
+        theirs_current, theirs = _two_documents(
+            kafka("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", *flags),
+            "Current partition replica assignment", "Proposed partition reassignment configuration")
+        assert theirs_current == ours_current
+        assert [(p["topic"], p["partition"], sorted(p["replicas"]), p["log_dirs"]) for p in theirs["partitions"]] == [
+            (topic, i, [101, 102], ["any", "any"]) for i in range(4)]
+
+    # The proposal is a plan the tool executes as it stands; --verify then reports every partition done.
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(proposal))
+    out = kraft("reassign-partitions", "--bootstrap-server", bootstrap, "--execute", "--reassignment-json-file", str(plan))
+    assert f"Successfully started partition reassignments for {','.join(f'{topic}-{i}' for i in range(4))}" in out
+
+    def verified() -> str | None:
+        out = kraft("reassign-partitions", "--bootstrap-server", bootstrap, "--verify", "--reassignment-json-file",
+                    str(plan))
+        return out if "is still in progress" not in out else None
+    out = wait_for(verified, timeout_s=TIMEOUT_S, what="the generated plan to complete", interval_s=1)
+    assert out.splitlines()[:5] == ["Status of partition reassignment:", *(
+        f"Reassignment of partition {topic}-{i} is completed." for i in range(4))]
+    proposed = {p["partition"]: p["replicas"] for p in parts}
+    wait_for(lambda: assignment() == proposed, timeout_s=TIMEOUT_S, what="the brokers' metadata to show the proposal",
+             interval_s=0.5)
+
+
+def test_reassign_list_and_cancel_through_the_controllers_with_a_command_config(
+        cluster: BrokerCluster, tmp_path: Path) -> None:
+    """A move held back by a 5 kB/s throttle (about 3 MB to copy: ten minutes) is listed and
+    cancelled with `--bootstrap-controller`, the tools' admin settings read from `--command-config`."""
+    topic, bootstrap, controllers = "held-back", cluster.broker_bootstrap(), cluster.bootstrap_servers()
+    _topic(cluster, topic, partitions=1, replicas=[101, 102])
+    _send(cluster, topic, [(0, 0, b"h" * 1000) for _ in range(3000)])
+    admin_config = tmp_path / "admin.properties"
+    admin_config.write_text("security.protocol=PLAINTEXT\nrequest.timeout.ms=30000\nclient.id=runbook\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [102, 103]}]}))
+    out = kraft("reassign-partitions", "--bootstrap-server", bootstrap, "--command-config", str(admin_config),
+                "--execute", "--reassignment-json-file", str(plan), "--throttle", "5000")
+    try:
+        assert f"Successfully started partition reassignment for {topic}-0" in out
+        listed = kraft("reassign-partitions", "--bootstrap-controller", controllers, "--command-config",
+                       str(admin_config), "--list")
+        assert listed == (f"Current partition reassignments:\n{topic}-0: replicas: 102,103,101. adding: 103. "
+                          "removing: 101.\n")
+        refused = quorum_processes.kraft("reassign-partitions", "--bootstrap-controller", controllers, "--verify",
+                                         "--reassignment-json-file", str(plan), timeout_s=TIMEOUT_S)
+        assert refused.returncode == 1
+        assert "Option \"[bootstrap-controller]\" can't be used with action \"[verify]\"" in refused.stderr
+        cancelled = kraft("reassign-partitions", "--bootstrap-controller", controllers, "--command-config",
+                          str(admin_config), "--cancel", "--reassignment-json-file", str(plan))
+    finally:
+        # Whatever happened above, no reassignment is left running for the module's other tests.
+        kraft("reassign-partitions", "--bootstrap-server", bootstrap, "--cancel", "--reassignment-json-file", str(plan))
+    assert cancelled == (f"Successfully cancelled partition reassignment for: {topic}-0\n"
+                         "None of the specified partition moves are active."
+                         "Clearing broker-level throttles on brokers 101,102,103\n"
+                         f"Clearing topic-level throttles on topic {topic}\n")
+    assert kraft("reassign-partitions", "--bootstrap-controller", controllers, "--list") == \
+        "No partition reassignments found.\n"
+    cluster.wait_isr(topic, 0, {101, 102}, timeout_s=TIMEOUT_S)

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from kraft_engine.admin.quorum_admin import QuorumAdmin, QuorumAdminError
 from kraft_engine.errors import AdminError
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+from kraft_engine.protocol.security import ClientSecurity
 
 __all__ = ["ControllerAdmin", "ControllerAdminError"]
 
@@ -46,12 +47,13 @@ class ControllerAdmin(QuorumAdmin):
     to whichever of them is active."""
 
     def __init__(self, bootstrap: Sequence[tuple[str, int]], *, timeout_ms: int = 30000,
-                 client_id: str = "kraft-admin") -> None:
+                 client_id: str = "kraft-admin", security: ClientSecurity | None = None) -> None:
         super().__init__(bootstrap, timeout_ms=timeout_ms)
         self._config = ConnectionConfig(
             client_id=client_id,
             request_timeout_ms=min(timeout_ms, 10000),
             socket_connection_setup_timeout_ms=min(timeout_ms, 2000),
+            security=security,  # a tool's --command-config (security.protocol, ssl.*, sasl.*)
         )
         self._active: tuple[str, int] | None = None
 

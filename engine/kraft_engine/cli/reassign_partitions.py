@@ -21,9 +21,14 @@ unchanged against our brokers (and this tool against Kafka's).
 - `--list`: the ongoing reassignments with their adding and removing replicas.
 
 Sets and maps print in the order Kafka's Java collections iterate them where Kafka's output
-depends on it (the broker and topic lists of the "Clearing ... throttles" lines). `--command-config`
-is not offered (plaintext only). A file that is not Kafka's format is refused with the reason
-before anything is sent.
+depends on it (the broker and topic lists of the "Clearing ... throttles" lines). A file that is
+not Kafka's format is refused with the reason before anything is sent.
+
+`--command-config FILE` gives the admin client's security (security.protocol, ssl.*, sasl.*), as
+Kafka's. `--bootstrap-controller` instead of `--bootstrap-server` is taken by `--cancel` and `--list`
+only, as in Kafka 4.1 (the other actions refuse it with Kafka's "can't be used with action"): the
+requests then go to the active controller, and `--cancel` asks the brokers the controller's
+Metadata lists about their log directories.
 """
 
 from __future__ import annotations
@@ -64,9 +69,9 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from kraft_engine.admin.broker_admin import BrokerAdmin
-from kraft_engine.admin.controller_admin import ControllerAdminError
+from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_and_file, bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_and_file, bootstrap_servers, command_config_security
 from kraft_engine.controller.replica_placement import StripedReplicaPlacer, UsableBroker
 from kraft_engine.controller.results import ControllerApiError
 from kraft_engine.records.group_records import java_string_hash
@@ -103,7 +108,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "reassign-partitions", help="Move partitions between brokers and log directories (kafka-reassign-partitions)",
         description="This tool helps to move topic partitions between replicas.")
-    parser.add_argument("--bootstrap-server", required=True, help="REQUIRED: the server(s) to use for bootstrapping.")
+    parser.add_argument("--bootstrap-server", help="the server(s) to use for bootstrapping.")
+    parser.add_argument("--bootstrap-controller",
+                        help="The controller to use for reassignment. By default, the tool will get the quorum "
+                             "controller. This option supports the actions --cancel and --list.")
+    parser.add_argument("--command-config", help="Property file containing configs to be passed to Admin Client.")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--generate", action="store_true",
                         help="Generate a candidate partition reassignment configuration. Note that this only "
@@ -151,34 +160,54 @@ _PERMITTED = {
     "verify": {"reassignment_json_file", "preserve_throttles"},
     "generate": {"topics_to_move_json_file", "broker_list", "disable_rack_aware"},
     "execute": {"reassignment_json_file", "additional", "throttle", "replica_alter_log_dirs_throttle", "timeout"},
-    "cancel": {"reassignment_json_file", "preserve_throttles", "timeout"},
-    "list": set(),
+    "cancel": {"reassignment_json_file", "preserve_throttles", "timeout", "bootstrap_controller"},
+    "list": {"bootstrap_controller"},
 }
 _DEFAULTS = {"reassignment_json_file": None, "topics_to_move_json_file": None, "broker_list": None,
              "disable_rack_aware": False, "additional": False, "throttle": -1,
-             "replica_alter_log_dirs_throttle": -1, "preserve_throttles": False, "timeout": 10000}
+             "replica_alter_log_dirs_throttle": -1, "preserve_throttles": False, "timeout": 10000,
+             "bootstrap_controller": None}
+
+
+class _ControllerToolAdmin(BrokerAdmin):
+    """`--bootstrap-controller`: every request to the active controller (as Kafka's admin client
+    with bootstrap.controllers); DescribeLogDirs still goes to each broker's own address."""
+
+    async def send_to_any(self, request: Any) -> Any:
+        return await ControllerAdmin.send_to_active(self, request)
+
+    async def send_to_active(self, request: Any) -> Any:
+        return await ControllerAdmin.send_to_active(self, request)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.bootstrap_server is not None and args.bootstrap_controller is not None:
+        raise CliError("Please don't specify both --bootstrap-server and --bootstrap-controller")
+    if args.bootstrap_server is None and args.bootstrap_controller is None:
+        raise CliError("Please specify either --bootstrap-server or --bootstrap-controller")
     action = _action_name(args)
     for option, default in _DEFAULTS.items():
         if getattr(args, option) != default and option not in _PERMITTED[action]:
             raise CliError(f"Option \"[{option.replace('_', '-')}]\" can't be used with action \"[{action}]\"")
+    security = command_config_security(args.command_config)
+    flag, servers = (("--bootstrap-server", args.bootstrap_server) if args.bootstrap_controller is None
+                     else ("--bootstrap-controller", args.bootstrap_controller))
+    admin_class = BrokerAdmin if args.bootstrap_controller is None else _ControllerToolAdmin
     if action == "generate":
         if not args.topics_to_move_json_file or not args.broker_list:
             raise CliError("Missing required argument \"[topics-to-move-json-file]\" or \"[broker-list]\"")
-        bootstrap, text = bootstrap_and_file(args.bootstrap_server, flag="--topics-to-move-json-file",
-                                             path=args.topics_to_move_json_file)
+        bootstrap, text = bootstrap_and_file(servers, flag="--topics-to-move-json-file",
+                                             path=args.topics_to_move_json_file, servers_flag=flag)
         work: Callable[[BrokerAdmin], Any] = lambda admin: _generate(  # noqa: E731
             admin, text, args.broker_list, rack_aware=not args.disable_rack_aware)
     elif action == "list":
-        bootstrap = bootstrap_servers(args.bootstrap_server)
+        bootstrap = bootstrap_servers(servers, flag=flag)
         work = _list
     else:
         if not args.reassignment_json_file:
             raise CliError("Missing required argument \"[reassignment-json-file]\"")
-        bootstrap, text = bootstrap_and_file(args.bootstrap_server, flag="--reassignment-json-file",
-                                             path=args.reassignment_json_file)
+        bootstrap, text = bootstrap_and_file(servers, flag="--reassignment-json-file",
+                                             path=args.reassignment_json_file, servers_flag=flag)
         try:
             parts, dirs = parse_reassignment_json(text)
         except ValueError as e:
@@ -194,7 +223,8 @@ def _run(args: argparse.Namespace) -> int:
             def work(admin: BrokerAdmin) -> Any:
                 return _cancel(admin, parts, dirs, preserve_throttles=args.preserve_throttles, timeout_ms=args.timeout)
     try:
-        return asyncio.run(_with_admin(bootstrap, work))
+        return asyncio.run(_with_admin(admin_class(bootstrap, timeout_ms=30000, client_id="reassign-partitions-tool",
+                                                   security=security), work))
     except ControllerAdminError as e:
         raise CliError(str(e)) from None
     except _Terse as e:
@@ -202,8 +232,8 @@ def _run(args: argparse.Namespace) -> int:
         return 1
 
 
-async def _with_admin(bootstrap: list[tuple[str, int]], work: Callable[[BrokerAdmin], Any]) -> int:
-    async with BrokerAdmin(bootstrap, timeout_ms=30000, client_id="reassign-partitions-tool") as admin:
+async def _with_admin(admin: BrokerAdmin, work: Callable[[BrokerAdmin], Any]) -> int:
+    async with admin:
         return int(await work(admin) or 0)
 
 
