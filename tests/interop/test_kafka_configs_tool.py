@@ -73,9 +73,10 @@ def _configure_and_describe(bootstrap: str, node_id: int) -> dict[str, list[str]
     _tool("org.apache.kafka.tools.TopicCommand", bootstrap, "--create", "--topic", "t1", "--partitions", "1",
           "--replication-factor", "1", "--config", "retention.ms=12345", "--config", "cleanup.policy=compact")
     _tool("kafka.admin.ConfigCommand", bootstrap, "--alter", "--entity-type", "brokers", "--entity-name", str(node_id),
-          "--add-config", "log.retention.ms=777777")
+          "--add-config", "log.retention.ms=777777,leader.replication.throttled.rate=1000000,"
+          "replica.alter.log.dirs.io.max.bytes.per.second=3000000")
     _tool("kafka.admin.ConfigCommand", bootstrap, "--alter", "--entity-type", "brokers", "--entity-default",
-          "--add-config", "log.retention.bytes=999999,min.insync.replicas=1")
+          "--add-config", "log.retention.bytes=999999,min.insync.replicas=1,follower.replication.throttled.rate=2000000")
 
     def described() -> dict[str, list[str]]:
         out = {}
@@ -93,12 +94,34 @@ def _configure_and_describe(bootstrap: str, node_id: int) -> dict[str, list[str]
             line.startswith("  log.retention.ms=777777") for line in result["broker"])
 
     _until(settled, "the dynamic configs in the broker's answer")
+    # The throttle keys (DynamicConfig.Broker's, not KafkaConfig's) as DescribeConfigs gives them
+    # to a client: value, source, read-only, sensitive and synonym chain, for the broker and the
+    # cluster default.
+    throttles = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                 "replica.alter.log.dirs.io.max.bytes.per.second")
+    for name in (str(node_id), ""):
+        result[f"throttles {name or 'default'}"] = _described(int(bootstrap.rsplit(":", 1)[1]), name, throttles)
     # Kafka 4.1's kafka-topics --describe: DescribeTopicPartitions (with the ELR columns) and the
     # topic's non-default configs from DescribeConfigs.
     described_topic = _tool("org.apache.kafka.tools.TopicCommand", bootstrap, "--describe", "--topic", "t1")
     described_topic = re.sub(r"TopicId: \S+", "TopicId: <id>", described_topic)
     result["kafka-topics"] = re.sub(r"(Leader|Replicas|Isr): \d+", r"\1: <id>", described_topic).splitlines()
     return result
+
+
+def _described(port: int, broker: str, keys: tuple[str, ...]) -> list[str]:
+    """One line per config a broker resource's DescribeConfigs (with synonyms) answers for `keys`."""
+    async def exchange() -> list[str]:
+        async with KafkaConnection("127.0.0.1", port) as connection:
+            await connection.connect()
+            response = await connection.send(DescribeConfigsRequest(resources=(DescribeConfigsResource(
+                resource_type=i8(4), resource_name=broker, configuration_keys=keys),),
+                include_synonyms=True, include_documentation=False))
+        return sorted(
+            f"{c.name}={c.value} source={int(c.config_source)} read_only={c.read_only} sensitive={c.is_sensitive}"
+            f" type={int(c.config_type)} synonyms={[(s.name, s.value, int(s.source)) for s in c.synonyms]}"
+            for r in response.results for c in r.configs)
+    return asyncio.run(exchange())
 
 
 def _ask(port: int, request: DescribeConfigsRequest) -> list[tuple[ErrorCode, str | None]]:
@@ -171,6 +194,9 @@ def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Pat
         kafka_lines = _configure_and_describe(f"127.0.0.1:{kafka_port}", 1)
 
     assert len(our_lines["kafka-topics"]) == 2 and "Elr: " in our_lines["kafka-topics"][1], our_lines["kafka-topics"]
+    # Kafka reports the throttle keys read-only, typed LONG (KafkaConfig defines them as internal).
+    assert (our_lines[f"throttles {OURS}"], our_lines["throttles default"]) == (
+        kafka_lines["throttles 1"], kafka_lines["throttles default"])
     for name in ("topic", "topic-all", "broker", "default", "brokers", "kafka-topics"):
         assert our_lines[name] == kafka_lines[name], name
     # Every topic config is there, with its chain (a sample the reader can see in the diff if not).

@@ -54,3 +54,18 @@ def test_every_kafka_broker_key_is_listed_with_kafkas_default_and_chain() -> Non
     assert [(s.name, s.value, s.source) for s in configs["log.retention.hours"].synonyms] == [
         ("log.retention.hours", "100", 4), ("log.retention.hours", "168", 5)]
     assert (configs["log.retention.ms"].value, configs["log.retention.ms"].synonyms) == (None, ())
+
+
+def test_the_throttle_rates_are_read_only_longs_as_kafka_reports_them() -> None:
+    """Kafka 4.1 lists a set throttle rate typed LONG (KafkaConfig defines the quota keys as
+    internal) and read-only (DynamicBrokerConfig does not count them among its reconfigurable
+    keys); tests/interop/test_kafka_configs_tool.py compares the dynamic ones with Kafka's node."""
+    describer = BrokerConfigDescriber(node_id=7, static_config={**STATIC, "leader.replication.throttled.rate": "5000"},
+                                      image=lambda: MetadataImage.EMPTY)
+    request = DescribeConfigsRequest(resources=(DescribeConfigsResource(
+        resource_type=i8(4), resource_name="7", configuration_keys=("leader.replication.throttled.rate",)),),
+        include_synonyms=True, include_documentation=False)
+    ctx = RequestContext(api_key=32, api_version=4, correlation_id=0, client_id=None, peer=("", 0), listener_name="")
+    (rate,) = asyncio.run(describer.describe_configs(request, ctx)).results[0].configs
+    assert (rate.value, rate.config_source, rate.read_only, rate.config_type) == ("5000", 4, True, 5)
+    assert [(s.name, s.value, s.source) for s in rate.synonyms] == [("leader.replication.throttled.rate", "5000", 4)]

@@ -102,6 +102,27 @@ class _Refused(ServerError):
         self.message = message
 
 
+# The broker quota keys (Kafka's QuotaConfig, set as dynamic broker configs by the reassignment
+# tool): KafkaConfig defines them as internal LONGs, so Kafka reports their type as LONG and, since
+# DynamicBrokerConfig does not list them among its reconfigurable keys, read-only.
+_QUOTA_CONFIG_TYPES = {
+    "leader.replication.throttled.rate": ConfigType.LONG,
+    "follower.replication.throttled.rate": ConfigType.LONG,
+    "replica.alter.log.dirs.io.max.bytes.per.second": ConfigType.LONG,
+}
+
+
+def _type_of(name: str) -> ConfigType:
+    """Kafka's configType: the key's own type in KafkaConfig, else a synonym's."""
+    known = KAFKA_BROKER_CONFIGS.get(name)
+    if known is not None:
+        return ConfigType[known.type]
+    if name in _QUOTA_CONFIG_TYPES:
+        return _QUOTA_CONFIG_TYPES[name]
+    definition = broker_config(name)
+    return definition.type if definition is not None else ConfigType.UNKNOWN
+
+
 class BrokerConfigDescriber:
     def __init__(self, *, node_id: int, static_config: Mapping[str, str], image: Callable[[], MetadataImage]) -> None:
         self._node_id = node_id
@@ -198,8 +219,7 @@ class BrokerConfigDescriber:
         entries = []
         for name in sorted(names):
             known = KAFKA_BROKER_CONFIGS.get(name)
-            definition = broker_config(name)
-            kind = ConfigType[known.type] if known is not None else definition.type if definition else ConfigType.UNKNOWN
+            kind = _type_of(name)
             if kind is ConfigType.PASSWORD:
                 entries.append(_Entry(name, None, [], kind, read_only=not known or not known.dynamic, sensitive=True))
                 continue
@@ -213,10 +233,9 @@ class BrokerConfigDescriber:
         dynamic_default = self._layers(image)[1][0]
         entries = []
         for name in sorted(dynamic_default):
-            definition = broker_config(name)
             entries.append(_Entry(name, dynamic_default[name],
                                   [(name, dynamic_default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)],
-                                  definition.type if definition else ConfigType.UNKNOWN,
+                                  _type_of(name),
                                   read_only=name not in BROKER_SYNONYMS))
         return entries
 
