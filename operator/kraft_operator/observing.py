@@ -14,6 +14,7 @@ have no answer yet, and that is not a failure.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from kraft_engine.admin import ReplicaDescription
@@ -191,11 +192,22 @@ async def _log_dirs(
             described = await admin.describe_log_dirs(address, partitions=False)
         except AdminError:
             continue
+        volumes = [layout.volume_path(node.ref, volume_id=v.id) for v in node.pool.storage.volumes]
         found[node.ref.node_id] = tuple(
-            LogDirFacts(path=d.path, error=d.error, total_bytes=d.total_bytes, usable_bytes=d.usable_bytes)
+            LogDirFacts(path=_as_configured(d.path, volumes), error=d.error, total_bytes=d.total_bytes,
+                        usable_bytes=d.usable_bytes)
             for d in described
         )
     return found
+
+
+def _as_configured(reported: str, volumes: list[str]) -> str:
+    """The node's own name for a directory its broker reports: the engine reports the resolved path
+    (a volume mounted through a symlink shows as its target), the plan knows the configured one.
+    Where the operator cannot see the path (another machine, a pod), both resolve to themselves."""
+    wanted = os.path.realpath(reported)
+    return next((v for v in volumes if v.rstrip("/") == reported.rstrip("/") or os.path.realpath(v) == wanted),
+                reported)
 
 
 async def _supported_metadata_versions(

@@ -45,6 +45,7 @@ from kraft_operator.plan import (
     FormatJobFacts,
     FormatStorage,
     JobPhase,
+    LogDirFacts,
     NodeFacts,
     Observed,
     PartitionDetail,
@@ -463,11 +464,14 @@ class SimCluster:
         """Which of a JBOD broker's two volumes holds its replica of `p`."""
         return p.partition % 2
 
-    def lose_volume(self, node_id: int, volume_id: int) -> None:
+    def lose_volume(self, node_id: int, volume_id: int, *, keep_files: bool = False) -> None:
         """One of a broker's volumes fails (a dead disk): the broker takes it offline and leaves the
-        ISR of the replicas on it; losing volume 0, the metadata log's, halts the broker."""
+        ISR of the replicas on it; losing volume 0, the metadata log's, halts the broker. With
+        `keep_files` the volume is still there, formatted (an I/O error, not a vanished disk): only
+        the broker's DescribeLogDirs tells (KAFKA_STORAGE_ERROR)."""
         node = self.nodes[node_id]
-        node.volumes.pop(volume_id, None)
+        if not keep_files:
+            node.volumes.pop(volume_id, None)
         node.lost_volumes.add(volume_id)
         for p in self.partitions:
             if self.replica_volume(p) == volume_id and node_id in p.isr and len(p.isr) > 1:
@@ -615,6 +619,9 @@ class SimCluster:
             finalized_metadata_version=self.finalized,
             partition_details=details,
             supported_metadata_versions={n.node_id: n.supported for n in self.nodes.values() if n.running},
+            log_dirs={n.node_id: tuple(LogDirFacts(v.path, "KAFKA_STORAGE_ERROR" if i in n.lost_volumes else None)
+                                       for i, v in sorted(n.volumes.items()))
+                      for n in self.nodes.values() if n.broker and n.up},
             throttles=None if details is None else ThrottleFacts(
                 broker_rates={b: dict(self.broker_rates.get(b, {})) for b in (brokers or {}) if self.nodes[b].up},
                 topic_replicas={t: dict(v) for t, v in self.topic_throttles.items()}),

@@ -63,7 +63,7 @@ def _produce(bootstrap: str) -> None:
             producer.close(timeout=30)
 
 
-def _throttle_configs(bootstrap: str, brokers: list[int]) -> dict[str, str]:
+def throttle_configs(bootstrap: str, brokers: list[int], *, topic: str = TOPIC) -> dict[str, str]:
     """The throttle keys that are set: `broker N: key` -> value for each broker (asked of it) and
     `topic: key` -> value for the topic."""
     with warnings.catch_warnings():
@@ -74,7 +74,7 @@ def _throttle_configs(bootstrap: str, brokers: list[int]) -> dict[str, str]:
         try:
             found: dict[str, str] = {}
             resources = [ConfigResource(ConfigResourceType.BROKER, str(b)) for b in brokers]
-            resources.append(ConfigResource(ConfigResourceType.TOPIC, TOPIC))
+            resources.append(ConfigResource(ConfigResourceType.TOPIC, topic))
             described = admin.describe_configs(resources, config_filter="modified")  # only what is set
             for kind, by_name in described.items():
                 for name, configs in by_name.items():
@@ -115,7 +115,7 @@ def test_a_drain_runs_throttled_shown_in_status_and_the_throttle_is_gone_before_
         seen: dict[str, str] = {}
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and draining() is not None:
-            seen = _throttle_configs(bootstrap, [3, 4, 5, 6])
+            seen = throttle_configs(bootstrap, [3, 4, 5, 6])
             if len(seen) == 2 * 4 + 2:
                 break
             time.sleep(0.5)
@@ -132,7 +132,7 @@ def test_a_drain_runs_throttled_shown_in_status_and_the_throttle_is_gone_before_
             return status
 
         _wait("broker 6 removed", removed, timeout_s=900, up=up, log=log)
-        left = _throttle_configs(bootstrap, [3, 4, 5])
+        left = throttle_configs(bootstrap, [3, 4, 5])
         stored = read_partition(bootstrap, TOPIC)
     output = log.read_text()
     assert left == {}, left

@@ -66,6 +66,7 @@ def test_an_unsafe_downgrade_is_refused_with_kafkas_reason_and_a_safe_one_is_sen
         assert not any(isinstance(a, FinalizeMetadataVersion) for a in result.actions)
     degraded = result.status.condition(ConditionType.DEGRADED)
     assert degraded is not None and "might delete metadata information" in degraded.message
+    assert degraded.reason == "MetadataVersionRefused"
     assert any(e.reason == "MetadataVersionRefused" for e in result.events)
     assert sim.finalized == "4.1-IV1"
     # A safe downgrade (no format change in between) is sent as such.

@@ -45,6 +45,7 @@ class VolumeScenario:
     operator_deaths: int = 0
     held_until: int = -1  # a partition the broker is in the ISR of sits at min ISR until then
     other_crash_tick: int = -1  # another broker crashes then
+    offline: bool = False  # the volume's files stay: only the broker's DescribeLogDirs says it failed
     death_ticks: tuple[int, ...] | None = None
     death_before_act: bool | None = None
     max_ticks: int = 300
@@ -57,9 +58,10 @@ class VolumeScenario:
     @classmethod
     def random(cls, seed: int) -> VolumeScenario:
         r = random.Random(seed * 4481 + 7)
-        return cls(seed=seed, volume_id=r.choice([0, 1, 1]), approval_tick=r.randint(0, 15),
+        volume_id = r.choice([0, 1, 1])
+        return cls(seed=seed, volume_id=volume_id, approval_tick=r.randint(0, 15),
                    operator_deaths=r.choice([0, 0, 1, 2, 4]), held_until=r.choice([-1, -1, r.randint(5, 40)]),
-                   other_crash_tick=r.choice([-1, -1, r.randint(1, 40)]))
+                   other_crash_tick=r.choice([-1, -1, r.randint(1, 40)]), offline=volume_id == 1 and r.random() < 0.4)
 
     def run(self) -> tuple[list[str], bool]:
         cluster, sim = bootstrap(self.seed)
@@ -74,7 +76,7 @@ class VolumeScenario:
             held = next(p for p in sim.partitions if self.broker in p.isr
                         and sim.replica_volume(p) != self.volume_id)
             held.min_isr = len(held.replicas)  # the user raised min.insync.replicas to the replication factor
-        sim.lose_volume(self.broker, self.volume_id)
+        sim.lose_volume(self.broker, self.volume_id, keep_files=self.offline)
         deaths = sorted(faults.sample(range(1, 50), self.operator_deaths))
         if self.death_ticks is not None:
             deaths = list(self.death_ticks)
@@ -152,6 +154,31 @@ def test_a_lost_data_volume_waits_for_approval_then_is_replaced_and_re_replicate
     assert steps["await-replication"] == "pending"
     events = [e.reason for r in scenario.results for e in r.events]
     assert "VolumeReplaced" in events and "RunbookClosed" in events
+
+
+def test_a_volume_its_broker_reports_offline_is_detected_and_replaced_though_its_files_remain() -> None:
+    """No volume vanished: the directory failed an I/O and the broker took it offline. The status
+    (DescribeLogDirs' KAFKA_STORAGE_ERROR, already shown as offline in status) drives the same
+    replacement, with no human marking it."""
+    scenario = VolumeScenario(seed=1, approval_tick=4, offline=True)
+    _assert_kept(scenario)
+    assert _steps(scenario) == ["await-approval", "replace", "format", "await-replication"]
+    first = scenario.results[0]
+    assert first.status.operation is not None and first.status.operation.blocked_by
+    assert "offline (KAFKA_STORAGE_ERROR, reported by the broker)" in first.status.operation.blocked_by[0].message
+    book = next(r for r in first.status.runbooks if r.name == "broker-disk-loss")
+    assert any("KAFKA_STORAGE_ERROR" in e for e in book.evidence), book.evidence
+    replaced = [a for r in scenario.results for a in r.actions if isinstance(a, ReplaceVolume)]
+    assert [(a.volume_id, a.lost_directory_id) for a in replaced] == [(scenario.volume_id, scenario.lost_directory_id)]
+    assert "replace the offline" in replaced[0].reason
+
+
+def test_without_reading_the_offline_directories_the_failure_goes_unseen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(volume_module, "_offline", lambda observed, node_id, path: None)
+    scenario = VolumeScenario(seed=1, approval_tick=4, offline=True, max_ticks=60)
+    _, finished = scenario.run()
+    assert not finished
+    assert not any(isinstance(a, ReplaceVolume) for r in scenario.results for a in r.actions)
 
 
 def test_a_partition_at_min_isr_holds_the_replacement_names_it_and_it_proceeds_once_fixed() -> None:

@@ -1,7 +1,10 @@
 """A broker's JBOD volume fails and is replaced, on the local runtime with engine nodes, under a
 live producer: `kraftwerk up` with three controllers and three brokers of two volumes each; a
 kafka-python producer (acks=all, idempotence) writes a partition one of whose replicas lives on
-broker 5's second volume; that volume's directory is deleted while broker 5 runs (a dead disk).
+broker 5's second volume; that volume fails while broker 5 runs: its directory is deleted (a
+vanished disk), or (`full`) it is a real 4 MiB tmpfs that fills up, so appends there fail with
+ENOSPC and the broker takes the directory offline while its files stay; the operator sees that
+only through DescribeLogDirs (KAFKA_STORAGE_ERROR), with no human marking it.
 
 The operator records the loss (`BrokerVolumeReplacement/await-approval`, the broker-disk-loss
 runbook) and waits; once the spec carries the approval annotation it stops broker 5 (controlled
@@ -88,7 +91,10 @@ def _create_topic(bootstrap: str) -> None:
             admin.close()
 
 
-def test_a_failed_jbod_volume_is_replaced_with_approval_under_a_live_producer_losing_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("failure", ["deleted", "full"])
+def test_a_failed_jbod_volume_is_replaced_with_approval_under_a_live_producer_losing_nothing(
+    tmp_path: Path, failure: str, request: pytest.FixtureRequest,
+) -> None:
     spec = tmp_path / "jbod.yaml"
     spec.write_text(textwrap.dedent(CLUSTER))
     state = tmp_path / "state"
@@ -96,6 +102,11 @@ def test_a_failed_jbod_volume_is_replaced_with_approval_under_a_live_producer_lo
     acks = tmp_path / "acks.jsonl"
     node5 = state / "default" / "jbod" / "node-5"
     failed = node5 / "data-1"
+    disk = None
+    if failure == "full":
+        disk = request.getfixturevalue("small_tmpfs")(4 * 1024 * 1024)
+        node5.mkdir(parents=True)
+        failed.symlink_to(disk)  # the local runtime formats and uses it as broker 5's second volume
     with kraftwerk_up(spec, state, log) as up:
         _wait("Ready with three brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "3/3",
               timeout_s=600, up=up, log=log)
@@ -112,7 +123,10 @@ def test_a_failed_jbod_volume_is_replaced_with_approval_under_a_live_producer_lo
         lost_id = _directory_id(failed)
         with producing(bootstrap, TOPIC, acks, partition=partition):
             _wait("the producer's first acks", lambda: acked_count(acks) >= 20, timeout_s=120, up=up, log=log)
-            shutil.rmtree(failed)  # the disk dies under the running broker
+            if disk is None:
+                shutil.rmtree(failed)  # the disk dies under the running broker
+            else:
+                request.getfixturevalue("fill_disk")(disk)  # ENOSPC: the broker takes data-1 offline
 
             def held() -> dict | None:
                 status = _status(state)
@@ -123,6 +137,9 @@ def test_a_failed_jbod_volume_is_replaced_with_approval_under_a_live_producer_lo
 
             status = _wait("the loss recorded, waiting for approval", held, timeout_s=300, up=up, log=log)
             assert status["operation"]["volume"]["lostDirectoryId"] == lost_id
+            if disk is not None:  # its files are all there: only the broker says it failed
+                assert _directory_id(failed) == lost_id
+                assert "offline (KAFKA_STORAGE_ERROR, reported by the broker)" in status["operation"]["waitingFor"]
             assert status["operation"]["blockedBy"][0]["kind"] == "approval"
             assert "ReplaceVolume" not in log.read_text()
             approved = yaml.safe_load(spec.read_text())

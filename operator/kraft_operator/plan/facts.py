@@ -224,6 +224,16 @@ class ClusterFacts:
     log_dirs: Mapping[int, tuple[LogDirFacts, ...]] | None = None
     throttles: ThrottleFacts | None = None
 
+    def log_dir(self, node_id: int, path: str) -> LogDirFacts | None:
+        """The broker's own account of its directory `path` (DescribeLogDirs), if it gave one."""
+        wanted = path.rstrip("/")
+        return next((d for d in (self.log_dirs or {}).get(node_id, ()) if d.path.rstrip("/") == wanted), None)
+
+    def offline_log_dir(self, node_id: int, path: str) -> str | None:
+        """Kafka's error for a directory its broker reports offline (KAFKA_STORAGE_ERROR), else None."""
+        described = self.log_dir(node_id, path)
+        return described.error if described is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class Observed:

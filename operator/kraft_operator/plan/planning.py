@@ -402,6 +402,7 @@ class _Planner:
         self.events.extend(decision.events)
         if decision.refused:
             self.blocked.append(decision.refused)
+            self.degraded_reason = "MetadataVersionRefused"  # its own Warning event says it already
             return None
         if not (decision.actions or decision.waiting) or busy:
             return None
@@ -668,10 +669,7 @@ class _Planner:
     def _log_dir(self, node_id: int, path: str) -> LogDirFacts | None:
         """The broker's own account of its directory `path` (DescribeLogDirs), if it gave one."""
         cluster = self.observed.cluster
-        if cluster is None or cluster.log_dirs is None:
-            return None
-        wanted = path.rstrip("/")
-        return next((d for d in cluster.log_dirs.get(node_id, ()) if d.path.rstrip("/") == wanted), None)
+        return cluster.log_dir(node_id, path) if cluster is not None else None
 
     def _started_at(self, name: str) -> str | None:
         """When operation `name` started: as the last status recorded it if it was under way, else now."""

@@ -365,10 +365,13 @@ def detect_runbooks(
                 if not d.directory_id:
                     continue
                 volume = seen.volume(d.volume_id) if seen is not None else None
+                offline = facts.offline_log_dir(node.ref.node_id, d.path) if facts is not None else None
                 if volume is None or not volume.formatted:
                     state = "missing" if volume is None else "empty"
                 elif volume.directory_id != d.directory_id:
                     state = f"formatted with directory id {volume.directory_id}"
+                elif offline is not None:
+                    state = f"offline: the broker reports {offline} for it (DescribeLogDirs)"
                 else:
                     continue
                 lost.append(f"node {node.ref.node_id} volume {d.volume_id} ({d.path}): directory id {d.directory_id} "

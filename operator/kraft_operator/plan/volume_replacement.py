@@ -44,7 +44,7 @@ from kraft_operator.model import (
     VolumeReplacementStatus,
 )
 from kraft_operator.plan.actions import Event, EventType, ReplaceVolume
-from kraft_operator.plan.facts import Observed, PodPhase
+from kraft_operator.plan.facts import Observed, PodPhase, VolumeFacts
 from kraft_operator.plan.gates import is_down, not_recovered, volume_replacement_gate
 from kraft_operator.plan.rendering import DesiredNode
 from kraft_operator.plan.roll import rfc3339_ms
@@ -88,8 +88,9 @@ class VolumeDecision:
 def lost_broker_volumes(
     *, nodes: Sequence[DesiredNode], observed: Observed, previous: KRaftClusterStatus | None,
 ) -> list[LostVolume]:
-    """Broker volumes whose directory id the status recorded and that are now missing or hold no
-    meta.properties. A controller's metadata volume is not one of them: losing it is the
+    """Broker volumes whose directory id the status recorded and that are now missing, hold no
+    meta.properties, or that their running broker reports offline (DescribeLogDirs: Kafka's
+    KAFKA_STORAGE_ERROR, the directory failed an I/O while its files may still be there). A controller's metadata volume is not one of them: losing it is the
     controller-disk-loss runbook's (a voter's disk)."""
     lost: list[LostVolume] = []
     if previous is None:
@@ -107,7 +108,21 @@ def lost_broker_volumes(
             seen = facts.volume(d.volume_id) if facts is not None else None
             if seen is None or not seen.formatted:
                 lost.append(LostVolume(node, d.volume_id, d.path, d.directory_id, "missing" if seen is None else "empty"))
+            elif seen.directory_id == d.directory_id and _offline(observed, node.ref.node_id, d.path) is not None:
+                lost.append(LostVolume(node, d.volume_id, d.path, d.directory_id, "offline"))
     return lost
+
+
+def _state(seen: VolumeFacts | None, *, offline: str | None) -> str:
+    if seen is None:
+        return "missing"
+    if not seen.formatted:
+        return "empty"
+    return f"offline ({offline}, reported by the broker)" if offline is not None else "failed"
+
+
+def _offline(observed: Observed, node_id: int, path: str) -> str | None:
+    return observed.cluster.offline_log_dir(node_id, path) if observed.cluster is not None else None
 
 
 def plan_volume_replacement(
@@ -175,7 +190,7 @@ def plan_volume_replacement(
         return VolumeDecision(operation=operation("format"), formattable=frozenset({(node_id, volume_id)}),
                               waiting=f"{what}: the new directory to be formatted and the broker started")
     if VOLUME_REPLACEMENT_APPROVAL not in approved_steps(annotations):
-        message = (f"{what} is {'missing' if seen is None else 'empty'}; replacing it (a new volume, formatted with "
+        message = (f"{what} is {_state(seen, offline=_offline(observed, node_id, path))}; replacing it (a new volume, formatted with "
                    f"a new directory id, and a restart of the broker) waits for approval: kubectl annotate kc "
                    f'<cluster> {APPROVE_ANNOTATION}="{VOLUME_REPLACEMENT_APPROVAL}"')
         events = (Event(EventType.WARNING, "VolumeLost", message),) if prev is None else ()
@@ -197,7 +212,8 @@ def plan_volume_replacement(
     action = ReplaceVolume(
         node=node.ref, implementation=node.implementation, volume_id=volume_id, path=path,
         lost_directory_id=record.lost_directory_id, grace_period_ms=spec.lifecycle.termination_grace_period_seconds * 1000,
-        reason=f"node {node_id}: replace {'the missing' if seen is None else 'the empty'} volume {volume_id} ({path}, "
+        reason=f"node {node_id}: replace the {_state(seen, offline=_offline(observed, node_id, path))} volume {volume_id} "
+        f"({path}, "
         f"directory id {record.lost_directory_id}): controlled shutdown, a new volume; it is formatted with a new "
         f"directory id and the broker restarts (approved by {APPROVE_ANNOTATION}={VOLUME_REPLACEMENT_APPROVAL})",
     )
