@@ -66,17 +66,23 @@ def _finalized(bootstrap: str) -> str:
     return line.split("FinalizedVersionLevel: ", 1)[1].split("\t", 1)[0]
 
 
+def _ready_at(version: str, state: Path, *, up: subprocess.Popen, log: Path) -> str:
+    """Wait until Ready with its broker, check `version` is finalized; a controller's address."""
+    status = _wait(f"Ready at {version}", lambda: _settled(s := _status(state)) and s["brokers"] == "1/1" and s,
+                   timeout_s=600, up=up, log=log)
+    endpoint = next(e for e in status["quorum"]["voters"][0]["endpoints"] if e.startswith("CONTROLLER://"))
+    bootstrap = endpoint.split("//", 1)[1]
+    assert _finalized(bootstrap) == version
+    return bootstrap
+
+
 def test_a_metadata_version_bump_on_engine_nodes_is_finalized_without_a_restart(tmp_path: Path) -> None:
     spec = tmp_path / "bumping.yaml"
     spec.write_text(textwrap.dedent(CLUSTER))
     state = tmp_path / "state"
     log = tmp_path / "up.log"
     with kraftwerk_up(spec, state, log) as up:
-        status = _wait("Ready at 4.1-IV1", lambda: _settled(s := _status(state)) and s["brokers"] == "1/1" and s,
-                       timeout_s=600, up=up, log=log)
-        endpoint = next(e for e in status["quorum"]["voters"][0]["endpoints"] if e.startswith("CONTROLLER://"))
-        bootstrap = endpoint.split("//", 1)[1]
-        assert _finalized(bootstrap) == "4.1-IV1"
+        bootstrap = _ready_at("4.1-IV1", state, up=up, log=log)
         pids = {i: (state / "default" / "bumping" / f"node-{i}" / "pid").read_text() for i in range(4)}
         bumped = yaml.safe_load(spec.read_text())
         bumped["spec"]["metadataVersion"] = "4.2-IV1"
@@ -96,11 +102,7 @@ def test_an_unsafe_downgrade_is_refused_in_status_and_a_safe_one_is_finalized(tm
     state = tmp_path / "state"
     log = tmp_path / "up.log"
     with kraftwerk_up(spec, state, log) as up:
-        status = _wait("Ready at 4.2-IV1", lambda: _settled(s := _status(state)) and s["brokers"] == "1/1" and s,
-                       timeout_s=600, up=up, log=log)
-        endpoint = next(e for e in status["quorum"]["voters"][0]["endpoints"] if e.startswith("CONTROLLER://"))
-        bootstrap = endpoint.split("//", 1)[1]
-        assert _finalized(bootstrap) == "4.2-IV1"
+        bootstrap = _ready_at("4.2-IV1", state, up=up, log=log)
         lowered = yaml.safe_load(spec.read_text())
         lowered["spec"]["metadataVersion"] = "3.9-IV0"
         spec.write_text(yaml.safe_dump(lowered))
