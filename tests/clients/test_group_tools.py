@@ -18,7 +18,7 @@ from group_workload import PARTITIONS
 from quorum_processes import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
-from kafka_jars import kafka_tool, needs_jars
+from kafka_jars import CLASSPATH, kafka_tool, needs_jars
 
 pytestmark = [pytest.mark.process]
 
@@ -191,3 +191,54 @@ def test_kafka_console_consumer_group_against_our_brokers(group_state: dict[str,
     assert committed == ends, "Kafka's consumer committed its positions to our coordinator on close"
     described = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group)
     assert {line.split()[5] for line in described.stdout.splitlines()[2:] if line} == {"0"}
+
+
+def _csv(output: str) -> list[str]:
+    """The records of Kafka's `--export` CSV (ours in partition order, Kafka's in a HashMap's), sorted."""
+    assert output.endswith("\n\n"), output  # the records, each ending a line, then Kafka's println
+    return sorted(output.removesuffix("\n").splitlines())
+
+
+def test_reset_offsets_by_time_to_current_and_through_an_exported_csv(
+        group_state: dict[str, str], tmp_path: Path) -> None:
+    bootstrap, topic = group_state["bootstrap"], group_state["topic"]
+    group = "reset-scenarios"
+    base = ("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group)
+    # A group that does not exist yet is inactive: its offsets can be set.
+    kraft(*base, "--topic", topic, "--to-offset", "5", "--execute")
+    committed, ends = committed_and_ends(bootstrap, topic, group)
+    assert committed == {p: min(5, ends[p]) for p in range(PARTITIONS)}
+    earliest = [f"{topic},{p},0" for p in range(PARTITIONS)]
+    latest = [f"{topic},{p},{ends[p]}" for p in range(PARTITIONS)]
+    current = [f"{topic},{p},{committed[p]}" for p in range(PARTITIONS)]
+    cases = {
+        # The records were written now: nothing is that late (the log end), everything is later.
+        ("--to-datetime", "2100-01-01T00:00:00.000"): latest,
+        ("--to-datetime", "2001-01-01T01:00:00.000+01:00"): earliest,
+        ("--by-duration", "P36500D"): earliest,
+        ("--to-current",): current,
+    }
+    for scenario, expected in cases.items():
+        out = kraft(*base, "--topic", topic, *scenario, "--dry-run", "--export").stdout
+        assert _csv(out) == sorted(expected), scenario
+        if CLASSPATH is not None:
+            theirs = kafka("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", *base[1:], "--topic", topic,
+                           *scenario, "--dry-run", "--export")
+            assert theirs.returncode == 0, theirs.stderr
+            assert _csv(theirs.stdout) == _csv(out), scenario
+    assert committed_and_ends(bootstrap, topic, group)[0] == committed, "--dry-run changed nothing"
+
+    # The exported CSV is a plan --from-file executes (with a group column when several groups are named).
+    plan = tmp_path / "plan.csv"
+    plan.write_text("".join(f"{topic},{p},{p + 1}\n" for p in range(PARTITIONS)))
+    done = kraft(*base, "--from-file", str(plan), "--execute").stdout.splitlines()
+    assert [line.split() for line in done[2:]] == [[group, topic, str(p), str(p + 1)] for p in range(PARTITIONS)]
+    assert committed_and_ends(bootstrap, topic, group)[0] == {p: p + 1 for p in range(PARTITIONS)}
+    two = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group, "--group",
+                "reset-other", "--topic", f"{topic}:0", "--to-earliest", "--dry-run", "--export").stdout
+    assert _csv(two) == sorted([f"{group},{topic},0,0", f"reset-other,{topic},0,0"])
+
+    described = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--all-groups").stdout
+    assert {(line.split()[0], line.split()[2], line.split()[3]) for line in described.splitlines()
+            if line.startswith(group + " ")} == {(group, str(p), str(p + 1)) for p in range(PARTITIONS)}
+    kraft("consumer-groups", "--bootstrap-server", bootstrap, "--delete", "--group", group)

@@ -37,6 +37,7 @@ from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.errors import AdminError
 from kraft_engine.protocol import KafkaProtocolError
+from kraft_engine.protocol.security import ClientSecurity
 from kraft_engine.records.client_records import (
     ClientRecord,
     ProducedRecord,
@@ -109,8 +110,8 @@ class RecordClient(BrokerAdmin):
     """A topic's partition leaders from Metadata, and requests sent to them with retries."""
 
     def __init__(self, bootstrap: Sequence[tuple[str, int]], *, timeout_ms: int = 30000,
-                 client_id: str = "kraft-console") -> None:
-        super().__init__(bootstrap, timeout_ms=timeout_ms, client_id=client_id)
+                 client_id: str = "kraft-console", security: ClientSecurity | None = None) -> None:
+        super().__init__(bootstrap, timeout_ms=timeout_ms, client_id=client_id, security=security)
         self._leaders: dict[tuple[str, int], PartitionLeader] = {}
         self._partition_counts: dict[str, int] = {}
         self._producer: tuple[int, int] | None = None

@@ -2,32 +2,45 @@
 
 Kafka's flags and output (ConsumerGroupCommand):
 
-    --bootstrap-server B --list [--state [S,...]]
-    --bootstrap-server B --describe --group G [--members | --offsets | --state]
-    --bootstrap-server B --reset-offsets --group G (--topic T[:P,...] | --all-topics)
-        (--to-earliest | --to-latest | --to-offset N | --shift-by N) [--dry-run | --execute]
-    --bootstrap-server B --delete --group G
+    --bootstrap-server B [--command-config F] --list [--state [S,...]]
+    --bootstrap-server B --describe (--group G ... | --all-groups) [--members | --offsets | --state]
+    --bootstrap-server B --reset-offsets (--group G ... | --all-groups) (--topic T[:P,...] | --all-topics)
+        (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N
+         | --to-datetime YYYY-MM-DDThh:mm:ss.sss | --by-duration PnDTnHnMnS | --from-file CSV)
+        [--dry-run | --execute] [--export]
+    --bootstrap-server B --delete (--group G ... | --all-groups)
 
 `--describe` prints Kafka's tables (column widths grow with the longest value, missing values as
 "-"), and on stderr the notes Kafka prints for an Empty or rebalancing group; a group that does
-not exist is an error. `--reset-offsets` prints the plan (GROUP TOPIC PARTITION NEW-OFFSET) and,
-with `--execute`, commits it; as in Kafka, only while the group has no active members, and
-offsets are clamped to each partition's earliest and latest.
+not exist is an error. `--reset-offsets` prints the plan (GROUP TOPIC PARTITION NEW-OFFSET), or
+with `--export` Kafka's CSV (`topic,partition,offset`, with the group first when several groups
+are reset), which `--from-file` reads back; with `--execute` it commits the plan. As in Kafka, only
+a group with no active members is reset; `--to-offset` and `--shift-by` are clamped to each
+partition's earliest and latest; `--to-current` keeps the committed offset (the log end where none
+is); `--to-datetime` (UTC unless the time names its zone, as Kafka's Utils.getDateTime) and
+`--by-duration` (ISO-8601, before now) take the first offset at or after that time, the log end
+where no record is that late. `--command-config` gives the admin client's security keys.
+`--delete-offsets` is not offered.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
 
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.admin.group_admin import GroupAdmin, GroupSummary
 from kraft_engine.admin.record_clients import EARLIEST, LATEST, RecordClientError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_servers, command_config_security
+from kraft_engine.protocol.security import ClientSecurity
 
-__all__ = ["register"]
+__all__ = ["iso_duration_ms", "kafka_date_time_ms", "register"]
 
 _INACTIVE = ("Empty", "Dead")
 
@@ -42,7 +55,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions.add_argument("--describe", action="store_true", help="Describe consumer group and list offset lag.")
     actions.add_argument("--reset-offsets", action="store_true", help="Reset offsets of consumer group.")
     actions.add_argument("--delete", action="store_true", help="Pass in groups to delete topic partition offsets.")
+    parser.add_argument("--command-config",
+                        help="Property file containing configs to be passed to Admin Client and Consumer.")
     parser.add_argument("--group", action="append", default=[], help="The consumer group we wish to act on.")
+    parser.add_argument("--all-groups", action="store_true", help="Apply to all consumer groups.")
     parser.add_argument("--members", action="store_true", help="Describe members of the group.")
     parser.add_argument("--offsets", action="store_true", help="Describe the group and list all topic partitions "
                                                                "in the group along with their offset lag.")
@@ -55,6 +71,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
     parser.add_argument("--to-offset", type=int, help="Reset offsets to a specific offset.")
     parser.add_argument("--shift-by", type=int, help="Reset offsets shifting current offset by 'n'.")
+    parser.add_argument("--to-current", action="store_true", help="Reset offsets to current offset.")
+    parser.add_argument("--to-datetime",
+                        help="Reset offsets to offset from datetime. Format: 'YYYY-MM-DDThh:mm:ss.sss'")
+    parser.add_argument("--by-duration",
+                        help="Reset offsets to offset by duration from current timestamp. Format: 'PnDTnHnMnS'")
+    parser.add_argument("--from-file", help="Reset offsets to values defined in CSV file.")
+    parser.add_argument("--export", action="store_true",
+                        help="Export operation execution to a CSV file. Supported operations: reset-offsets.")
     parser.add_argument("--dry-run", action="store_true", help="Only show results without executing changes.")
     parser.add_argument("--execute", action="store_true", help="Execute operation.")
     parser.add_argument("--timeout", type=int, default=30000, help="The timeout (ms) for group requests.")
@@ -63,27 +87,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_servers(args.bootstrap_server)
-    if (args.describe or args.reset_offsets or args.delete) and not args.group:
-        raise CliError(f"Option [{'describe' if args.describe else 'reset-offsets' if args.reset_offsets else 'delete'}]"
-                       " takes one of these options: [all-groups], [group]")
+    action = 'describe' if args.describe else 'reset-offsets' if args.reset_offsets else 'delete'
+    if (args.describe or args.reset_offsets or args.delete) and not args.group and not args.all_groups:
+        raise CliError(f"Option [{action}] takes one of these options: [all-groups], [group]")
+    if args.group and args.all_groups:
+        raise CliError(f"Option [{action}] takes one of these options: [all-groups], [group]")
+    if args.reset_offsets:
+        _check_reset_args(args)
+    security = command_config_security(args.command_config)
     try:
-        return asyncio.run(_act(args, bootstrap))
+        return asyncio.run(_act(args, bootstrap, security=security))
     except (RecordClientError, ControllerAdminError) as e:
         raise CliError(str(e)) from None
 
 
-async def _act(args: argparse.Namespace, bootstrap: list[tuple[str, int]]) -> int:
-    async with GroupAdmin(bootstrap, timeout_ms=args.timeout, client_id="kraft-consumer-groups") as admin:
+async def _act(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, security: ClientSecurity | None) -> int:
+    async with GroupAdmin(bootstrap, timeout_ms=args.timeout, client_id="kraft-consumer-groups",
+                          security=security) as admin:
         if args.list:
             return await _list(admin, args)
+        groups = list(args.group) if not args.all_groups else [g for g, _, _ in await admin.list_groups()]
         if args.describe:
             rc = 0
-            for group in args.group:
+            for group in groups:
                 rc = max(rc, await _describe(admin, group, args))
             return rc
         if args.reset_offsets:
-            return await _reset(admin, args)
-        return await _delete(admin, args)
+            return await _reset(admin, groups, args)
+        return await _delete(admin, groups)
 
 
 async def _list(admin: GroupAdmin, args: argparse.Namespace) -> int:
@@ -180,20 +211,122 @@ async def _describe(admin: GroupAdmin, group: str, args: argparse.Namespace) -> 
     return 0
 
 
-async def _reset(admin: GroupAdmin, args: argparse.Namespace) -> int:
-    if sum((args.to_earliest, args.to_latest, args.to_offset is not None, args.shift_by is not None)) != 1:
+_SCENARIOS = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime", "by_duration",
+              "from_file")
+
+
+def _check_reset_args(args: argparse.Namespace) -> None:
+    given = [name for name in _SCENARIOS if getattr(args, name) not in (None, False)]
+    if len(given) != 1:
         raise CliError("Option [reset-offsets] takes exactly one of the scenarios: --to-earliest, --to-latest, "
-                       "--to-offset, --shift-by")
-    if not args.topic and not args.all_topics:
+                       "--to-current, --to-offset, --shift-by, --to-datetime, --by-duration, --from-file")
+    if not args.from_file and not args.topic and not args.all_topics:
         raise CliError("Option [reset-offsets] takes one of these options: [all-topics], [topic]")
-    if len(args.group) != 1:
-        raise CliError("--reset-offsets acts on one --group here")
-    group = args.group[0]
-    summary = await admin.describe(group)
-    if summary.state not in _INACTIVE:
-        raise CliError(f"Assignments can only be reset if the group '{group}' is inactive, but the current state "
-                       f"is {summary.state}.")
+    if args.to_datetime is not None:
+        args.reset_timestamp_ms = kafka_date_time_ms(args.to_datetime)
+    elif args.by_duration is not None:
+        args.reset_timestamp_ms = int(time.time() * 1000) - iso_duration_ms(args.by_duration)
+
+
+_DATE_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})(Z|[+-]\d\d(:?\d\d)?)?$")
+
+
+def kafka_date_time_ms(text: str) -> int:
+    """Kafka's Utils.getDateTime: `yyyy-MM-dd'T'HH:mm:ss.SSS` with an optional zone (Z, +hh,
+    +hhmm or +hh:mm); UTC when the time has none."""
+    if "T" not in text:
+        raise CliError(f"Error parsing timestamp. It does not contain a 'T' according to ISO8601 format: {text}")
+    match = _DATE_TIME.match(text)
+    if match is None:
+        raise CliError(f"Unparseable date: \"{text}\" (expected yyyy-MM-dd'T'HH:mm:ss.SSS with an optional zone)")
+    zone = match.group(2) or "Z"
+    if zone != "Z" and len(zone) == 3:
+        zone += ":00"
+    parsed = datetime.fromisoformat(match.group(1) + ("+00:00" if zone == "Z" else zone))
+    return int(parsed.timestamp() * 1000)
+
+
+_DURATION = re.compile(r"^([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+(?:\.\d{1,9})?)S)?)?$",
+                       re.IGNORECASE)
+
+
+def iso_duration_ms(text: str) -> int:
+    """java.time.Duration.parse's `PnDTnHnMn.nS` in milliseconds."""
+    match = _DURATION.match(text)
+    if match is None or text.upper().endswith("T") or not any(match.group(i) for i in range(2, 6)):
+        raise CliError(f"Text cannot be parsed to a Duration: {text}")
+    sign, days, hours, minutes, seconds = match.groups()
+    total = timedelta(days=int(days or 0), hours=int(hours or 0), minutes=int(minutes or 0),
+                      seconds=float(seconds or 0))
+    return (-1 if sign == "-" else 1) * int(total / timedelta(milliseconds=1))
+
+
+def _reset_plan_csv(path: str, groups: list[str]) -> dict[str, dict[tuple[str, int], int]]:
+    """Kafka's parseResetPlan: `topic,partition,offset` lines for the one group, or
+    `group,topic,partition,offset` lines."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read --from-file {path}: {e}") from None
+    plans: dict[str, dict[tuple[str, int], int]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            if len(cells) == 3 and len(groups) == 1:
+                group, (topic, partition, offset) = groups[0], cells
+            elif len(cells) == 4:
+                group, topic, partition, offset = cells
+            else:
+                raise ValueError(f"{len(cells)} columns")
+            plans.setdefault(group, {})[(topic, int(partition))] = int(offset)
+        except ValueError as e:
+            raise CliError(f"--from-file {path} line {number} is not topic,partition,offset (or with the group "
+                           f"first): {e}") from None
+    return plans
+
+
+async def _reset(admin: GroupAdmin, groups: list[str], args: argparse.Namespace) -> int:
+    from_file = _reset_plan_csv(args.from_file, groups) if args.from_file else None
+    plans: dict[str, dict[tuple[str, int], int]] = {}
+    refused = False
+    for group in groups:
+        summary = await admin.describe(group)
+        if summary.state not in _INACTIVE:
+            print(f"Error: Assignments can only be reset if the group '{group}' is inactive, but the current state "
+                  f"is {summary.state}.", file=sys.stderr)
+            refused = True
+            continue
+        plans[group] = await _group_plan(admin, group, args, from_file=from_file)
+        if args.execute:
+            await admin.commit(group, plans[group])
+    if not args.execute and not args.dry_run:
+        print("WARN: No action will be performed as the --execute option is missing. In a future major release, "
+              "the default behavior of this command will be to prompt the user before executing the reset rather "
+              "than doing a dry run. You should add the --dry-run option explicitly if you are scripting this "
+              "command and want to keep the current default behavior without prompting.", file=sys.stderr)
+    if args.export:
+        # Kafka's CSV: one record a line, the group first unless one group was asked for; then println.
+        with_group = len(args.group) != 1
+        print("".join(f"{group + ',' if with_group else ''}{topic},{partition},{offset}\n"
+                      for group, plan in plans.items() for (topic, partition), offset in plan.items()))
+    else:
+        row = "{:<30} {:<30} {:<10} {:<15}"
+        lines = [row.format(group, topic, partition, offset)
+                 for group, plan in plans.items() for (topic, partition), offset in plan.items()]
+        if lines:
+            print("\n" + row.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"))
+        for line in lines:
+            print(line)
+    return 1 if refused else 0
+
+
+async def _group_plan(admin: GroupAdmin, group: str, args: argparse.Namespace, *,
+                      from_file: dict[str, dict[tuple[str, int], int]] | None) -> dict[tuple[str, int], int]:
     committed = await admin.committed(group)
+    if from_file is not None:
+        return dict(sorted(from_file.get(group, {}).items()))
     partitions: list[tuple[str, int]] = []
     if args.all_topics:
         partitions = sorted(committed)
@@ -211,33 +344,26 @@ async def _reset(admin: GroupAdmin, args: argparse.Namespace) -> int:
             target = earliest
         elif args.to_latest:
             target = latest
+        elif args.to_current:
+            target = committed.get((topic, partition), latest)
         elif args.to_offset is not None:
             target = args.to_offset
-        else:
+        elif args.shift_by is not None:
             target = committed.get((topic, partition), latest) + args.shift_by
+        else:  # --to-datetime, --by-duration: the first offset at or after; the log end when none is
+            found = await admin.list_offset(topic, partition, timestamp=args.reset_timestamp_ms)
+            target = latest if found < 0 else found
         plan[(topic, partition)] = min(max(target, earliest), latest)
-    if args.execute:
-        await admin.commit(group, plan)
-    elif not args.dry_run:
-        print("WARN: No action will be performed as the --execute option is missing. In a future major release, "
-              "the default behavior of this command will be to prompt the user before executing the reset rather "
-              "than doing a dry run. You should add the --dry-run option explicitly if you are scripting this "
-              "command and want to keep the current default behavior without prompting.", file=sys.stderr)
-    row = "{:<30} {:<30} {:<10} {:<15}"
-    if plan:
-        print("\n" + row.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"))
-    for (topic, partition), offset in plan.items():
-        print(row.format(group, topic, partition, offset))
-    return 0
+    return plan
 
 
-async def _delete(admin: GroupAdmin, args: argparse.Namespace) -> int:
+async def _delete(admin: GroupAdmin, groups: list[str]) -> int:
     failed: dict[str, str] = {}
-    for group in args.group:
+    for group in groups:
         code = await admin.delete(group)
         if code.name != "none":
             failed[group] = _exception_name(code.name)
-    deleted = [g for g in args.group if g not in failed]
+    deleted = [g for g in groups if g not in failed]
     if not failed:
         listed = ", ".join(f"'{g}'" for g in deleted)
         print(f"Deletion of requested consumer groups ({listed}) was successful.")
