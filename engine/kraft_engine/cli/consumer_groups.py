@@ -19,7 +19,7 @@ a group with no active members is reset; `--to-offset` and `--shift-by` are clam
 partition's earliest and latest; `--to-current` keeps the committed offset (the log end where none
 is); `--to-datetime` (UTC unless the time names its zone, as Kafka's Utils.getDateTime) and
 `--by-duration` (ISO-8601, before now) take the first offset at or after that time, the log end
-where no record is that late. `--command-config` gives the admin client's security keys.
+where no record is that late (with Kafka's "Warn: Partition ... is empty" line). `--command-config` gives the admin client's security keys.
 `--delete-offsets` is not offered.
 """
 
@@ -352,7 +352,10 @@ async def _group_plan(admin: GroupAdmin, group: str, args: argparse.Namespace, *
             target = committed.get((topic, partition), latest) + args.shift_by
         else:  # --to-datetime, --by-duration: the first offset at or after; the log end when none is
             found = await admin.list_offset(topic, partition, timestamp=args.reset_timestamp_ms)
-            target = latest if found < 0 else found
+            target = found
+            if found < 0:
+                print(f"\nWarn: Partition {partition} from topic {topic} is empty. Falling back to latest known offset.")
+                target = latest
         plan[(topic, partition)] = min(max(target, earliest), latest)
     return plan
 
