@@ -139,22 +139,18 @@ class _IndexBuilder:
         self._topic_sets[broker_id] = found
         return found
 
-    def update_many(
-        self, topic_id: uuid.UUID, partition_ids: Sequence[int], *, old: tuple[int, ...], new: tuple[int, ...]
+    def move(
+        self, topic_id: uuid.UUID, partition_ids: Sequence[int], *, leave: tuple[int, ...], join: tuple[int, ...]
     ) -> None:
-        """Each of a topic's `partition_ids` moves from the brokers in `old` to those in `new`."""
-        if old == new:
-            return
+        """Each of a topic's `partition_ids` leaves the brokers in `leave` and joins those in `join`."""
         if topic_id is not self._topic_id:
             self._topic_id = topic_id
             self._topic_sets = {}
         sets = self._topic_sets
-        for broker_id in old:
-            if broker_id not in new:
-                (sets.get(broker_id) or self._set(broker_id)).difference_update(partition_ids)
-        for broker_id in new:
-            if broker_id not in old:
-                (sets.get(broker_id) or self._set(broker_id)).update(partition_ids)
+        for broker_id in leave:
+            (sets.get(broker_id) or self._set(broker_id)).difference_update(partition_ids)
+        for broker_id in join:
+            (sets.get(broker_id) or self._set(broker_id)).update(partition_ids)
 
     def build(self) -> BrokerPartitionIndex:
         if not self._touched:
@@ -519,11 +515,16 @@ class TopicsDelta:
         )
 
 
+# A partition's change as the indexes and counts see it: (offline delta, imbalance delta, and per
+# reverse index whose holders change, the brokers it leaves and those it joins).
+_Move = tuple[int, int, tuple[tuple["_IndexBuilder", tuple[int, ...], tuple[int, ...]], ...]]
+
+
 class _Accounts:
-    """The reverse indexes and partition-health counts of a new image, moved partition by
-    partition from the base image's. Runs once per changed partition (30,000 times for one
-    broker's fencing at 100k partitions), hence the inlined predicates and the index updates
-    skipped when a role's holders did not change."""
+    """The reverse indexes and partition-health counts of a new image, moved from the base
+    image's by the partitions that changed: per distinct (old, new) registration pair and topic,
+    not per partition (one broker's fence at 100k partitions changes 100k partitions through a
+    few pairs)."""
 
     def __init__(self, base: TopicsImage) -> None:
         self.leaders = _IndexBuilder(base.leaders)
@@ -531,13 +532,14 @@ class _Accounts:
         self.replicas = _IndexBuilder(base.replicas)
         self.offline = base.offline_partition_count
         self.imbalanced = base.preferred_replica_imbalance_count
+        self._moves: dict[tuple[int, int], tuple[PartitionRegistration | None, PartitionRegistration | None, _Move]] = {}
 
     def account_changes(
         self, topic_id: uuid.UUID, old: Mapping[int, PartitionRegistration], new: Mapping[int, PartitionRegistration]
     ) -> None:
         """`account` of every partition in `new` against its registration in `old`. Partitions in
         the same state share their registration (`MergeMemo`), so each distinct (old, new) pair is
-        accounted once, for all its partitions."""
+        accounted once for all its partitions, and what it moves is worked out once per apply."""
         pairs: dict[tuple[int, int], tuple[PartitionRegistration | None, PartitionRegistration, list[int]]] = {}
         for partition_id, registration in new.items():
             # Both registrations are held by `old` and `new`, so their ids stay theirs meanwhile.
@@ -548,67 +550,51 @@ class _Accounts:
             else:
                 group[2].append(partition_id)
         for before, registration, partition_ids in pairs.values():
-            if len(partition_ids) == 1:
-                self.account(topic_id, partition_ids[0], old=before, new=registration)
-            else:
-                self._account_many(topic_id, partition_ids, old=before, new=registration)
-
-    def _account_many(
-        self, topic_id: uuid.UUID, partition_ids: list[int], *, old: PartitionRegistration | None,
-        new: PartitionRegistration,
-    ) -> None:
-        count = len(partition_ids)
-        old_leader = NO_LEADER
-        old_isr: tuple[int, ...] = ()
-        old_replicas: tuple[int, ...] = ()
-        if old is not None:
-            old_leader, old_isr, old_replicas = old.leader, old.isr, old.replicas
-            self.offline -= count * (old_leader == NO_LEADER)
-            self.imbalanced -= count * (old_leader == NO_LEADER or not old_replicas or old_leader != old_replicas[0])
-        new_leader, new_isr, new_replicas = new.leader, new.isr, new.replicas
-        self.offline += count * (new_leader == NO_LEADER)
-        self.imbalanced += count * (new_leader == NO_LEADER or not new_replicas or new_leader != new_replicas[0])
-        if old_leader != new_leader:
-            self.leaders.update_many(
-                topic_id, partition_ids,
-                old=() if old_leader == NO_LEADER else (old_leader,),
-                new=() if new_leader == NO_LEADER else (new_leader,),
-            )
-        if old_isr != new_isr:
-            self.isr_members.update_many(topic_id, partition_ids, old=old_isr, new=new_isr)
-        if old_replicas != new_replicas:
-            self.replicas.update_many(topic_id, partition_ids, old=old_replicas, new=new_replicas)
+            self._account_all(topic_id, partition_ids, old=before, new=registration)
 
     def account(
-        self,
-        topic_id: uuid.UUID,
-        partition_id: int,
-        *,
-        old: PartitionRegistration | None,
+        self, topic_id: uuid.UUID, partition_id: int, *, old: PartitionRegistration | None,
         new: PartitionRegistration | None,
     ) -> None:
-        old_leader = new_leader = NO_LEADER
-        old_isr: tuple[int, ...] = ()
-        new_isr: tuple[int, ...] = ()
-        old_replicas: tuple[int, ...] = ()
-        new_replicas: tuple[int, ...] = ()
+        self._account_all(topic_id, (partition_id,), old=old, new=new)
+
+    def _account_all(
+        self, topic_id: uuid.UUID, partition_ids: Sequence[int], *, old: PartitionRegistration | None,
+        new: PartitionRegistration | None,
+    ) -> None:
+        offline, imbalanced, moves = self._move_of(old, new)
+        count = len(partition_ids)
+        self.offline += count * offline
+        self.imbalanced += count * imbalanced
+        for index, leave, join in moves:
+            index.move(topic_id, partition_ids, leave=leave, join=join)
+
+    def _move_of(self, old: PartitionRegistration | None, new: PartitionRegistration | None) -> _Move:
+        """What a partition going from `old` to `new` (None: absent) changes: the offline and
+        imbalance counts, and per reverse index the brokers it leaves and joins. Remembered per
+        (old, new) pair, which the entry holds (so the ids in its key stay theirs)."""
+        found = self._moves.get((id(old), id(new)))
+        if found is not None:
+            return found[2]
+        offline = imbalanced = 0
+        old_roles: tuple[tuple[int, ...], ...] = ((), (), ())
+        new_roles: tuple[tuple[int, ...], ...] = ((), (), ())
         if old is not None:
-            old_leader, old_isr, old_replicas = old.leader, old.isr, old.replicas
             # Leaderless counts as offline, and never as having its preferred (first) replica lead.
-            self.offline -= old_leader == NO_LEADER
-            self.imbalanced -= old_leader == NO_LEADER or not old_replicas or old_leader != old_replicas[0]
+            offline -= old.leader == NO_LEADER
+            imbalanced -= old.leader == NO_LEADER or not old.replicas or old.leader != old.replicas[0]
+            old_roles = (() if old.leader == NO_LEADER else (old.leader,), old.isr, old.replicas)
         if new is not None:
-            new_leader, new_isr, new_replicas = new.leader, new.isr, new.replicas
-            self.offline += new_leader == NO_LEADER
-            self.imbalanced += new_leader == NO_LEADER or not new_replicas or new_leader != new_replicas[0]
-        if old_leader != new_leader:
-            self.leaders.update_many(
-                topic_id,
-                (partition_id,),
-                old=() if old_leader == NO_LEADER else (old_leader,),
-                new=() if new_leader == NO_LEADER else (new_leader,),
-            )
-        if old_isr != new_isr:
-            self.isr_members.update_many(topic_id, (partition_id,), old=old_isr, new=new_isr)
-        if old_replicas != new_replicas:
-            self.replicas.update_many(topic_id, (partition_id,), old=old_replicas, new=new_replicas)
+            offline += new.leader == NO_LEADER
+            imbalanced += new.leader == NO_LEADER or not new.replicas or new.leader != new.replicas[0]
+            new_roles = (() if new.leader == NO_LEADER else (new.leader,), new.isr, new.replicas)
+        moves = []
+        for index, before, after in zip((self.leaders, self.isr_members, self.replicas), old_roles, new_roles,
+                                        strict=True):
+            leave = tuple(b for b in before if b not in after)
+            join = tuple(b for b in after if b not in before)
+            if leave or join:
+                moves.append((index, leave, join))
+        move = (offline, imbalanced, tuple(moves))
+        self._moves[id(old), id(new)] = (old, new, move)
+        return move
