@@ -127,6 +127,11 @@ from kraft_engine.storage.checkpoint_file import (
 )
 from kraft_engine.storage.log_cleaner import CLEANER_OFFSET_CHECKPOINT_FILE_NAME, clean_log, dirty_ratio
 from kraft_engine.storage.partition_log import LogError, PartitionLog, partition_directory_name
+from kraft_engine.storage.partition_metadata import (
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from kraft_engine.storage.producer_snapshots import (
     ProducerSnapshotEntry,
     delete_producer_snapshots,
@@ -163,6 +168,11 @@ _MOVE_CHUNK_BYTES = 1024 * 1024
 _THROTTLED_BACKOFF_S = 0.1
 # What moves and deletions leave in a log directory: `<topic>-<partition>.<32 hex>-future|-delete`.
 _LEFTOVER_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}-(?P<kind>future|delete)$")
+# A replica's own directory, `<topic>-<partition>` (Kafka's legal topic characters), and what a
+# stray one is renamed to at start: `<topic>-<partition>.<32 hex>-stray`, kept as Kafka keeps it.
+_REPLICA_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
+_STRAY_SUFFIX = "-stray"
+_METADATA_TOPIC = "__cluster_metadata"
 # What a directory failure looks like from here: the storage shell's error, or a raw OSError from
 # a checkpoint write or a read.
 _DIRECTORY_FAILURES = (StorageIOError, OSError)
@@ -294,6 +304,11 @@ class ReplicaManager:
         self._clean_dirs: set[Path] = set()
         # Future replicas of moves a restart interrupted, resumed when their replica opens.
         self._interrupted_moves: dict[tuple[str, int], Path] = {}
+        # Future replicas left in an online directory when their current replica's directory
+        # failed: removed if the topic is deleted (Kafka's asyncDelete of the future log).
+        self._orphaned_futures: dict[tuple[str, int], Path] = {}
+        # The first published image marks the replicas it no longer assigns here as strays.
+        self._strays_checked = False
         for directory in self.log_dirs.values():
             for key, future_dir in _leftover_future_replicas(directory).items():
                 kept = self._interrupted_moves.setdefault(key, future_dir)
@@ -340,6 +355,8 @@ class ReplicaManager:
                      self._dir_ids.get(log_dir), error)
         for key, partition in list(self.partitions.items()):
             if partition.future is not None and log_dir in (partition.future.destination, partition.log_dir):
+                if partition.future.destination != log_dir:
+                    self._orphaned_futures[key] = partition.future.log.directory
                 self._cancel_move(partition, remove=False)
             if partition.log_dir != log_dir:
                 continue
@@ -456,13 +473,21 @@ class ReplicaManager:
         """Leader and follower transitions from a published metadata delta."""
         if delta.configs_delta is not None:
             self.update_throttles(image)
+        if not self._strays_checked:
+            self._strays_checked = True
+            self._mark_strays(image)
         topics_delta = delta.topics_delta
         if topics_delta is None:
             return
         changes = topics_delta.local_changes(self.node_id)
         for tp in changes.deletes:
-            self.offline_partitions.pop((tp.topic, tp.partition), None)
-            self._delete_partition((tp.topic, tp.partition))
+            key = (tp.topic, tp.partition)
+            self.offline_partitions.pop(key, None)
+            self._preferred_dirs.pop(key, None)
+            self._delete_partition(key)
+            orphan = self._orphaned_futures.pop(key, None)
+            if orphan is not None and orphan.parent not in self.offline_dirs:
+                _delete_directory(orphan)
         for tp, (topic_id, registration) in changes.leaders.items():
             if (tp.topic, tp.partition) not in self.offline_partitions:
                 self._guarded(tp.topic, tp.partition, functools.partial(self._become_leader, tp.topic, tp.partition, topic_id, registration))
@@ -515,6 +540,58 @@ class ReplicaManager:
                     logger.warning("Ignoring the throttled replicas of %s: %r is not Kafka's format", topic, value)
                     quota.remove_throttle(topic)
 
+    def _mark_strays(self, image: MetadataImage) -> None:
+        """Kafka's isStrayKraftReplica at start: a replica directory (current or future) whose
+        topic the caught-up image does not have, whose partition it does not assign to this
+        broker, or whose `partition.metadata` names another topic id (the topic was deleted
+        while this broker was down, perhaps recreated under the same name) is renamed
+        `<name>.<uuid>-stray` and left for an operator, as Kafka 4.1 leaves it; it is never opened
+        as the replica. A directory without `partition.metadata` (written by an older version)
+        is judged by name alone."""
+        topics = image.topics
+        candidates: list[tuple[str, int, Path]] = []
+        for directory in self._online_dirs():
+            try:
+                entries = sorted(directory.iterdir())
+            except OSError:
+                continue
+            for path in entries:
+                match = _REPLICA_DIR.match(path.name)
+                if match is not None and match["topic"] != _METADATA_TOPIC and path.is_dir():
+                    candidates.append((match["topic"], int(match["partition"]), path))
+        candidates.extend((topic, index, path) for (topic, index), path in self._interrupted_moves.items())
+        for topic_name, index, path in candidates:
+            topic = topics.get_topic_by_name(topic_name)
+            registration = None if topic is None else topic.partitions.get(index)
+            if topic is None or registration is None or self.node_id not in registration.replicas:
+                self._rename_stray(path, topic_name, index, why="the metadata does not assign it to this broker")
+            else:
+                self._stray_by_topic_id(path, topic_name, index, topic_id=topic.id)
+
+    def _stray_by_topic_id(self, path: Path, topic: str, index: int, *, topic_id: uuid.UUID) -> bool:
+        """True (and the directory renamed `-stray`) when its `partition.metadata` names another topic id."""
+        try:
+            recorded = read_partition_metadata(path)
+        except PartitionMetadataError as error:
+            logger.warning("Ignoring %s and judging the replica by its name", error)
+            return False
+        if recorded is None or recorded == topic_id:
+            return False
+        self._rename_stray(path, topic, index, why=f"it belongs to topic id {recorded}, the metadata has {topic_id}")
+        return True
+
+    def _rename_stray(self, path: Path, topic: str, index: int, *, why: str) -> None:
+        stray = path.with_name(f"{partition_directory_name(topic, index)}.{uuid.uuid4().hex}{_STRAY_SUFFIX}")
+        try:
+            path.rename(stray)
+            fsync_dir(path.parent)
+        except _DIRECTORY_FAILURES as error:
+            logger.error("Could not mark %s stray: %s", path, error)
+            return
+        if self._interrupted_moves.get((topic, index)) == path:
+            del self._interrupted_moves[(topic, index)]
+        logger.warning("Log in %s marked stray (%s) and renamed to %s", path, why, stray)
+
     def _guarded(self, topic: str, index: int, transition: Callable[[], None]) -> None:
         """A role change whose log open fails on its directory takes that directory offline."""
         try:
@@ -534,7 +611,8 @@ class ReplicaManager:
         name = partition_directory_name(topic, index)
         online = self._online_dirs()
         assigned = registration.directory(self.node_id)
-        found = [d for d in online if (d / name).is_dir()]
+        found = [d for d in online if (d / name).is_dir()
+                 and not self._stray_by_topic_id(d / name, topic, index, topic_id=topic_id)]
         log_dir = found[0] if found else None
         if len(found) > 1:
             # A crash between the two renames of a log-directory move leaves the replica in both
@@ -548,6 +626,8 @@ class ReplicaManager:
         interrupted = self._interrupted_moves.pop(key, None)
         if interrupted is not None and interrupted.parent not in online:
             interrupted = None  # its directory failed: the move is over
+        if interrupted is not None and self._stray_by_topic_id(interrupted, topic, index, topic_id=topic_id):
+            interrupted = None
         if log_dir is None and interrupted is not None:
             # Only the future replica is left (the current one's directory failed): it becomes
             # the replica, as Kafka's recoverAbandonedFutureLogs promotes it.
@@ -579,6 +659,7 @@ class ReplicaManager:
             clean_shutdown=log_dir in self._clean_dirs,
         )
         self._configure_rolls(topic, log)
+        _record_topic_id(log.directory, topic_id)
         for line in report.describe():
             logger.warning("Recovering %s-%d: %s", topic, index, line)
         if report.after_clean_shutdown:
@@ -979,6 +1060,12 @@ class ReplicaManager:
             future_log, report = PartitionLog.open(future_dir, segment_bytes=self.topic_config_int(
                 partition.topic, "segment.bytes", self.config.log_segment_bytes), allow_offset_gaps=True)
         except _DIRECTORY_FAILURES as error:
+            self.fail_directory(destination, error)
+            return False
+        try:
+            _record_topic_id(future_dir, partition.topic_id)
+        except _DIRECTORY_FAILURES as error:
+            future_log.close()
             self.fail_directory(destination, error)
             return False
         for line in report.describe():
@@ -1563,6 +1650,16 @@ def clean_shutdown_broker_epoch(log_dirs: Iterable[Path]) -> int:
         except (OSError, ValueError, KeyError, TypeError):
             return -1
     return epochs.pop() if len(epochs) == 1 else -1
+
+
+def _record_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+    """Kafka's partition.metadata in a replica's (or future replica's) directory, written once."""
+    try:
+        recorded = read_partition_metadata(directory)
+    except PartitionMetadataError:
+        recorded = None
+    if recorded != topic_id:
+        write_partition_metadata(directory, topic_id)
 
 
 def _delete_directory(directory: Path) -> None:
