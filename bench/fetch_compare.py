@@ -34,13 +34,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import yaml
+from broker import _bring_up, _load  # the same bring-up and load line as the broker benchmark
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kraft_engine.storage.java_properties import parse_properties
-from kraft_operator.metrics import OperatorMetrics
-from kraft_operator.model import ConditionStatus, ConditionType, KRaftCluster
-from kraft_operator.reconciler import Reconciler
+from kraft_operator.model import KRaftCluster
 from kraft_operator.runtime.local import LocalRuntime, kafka_classpath
 
 _SPEC = """
@@ -69,26 +68,9 @@ _TOPIC = "fetch-bench"
 _MB = 1e6
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
-async def _bring_up(runtime: LocalRuntime, cluster: KRaftCluster) -> KRaftCluster:
-    reconciler = Reconciler(runtime, rng=random.Random(7), metrics=OperatorMetrics())
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        result = await reconciler.reconcile(cluster)
-        cluster = cluster.model_copy(update={"status": result.status})
-        condition = result.status.condition(ConditionType.READY)
-        if condition is not None and condition.status is ConditionStatus.TRUE and not result.actions:
-            return cluster
-        await asyncio.sleep(0.5)
-    raise RuntimeError("the cluster did not become Ready within 600 s")
 
 
 def _broker(cluster_dir: Path) -> tuple[str, int, int | None]:

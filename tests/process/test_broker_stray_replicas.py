@@ -25,7 +25,7 @@ from broker_processes import BrokerCluster
 from quorum_processes import kraft_tool, wait_for
 from record_checks import CLEAN, anomalies
 from test_broker_cluster import create_topic, read_back
-from test_broker_log_management import _log_dirs_of, _produce
+from test_broker_log_management import _log_bytes, _log_dirs_of, _produce
 
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.storage.partition_metadata import read_partition_metadata
@@ -61,11 +61,6 @@ def _delete_topic(cluster: BrokerCluster, topic: str) -> None:
         admin.delete_topics([topic], timeout_ms=30000)
     finally:
         admin.close()
-
-
-def _log_bytes(cluster: BrokerCluster, broker: int, topic: str) -> bytes:
-    segments = sorted((cluster.root / f"broker-{broker}").glob(f"data-*/{topic}-0/*.log"), key=lambda p: p.name)
-    return b"".join(path.read_bytes() for path in segments)
 
 
 def test_a_deleted_topics_replicas_and_future_replicas_are_removed_or_marked_stray_never_served_again(

@@ -26,6 +26,7 @@ from broker_processes import BrokerCluster
 from quorum_processes import wait_for
 from record_checks import CLEAN, anomalies
 from test_broker_cluster import read_back
+from test_broker_log_management import _log_bytes
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -67,11 +68,6 @@ def _described_brokers(cluster: BrokerCluster, nodes: list[int]) -> list[tuple[i
         admin.close()
     assert described["cluster_id"] == cluster.cluster_id, described
     return sorted((b["broker_id"], b["host"], b["port"], b["is_fenced"]) for b in described["brokers"])
-
-
-def _log_bytes(cluster: BrokerCluster, broker: int, topic: str) -> bytes:
-    segments = sorted((cluster.root / f"broker-{broker}").glob(f"data-*/{topic}-0/*.log"), key=lambda p: p.name)
-    return b"".join(path.read_bytes() for path in segments)
 
 
 def test_an_unclean_election_where_the_topic_allows_it_and_the_old_leader_truncates_to_the_new_one(
