@@ -48,7 +48,7 @@ class ControllerAdmin(QuorumAdmin):
 
     def __init__(self, bootstrap: Sequence[tuple[str, int]], *, timeout_ms: int = 30000,
                  client_id: str = "kraft-admin", security: ClientSecurity | None = None) -> None:
-        super().__init__(bootstrap, timeout_ms=timeout_ms)
+        super().__init__(bootstrap, timeout_ms=timeout_ms, security=security)
         self._config = ConnectionConfig(
             client_id=client_id,
             request_timeout_ms=min(timeout_ms, 10000),

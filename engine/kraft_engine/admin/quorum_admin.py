@@ -30,6 +30,7 @@ from kraft_engine.protocol import (
     KafkaProtocolError,
     request_class,
 )
+from kraft_engine.protocol.security import ClientSecurity
 from kraft_engine.raft import Endpoint, ReplicaKey
 from kraft_engine.raft import messages as raft_messages
 
@@ -104,7 +105,9 @@ class ClusterDescription:
 class QuorumAdmin:
     """Connections to the bootstrap controllers and to whichever node leads the quorum."""
 
-    def __init__(self, bootstrap: Sequence[tuple[str, int]], *, timeout_ms: int = 15000) -> None:
+    def __init__(self, bootstrap: Sequence[tuple[str, int]], *, timeout_ms: int = 15000,
+                 security: ClientSecurity | None = None) -> None:
+        """`security`: the client security keys of the tools' `--command-config` (plaintext when None)."""
         if not bootstrap:
             raise ValueError("no bootstrap controllers given")
         self._bootstrap = [(str(host), int(port)) for host, port in bootstrap]
@@ -113,6 +116,7 @@ class QuorumAdmin:
             client_id="kraft-metadata-quorum",
             request_timeout_ms=min(timeout_ms, 5000),
             socket_connection_setup_timeout_ms=min(timeout_ms, 2000),
+            security=security,
         )
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
 

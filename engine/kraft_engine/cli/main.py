@@ -23,6 +23,7 @@ _TOOLS: tuple[tuple[str, str], ...] = (
     ("metadata-quorum", "metadata_quorum"),
     ("features", "features"),
     ("topics", "topics"),
+    ("acls", "acls"),
     ("console-producer", "console_producer"),
     ("console-consumer", "console_consumer"),
     ("consumer-groups", "consumer_groups"),

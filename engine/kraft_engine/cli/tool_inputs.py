@@ -12,7 +12,9 @@ from kraft_engine.protocol import parse_bootstrap_servers
 from kraft_engine.protocol.security import ClientSecurity, SecurityConfigError, client_security
 from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
 
-__all__ = ["bootstrap_and_file", "bootstrap_servers", "command_config_security"]
+__all__ = ["COMMAND_CONFIG_HELP", "bootstrap_and_file", "bootstrap_servers", "command_config_security"]
+
+COMMAND_CONFIG_HELP = "Property file containing configs to be passed to Admin Client."
 
 
 def bootstrap_servers(text: str, *, flag: str = "--bootstrap-server") -> list[tuple[str, int]]:

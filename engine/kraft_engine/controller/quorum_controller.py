@@ -33,8 +33,10 @@ from kio.schema.assign_replicas_to_dirs.v0.request import AssignReplicasToDirsRe
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest
 from kio.schema.controller_registration.v0.request import ControllerRegistrationRequest
+from kio.schema.create_acls.v3.request import CreateAclsRequest
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest
 from kio.schema.create_topics.v7.request import CreateTopicsRequest
+from kio.schema.delete_acls.v3.request import DeleteAclsRequest
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 from kio.schema.describe_configs.v4.response import DescribeConfigsResponse
@@ -163,6 +165,7 @@ class QuorumController:
         `auto_leader_rebalance_enable=False` the preferred-leader balancing, as in Kafka.
         `raft` is the raft layer's append port: the only source of the offsets records land at."""
         self.node_id = node_id
+        self._rng = rng
         self._quorum_node_ids = frozenset(quorum_node_ids)
         self._bootstrap_records = list(bootstrap_records)
         self._bootstrap_metadata_version = bootstrap_metadata_version(self._bootstrap_records)
@@ -538,6 +541,16 @@ class QuorumController:
         if not self.feature_control.metadata_version_or_raise().is_no_op_record_supported:
             return ControllerResult((), None), False
         return ControllerResult([RecordAndVersion(NoOpRecord(), 0)], None), False
+
+    # -- ACLs ------------------------------------------------------------------------------
+
+    def create_acls(self, request: CreateAclsRequest) -> int:
+        """Completion: a CreateAclsResponse (kio create_acls v3)."""
+        return self.events.write("createAcls", lambda: self.acl_control.create_acls(request, rng=self._rng))
+
+    def delete_acls(self, request: DeleteAclsRequest) -> int:
+        """Completion: a DeleteAclsResponse (kio delete_acls v3)."""
+        return self.events.write("deleteAcls", lambda: self.acl_control.delete_acls(request))
 
     # -- SCRAM credentials -----------------------------------------------------------------
 

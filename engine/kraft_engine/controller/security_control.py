@@ -4,7 +4,11 @@ A metadata log written by Apache Kafka may contain any of their records, and a c
 cannot replay every record of its log must stop, so each kind lives in revertible state with
 Kafka's replay checks (a removal must name something that exists). SCRAM credentials also have
 their generating side: AlterUserScramCredentials (`ScramControlManager.alter_credentials`), with
-Kafka's per-user checks. CreateAcls and CreateDelegationToken are not served yet.
+Kafka's per-user checks. ACLs have theirs too: CreateAcls and DeleteAcls
+(`AclControlManager.create_acls` / `delete_acls`), with Kafka's AclControlManager checks (a new ACL
+is validated, an identical one already stored makes no record, a DeleteAcls filter with an UNKNOWN
+element is refused; every ACL a filter matches is listed, and removed once even when several
+filters match it). CreateDelegationToken is not served yet.
 """
 
 from __future__ import annotations
@@ -13,18 +17,27 @@ import datetime
 import hashlib
 import hmac
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.alter_user_scram_credentials.v0.request import AlterUserScramCredentialsRequest
 from kio.schema.alter_user_scram_credentials.v0.response import (
     AlterUserScramCredentialsResponse,
     AlterUserScramCredentialsResult,
 )
+from kio.schema.create_acls.v3.request import CreateAclsRequest
+from kio.schema.create_acls.v3.response import AclCreationResult, CreateAclsResponse
+from kio.schema.delete_acls.v3.request import DeleteAclsRequest
+from kio.schema.delete_acls.v3.response import (
+    DeleteAclsFilterResult,
+    DeleteAclsMatchingAcl,
+    DeleteAclsResponse,
+)
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
+from kio.static.primitive import i8, i32Timedelta
 
 from kraft_engine.controller.results import ControllerResult, RecordAndVersion
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap
+from kraft_engine.metadata.authorizer import AclBinding, AclBindingFilter, validate_new_acl
 from kraft_engine.records import (
     AccessControlEntryRecord,
     DelegationTokenRecord,
@@ -33,6 +46,9 @@ from kraft_engine.records import (
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
 )
+
+if TYPE_CHECKING:
+    import random
 
 __all__ = ["AclControlManager", "DelegationTokenControlManager", "ScramControlManager"]
 
@@ -56,6 +72,71 @@ class AclControlManager:
     def replay_remove(self, record: RemoveAccessControlEntryRecord, offset: int) -> None:
         if self._acls.remove(record.id) is None:
             raise RuntimeError(f"Unable to replay {record} at offset {offset}: no acl with that ID found.")
+
+    def create_acls(self, request: CreateAclsRequest, *, rng: random.Random) -> ControllerResult[CreateAclsResponse]:
+        """Kafka's AclControlManager.createAcls: one result per creation, in order; a record for
+        each valid ACL not already stored (nor created earlier in the same request)."""
+        existing = {AclBinding.from_record(r) for r in self._acls.snapshot().values()}
+        taken = set(self._acls.snapshot())
+        records: list[RecordAndVersion] = []
+        results: list[AclCreationResult] = []
+        for creation in request.creations:
+            binding = AclBinding.of(
+                resource_type=creation.resource_type, resource_name=creation.resource_name,
+                pattern_type=creation.resource_pattern_type, principal=creation.principal, host=creation.host,
+                operation=creation.operation, permission_type=creation.permission_type)
+            problem = validate_new_acl(binding)
+            if problem is not None:
+                results.append(AclCreationResult(error_code=ErrorCode.invalid_request, error_message=problem))
+                continue
+            if binding not in existing:
+                existing.add(binding)
+                acl_id = _new_id(rng, taken)
+                records.append(RecordAndVersion(binding.to_record(acl_id), 0))
+            results.append(AclCreationResult(error_code=ErrorCode.none, error_message=None))
+        return ControllerResult(records, CreateAclsResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), results=tuple(results)))
+
+    def delete_acls(self, request: DeleteAclsRequest) -> ControllerResult[DeleteAclsResponse]:
+        """Kafka's AclControlManager.deleteAcls: per filter, the ACLs it matches (or
+        INVALID_REQUEST for a filter with an UNKNOWN element); one removal record per matched ACL."""
+        acls = self._acls.snapshot()
+        removed: dict[uuid.UUID, None] = {}
+        results: list[DeleteAclsFilterResult] = []
+        for wanted in request.filters:
+            acl_filter = AclBindingFilter.of(
+                resource_type=wanted.resource_type_filter, resource_name=wanted.resource_name_filter,
+                pattern_type=wanted.pattern_type_filter, principal=wanted.principal_filter,
+                host=wanted.host_filter, operation=wanted.operation, permission_type=wanted.permission_type)
+            problem = acl_filter.unknown_element()
+            if problem is not None:
+                results.append(DeleteAclsFilterResult(error_code=ErrorCode.invalid_request, error_message=problem,
+                                                      matching_acls=()))
+                continue
+            matching = []
+            for acl_id in sorted(acls, key=lambda i: AclBinding.from_record(acls[i]).sort_key()):
+                binding = AclBinding.from_record(acls[acl_id])
+                if acl_filter.matches(binding):
+                    removed[acl_id] = None
+                    matching.append(DeleteAclsMatchingAcl(
+                        error_code=ErrorCode.none, error_message=None, resource_type=i8(binding.resource_type),
+                        resource_name=binding.resource_name, pattern_type=i8(binding.pattern_type),
+                        principal=binding.principal, host=binding.host, operation=i8(binding.operation),
+                        permission_type=i8(binding.permission_type)))
+            results.append(DeleteAclsFilterResult(error_code=ErrorCode.none, error_message=None,
+                                                  matching_acls=tuple(matching)))
+        records = [RecordAndVersion(RemoveAccessControlEntryRecord(id=acl_id), 0) for acl_id in removed]
+        return ControllerResult(records, DeleteAclsResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)), filter_results=tuple(results)))
+
+
+def _new_id(rng: random.Random, taken: set[uuid.UUID]) -> uuid.UUID:
+    # Kafka's Uuid.randomUuid never hands out the zero uuid; an ACL id is also never reused.
+    while True:
+        acl_id = uuid.UUID(bytes=rng.randbytes(16))
+        if acl_id.int != 0 and acl_id not in taken:
+            taken.add(acl_id)
+            return acl_id
 
 
 class ScramControlManager:

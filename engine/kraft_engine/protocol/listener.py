@@ -296,6 +296,7 @@ class Listener:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics: ListenerMetrics = metrics_for(self.registry)
         self._routes: dict[tuple[int, int], _Route] = {}
+        self._envelope_authorize: Callable[[RequestContext], bool] | None = None
         self._ranges: dict[int, tuple[int, int]] = {}
         self._advertised_min: dict[int, int] = {}
         self._connections: set[asyncio.Task[None]] = set()
@@ -381,11 +382,13 @@ class Listener:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def serve_envelope(self) -> None:
+    def serve_envelope(self, *, authorize: Callable[[RequestContext], bool] | None = None) -> None:
         """Serve Envelope v0 (Kafka's forwarding from brokers): the request inside is decoded with
         the same checks as any other, handled by this listener's handler for its api with the
         principal and client address the envelope carries, and answered inside an
-        EnvelopeResponse."""
+        EnvelopeResponse. `authorize(ctx)` vets the sender (Kafka asks CLUSTER_ACTION on the
+        cluster); a refused one gets CLUSTER_AUTHORIZATION_FAILED and its request is not run."""
+        self._envelope_authorize = authorize
         self._add_routes(ENVELOPE_KEY, (0, 0), self._handle_envelope)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -566,6 +569,10 @@ class Listener:
 
     async def _handle_envelope(self, request: Any, ctx: RequestContext) -> Any:
         cls = ctx.response_class
+        if self._envelope_authorize is not None and not self._envelope_authorize(ctx):
+            logger.info("Refusing an Envelope from %s (%s:%s) on listener %s: no CLUSTER_ACTION on the cluster",
+                        ctx.principal, ctx.peer[0], ctx.peer[1], self.name)
+            return cls(error_code=ErrorCode.cluster_authorization_failed, response_data=None)
         try:
             principal = decode_principal(request.request_principal)
             inner = request.request_data

@@ -57,6 +57,7 @@ from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import parse_records, topic_codec
 from kraft_engine.controller.config_schema import TOPIC_CONFIGS, resolve_topic_config
 from kraft_engine.metadata import MetadataImage
+from kraft_engine.metadata.authorizer import AclOperation, ResourceType
 from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
 from kraft_engine.protocol import (
     NO_RESPONSE,
@@ -68,6 +69,7 @@ from kraft_engine.protocol import (
 )
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
 from kraft_engine.records.compression import CODEC_NONE, COMPRESSION_LEVELS, UnsupportedCodecError, decompress
+from kraft_engine.server.authorization import NodeAuthorizer, describe_acls
 from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
 from kraft_engine.server.config_describing import BrokerConfigDescriber
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
@@ -86,6 +88,7 @@ INIT_PRODUCER_ID = 22
 DESCRIBE_CLUSTER = 60
 DESCRIBE_CONFIGS = 32
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+DESCRIBE_ACLS = 29
 CLIENT_API_VERSIONS = {
     PRODUCE: (3, 13),
     FETCH: (4, 17),
@@ -96,12 +99,14 @@ CLIENT_API_VERSIONS = {
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    DESCRIBE_ACLS: (1, 3),
 }
 
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 _SCAN_CHUNK_BYTES = 1024 * 1024
 _NO_THROTTLE = timedelta(0)
 _BROKER_ENDPOINT_TYPE = 1
+_TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 
 
 def _now_ms() -> int:
@@ -131,7 +136,9 @@ class BrokerApis:
         self._channel = channel
         self._forwarder = EnvelopeForwarder(channel=channel)
         self._replica_apis = ReplicaApis(replicas=replicas)
-        self._configs = BrokerConfigDescriber(node_id=node_id, static_config=config.originals, image=image)
+        self.authorizer = NodeAuthorizer(config.originals, image=image)
+        self._configs = BrokerConfigDescriber(node_id=node_id, static_config=config.originals, image=image,
+                                              may_describe=self._may_describe_configs)
 
     def register(self, listener: Listener) -> None:
         handlers = {
@@ -144,6 +151,7 @@ class BrokerApis:
             DESCRIBE_CONFIGS: self._configs.describe_configs,
             DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions,
             DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
+            DESCRIBE_ACLS: self.describe_acls,
         }
         listener.register_all(handlers, versions=CLIENT_API_VERSIONS)
         # As Kafka 4.x: Produce v0-2 are gone (v3 is the baseline) but ApiVersions lists Produce
@@ -153,10 +161,27 @@ class BrokerApis:
         for api_key, (low, high) in FORWARDED_API_VERSIONS.items():
             listener.register(api_key, min_version=low, max_version=high, handler=self._forwarder.forward)
 
+    # -- authorization -------------------------------------------------------------------------
+    def _may(self, ctx: RequestContext, operation: AclOperation, topic: str) -> bool:
+        return self.authorizer.authorize(ctx, operation, ResourceType.TOPIC, topic)
+
+    def _may_describe_configs(self, ctx: RequestContext, resource_type: int, name: str) -> ErrorCode | None:
+        if resource_type == _TOPIC_RESOURCE:
+            allowed = self._may(ctx, AclOperation.DESCRIBE_CONFIGS, name)
+            return None if allowed else ErrorCode.topic_authorization_failed
+        allowed = self.authorizer.authorize_cluster(ctx, AclOperation.DESCRIBE_CONFIGS)
+        return None if allowed else ErrorCode.cluster_authorization_failed
+
+    async def describe_acls(self, request: Any, ctx: RequestContext) -> Any:
+        return describe_acls(request, ctx, authorizer=self.authorizer, image=self._image())
+
     # -- DescribeUserScramCredentials ------------------------------------------------------------
     async def describe_user_scram_credentials(self, request: Any, ctx: RequestContext) -> Any:
         """From the metadata image, as a KRaft broker answers it: mechanisms and iterations, never
-        salts or keys; every user when `users` is null."""
+        salts or keys; every user when `users` is null. DESCRIBE on the cluster is required."""
+        if not self.authorizer.authorize_cluster(ctx, AclOperation.DESCRIBE):
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                                      error_message="Cluster authorization failed.", results=())
         module = ctx.response_schema
         by_user: dict[str, list[Any]] = {}
         for (mechanism, user), record in sorted(self._image().scram.credentials.items()):
@@ -207,15 +232,30 @@ class BrokerApis:
                         continue
                     name = topic_image.name
                 names.append(str(name))
+        # Kafka: DESCRIBE on each topic. Listing all topics leaves the others out; a topic asked
+        # for by name is answered TOPIC_AUTHORIZATION_FAILED (whether it exists or not).
+        if wanted is None:
+            names = [n for n in names if self._may(ctx, AclOperation.DESCRIBE, n)]
         to_create = []
+        may_create_any = None
         for name in names:
+            if wanted is not None and not self._may(ctx, AclOperation.DESCRIBE, name):
+                topics.append(make_entity(module.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed,
+                                          name=TopicName(name), topic_id=None, is_internal=False, partitions=()))
+                continue
             topic_image = image.topics.get_topic_by_name(name)
             if topic_image is None:
                 error = ErrorCode.unknown_topic_or_partition
                 if getattr(request, "allow_auto_topic_creation", False) and self._config.auto_create_topics_enable \
                         and wanted is not None:
-                    to_create.append(name)
-                    error = ErrorCode.leader_not_available
+                    # Auto-creation needs CREATE on the cluster or on the topic.
+                    if may_create_any is None:
+                        may_create_any = self.authorizer.authorize_cluster(ctx, AclOperation.CREATE)
+                    if may_create_any or self._may(ctx, AclOperation.CREATE, name):
+                        to_create.append(name)
+                        error = ErrorCode.leader_not_available
+                    else:
+                        error = ErrorCode.topic_authorization_failed
                 topics.append(make_entity(module.MetadataResponseTopic, error_code=error, name=TopicName(name), topic_id=None,
                                           is_internal=False, partitions=()))
                 continue
@@ -291,9 +331,19 @@ class BrokerApis:
         """Idempotent producers only: a fresh producer id (epoch 0) from this broker's block, as
         Kafka's coordinator does for a request without a transactional id. Transactions are not
         served (no FindCoordinator), so a transactional id gets COORDINATOR_NOT_AVAILABLE."""
-        if request.transactional_id is not None:
-            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
+        def refuse(error: ErrorCode) -> Any:
+            return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error,
                                producer_id=ProducerId(-1), producer_epoch=i16(-1))
+
+        if request.transactional_id is not None:
+            if not self.authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                             str(request.transactional_id)):
+                return refuse(ErrorCode.transactional_id_authorization_failed)
+            return refuse(ErrorCode.coordinator_not_available)
+        # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic.
+        if not (self.authorizer.authorize_cluster(ctx, AclOperation.IDEMPOTENT_WRITE)
+                or self.authorizer.authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC)):
+            return refuse(ErrorCode.cluster_authorization_failed)
         try:
             producer_id = await self._producer_ids.next_id()
         except ControllerUnavailable as error:
@@ -325,9 +375,14 @@ class BrokerApis:
             for data in topic.partition_data:
                 jobs.append((key, name, int(data.index), data.records))
 
+        writable = self.authorizer.allowed(ctx, AclOperation.WRITE, ResourceType.TOPIC,
+                                           {n for _, n, _, _ in jobs if n is not None})
+
         async def one(name: str | None, index: int, records: Any) -> tuple[ErrorCode, int, int, str | None]:
             if name is None:
                 return ErrorCode.unknown_topic_id, -1, -1, None
+            if name not in writable:
+                return ErrorCode.topic_authorization_failed, -1, -1, None
             return await self._produce_one(name, index, records, acks=acks, timeout_ms=timeout_ms,
                                            version=ctx.api_version)
 
@@ -461,10 +516,22 @@ class BrokerApis:
         deadline = loop.time() + max_wait_s
         first = True
         answers: list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]] = []
+        # Kafka: a follower needs CLUSTER_ACTION on the cluster (else every partition is refused),
+        # a consumer READ on each topic.
+        if replica_id >= 0:
+            follower_allowed = self.authorizer.authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
+            readable: Callable[[str], bool] = lambda name: follower_allowed  # noqa: E731
+        else:
+            decided: dict[str, bool] = {}
+
+            def readable(name: str) -> bool:
+                if name not in decided:
+                    decided[name] = self._may(ctx, AclOperation.READ, name)
+                return decided[name]
         try:
             while True:
                 answers, total, partitions = self._fetch_once(request, module, replica_id=replica_id, max_bytes=max_bytes,
-                                                               record_follower_state=first)
+                                                               record_follower_state=first, readable=readable)
                 first = False
                 remaining = deadline - loop.time()
                 if total >= min_bytes or remaining <= 0 or not partitions or any(
@@ -512,8 +579,8 @@ class BrokerApis:
             return build(lambda region: b"")
         return SplicedResponse(build, regions)
 
-    def _fetch_once(self, request: Any, module: Any, *, replica_id: int, max_bytes: int, record_follower_state: bool
-                    ) -> tuple[list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]], int, list[Partition]]:
+    def _fetch_once(self, request: Any, module: Any, *, replica_id: int, max_bytes: int, record_follower_state: bool,
+                    readable: Callable[[str], bool]) -> tuple[list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]], int, list[Partition]]:
         """(topic name, topic id or None, (partition answer, its records' file region)) per topic;
         v13+ name topics by id."""
         answers: list[tuple[str, Any, list[tuple[Any, FileRegion | None]]]] = []
@@ -529,9 +596,10 @@ class BrokerApis:
             parts: list[tuple[Any, FileRegion | None]] = []
             answers.append((name if name is not None else str(topic_id), topic_id, parts))
             for wanted in topic.partitions:
-                if name is None:
+                if name is None or not readable(name):
+                    error = ErrorCode.unknown_topic_id if name is None else ErrorCode.topic_authorization_failed
                     parts.append((make_entity(module.PartitionData, partition_index=wanted.partition,
-                                              error_code=ErrorCode.unknown_topic_id, high_watermark=-1, last_stable_offset=-1,
+                                              error_code=error, high_watermark=-1, last_stable_offset=-1,
                                               log_start_offset=-1, aborted_transactions=None,
                                               preferred_read_replica=BrokerId(-1), records=b""), None))
                     continue
@@ -601,9 +669,13 @@ class BrokerApis:
         for topic in request.topics:
             name = str(topic.name)
             parts = []
+            describable = self._may(ctx, AclOperation.DESCRIBE, name)  # Kafka: DESCRIBE on the topic
             for wanted in topic.partitions:
                 index = int(wanted.partition_index)
-                error, timestamp, offset, epoch = self._list_offset(name, index, wanted, replica_id=replica_id)
+                if describable:
+                    error, timestamp, offset, epoch = self._list_offset(name, index, wanted, replica_id=replica_id)
+                else:
+                    error, timestamp, offset, epoch = ErrorCode.topic_authorization_failed, -1, -1, -1
                 parts.append(make_entity(module.ListOffsetsPartitionResponse, partition_index=i32(index), error_code=error,
                                          timestamp=timestamp, offset=offset, leader_epoch=i32(epoch)))
             topics.append(module.ListOffsetsTopicResponse(name=TopicName(name), partitions=tuple(parts)))

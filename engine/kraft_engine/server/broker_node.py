@@ -235,7 +235,7 @@ class BrokerNode:
                                 image=lambda: self.loader.image, channel=channel,
                                 broker_epoch=lambda: self.lifecycle.broker_epoch, registry=self.registry)
         self.groups = GroupApis(node_id=config.node_id, config=config, replicas=self.replicas,
-                                image=lambda: self.loader.image, channel=channel)
+                                image=lambda: self.loader.image, channel=channel, authorizer=self._apis.authorizer)
         limits = listener_limits(config)
         for endpoint in config.listeners:
             if endpoint.listener_name in config.controller_listener_names:

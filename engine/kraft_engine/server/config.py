@@ -338,7 +338,9 @@ _STRUCTURED_KEYS = frozenset(
      "max.connections.per.ip.overrides", "compression.type",
      *(levels.config_key for levels in COMPRESSION_LEVELS.values())}
 )
-_KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS})
+# Read from `originals` by `server.authorization` (the authorizer's keys).
+_AUTHORIZER_KEYS = ("authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found")
+_KNOWN_KEYS = frozenset({*_INT_KEYS, *_BOOL_KEYS, *_STRUCTURED_KEYS, *_AUTHORIZER_KEYS})
 
 
 def load_config(path: str | Path) -> KafkaConfig:

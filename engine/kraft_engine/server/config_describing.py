@@ -124,7 +124,11 @@ def _type_of(name: str) -> ConfigType:
 
 
 class BrokerConfigDescriber:
-    def __init__(self, *, node_id: int, static_config: Mapping[str, str], image: Callable[[], MetadataImage]) -> None:
+    def __init__(self, *, node_id: int, static_config: Mapping[str, str], image: Callable[[], MetadataImage],
+                 may_describe: Callable[[RequestContext, int, str], ErrorCode | None] | None = None) -> None:
+        """`may_describe(ctx, resource type, name)`: the authorization error for a resource
+        (Kafka asks DESCRIBE_CONFIGS on the topic, or on the cluster for a broker), or None."""
+        self._may_describe = may_describe
         self._node_id = node_id
         self._static = {k: v.strip() for k, v in static_config.items()}
         if "broker.id" not in self._static and "node.id" in self._static:
@@ -139,6 +143,9 @@ class BrokerConfigDescriber:
         for resource in request.resources:
             resource_type, name = int(resource.resource_type), str(resource.resource_name)
             try:
+                refusal = None if self._may_describe is None else self._may_describe(ctx, resource_type, name)
+                if refusal is not None:
+                    raise _Refused(refusal, "Authorization failed.")
                 entries = self._entries(image, resource_type, name)
                 keys = resource.configuration_keys
                 if keys:

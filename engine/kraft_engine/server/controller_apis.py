@@ -39,9 +39,11 @@ from kio.static.primitive import i8, i32, i64
 
 from kraft_engine.controller import ApiError, ControllerApiError
 from kraft_engine.kafka_uuid import ZERO_UUID
+from kraft_engine.metadata.authorizer import AclOperation, ResourceType
 from kraft_engine.protocol import Listener, RequestContext
 from kraft_engine.protocol.large_requests import PARK_EVERY_ITEMS, park
 from kraft_engine.protocol.version_bridging import Upgrade, bridge, bridged_handler
+from kraft_engine.server.authorization import NodeAuthorizer, describe_acls
 from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals
 from kraft_engine.server.controller_service import ControllerService, ControllerStopped
 
@@ -65,6 +67,9 @@ ALLOCATE_PRODUCER_IDS = 67
 CONTROLLER_REGISTRATION = 70
 ASSIGN_REPLICAS_TO_DIRS = 73
 ALTER_USER_SCRAM_CREDENTIALS = 51
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 
 CONTROLLER_APIS: dict[int, int] = {
     CREATE_TOPICS: 7,
@@ -85,6 +90,9 @@ CONTROLLER_APIS: dict[int, int] = {
     ALLOCATE_PRODUCER_IDS: 0,
     ASSIGN_REPLICAS_TO_DIRS: 0,
     ALTER_USER_SCRAM_CREDENTIALS: 0,
+    DESCRIBE_ACLS: 3,
+    CREATE_ACLS: 3,
+    DELETE_ACLS: 3,
 }
 """api key -> the version the managers take."""
 
@@ -106,10 +114,16 @@ KAFKA_CONTROLLER_VERSIONS: dict[int, tuple[int, int]] = {
     CONTROLLER_REGISTRATION: (0, 0),
     ASSIGN_REPLICAS_TO_DIRS: (0, 0),
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (2, 3),
+    DELETE_ACLS: (2, 3),
     METADATA: (12, 12),  # ours alone: Kafka's controllers do not serve Metadata
 }
 """api key -> (min, max) version served: what Apache Kafka 4.1.0's controller listener advertises
 in ApiVersions (read from a running 4.1.0 controller)."""
+
+
+_TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 
 
 def _delete_topics_by_name(request: Any, served: type[Any]) -> Any:
@@ -191,9 +205,11 @@ DEFAULT_HEARTBEAT_TIMEOUT_MS = 1000
 class ControllerApis:
     def __init__(
         self, service: ControllerService, *, refusals: ClusterIdRefusals | None = None,
-        heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
+        heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS, authorizer: NodeAuthorizer | None = None,
     ) -> None:
         self._service = service
+        # Without one, every request is allowed (no `authorizer.class.name`), as in Kafka.
+        self._authorizer = authorizer if authorizer is not None else NodeAuthorizer({}, image=lambda: service.image)
         # BrokerRegistration refused with INCONSISTENT_CLUSTER_ID is named and counted like raft's.
         self._refusals = refusals
         self._heartbeat_timeout_ms = heartbeat_timeout_ms
@@ -218,6 +234,9 @@ class ControllerApis:
             ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
             ASSIGN_REPLICAS_TO_DIRS: self.assign_replicas_to_dirs,
             ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+            DESCRIBE_ACLS: self.describe_acls,
+            CREATE_ACLS: self.create_acls,
+            DELETE_ACLS: self.delete_acls,
         }
         for api_key, handler in handlers.items():
             versions = KAFKA_CONTROLLER_VERSIONS[api_key]
@@ -225,10 +244,54 @@ class ControllerApis:
                 api_key, served_version=CONTROLLER_APIS[api_key], versions=versions, handler=handler,
                 upgrades=_UPGRADES.get(api_key),
             ))
-        listener.serve_envelope()
+        # Kafka's controller takes an Envelope only from a principal with CLUSTER_ACTION on the
+        # cluster (a broker): anyone else could claim any principal inside it.
+        listener.serve_envelope(authorize=lambda ctx: self._authorizer.authorize_cluster(ctx, AclOperation.CLUSTER_ACTION))
+
+    def _require_cluster(self, ctx: RequestContext, operation: AclOperation) -> None:
+        if not self._authorizer.authorize_cluster(ctx, operation):
+            raise ControllerApiError(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+
+    def _may_on_topic(self, ctx: RequestContext, operation: AclOperation, name: str) -> bool:
+        return self._authorizer.authorize(ctx, operation, ResourceType.TOPIC, name)
+
+    # -- ACLs ------------------------------------------------------------------------------------
+    async def describe_acls(self, request: Any, ctx: RequestContext) -> Any:
+        return describe_acls(request, ctx, authorizer=self._authorizer, image=self._service.image)
+
+    async def create_acls(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            self._require_cluster(ctx, AclOperation.ALTER)
+            return await self._service.write("createAcls", lambda c: c.create_acls(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            result_cls = ctx.response_schema.AclCreationResult
+            return ctx.response_class(throttle_time=_NO_THROTTLE, results=tuple(
+                result_cls(error_code=error.error_code, error_message=error.message) for _ in request.creations))
+
+    async def delete_acls(self, request: Any, ctx: RequestContext) -> Any:
+        try:
+            self._require_cluster(ctx, AclOperation.ALTER)
+            return await self._service.write("deleteAcls", lambda c: c.delete_acls(request))
+        except (ControllerApiError, ControllerStopped) as e:
+            error = _refusal(e)
+            result_cls = ctx.response_schema.DeleteAclsFilterResult
+            return ctx.response_class(throttle_time=_NO_THROTTLE, filter_results=tuple(
+                result_cls(error_code=error.error_code, error_message=error.message, matching_acls=())
+                for _ in request.filters))
 
     # -- admin -----------------------------------------------------------------------------------
     async def create_topics(self, request: Any, ctx: RequestContext) -> Any:
+        # Kafka: CREATE on the cluster, or else on each topic (TOPIC_AUTHORIZATION_FAILED).
+        denied: list[Any] = []
+        if not self._authorizer.authorize_cluster(ctx, AclOperation.CREATE):
+            denied = [t for t in request.topics if not self._may_on_topic(ctx, AclOperation.CREATE, t.name)]
+            request = dataclasses.replace(request, topics=tuple(t for t in request.topics if t not in denied))
+        denied_results = tuple(ctx.response_schema.CreatableTopicResult(
+            name=t.name, topic_id=None, error_code=ErrorCode.topic_authorization_failed,
+            error_message="Authorization failed.", configs=None) for t in denied)
+        if denied and not request.topics:
+            return ctx.response_class(throttle_time=_NO_THROTTLE, topics=denied_results)
         try:
             results = await self._service.write("createTopics", lambda c: c.create_topics(request),
                                                timeout_ms=_timeout_ms(request))
@@ -237,9 +300,24 @@ class ControllerApis:
             result_cls = ctx.response_schema.CreatableTopicResult
             results = await _each(request.topics, lambda t: result_cls(
                 name=t.name, topic_id=None, error_code=error.error_code, error_message=error.message, configs=None))
-        return ctx.response_class(throttle_time=_NO_THROTTLE, topics=tuple(results))
+        return ctx.response_class(throttle_time=_NO_THROTTLE, topics=(*results, *denied_results))
 
     async def delete_topics(self, request: Any, ctx: RequestContext) -> Any:
+        # Kafka: DELETE on each topic (by name; a topic named by id is looked up in the image).
+        topics_image = self._service.image.topics
+        denied = []
+        for t in request.topics:
+            topic = topics_image.topics_by_id.get(t.topic_id) if t.name is None else None
+            name = t.name if t.name is not None else (topic.name if topic is not None else None)
+            if name is not None and not self._may_on_topic(ctx, AclOperation.DELETE, name):
+                denied.append(t)
+        if denied:
+            request = dataclasses.replace(request, topics=tuple(t for t in request.topics if t not in denied))
+        denied_results = tuple(ctx.response_schema.DeletableTopicResult(
+            name=t.name, topic_id=t.topic_id, error_code=ErrorCode.topic_authorization_failed,
+            error_message="Authorization failed.") for t in denied)
+        if denied and not request.topics:
+            return ctx.response_class(throttle_time=_NO_THROTTLE, responses=denied_results)
         try:
             results = await self._service.write("deleteTopics", lambda c: c.delete_topics(request),
                                                timeout_ms=_timeout_ms(request))
@@ -248,10 +326,11 @@ class ControllerApis:
             result_cls = ctx.response_schema.DeletableTopicResult
             results = await _each(request.topics, lambda t: result_cls(
                 name=t.name, topic_id=t.topic_id, error_code=error.error_code, error_message=error.message))
-        return ctx.response_class(throttle_time=_NO_THROTTLE, responses=tuple(results))
+        return ctx.response_class(throttle_time=_NO_THROTTLE, responses=(*results, *denied_results))
 
     async def update_features(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.ALTER)
             outcome: ApiError = await self._service.write("updateFeatures", lambda c: c.update_features(request),
                                                                timeout_ms=_timeout_ms(request))
         except (ControllerApiError, ControllerStopped) as e:
@@ -268,9 +347,19 @@ class ControllerApis:
         )
 
     async def create_partitions(self, request: Any, ctx: RequestContext) -> Any:
+        # Kafka: ALTER on each topic.
+        denied = [t for t in request.topics if not self._may_on_topic(ctx, AclOperation.ALTER, t.name)]
+        denied_results = tuple(ctx.response_schema.CreatePartitionsTopicResult(
+            name=t.name, error_code=ErrorCode.topic_authorization_failed, error_message="Authorization failed.")
+            for t in denied)
+        if denied:
+            request = dataclasses.replace(request, topics=tuple(t for t in request.topics if t not in denied))
+            if not request.topics:
+                return ctx.response_class(throttle_time=_NO_THROTTLE, results=denied_results)
         try:
-            return await self._service.write("createPartitions", lambda c: c.create_partitions(request),
-                                              timeout_ms=_timeout_ms(request))
+            response = await self._service.write("createPartitions", lambda c: c.create_partitions(request),
+                                                  timeout_ms=_timeout_ms(request))
+            return dataclasses.replace(response, results=(*response.results, *denied_results))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = ctx.response_schema.CreatePartitionsTopicResult
@@ -278,8 +367,27 @@ class ControllerApis:
                 name=t.name, error_code=error.error_code, error_message=error.message)))
 
     async def incremental_alter_configs(self, request: Any, ctx: RequestContext) -> Any:
+        # Kafka: ALTER_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED), on the cluster for
+        # broker and broker-logger resources (CLUSTER_AUTHORIZATION_FAILED).
+        denied: list[tuple[Any, ErrorCode]] = []
+        for resource in request.resources:
+            if int(resource.resource_type) == _TOPIC_RESOURCE:
+                if not self._may_on_topic(ctx, AclOperation.ALTER_CONFIGS, resource.resource_name):
+                    denied.append((resource, ErrorCode.topic_authorization_failed))
+            elif not self._authorizer.authorize_cluster(ctx, AclOperation.ALTER_CONFIGS):
+                denied.append((resource, ErrorCode.cluster_authorization_failed))
+        denied_results = tuple(ctx.response_schema.AlterConfigsResourceResponse(
+            error_code=code, error_message="Authorization failed.", resource_type=r.resource_type,
+            resource_name=r.resource_name) for r, code in denied)
+        if denied:
+            refused = [r for r, _ in denied]
+            request = dataclasses.replace(request, resources=tuple(r for r in request.resources if r not in refused))
+            if not request.resources:
+                return ctx.response_class(throttle_time=_NO_THROTTLE, responses=denied_results)
         try:
-            return await self._service.write("incrementalAlterConfigs", lambda c: c.incremental_alter_configs(request))
+            response = await self._service.write("incrementalAlterConfigs",
+                                                 lambda c: c.incremental_alter_configs(request))
+            return dataclasses.replace(response, responses=(*response.responses, *denied_results))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
             result_cls = ctx.response_schema.AlterConfigsResourceResponse
@@ -292,6 +400,7 @@ class ControllerApis:
 
     async def alter_partition_reassignments(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.ALTER)
             return await self._service.write(
                 "alterPartitionReassignments", lambda c: c.alter_partition_reassignments(request)
             )
@@ -301,10 +410,14 @@ class ControllerApis:
                                       error_message=error.message, responses=())
 
     async def list_partition_reassignments(self, request: Any, ctx: RequestContext) -> Any:
+        if not self._authorizer.authorize_cluster(ctx, AclOperation.DESCRIBE):
+            return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                                      error_message="Cluster authorization failed.", topics=())
         return await self._service.read("listPartitionReassignments", lambda c: c.list_partition_reassignments(request))
 
     async def elect_leaders(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.ALTER)
             return await self._service.write("electLeaders", lambda c: c.elect_leaders(request))
         except (ControllerApiError, ControllerStopped) as e:
             return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code,
@@ -312,6 +425,7 @@ class ControllerApis:
 
     async def allocate_producer_ids(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.CLUSTER_ACTION)
             return await self._service.write("allocateProducerIds", lambda c: c.allocate_producer_ids(request))
         except (ControllerApiError, ControllerStopped) as e:
             return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code,
@@ -319,6 +433,7 @@ class ControllerApis:
 
     async def alter_user_scram_credentials(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.ALTER)
             return await self._service.write("alterUserScramCredentials",
                                              lambda c: c.alter_user_scram_credentials(request))
         except (ControllerApiError, ControllerStopped) as e:
@@ -330,6 +445,7 @@ class ControllerApis:
 
     async def assign_replicas_to_dirs(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.CLUSTER_ACTION)
             return await self._service.write("assignReplicasToDirs", lambda c: c.assign_replicas_to_dirs(request))
         except (ControllerApiError, ControllerStopped) as e:
             return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code, directories=())
@@ -337,6 +453,7 @@ class ControllerApis:
     # -- brokers and controllers -----------------------------------------------------------------
     async def alter_partition(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.CLUSTER_ACTION)
             return await self._service.write("alterPartition", lambda c: c.alter_partition(request))
         except (ControllerApiError, ControllerStopped) as e:
             return ctx.response_class(throttle_time=_NO_THROTTLE, error_code=_refusal(e).error_code, topics=())
@@ -344,6 +461,7 @@ class ControllerApis:
     async def broker_registration(self, request: Any, ctx: RequestContext) -> Any:
         service = self._service
         try:
+            self._require_cluster(ctx, AclOperation.CLUSTER_ACTION)
             reply = await service.write(
                 "registerBroker", lambda c: c.register_broker(
                     request, now_ms=service.now_ms(), clean_shutdown_detection=ctx.api_version >= 3)
@@ -361,6 +479,7 @@ class ControllerApis:
         # The contact time is recorded now, before the event waits in the queue.
         service.track_broker_heartbeat(int(request.broker_id), int(request.broker_epoch))
         try:
+            self._require_cluster(ctx, AclOperation.CLUSTER_ACTION)
             reply = await service.write(
                 "processBrokerHeartbeat", lambda c: c.broker_heartbeat(request, now_ms=service.now_ms()),
                 timeout_ms=self._heartbeat_timeout_ms,
@@ -381,6 +500,7 @@ class ControllerApis:
 
     async def unregister_broker(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.ALTER)
             await self._service.write("unregisterBroker", lambda c: c.unregister_broker(int(request.broker_id)))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)
@@ -390,6 +510,7 @@ class ControllerApis:
 
     async def controller_registration(self, request: Any, ctx: RequestContext) -> Any:
         try:
+            self._require_cluster(ctx, AclOperation.CLUSTER_ACTION)
             await self._service.write("registerController", lambda c: c.register_controller(request))
         except (ControllerApiError, ControllerStopped) as e:
             error = _refusal(e)

@@ -44,6 +44,7 @@ from kraft_engine.raft import (
 )
 from kraft_engine.records import decode_metadata_record, feature_versions, metadata_version
 from kraft_engine.records.log_batch import parse_batches
+from kraft_engine.server.authorization import NodeAuthorizer
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_apis import ControllerApis
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
@@ -130,11 +131,13 @@ class ControllerRuntime:
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self.fatal_error: BaseException | None = None
         self.fatal = asyncio.Event()
+        self.authorizer = NodeAuthorizer(config.originals, image=lambda: self.service.image)
 
     def register_apis(self, listener: Listener) -> None:
         ControllerApis(
             self.service, refusals=self._driver.refusals,
             heartbeat_timeout_ms=max(1, self._config.broker_heartbeat_interval_ms // 2),
+            authorizer=self.authorizer,
         ).register(listener)
 
     def features(self) -> Features:

@@ -1,7 +1,8 @@
 """Admin requests a broker forwards to the active controller in an Envelope (KIP-590).
 
 A KRaft broker does not decide CreateTopics, DeleteTopics, CreatePartitions,
-IncrementalAlterConfigs, AlterPartitionReassignments, ListPartitionReassignments or ElectLeaders:
+IncrementalAlterConfigs, AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders,
+AlterUserScramCredentials, CreateAcls or DeleteAcls (the controller authorizes them):
 Kafka's ForwardingManager wraps the client's request (header and body, at the version the client
 negotiated) in an EnvelopeRequest with the client's principal and address, sends it to the active
 controller, and hands the response inside the EnvelopeResponse back to the client. Doing the same
@@ -32,8 +33,10 @@ from kraft_engine.protocol.framing import SIZE_PREFIX, decode_response, encode_r
 from kraft_engine.server.controller_apis import (
     ALTER_PARTITION_REASSIGNMENTS,
     ALTER_USER_SCRAM_CREDENTIALS,
+    CREATE_ACLS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
+    DELETE_ACLS,
     DELETE_TOPICS,
     ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
@@ -50,7 +53,7 @@ FORWARDED_API_VERSIONS: dict[int, tuple[int, int]] = {
     api_key: KAFKA_CONTROLLER_VERSIONS[api_key]
     for api_key in (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS,
                     ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ELECT_LEADERS,
-                    ALTER_USER_SCRAM_CREDENTIALS)
+                    ALTER_USER_SCRAM_CREDENTIALS, CREATE_ACLS, DELETE_ACLS)
 }
 """api key -> (min, max) version a broker forwards: the ranges Kafka 4.1's controllers serve (a
 Kafka broker advertises the intersection of its own and the controller's, which is these)."""

@@ -60,6 +60,7 @@ from kraft_engine.broker.group_coordinator import (
 )
 from kraft_engine.errors import ServerError
 from kraft_engine.metadata import MetadataImage
+from kraft_engine.metadata.authorizer import AclOperation, ResourceType
 from kraft_engine.protocol import Listener, RequestContext, make_entity
 from kraft_engine.records.client_records import ProducedRecord, encode_client_batch, read_client_records
 from kraft_engine.records.consumer_protocol import read_subscription
@@ -78,6 +79,7 @@ from kraft_engine.records.group_records import (
     encode_offset_commit_value,
     partition_for_group,
 )
+from kraft_engine.server.authorization import NodeAuthorizer
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.replica_manager import Partition, ReplicaManager
 
@@ -142,8 +144,10 @@ class GroupApis:
     """The group coordinator of one broker (see the module docstring)."""
 
     def __init__(self, *, node_id: int, config: Any, replicas: ReplicaManager, image: Callable[[], MetadataImage],
-                 channel: ControllerChannel) -> None:
+                 channel: ControllerChannel, authorizer: NodeAuthorizer | None = None) -> None:
         self._node_id = node_id
+        # Without one, every request is allowed (no `authorizer.class.name`), as in Kafka.
+        self._authorizer = authorizer if authorizer is not None else NodeAuthorizer({}, image=image)
         self._config = config
         self._replicas = replicas
         self._image = image
@@ -378,6 +382,15 @@ class GroupApis:
                 async with asyncio.timeout(max(wait_s, 0.005)):
                     await self._wake.wait()
 
+    # -- authorization -------------------------------------------------------------------------------------
+    def _require_group(self, ctx: RequestContext, operation: AclOperation, group_id: str) -> None:
+        """Kafka's group checks: GROUP_AUTHORIZATION_FAILED, answered where NOT_COORDINATOR would be."""
+        if not self._authorizer.authorize(ctx, operation, ResourceType.GROUP, group_id):
+            raise _NotCoordinator(ErrorCode.group_authorization_failed)
+
+    def _may_topic(self, ctx: RequestContext, operation: AclOperation, topic: str) -> bool:
+        return self._authorizer.authorize(ctx, operation, ResourceType.TOPIC, topic)
+
     # -- FindCoordinator -----------------------------------------------------------------------------------
     async def find_coordinator(self, request: Any, ctx: RequestContext) -> Any:
         key_type = int(getattr(request, "key_type", _GROUP_KEY_TYPE))
@@ -385,18 +398,21 @@ class GroupApis:
             module = ctx.response_schema
             coordinators = []
             for key in request.coordinator_keys:
-                error, message, node_id, host, port = self._coordinator(str(key), key_type, ctx.listener_name)
+                error, message, node_id, host, port = self._coordinator(ctx, str(key), key_type)
                 coordinators.append(module.Coordinator(key=key, node_id=BrokerId(node_id), host=host, port=i32(port),
                                                        error_code=error, error_message=message))
             return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, coordinators=tuple(coordinators))
-        error, message, node_id, host, port = self._coordinator(str(request.key), key_type, ctx.listener_name)
+        error, message, node_id, host, port = self._coordinator(ctx, str(request.key), key_type)
         return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=error, error_message=message,
                            node_id=BrokerId(node_id), host=host, port=i32(port))
 
-    def _coordinator(self, key: str, key_type: int, listener_name: str) -> tuple[ErrorCode, str | None, int, str, int]:
+    def _coordinator(self, ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+        listener_name = ctx.listener_name
         if key_type != _GROUP_KEY_TYPE:
             return (ErrorCode.invalid_request, f"Key type {key_type} is not served: this broker coordinates "
                     "classic consumer groups only (no transactions, no share groups)", -1, "", -1)
+        if not self._authorizer.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.group_authorization_failed, None, -1, "", -1
         image = self._image()
         topic = image.topics.get_topic_by_name(OFFSETS_TOPIC)
         if topic is None or not topic.partitions:
@@ -469,6 +485,7 @@ class GroupApis:
             supports_skip_assignment=version >= 9,
         )
         try:
+            self._require_group(ctx, AclOperation.READ, join.group_id)
             shard = self._shard_for(join.group_id)
             token = next(self._tokens)
             result = await self._await(shard, token, shard.core.join(join, token=token, now_ms=_now_ms()))
@@ -490,6 +507,7 @@ class GroupApis:
 
         group_id = str(request.group_id)
         try:
+            self._require_group(ctx, AclOperation.READ, group_id)
             shard = self._shard_for(group_id)
             token = next(self._tokens)
             outputs = shard.core.sync(
@@ -506,6 +524,7 @@ class GroupApis:
     async def heartbeat(self, request: Any, ctx: RequestContext) -> Any:
         group_id = str(request.group_id)
         try:
+            self._require_group(ctx, AclOperation.READ, group_id)
             shard = self._shard_for(group_id)
             error = shard.core.heartbeat(group_id=group_id, member_id=str(request.member_id),
                                          group_instance_id=getattr(request, "group_instance_id", None),
@@ -522,6 +541,7 @@ class GroupApis:
         else:
             wanted = [(str(request.member_id), None)]
         try:
+            self._require_group(ctx, AclOperation.READ, group_id)
             shard = self._shard_for(group_id)
             error, errors, outputs = shard.core.leave(group_id=group_id, members=wanted, now_ms=_now_ms())
             self._deliver(shard, outputs)
@@ -543,6 +563,13 @@ class GroupApis:
         wanted = [(str(t.name), int(p.partition_index), p) for t in request.topics for p in t.partitions]
         errors: dict[tuple[str, int], ErrorCode] = {}
         try:
+            self._require_group(ctx, AclOperation.READ, group_id)
+            # Kafka: READ on each topic committed to (TOPIC_AUTHORIZATION_FAILED, not committed).
+            readable = {t for t in {t for t, _, _ in wanted} if self._may_topic(ctx, AclOperation.READ, t)}
+            for topic, index, _ in wanted:
+                if topic not in readable:
+                    errors[(topic, index)] = ErrorCode.topic_authorization_failed
+            wanted_readable = [w for w in wanted if w[0] in readable]
             shard = self._shard_for(group_id)
             core = shard.core
             error = core.validate_commit(group_id=group_id, member_id=str(request.member_id),
@@ -551,7 +578,7 @@ class GroupApis:
                                                                 getattr(request, "generation_id", -1))),
                                          now_ms=now_ms)
             offsets: dict[tuple[str, int], CommittedOffset] = {}
-            for topic, index, p in wanted:
+            for topic, index, p in wanted_readable:
                 metadata = p.committed_metadata or ""
                 if error != ErrorCode.none:
                     errors[(topic, index)] = error
@@ -580,32 +607,38 @@ class GroupApis:
         if ctx.api_version >= 8:
             groups = []
             for group in request.groups:
-                error, topics = self._fetch_group(module, str(group.group_id), group.topics, batched=True)
+                error, topics = self._fetch_group(ctx, module, str(group.group_id), group.topics, batched=True)
                 groups.append(module.OffsetFetchResponseGroup(group_id=group.group_id, topics=topics, error_code=error))
             return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, groups=tuple(groups))
-        error, topics = self._fetch_group(module, str(request.group_id), request.topics, batched=False)
+        error, topics = self._fetch_group(ctx, module, str(request.group_id), request.topics, batched=False)
         return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, topics=topics, error_code=error)
 
-    def _fetch_group(self, module: Any, group_id: str, wanted_topics: Any, *, batched: bool) -> tuple[ErrorCode, Any]:
+    def _fetch_group(self, ctx: RequestContext, module: Any, group_id: str, wanted_topics: Any, *,
+                     batched: bool) -> tuple[ErrorCode, Any]:
+        """Kafka: DESCRIBE on the group; of the topics, those without DESCRIBE are answered
+        TOPIC_AUTHORIZATION_FAILED when named and left out when all are asked for."""
         topic_cls = module.OffsetFetchResponseTopics if batched else module.OffsetFetchResponseTopic
         partition_cls = module.OffsetFetchResponsePartitions if batched else module.OffsetFetchResponsePartition
         try:
+            self._require_group(ctx, AclOperation.DESCRIBE, group_id)
             shard = self._shard_for(group_id)
         except _NotCoordinator as refusal:
             return refusal.error, ()
         if wanted_topics is None:
             found = shard.core.committed(group_id)
-            wanted = sorted(found)
+            wanted = sorted(tp for tp in found if self._may_topic(ctx, AclOperation.DESCRIBE, tp[0]))
         else:
             wanted = [(str(t.name), int(i)) for t in wanted_topics for i in t.partition_indexes]
             found = shard.core.committed(group_id, wanted)
+        describable = {t for t in {t for t, _ in wanted} if self._may_topic(ctx, AclOperation.DESCRIBE, t)}
         by_topic: dict[str, list[Any]] = {}
         for topic, index in wanted:
-            committed = found.get((topic, index))
+            committed = found.get((topic, index)) if topic in describable else None
             by_topic.setdefault(topic, []).append(make_entity(
                 partition_cls, partition_index=i32(index), committed_offset=i64(-1 if committed is None else committed.offset),
                 committed_leader_epoch=i32(-1 if committed is None else committed.leader_epoch),
-                metadata="" if committed is None else committed.metadata, error_code=ErrorCode.none))
+                metadata="" if committed is None else committed.metadata,
+                error_code=ErrorCode.none if topic in describable else ErrorCode.topic_authorization_failed))
         return ErrorCode.none, tuple(topic_cls(name=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items())
 
     # -- ListGroups / DescribeGroups / DeleteGroups / OffsetDelete ----------------------------------------
@@ -615,12 +648,17 @@ class GroupApis:
         types = {t.lower() for t in getattr(request, "types_filter", ())}
         listed = []
         error = ErrorCode.none
+        # Kafka: DESCRIBE on the cluster lists every group, else the groups with DESCRIBE.
+        everything = self._authorizer.authorize_cluster(ctx, AclOperation.DESCRIBE)
         for shard in sorted(self._shards.values(), key=lambda s: s.partition):
             if not shard.loaded.is_set():
                 error = ErrorCode.coordinator_load_in_progress
                 continue
             for group in shard.core.list_groups():
                 if (states and group.state.value.lower() not in states) or (types and "classic" not in types):
+                    continue
+                if not everything and not self._authorizer.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
+                                                                     group.group_id):
                     continue
                 listed.append(make_entity(module.ListedGroup, group_id=GroupId(group.group_id), protocol_type=group.protocol_type,
                                           group_state=group.state.value, group_type="classic"))
@@ -632,6 +670,7 @@ class GroupApis:
         for group_id in request.groups:
             fields: dict[str, Any] = {"group_id": group_id, "error_message": None, "authorized_operations": i32(-2147483648)}
             try:
+                self._require_group(ctx, AclOperation.DESCRIBE, str(group_id))
                 description = self._shard_for(str(group_id)).core.describe(str(group_id))
             except _NotCoordinator as refusal:
                 described.append(make_entity(module.DescribedGroup, error_code=refusal.error, group_state="", protocol_type="",
@@ -658,6 +697,7 @@ class GroupApis:
         results = []
         for group_id in request.groups_names:
             try:
+                self._require_group(ctx, AclOperation.DELETE, str(group_id))
                 shard = self._shard_for(str(group_id))
                 error, records = shard.core.delete_group(str(group_id), now_ms=_now_ms())
                 if error == ErrorCode.none:
@@ -673,8 +713,12 @@ class GroupApis:
         wanted = [(str(t.name), int(p.partition_index)) for t in request.topics for p in t.partitions]
         errors: dict[tuple[str, int], ErrorCode] = {}
         try:
+            self._require_group(ctx, AclOperation.DELETE, group_id)
+            readable = {t for t in {t for t, _ in wanted} if self._may_topic(ctx, AclOperation.READ, t)}
             shard = self._shard_for(group_id)
-            error, errors, records = shard.core.delete_offsets(group_id, wanted, now_ms=_now_ms())
+            error, errors, records = shard.core.delete_offsets(
+                group_id, [w for w in wanted if w[0] in readable], now_ms=_now_ms())
+            errors = {**errors, **{w: ErrorCode.topic_authorization_failed for w in wanted if w[0] not in readable}}
             if error == ErrorCode.none and records:
                 written = await self._write(shard, records)
                 if written != ErrorCode.none:
