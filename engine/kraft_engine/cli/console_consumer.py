@@ -32,7 +32,7 @@ from kraft_engine.admin.group_admin import GroupAdmin
 from kraft_engine.admin.group_consumer import GroupConsumer
 from kraft_engine.admin.record_clients import EARLIEST, LATEST, RecordClient, RecordClientError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_servers, command_config_security
 from kraft_engine.cli.tool_properties import parse_properties
 from kraft_engine.records.client_records import ClientRecord
 
@@ -46,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("console-consumer", help="Print records of a topic (kafka-console-consumer)",
                                    description="Consumes records from a topic and prints them.")
     parser.add_argument("--bootstrap-server", required=True, help="REQUIRED: The server(s) to connect to.")
+    parser.add_argument("--command-config", "--consumer.config", dest="command_config",
+                        help="Consumer config properties file (its client security keys are read).")
     parser.add_argument("--topic", help="The topic to consume on.")
     parser.add_argument("--partition", type=int, help="The partition to consume from. Consumption starts from the "
                                                       "end of the partition unless '--offset' is specified.")
@@ -137,7 +139,7 @@ class _Progress:
 
 async def _consume(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, start: int, formatter: _Formatter,
                    consumed: _Count) -> None:
-    async with RecordClient(bootstrap, client_id="console-consumer") as client:
+    async with RecordClient(bootstrap, client_id="console-consumer", security=command_config_security(args.command_config)) as client:
         count = await client.refresh(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(count))
         if args.partition is not None and not 0 <= args.partition < count:
@@ -159,7 +161,7 @@ async def _consume(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *
 async def _consume_in_group(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, start: int,
                             formatter: _Formatter, consumed: _Count) -> None:
     loop = asyncio.get_running_loop()
-    async with GroupAdmin(bootstrap, client_id="console-consumer") as admin:
+    async with GroupAdmin(bootstrap, client_id="console-consumer", security=command_config_security(args.command_config)) as admin:
         await admin.refresh(args.topic)
         member = GroupConsumer(admin, group=args.group, topics=[args.topic], client_id="console-consumer",
                                from_beginning=start == EARLIEST)

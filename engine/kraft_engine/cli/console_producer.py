@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.admin.record_clients import RecordClient, RecordClientError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_servers
+from kraft_engine.cli.tool_inputs import bootstrap_servers, command_config_security
 from kraft_engine.cli.tool_properties import parse_properties
+from kraft_engine.protocol.security import ClientSecurity
 from kraft_engine.records.client_records import ProducedRecord
 from kraft_engine.records.compression import UnsupportedCodecError, codec_by_name
 
@@ -50,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("console-producer", help="Send lines of stdin as records (kafka-console-producer)",
                                    description="Reads data from standard input and publishes it to Kafka.")
     parser.add_argument("--bootstrap-server", required=True, help="REQUIRED: The server(s) to connect to.")
+    parser.add_argument("--command-config", "--producer.config", dest="command_config",
+                        help="Producer config properties file (its client security keys are read).")
     parser.add_argument("--topic", required=True, help="REQUIRED: The topic id to produce messages to.")
     parser.add_argument("--request-required-acks",
                         help="The required acks of the producer requests (default: -1)")
@@ -168,13 +171,14 @@ def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     bootstrap = bootstrap_servers(args.bootstrap_server)
     try:
-        asyncio.run(_produce(args.topic, bootstrap, settings))
+        asyncio.run(_produce(args.topic, bootstrap, settings, security=command_config_security(args.command_config)))
     except (RecordClientError, ControllerAdminError) as e:
         raise CliError(str(e)) from None
     return 0
 
 
-async def _produce(topic: str, bootstrap: list[tuple[str, int]], settings: _Settings) -> int:
+async def _produce(topic: str, bootstrap: list[tuple[str, int]], settings: _Settings, *,
+                   security: ClientSecurity | None = None) -> int:
     reader = _LineReader(settings.reader)
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     loop = asyncio.get_running_loop()
@@ -190,7 +194,8 @@ async def _produce(topic: str, bootstrap: list[tuple[str, int]], settings: _Sett
                 return
 
     failed = 0
-    async with RecordClient(bootstrap, timeout_ms=settings.request_timeout_ms, client_id="console-producer") as client:
+    async with RecordClient(bootstrap, timeout_ms=settings.request_timeout_ms, client_id="console-producer",
+                            security=security) as client:
         await client.refresh(topic)
         if settings.idempotent:
             await client.init_producer()

@@ -1,7 +1,7 @@
 """`kraft delete-records`: Kafka's kafka-delete-records tool (DeleteRecordsCommand).
 
-Same flags (`--bootstrap-server`, `--offset-json-file`, `--command-config` is not read: plaintext
-only) and the same file format and output. The file is Kafka's:
+Same flags (`--bootstrap-server`, `--offset-json-file`, `--command-config` with Kafka's client
+security keys) and the same file format and output. The file is Kafka's:
 
     {"partitions": [{"topic": "orders", "partition": 0, "offset": 42}], "version": 1}
 
@@ -40,7 +40,8 @@ from kio.static.primitive import i32, i32Timedelta, i64
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_and_file
+from kraft_engine.cli.tool_inputs import COMMAND_CONFIG_HELP, bootstrap_and_file, command_config_security
+from kraft_engine.protocol.security import ClientSecurity
 
 __all__ = ["parse_offset_json", "register"]
 
@@ -75,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--offset-json-file", required=True,
                         help="REQUIRED: The JSON file with offset per partition. The format to use is:\n"
                              '{"partitions":\n  [{"topic": "foo", "partition": 1, "offset": 1}],\n "version":1\n}')
+    parser.add_argument("--command-config", help=COMMAND_CONFIG_HELP)
     parser.add_argument("--timeout-ms", type=int, default=30000,
                         help="How long to wait for every replica to delete, and to retry (default 30000).")
     parser.set_defaults(func=_run)
@@ -121,12 +123,13 @@ def parse_offset_json(text: str) -> list[tuple[Partition, int]]:
 
 def _run(args: argparse.Namespace) -> int:
     bootstrap, text = bootstrap_and_file(args.bootstrap_server, flag="--offset-json-file", path=args.offset_json_file)
+    security = command_config_security(args.command_config)
     try:
         wanted = parse_offset_json(text)
     except ValueError as e:
         raise CliError(str(e)) from None
     print("Executing records delete operation")
-    results = asyncio.run(_delete(bootstrap, dict(wanted), timeout_ms=args.timeout_ms))
+    results = asyncio.run(_delete(bootstrap, dict(wanted), timeout_ms=args.timeout_ms, security=security))
     print("Records delete operation completed:")
     failed = False
     for tp, _ in wanted:
@@ -141,11 +144,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _delete(bootstrap: list[tuple[str, int]], wanted: dict[Partition, int], *,
-                  timeout_ms: int) -> dict[Partition, tuple[ErrorCode, int]]:
+                  timeout_ms: int, security: ClientSecurity | None) -> dict[Partition, tuple[ErrorCode, int]]:
     deadline = time.monotonic() + timeout_ms / 1000
     results: dict[Partition, tuple[ErrorCode, int]] = {}
     pending = dict(wanted)
-    async with BrokerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="delete-records-tool") as admin:
+    async with BrokerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="delete-records-tool",
+                           security=security) as admin:
         while pending:
             try:
                 leaders = await _leaders(admin, sorted({t for t, _ in pending}))

@@ -17,7 +17,8 @@ from kio.static.primitive import i8, i16
 
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_servers
+from kraft_engine.cli.tool_inputs import COMMAND_CONFIG_HELP, bootstrap_servers, command_config_security
+from kraft_engine.protocol.security import ClientSecurity
 from kraft_engine.records import metadata_version
 
 __all__ = ["register"]
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--bootstrap-controller", required=True,
                         help="A comma-separated list of host:port pairs to use for establishing the connection "
                              "to the KRaft quorum.")
+    parser.add_argument("--command-config", help=COMMAND_CONFIG_HELP)
     parser.add_argument("--timeout-ms", type=int, default=30000, help="How long to retry (default 30000).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -57,11 +59,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_servers(args.bootstrap_controller, flag="--bootstrap-controller")
+    security = command_config_security(args.command_config)
     if args.command == "describe":
-        return asyncio.run(_describe(bootstrap, timeout_ms=args.timeout_ms))
+        return asyncio.run(_describe(bootstrap, timeout_ms=args.timeout_ms, security=security))
     updates = _updates(args)
     return asyncio.run(_update(bootstrap, op=args.command, updates=updates, dry_run=args.dry_run,
-                               timeout_ms=args.timeout_ms))
+                               timeout_ms=args.timeout_ms, security=security))
 
 
 def level_to_string(feature: str, level: int) -> str:
@@ -74,8 +77,9 @@ def level_to_string(feature: str, level: int) -> str:
     return str(level)
 
 
-async def _describe(bootstrap: list[tuple[str, int]], *, timeout_ms: int) -> int:
-    async with ControllerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="kraft-features") as admin:
+async def _describe(bootstrap: list[tuple[str, int]], *, timeout_ms: int, security: ClientSecurity | None) -> int:
+    async with ControllerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="kraft-features",
+                               security=security) as admin:
         try:
             connection = await admin.any_connection()
         except ControllerAdminError as e:
@@ -144,7 +148,7 @@ def _parse_name_and_level(text: str) -> tuple[str, int]:
 
 
 async def _update(bootstrap: list[tuple[str, int]], *, op: str, updates: dict[str, tuple[int, int]], dry_run: bool,
-                  timeout_ms: int) -> int:
+                  timeout_ms: int, security: ClientSecurity | None) -> int:
     request = UpdateFeaturesRequest(
         feature_updates=tuple(
             FeatureUpdateKey(feature=name, max_version_level=i16(level), upgrade_type=i8(kind))
@@ -152,7 +156,8 @@ async def _update(bootstrap: list[tuple[str, int]], *, op: str, updates: dict[st
         ),
         validate_only=dry_run,
     )
-    async with ControllerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="kraft-features") as admin:
+    async with ControllerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="kraft-features",
+                               security=security) as admin:
         try:
             response = await admin.send_to_active(request)
         except ControllerAdminError as e:

@@ -8,7 +8,7 @@ name), `--partitions 0,1`, `--topic-partitions 'topic1:1,topic2:0-3,topic3,topic
 Same output: one `topic:partition:offset` line per partition that has an offset for that time,
 ordered as Kafka's TreeMap orders them (by the string `topic-partition`); a partition whose
 ListOffsets failed is reported on stderr as `Skip getting offsets for topic-partition ...` and
-left out. `--command-config` is not offered (plaintext only).
+left out. `--command-config` takes Kafka's client security keys.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.admin.record_clients import RecordClient, RecordClientError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_servers
+from kraft_engine.cli.tool_inputs import COMMAND_CONFIG_HELP, bootstrap_servers, command_config_security
+from kraft_engine.protocol.security import ClientSecurity
 
 __all__ = ["PartitionRule", "parse_time", "parse_topic_partitions", "register"]
 
@@ -53,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                    description="An interactive shell for getting topic-partition offsets.")
     parser.add_argument("--bootstrap-server", required=True,
                         help="REQUIRED. The server(s) to connect to in the form HOST1:PORT1,HOST2:PORT2.")
+    parser.add_argument("--command-config", help=COMMAND_CONFIG_HELP)
     parser.add_argument("--topic", help="The topic to get the offsets for. It also accepts a regular expression. If "
                                         "not present, all authorized topics are queried. Cannot be used if "
                                         "--topic-partitions is present.")
@@ -112,14 +114,15 @@ def _run(args: argparse.Namespace) -> int:
     rules = _rules(args)
     timestamp = parse_time(args.time)
     try:
-        return asyncio.run(_offsets(bootstrap, rules, timestamp=timestamp, exclude_internal=args.exclude_internal_topics))
+        return asyncio.run(_offsets(bootstrap, rules, timestamp=timestamp, exclude_internal=args.exclude_internal_topics,
+                                    security=command_config_security(args.command_config)))
     except ControllerAdminError as e:
         raise CliError(str(e)) from None
 
 
 async def _offsets(bootstrap: list[tuple[str, int]], rules: list[PartitionRule], *, timestamp: int,
-                   exclude_internal: bool) -> int:
-    async with RecordClient(bootstrap, client_id="GetOffsetShell") as client:
+                   exclude_internal: bool, security: ClientSecurity | None) -> int:
+    async with RecordClient(bootstrap, client_id="GetOffsetShell", security=security) as client:
         metadata = await client.send_to_any(MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                                             include_topic_authorized_operations=False))
         wanted = sorted(

@@ -23,7 +23,8 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_servers
+from kraft_engine.cli.tool_inputs import COMMAND_CONFIG_HELP, bootstrap_servers, command_config_security
+from kraft_engine.protocol.security import ClientSecurity
 
 __all__ = ["register"]
 
@@ -47,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--topic-list", default="",
                         help="The list of topics to be queried in the form \"topic1,topic2,topic3\". "
                              "All topics will be queried if no topic list is specified")
+    parser.add_argument("--command-config", help=COMMAND_CONFIG_HELP)
     parser.add_argument("--timeout-ms", type=int, default=30000, help="How long to retry (default 30000).")
     parser.set_defaults(func=_run)
 
@@ -62,12 +64,13 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError:
             raise CliError(f"--broker-list must be broker ids separated by commas, not {args.broker_list!r}") from None
     topics = {t for t in args.topic_list.split(",") if t}
-    return asyncio.run(_describe(bootstrap, wanted_brokers, topics, timeout_ms=args.timeout_ms))
+    return asyncio.run(_describe(bootstrap, wanted_brokers, topics, timeout_ms=args.timeout_ms,
+                                 security=command_config_security(args.command_config)))
 
 
 async def _describe(bootstrap: list[tuple[str, int]], wanted_brokers: list[int] | None, topics: set[str], *,
-                    timeout_ms: int) -> int:
-    async with BrokerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="log-dirs-tool") as admin:
+                    timeout_ms: int, security: ClientSecurity | None) -> int:
+    async with BrokerAdmin(bootstrap, timeout_ms=timeout_ms, client_id="log-dirs-tool", security=security) as admin:
         try:
             metadata = await admin.send_to_any(MetadataRequest(topics=(), allow_auto_topic_creation=False,
                                                                include_topic_authorized_operations=False))

@@ -45,7 +45,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from kraft_engine.admin.broker_admin import BrokerAdmin
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.cli.main import CliError
-from kraft_engine.cli.tool_inputs import bootstrap_servers
+from kraft_engine.cli.tool_inputs import COMMAND_CONFIG_HELP, bootstrap_servers, command_config_security
 from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
 
 __all__ = ["register"]
@@ -66,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                            help="A comma-separated list of host:port pairs of the brokers to connect to.")
     bootstrap.add_argument("--bootstrap-controller",
                            help="A comma-separated list of host:port pairs of the KRaft controllers.")
+    parser.add_argument("--command-config", help=COMMAND_CONFIG_HELP)
     actions = parser.add_mutually_exclusive_group(required=True)
     actions.add_argument("--create", action="store_true", help="Create a new topic.")
     actions.add_argument("--delete", action="store_true", help="Delete a topic.")
@@ -109,7 +110,8 @@ def _run(args: argparse.Namespace) -> int:
 
 async def _main(args: argparse.Namespace, bootstrap: list[tuple[str, int]], create: CreateTopicsRequest | None) -> int:
     admin_class = ControllerAdmin if args.bootstrap_server is None else BrokerAdmin
-    async with admin_class(bootstrap, timeout_ms=args.timeout_ms, client_id="kraft-topics") as admin:
+    async with admin_class(bootstrap, timeout_ms=args.timeout_ms, client_id="kraft-topics",
+                           security=command_config_security(args.command_config)) as admin:
         try:
             if create is not None:
                 return await _create(admin, create, if_not_exists=args.if_not_exists)
