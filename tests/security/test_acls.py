@@ -10,8 +10,9 @@ before a client acts on it."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from quorum_processes import HOST, KRAFT, kraft_tool, wait_for
@@ -41,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]
     processes.broker_config |= authorizer
     try:
         start_secure_cluster(processes, controller_flags=tuple(
-            flag for user in ("admin", "alice", "bob")
+            flag for user in ("admin", "alice", "bob", "carol")
             for flag in ("--add-scram", f"SCRAM-SHA-512=[name={user},password={user}-secret]")))
         yield processes
     finally:
@@ -231,3 +232,140 @@ def test_tools_take_command_config_and_meet_the_same_acls(cluster: SecureCluster
     intruder = _tool("console-producer", *bootstrap, "--command-config", configs["bob"], "--topic", topic,
                      stdin="intruder\n")
     assert intruder.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in intruder.stderr
+
+
+# -- every API, without and with the ACL ---------------------------------------------------------
+
+_T, _G = "table-topic", "table-group"
+
+
+def _ns(**fields: object) -> object:
+    import types
+
+    return types.SimpleNamespace(**fields)
+
+
+def _table() -> list[tuple[str, int, int, object, Callable[[Any], int], str]]:
+    """(api, key, version, request fields, the error the answer carries, the refusal expected)."""
+    import datetime
+
+    from kraft_engine.records.client_records import ProducedRecord, encode_client_batch
+
+    second = datetime.timedelta(seconds=30)
+    batch = encode_client_batch([ProducedRecord(value=b"table")])
+    topic_part = _ns(name=_T, partition_indexes=(0,))
+    return [
+        ("Metadata", 3, 12, _ns(topics=(_ns(name=_T, topic_id=None),), allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False),
+         lambda r: r.topics[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("Produce", 0, 9, _ns(acks=1, timeout=second, topic_data=(
+            _ns(name=_T, partition_data=(_ns(index=0, records=batch),)),)),
+         lambda r: r.responses[0].partition_responses[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("Fetch", 1, 12, _ns(max_wait=datetime.timedelta(0), min_bytes=0, forgotten_topics_data=(), topics=(
+            _ns(topic=_T, partitions=(_ns(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                          log_start_offset=-1, partition_max_bytes=1 << 20),)),)),
+         lambda r: r.responses[0].partitions[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("ListOffsets", 2, 7, _ns(replica_id=-1, isolation_level=0, topics=(
+            _ns(name=_T, partitions=(_ns(partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)),
+         lambda r: r.topics[0].partitions[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("DescribeConfigs", 32, 4, _ns(resources=(_ns(resource_type=2, resource_name=_T, configuration_keys=None),)),
+         lambda r: r.results[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("FindCoordinator", 10, 4, _ns(key_type=0, coordinator_keys=(_G,)),
+         lambda r: r.coordinators[0].error_code, "GROUP_AUTHORIZATION_FAILED"),
+        ("JoinGroup", 11, 9, _ns(group_id=_G, session_timeout=second, rebalance_timeout=second, member_id="",
+                                 protocol_type="consumer", protocols=(_ns(name="range", metadata=b""),)),
+         lambda r: r.error_code, "GROUP_AUTHORIZATION_FAILED"),
+        ("OffsetCommit", 8, 8, _ns(group_id=_G, generation_id_or_member_epoch=-1, member_id="", topics=(
+            _ns(name=_T, partitions=(_ns(partition_index=0, committed_offset=0, committed_leader_epoch=-1,
+                                         committed_metadata=None),)),)),
+         lambda r: r.topics[0].partitions[0].error_code, "GROUP_AUTHORIZATION_FAILED"),
+        ("OffsetFetch", 9, 8, _ns(groups=(_ns(group_id=_G, topics=(topic_part,)),), require_stable=False),
+         lambda r: r.groups[0].error_code, "GROUP_AUTHORIZATION_FAILED"),
+        ("DescribeGroups", 15, 5, _ns(groups=(_G,), include_authorized_operations=False),
+         lambda r: r.groups[0].error_code, "GROUP_AUTHORIZATION_FAILED"),
+        ("OffsetDelete", 47, 0, _ns(group_id=_G, topics=(_ns(name=_T, partitions=(_ns(partition_index=0),)),)),
+         lambda r: r.error_code, "GROUP_AUTHORIZATION_FAILED"),
+        ("DeleteGroups", 42, 2, _ns(groups_names=(_G,)), lambda r: r.results[0].error_code,
+         "GROUP_AUTHORIZATION_FAILED"),
+        ("InitProducerId", 22, 4, _ns(transactional_id=None, transaction_timeout=second),
+         lambda r: r.error_code, "CLUSTER_AUTHORIZATION_FAILED"),
+        ("DescribeAcls", 29, 3, _ns(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                    principal_filter=None, host_filter=None, operation=1, permission_type=1),
+         lambda r: r.error_code, "CLUSTER_AUTHORIZATION_FAILED"),
+        ("DescribeUserScramCredentials", 50, 0, _ns(users=None), lambda r: r.error_code,
+         "CLUSTER_AUTHORIZATION_FAILED"),
+        ("CreateAcls", 30, 3, _ns(creations=(_ns(resource_type=2, resource_name="unused", resource_pattern_type=3,
+                                                 principal="User:nobody", host="*", operation=3,
+                                                 permission_type=3),)),
+         lambda r: r.results[0].error_code, "CLUSTER_AUTHORIZATION_FAILED"),
+        ("IncrementalAlterConfigs", 44, 1, _ns(validate_only=True, resources=(_ns(
+            resource_type=2, resource_name=_T, configs=(_ns(name="retention.ms", config_operation=0, value="1000"),)),)),
+         lambda r: r.responses[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("CreatePartitions", 37, 3, _ns(timeout=second, validate_only=True,
+                                        topics=(_ns(name=_T, count=2, assignments=None),)),
+         lambda r: r.results[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("CreateTopics", 19, 7, _ns(timeout=second, validate_only=True, topics=(_ns(
+            name="table-new", num_partitions=1, replication_factor=1, assignments=(), configs=()),)),
+         lambda r: r.topics[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("DeleteTopics", 20, 6, _ns(timeout=second, topics=(_ns(name="table-doomed", topic_id=None),)),
+         lambda r: r.responses[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+    ]
+
+
+async def _walk(cluster: SecureCluster, user: str) -> dict[str, str]:
+    """Each API of the table sent as `user` to the first broker: api -> the error code's name."""
+    from kio.schema.errors import ErrorCode
+
+    from kraft_engine.protocol import ConnectionConfig, KafkaConnection
+    from kraft_engine.protocol.entities import request_class
+    from kraft_engine.protocol.security import client_security
+    from kraft_engine.protocol.version_bridging import bridge
+
+    security = client_security({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "ssl.truststore.type": "PEM",
+        "ssl.truststore.certificates": cluster.ca.certificate_pem,
+        "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
+                            f'password="{user}-secret";'})
+    first = min(cluster.brokers)
+    answers = {}
+    async with KafkaConnection(HOST, cluster.client_ports[first],
+                               config=ConnectionConfig(security=security, request_timeout_ms=60000)) as connection:
+        for api, key, version, fields, error_of, _ in _table():
+            response = await connection.send(bridge(fields, request_class(key, version)), timeout_ms=60000)
+            answers[api] = ErrorCode(error_of(response)).name.upper()
+    return answers
+
+
+def test_every_api_refuses_without_its_acl_and_serves_with_it(cluster: SecureCluster, tmp_path: Path) -> None:
+    """The table: carol (no ACL) is refused by each API with Kafka's error; after the ACLs each
+    needs, no API refuses her. A refused write changes nothing (the doomed topic survives)."""
+    import asyncio
+
+    admin_config = _command_config(cluster, tmp_path, "admin")
+    for topic in (_T, "table-doomed"):
+        created = _tool("topics", "--bootstrap-server", cluster.client_bootstrap(), "--command-config",
+                        str(admin_config), "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "2")
+        assert created.returncode == 0, created.stderr
+        cluster.wait_isr(topic, 0, {101, 102})
+    expected = {api: refusal for api, *_, refusal in _table()}
+    assert asyncio.run(_walk(cluster, "carol")) == expected
+    survivors = _tool("topics", "--bootstrap-server", cluster.client_bootstrap(), "--command-config",
+                      str(admin_config), "--list")
+    assert "table-doomed" in survivors.stdout.split()
+
+    for flags in (["--operation", "All", "--topic", _T, "--group", _G],
+                  ["--operation", "Create", "--topic", "table-new"],
+                  ["--operation", "Delete", "--topic", "table-doomed"],
+                  ["--operation", "IdempotentWrite", "--operation", "Describe", "--operation", "Alter", "--cluster"]):
+        granted = _acls(cluster, admin_config, "--add", "--allow-principal", "User:carol", *flags)
+        assert granted.returncode == 0, granted.stderr
+    first = f"{HOST}:{cluster.client_ports[min(cluster.brokers)]}"
+
+    def carol_listed() -> bool:
+        answer = _acls(cluster, admin_config, "--list", "--principal", "User:carol", bootstrap=first)
+        assert answer.returncode == 0, answer.stderr
+        return answer.stdout.count("principal=User:carol") == 7
+
+    wait_for(carol_listed, timeout_s=120, interval_s=0.5, what="the first broker to list carol's 7 ACLs")
+    allowed = asyncio.run(_walk(cluster, "carol"))
+    assert {api: code for api, code in allowed.items() if code == expected[api]} == {}

@@ -231,7 +231,13 @@ class KafkaConnection:
             return True
 
     def _fail_attempt(self, error: BaseException) -> None:
+        writer = self._writer
         self._teardown(ConnectionLost(f"connection setup to {self.host}:{self.port} failed: {error!r}"))
+        if writer is not None:
+            # A failed attempt is dropped at once: close() on a TLS transport starts a close_notify
+            # exchange that outlives the caller's event loop when the attempt's failure ends the
+            # program (a refused SASL login), leaving its socket to the garbage collector.
+            writer.transport.abort()
         self.last_backoff_ms = self._backoff.backoff_ms(self.connect_failures, rng=self._rng)
         self.connect_failures += 1
         self.last_connect_error = error

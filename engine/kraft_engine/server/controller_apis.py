@@ -260,25 +260,26 @@ class ControllerApis:
         return describe_acls(request, ctx, authorizer=self._authorizer, image=self._service.image)
 
     async def create_acls(self, request: Any, ctx: RequestContext) -> Any:
-        try:
-            self._require_cluster(ctx, AclOperation.ALTER)
-            return await self._service.write("createAcls", lambda c: c.create_acls(request))
-        except (ControllerApiError, ControllerStopped) as e:
-            error = _refusal(e)
-            result_cls = ctx.response_schema.AclCreationResult
-            return ctx.response_class(throttle_time=_NO_THROTTLE, results=tuple(
-                result_cls(error_code=error.error_code, error_message=error.message) for _ in request.creations))
+        result_cls = ctx.response_schema.AclCreationResult
+        return await self._altering_acls("createAcls", lambda c: c.create_acls(request), ctx, refused=lambda error: (
+            ctx.response_class(throttle_time=_NO_THROTTLE, results=tuple(
+                result_cls(error_code=error.error_code, error_message=error.message) for _ in request.creations))))
 
     async def delete_acls(self, request: Any, ctx: RequestContext) -> Any:
+        result_cls = ctx.response_schema.DeleteAclsFilterResult
+        return await self._altering_acls("deleteAcls", lambda c: c.delete_acls(request), ctx, refused=lambda error: (
+            ctx.response_class(throttle_time=_NO_THROTTLE, filter_results=tuple(
+                result_cls(error_code=error.error_code, error_message=error.message, matching_acls=())
+                for _ in request.filters))))
+
+    async def _altering_acls(self, name: str, operation: Callable[[Any], int], ctx: RequestContext, *,
+                             refused: Callable[[ControllerApiError], Any]) -> Any:
+        """CreateAcls and DeleteAcls need ALTER on the cluster, as in Kafka's ControllerApis."""
         try:
             self._require_cluster(ctx, AclOperation.ALTER)
-            return await self._service.write("deleteAcls", lambda c: c.delete_acls(request))
+            return await self._service.write(name, operation)
         except (ControllerApiError, ControllerStopped) as e:
-            error = _refusal(e)
-            result_cls = ctx.response_schema.DeleteAclsFilterResult
-            return ctx.response_class(throttle_time=_NO_THROTTLE, filter_results=tuple(
-                result_cls(error_code=error.error_code, error_message=error.message, matching_acls=())
-                for _ in request.filters))
+            return refused(_refusal(e))
 
     # -- admin -----------------------------------------------------------------------------------
     async def create_topics(self, request: Any, ctx: RequestContext) -> Any:
