@@ -20,7 +20,11 @@ Spark task runs), which separates the decoding cost from Spark's. With Apache Ka
 start included), as records/s beside it.
 
 The machine's load average is printed before and after every run: figures from a shared machine
-are noisy and only comparable at similar load.
+are noisy and only comparable at similar load. Beside the wall time, each run's CPU seconds (user +
+system of this process and everything it started: the Spark JVM, its Python workers, Kafka's tool;
+from /proc) and records per CPU second: on a machine shared with others, a run's wall time says
+more about the others than about the run, its CPU time does not. Records per CPU second is the
+per-core rate to hold against Kafka's single-threaded decoder.
 
 Usage: .venv/bin/python bench/pipeline.py [--fleets 1x1000,4x1000,8x2000] [--cores 1,2] [--rounds 10]
        the issue's fleet: --fleets 20x10000 --rounds 2 --cores 2 --baseline-clusters 1
@@ -31,9 +35,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -201,22 +207,83 @@ def load() -> str:
     return ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+class TreeCpu:
+    """CPU seconds (user + system) of this process and everything it starts while running (the
+    Spark JVM, its Python workers), from /proc. Every second a thread walks the process tree and
+    keeps each process's latest own time, so processes that come and go during the run count
+    (a parent's count of its reaped children would miss those it never waits for). A process
+    that lives less than a second, or the last second of one, can be missed: a lower bound, a
+    close one for runs of minutes. Linux only (0 elsewhere)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, str], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._own_start = time.process_time()
+        self._base: dict[tuple[int, str], float] = {}
+        self.cpu_s = 0.0
+
+    def __enter__(self) -> TreeCpu:
+        self._sample()  # what already runs (a JVM an earlier session started) counts from here on
+        self._base = dict(self._seen)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        spent = sum(cpu_s - self._base.get(key, 0.0) for key, cpu_s in self._seen.items())
+        self.cpu_s = (time.process_time() - self._own_start) + spent
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self._sample()
+
+    def _sample(self) -> None:
+        if not os.path.isdir("/proc"):
+            return
+        ticks = os.sysconf("SC_CLK_TCK")
+        children: dict[int, list[int]] = {}
+        own: dict[int, tuple[str, float]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            fields = stat.rsplit(")", 1)[1].split()  # after the command name: state, ppid, ...
+            children.setdefault(int(fields[1]), []).append(int(entry))
+            # utime + stime, keyed with the start time (field 22) so a reused pid is another process
+            own[int(entry)] = (fields[19], (int(fields[11]) + int(fields[12])) / ticks)
+        stack = list(children.get(os.getpid(), ()))  # this process's own time comes from process_time
+        while stack:
+            pid = stack.pop()
+            if pid in own:
+                started, cpu_s = own[pid]
+                self._seen[(pid, started)] = max(cpu_s, self._seen.get((pid, started), 0.0))
+            stack.extend(children.get(pid, ()))
+
+
 def run_pipeline(fleet: Path, *, cores: int) -> dict[str, float]:
     from kraft_pipeline.job import run
     from kraft_pipeline.session import build_session
 
     output = fleet.parent / f"out-{fleet.name}-{cores}"
-    started = time.perf_counter()
-    spark = build_session(master=f"local[{cores}]", app_name="bench-pipeline", shuffle_partitions=2 * cores)
+    started, spark = time.perf_counter(), None
     try:
-        tables = run(inputs=[str(fleet)], output=str(output), spark=spark)
-        wall_s = time.perf_counter() - started
+        with TreeCpu() as cpu:
+            spark = build_session(master=f"local[{cores}]", app_name="bench-pipeline", shuffle_partitions=2 * cores)
+            tables = run(inputs=[str(fleet)], output=str(output), spark=spark)
+            wall_s = time.perf_counter() - started
         records = tables.records.count()  # cached by the run
         events = tables.events.count()  # materialised by the run
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     shutil.rmtree(output, ignore_errors=True)
-    return {"wall_s": wall_s, "records": records, "events": events}
+    return {"wall_s": wall_s, "cpu_s": cpu.cpu_s, "records": records, "events": events}
 
 
 def run_decoder(inputs: Sequence[Path]) -> dict[str, float]:
@@ -224,14 +291,14 @@ def run_decoder(inputs: Sequence[Path]) -> dict[str, float]:
     Arrow batches) in this one process, no Spark: the per-core ceiling of the job's reading."""
     from kraft_pipeline.log_files import decode_file, find_log_files
 
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), time.process_time()
     records = sum(batch.num_rows for file in find_log_files([str(p) for p in inputs]) for batch in decode_file(file))
-    return {"wall_s": time.perf_counter() - started, "records": records}
+    return {"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu_before, "records": records}
 
 
 def run_dump_log(files: Sequence[Path], classpath: str) -> dict[str, float]:
     """Kafka's decoder over `files`, its output counted and thrown away (a pipe, not a terminal)."""
-    started = time.perf_counter()
+    started, children_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     process = subprocess.Popen(
         ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, "kafka.tools.DumpLogSegments",
          "--cluster-metadata-decoder", "--files", ",".join(str(f) for f in files)],
@@ -239,22 +306,38 @@ def run_dump_log(files: Sequence[Path], classpath: str) -> dict[str, float]:
     )
     assert process.stdout is not None
     records = sum(1 for line in process.stdout if line.startswith(b"| offset: "))
-    process.wait()
-    return {"wall_s": time.perf_counter() - started, "records": records}
+    process.wait()  # reaped: its CPU time is now among this process's children's
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (children.ru_utime + children.ru_stime) - (children_before.ru_utime + children_before.ru_stime)
+    return {"wall_s": time.perf_counter() - started, "cpu_s": cpu_s, "records": records}
+
+
+def _row(fleet: str, run: str, *, files: int, figures: dict[str, float], cores: int, load_before: str) -> list[str]:
+    wall_s, records = figures["wall_s"], figures["records"]
+    events = figures.get("events")
+    return [fleet, run, str(files), str(int(records)), "-" if events is None else str(int(events)), f"{wall_s:.1f}",
+            f"{records / wall_s:,.0f}", f"{files / wall_s:.2f}", "-" if events is None else f"{events / wall_s:,.0f}",
+            f"{records / wall_s / cores:,.0f}", f"{figures['cpu_s']:.1f}", f"{records / figures['cpu_s']:,.0f}",
+            f"{load_before} / {load()}"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fleets", default="1x1000,4x1000,8x2000",
                         help="comma-separated CLUSTERSxPARTITIONS fleet sizes (the issue's full size: 20x10000)")
-    parser.add_argument("--cores", default="1,2", help="comma-separated local[N] core counts")
+    parser.add_argument("--cores", default="1,2", help="comma-separated local[N] core counts ('' for none: the "
+                        "single-threaded decoders alone)")
     parser.add_argument("--rounds", type=int, default=10, help="fence + roll + reassignment rounds per cluster")
     parser.add_argument("--segment-bytes", type=int, default=1 << 20)
     parser.add_argument("--keep-dir", type=Path, default=None, help="generate the fleets here and keep them")
+    parser.add_argument("--driver-memory", default="4g",
+                        help="the local-mode JVM's heap (spark-submit's --driver-memory; Spark's default is 1g)")
     parser.add_argument("--baseline-clusters", type=int, default=None,
                         help="run the two single-threaded decoders (decode_file, kafka-dump-log) on the first N "
                              "clusters only (a rate, and the whole fleet takes them long); default: all")
     args = parser.parse_args()
+    # read when PySpark launches its JVM (once per process, at the first session)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {args.driver_memory} pyspark-shell"
     root = args.keep_dir or Path(tempfile.mkdtemp(prefix="kraft-bench-pipeline-"))
     classpath = kafka_classpath()
     rows: list[list[str]] = []
@@ -270,33 +353,25 @@ def main() -> None:
             print(f"    {per_copy} records per copy, {len(files)} segment files, "
                   f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB, generated in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
-            for cores in (int(c) for c in args.cores.split(",")):
+            for cores in (int(c) for c in args.cores.split(",") if c.strip()):
                 before = load()
                 figures = run_pipeline(fleet, cores=cores)
-                rate = figures["records"] / figures["wall_s"]
-                rows.append([f"{clusters}x{partitions}", f"pipeline local[{cores}]", str(len(files)),
-                             str(int(figures["records"])), str(int(figures["events"])), f"{figures['wall_s']:.1f}",
-                             f"{rate:,.0f}", f"{len(files) / figures['wall_s']:.2f}",
-                             f"{figures['events'] / figures['wall_s']:,.0f}", f"{rate / cores:,.0f}",
-                             f"{before} / {load()}"])
+                rows.append(_row(f"{clusters}x{partitions}", f"pipeline local[{cores}]", files=len(files),
+                                 figures=figures, cores=cores, load_before=before))
                 print("    " + " | ".join(rows[-1]), flush=True)
             baseline = [fleet / f"cluster-{n}" for n in range(min(args.baseline_clusters or clusters, clusters))]
             baseline_files = sorted(f for cluster in baseline for f in cluster.rglob("*.log"))
             label = "" if len(baseline) == clusters else f" ({len(baseline)} of the clusters)"
             before = load()
             figures = run_decoder(baseline)
-            rate = figures["records"] / figures["wall_s"]
-            rows.append([f"{clusters}x{partitions}", f"decode_file, no Spark (1 thread){label}", str(len(baseline_files)),
-                         str(int(figures["records"])), "-", f"{figures['wall_s']:.1f}", f"{rate:,.0f}",
-                         f"{len(baseline_files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
+            rows.append(_row(f"{clusters}x{partitions}", f"decode_file, no Spark (1 thread){label}",
+                             files=len(baseline_files), figures=figures, cores=1, load_before=before))
             print("    " + " | ".join(rows[-1]), flush=True)
             if classpath is not None:
                 before = load()
                 figures = run_dump_log(baseline_files, classpath)
-                rate = figures["records"] / figures["wall_s"]
-                rows.append([f"{clusters}x{partitions}", f"kafka-dump-log (1 thread){label}", str(len(baseline_files)),
-                             str(int(figures["records"])), "-", f"{figures['wall_s']:.1f}", f"{rate:,.0f}",
-                             f"{len(baseline_files) / figures['wall_s']:.2f}", "-", f"{rate:,.0f}", f"{before} / {load()}"])
+                rows.append(_row(f"{clusters}x{partitions}", f"kafka-dump-log (1 thread){label}",
+                                 files=len(baseline_files), figures=figures, cores=1, load_before=before))
                 print("    " + " | ".join(rows[-1]), flush=True)
             else:
                 print("    kafka-dump-log: skipped (no Kafka jars in .kafka-jars/: scripts/fetch-kafka-jars)")
@@ -306,7 +381,7 @@ def main() -> None:
         if args.keep_dir is None:
             shutil.rmtree(root, ignore_errors=True)
     header = ["fleet", "run", "files", "records", "events", "wall s", "records/s", "files/s", "events/s",
-              "records/s/core", "load 1/5/15 before / after"]
+              "records/s/core", "cpu s", "records/cpu-s", "load 1/5/15 before / after"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     print()
     for row in [header, ["-" * w for w in widths], *rows]:
