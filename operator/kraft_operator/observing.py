@@ -135,7 +135,8 @@ async def observe_cluster(
             errors.append(str(e))
         log_dirs = await _log_dirs(admin, cluster, layout=layout, observed=observed)
         throttles = None if topic_throttles is None else ThrottleFacts(
-            broker_rates=await _broker_throttles(admin, cluster, layout=layout, observed=observed),
+            broker_rates=await _broker_throttles(admin, cluster, layout=layout, observed=observed,
+                                                 answered=set(log_dirs)),
             topic_replicas={name: found for name, found in topic_throttles.items() if found})
         supported = await _supported_metadata_versions(admin, cluster, layout=layout, observed=observed,
                                                        errors=errors)
@@ -161,12 +162,13 @@ async def observe_cluster(
 
 
 async def _broker_throttles(
-    admin: ClusterAdmin, cluster: KRaftCluster, *, layout: Layout, observed: Observed
+    admin: ClusterAdmin, cluster: KRaftCluster, *, layout: Layout, observed: Observed, answered: set[int]
 ) -> dict[int, dict[str, str]]:
-    """Each running broker's throttled rates set for it; a broker that does not answer is left out."""
+    """Each running broker's throttled rates set for it; a broker that does not answer is left out,
+    and so is one that just gave DescribeLogDirs no answer (still starting: not waited for twice)."""
     found: dict[int, dict[str, str]] = {}
     for node in _running_nodes(cluster, observed):
-        if not node.is_broker:
+        if not node.is_broker or node.ref.node_id not in answered:
             continue
         address = _address(cluster, layout, node, controller=False)
         try:
