@@ -5,6 +5,7 @@ the cluster CA, and a node with a certificate from another CA refused at the han
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,18 +142,61 @@ async def test_a_client_certificate_from_another_ca_is_refused_and_the_broker_ke
                              ssl_cafile=good["ca"], ssl_certfile=good["cert"], ssl_keyfile=good["key"],
                              metadata_max_age_ms=500)
     try:
-        _wait_until_known(producer, "mtls-orders", 0)
+        _wait_until_known(cluster, producer, "mtls-orders", 0)
         producer.send("mtls-orders", value=b"still serving", partition=0).get(timeout=60)
     finally:
         producer.close()
 
 
-def _wait_until_known(producer, topic: str, partition: int) -> None:
+def _wait_until_known(cluster: SecureCluster, producer, topic: str, partition: int) -> None:
     """Until the producer's metadata lists `partition` (kafka-python refuses a send to a partition
-    it does not know, at once, rather than waiting): a broker's answer taken while the partition's
-    leader moved (a slow heartbeat on a loaded machine) leaves it out until the next refresh."""
-    wait_for(lambda: partition in (producer.partitions_for(topic) or set()), timeout_s=60,
-             what=f"the producer's metadata to list {topic}-{partition}")
+    it does not know, at once, rather than waiting). Each look that misses it asks kafka-python for a
+    refresh now, rather than at the next expiry; should it never come, the failure shows what the
+    producer holds beside what each broker answers."""
+
+    def known() -> bool:
+        if partition in (producer.partitions_for(topic) or set()):
+            return True
+        producer._metadata.request_update()
+        return False
+
+    try:
+        wait_for(known, timeout_s=60, what=f"the producer's metadata to list {topic}-{partition}")
+    except AssertionError as e:
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:  # callers may be inside an event loop
+            answers = thread.submit(asyncio.run, _metadata_answers(cluster, topic)).result()
+        raise AssertionError(f"{e}; the producer holds {producer._metadata}, "
+                             f"partitions {producer._metadata.partitions_for_topic(topic)}; "
+                             f"the brokers answer {answers}") from e
+
+
+async def _metadata_answers(cluster: SecureCluster, topic: str) -> dict[int, object]:
+    """Each broker's Metadata answer for `topic` over its mTLS listener: (topic error, [(partition,
+    error, leader)]), or why it did not answer."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.types import TopicName
+
+    from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+    from kraft_engine.protocol.security import client_security
+
+    issued = cluster.ca.issue("observer", organization="kraftwerk")
+    security = client_security({
+        "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.certificates": cluster.ca.certificate_pem,
+        "ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": issued.chain_pem, "ssl.keystore.key": issued.key_pem})
+    answers: dict[int, object] = {}
+    for broker in sorted(cluster.brokers):
+        host, port = cluster.broker_bootstrap([broker]).split(":")
+        async with KafkaConnection(host, int(port), config=ConnectionConfig(security=security)) as connection:
+            try:
+                response = await connection.send(MetadataRequest(
+                    topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+                    allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+            except (KafkaProtocolError, OSError) as error:
+                answers[broker] = repr(error)
+                continue
+        answers[broker] = [(t.error_code, [(int(p.partition_index), p.error_code, int(p.leader_id)) for p in t.partitions])
+                           for t in response.topics]
+    return answers
 
 
 def test_kafka_python_over_sasl_ssl_with_scram_sha_512(cluster, tmp_path):
@@ -164,7 +208,7 @@ def test_kafka_python_over_sasl_ssl_with_scram_sha_512(cluster, tmp_path):
     producer = KafkaProducer(bootstrap_servers=cluster.client_bootstrap(), acks="all", request_timeout_ms=30000,
                              metadata_max_age_ms=500, sasl_plain_password="alice-secret", **sasl)
     try:
-        _wait_until_known(producer, "mtls-orders", 1)
+        _wait_until_known(cluster, producer, "mtls-orders", 1)
         for i in range(10):
             producer.send("mtls-orders", value=f"scram-{i}".encode(), partition=1).get(timeout=60)
     finally:
