@@ -9,6 +9,8 @@ serving.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import struct
 from typing import Any
 
@@ -238,6 +240,48 @@ async def test_sasl_ssl_with_scram(make_listener, credentials):
                             'username="bob" password="bob-secret";'})
     assert await _metadata_as(listener, client) == ["t"]
     assert seen == ["User:bob"]
+
+
+def _client_sockets_to(port: int) -> int:
+    """This process's open TCP sockets whose peer is `port` on loopback (from /proc)."""
+    ours = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                ours.add(link[len("socket:["):-1])
+    with open("/proc/self/net/tcp", encoding="ascii") as table:
+        rows = [line.split() for line in table.read().splitlines()[1:]]
+    return sum(1 for row in rows if int(row[2].rsplit(":", 1)[1], 16) == port and row[9] in ours)
+
+
+async def test_a_refused_sasl_ssl_login_leaves_no_socket_behind_when_the_clients_event_loop_ends(
+    make_listener, credentials,
+):
+    # A tool's asyncio.run ends right after the refusal. The listener answers a failed login only
+    # after connection.failed.authentication.delay.ms, so a graceful TLS close (waiting for its
+    # close_notify) would outlive the loop and leave the socket to the garbage collector, whose
+    # ResourceWarning then fails whatever runs at that moment.
+    ca = CertificateAuthority()
+    server = ca.issue("broker")
+    props = _props(**{"sasl.enabled.mechanisms": "SCRAM-SHA-512", "ssl.keystore.type": "PEM",
+                      "ssl.keystore.certificate.chain": server.chain_pem, "ssl.keystore.key": server.key_pem,
+                      "connection.failed.authentication.delay.ms": "1000"})
+    listener = await make_listener(name="SASL_SSL", security=listener_security(
+        props, listener_name="SASL_SSL", security_protocol="SASL_SSL",
+        scram_credentials=lambda m, u: credentials.get((m, u))))
+    client = client_security({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "ssl.truststore.type": "PEM",
+        "ssl.truststore.certificates": ca.certificate_pem,
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            'username="bob" password="a guess";'})
+
+    async def refused() -> None:
+        with pytest.raises(ConnectionFailed, match="SASL_AUTHENTICATION_FAILED"):
+            await _metadata_as(listener, client)
+
+    await asyncio.to_thread(asyncio.run, refused())
+    assert _client_sockets_to(listener.address[1]) == 0
 
 
 def test_sasl_settings_are_checked():

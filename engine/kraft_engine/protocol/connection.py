@@ -219,25 +219,25 @@ class KafkaConnection:
                     await self._open()
             except (OSError, TimeoutError, MalformedFrame) as e:
                 # Refused, reset, silent or garbled: the node may be restarting; retry later.
-                self._fail_attempt(e)
+                await self._fail_attempt(e)
                 return False
             except KafkaProtocolError as e:
                 # The node answered the handshake and said no (no common ApiVersions version,
                 # or an error code): retrying cannot change its answer.
-                self._fail_attempt(e)
+                await self._fail_attempt(e)
                 raise ConnectionFailed(f"connection to {self.host}:{self.port} refused: {e}") from e
             self.connect_failures = 0
             self.last_connect_error = None
             return True
 
-    def _fail_attempt(self, error: BaseException) -> None:
-        writer = self._writer
-        self._teardown(ConnectionLost(f"connection setup to {self.host}:{self.port} failed: {error!r}"))
-        if writer is not None:
-            # A failed attempt is dropped at once: close() on a TLS transport starts a close_notify
-            # exchange that outlives the caller's event loop when the attempt's failure ends the
-            # program (a refused SASL login), leaving its socket to the garbage collector.
-            writer.transport.abort()
+    async def _fail_attempt(self, error: BaseException) -> None:
+        # The attempt's socket is closed before the attempt counts as failed: a graceful close of a
+        # TLS connection waits for the peer's close_notify (a node that refused a SASL login
+        # answers only after connection.failed.authentication.delay.ms), and an event loop that
+        # ends first (a tool's asyncio.run) would leave the socket to the garbage collector.
+        writer = self._teardown(
+            ConnectionLost(f"connection setup to {self.host}:{self.port} failed: {error!r}"), abort=True
+        )
         self.last_backoff_ms = self._backoff.backoff_ms(self.connect_failures, rng=self._rng)
         self.connect_failures += 1
         self.last_connect_error = error
@@ -246,10 +246,14 @@ class KafkaConnection:
             "Connection to %s:%s failed (%r); next attempt in %d ms",
             self.host, self.port, error, self.last_backoff_ms,
         )
+        if writer is not None:
+            await _closed(writer)
 
     async def _open(self) -> None:
         if self._writer is not None:
-            self._teardown(ConnectionLost(f"connection to {self.host}:{self.port} was replaced"))
+            replaced = self._teardown(ConnectionLost(f"connection to {self.host}:{self.port} was replaced"), abort=True)
+            if replaced is not None:
+                await _closed(replaced)
         security = self.config.security
         context = security.ssl_context if security is not None else None
         if context is None:
@@ -401,17 +405,24 @@ class KafkaConnection:
         except asyncio.IncompleteReadError:
             error = ConnectionLost(f"{self.host}:{self.port} closed the connection")
         except asyncio.CancelledError:
-            error = ConnectionLost(f"connection to {self.host}:{self.port} was closed")
+            # From _teardown, the writer is its caller's to close and await; from elsewhere (the
+            # event loop is ending), the socket goes now.
+            if self._writer is writer:
+                writer.transport.abort()
+            return
         except (OSError, KafkaProtocolError) as e:
             error = ConnectionLost(f"connection to {self.host}:{self.port} failed: {e}")
             error.__cause__ = e
             logger.warning("Closing connection to %s:%s: %s", self.host, self.port, e)
-        writer.close()
+        # The connection is dead: its socket is closed now, not after a TLS close_notify exchange
+        # with a peer that is gone, and the task ends once it is (disconnect() awaits the task).
+        writer.transport.abort()
         if self._writer is writer:
             self._writer = None
             self._fail_pending(error)
             self._peer_versions = {}
             self.api_versions_response = None
+        await _closed(writer)
 
     def _deliver(self, frame: bytes) -> None:
         correlation_id = response_correlation_id(frame)
@@ -444,16 +455,22 @@ class KafkaConnection:
 
     # --- closing -------------------------------------------------------------------------------
 
-    def _teardown(self, error: BaseException) -> None:
+    def _teardown(self, error: BaseException, *, abort: bool = False) -> asyncio.StreamWriter | None:
+        """Forget the connection, failing what is in flight; its writer (closed, or aborted: the
+        socket goes without a TLS close_notify exchange) is returned for the caller to await."""
         writer, self._writer = self._writer, None
         read_task, self._read_task = self._read_task, None
         if read_task is not None and not read_task.done():
             read_task.cancel()
         if writer is not None:
-            writer.close()
+            if abort:
+                writer.transport.abort()
+            else:
+                writer.close()
         self._fail_pending(error)
         self._peer_versions = {}
         self.api_versions_response = None
+        return writer
 
     async def disconnect(self) -> None:
         """Close the socket (failing in-flight requests); a later send reconnects."""
@@ -463,8 +480,7 @@ class KafkaConnection:
             with contextlib.suppress(BaseException):
                 await read_task
         if writer is not None:
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            await _closed(writer)
 
     async def close(self) -> None:
         """Close for good: no reconnects afterwards."""
@@ -476,3 +492,9 @@ class KafkaConnection:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Until the writer's socket is closed (however the connection ended)."""
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
