@@ -55,7 +55,9 @@ BODIES = [b" ".join(_WORDS[i * 500:] + _WORDS[: i * 500]) for i in range(6)]
 
 
 def _configs(cluster: BrokerCluster, *args: str) -> str:
-    result = kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", cluster.broker_bootstrap(), *args)
+    # A JVM starting on a loaded machine: give each tool run five minutes.
+    result = kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", cluster.broker_bootstrap(), *args,
+                        timeout_s=300)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 

@@ -97,6 +97,10 @@ def test_a_deleted_topics_replicas_and_future_replicas_are_removed_or_marked_str
 
     # 102 dies in the middle of its move; both topics are deleted, `reborn` is created again.
     brokers.kill(102)
+    # Until the controller fences 102, Metadata still lists it and kafka-python's admin may pick
+    # it for a request (a refused connection then fails the call): wait until the ISRs drop it.
+    for topic in (doomed, reborn):
+        brokers.wait_isr(topic, 0, {101, 103}, timeout_s=120)
     _delete_topic(brokers, doomed)
     _delete_topic(brokers, reborn)
     wait_for(lambda: all(_entries(brokers, b, t) == [] for b in (101, 103) for t in (doomed, reborn)), timeout_s=90,
