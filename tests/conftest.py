@@ -6,10 +6,12 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 from kafka_python_sockets import close_failed_sockets
+from xdist_scheduling import ModuleScheduling
 
 from kraft_engine.loopback_ports import PORT_RANGE_ENV, picking_range
 
@@ -43,17 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[PORT_RANGE_ENV] = f"{low}-{low + share - 1}"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`scripts/test` runs two workers with `--dist loadgroup`), a module's tests
-    stay on one worker, so its module-scoped clusters start once; and every test of the Kubernetes
-    tier shares one worker, as they share the one e2e cluster and the chart's cluster-wide objects."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        path = Path(str(item.fspath)).resolve()
-        in_k8s = _TESTS / "k8s" in path.parents
-        group = "k8s" if in_k8s else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(name=group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScheduling:
+    """Under pytest-xdist (`scripts/test` runs two workers), a module's tests stay on one worker,
+    in order, and so does the whole Kubernetes tier (tests/xdist_scheduling.py says why)."""
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture
