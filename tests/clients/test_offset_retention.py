@@ -41,10 +41,13 @@ def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_re
     committed_at = time.monotonic()
     kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group, "--topic", topic,
           "--to-latest", "--execute", timeout_s=TIMEOUT_S, check=True)
+    # Each look is a tool's process; on a loaded machine the minute can pass before they are done.
+    # Until it has, the offsets are there and the group is listed; after it, either may be gone.
     committed, ends = committed_and_ends(bootstrap, topic, group)
-    assert committed == ends
-    assert group in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", timeout_s=TIMEOUT_S,
-                          check=True).stdout.split()
+    assert committed == ends or _retention_passed(committed_at), (committed, ends)
+    listed = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", timeout_s=TIMEOUT_S,
+                   check=True).stdout.split()
+    assert group in listed or _retention_passed(committed_at), listed
 
     def expired() -> bool:
         offsets, _ = committed_and_ends(bootstrap, topic, group)
@@ -64,3 +67,8 @@ def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_re
     one_broker.wait_ready([broker])
     offsets, _ = committed_and_ends(bootstrap, topic, group)
     assert all(o < 0 for o in offsets.values()), "the tombstones were written: a reload does not bring them back"
+
+
+def _retention_passed(committed_at: float) -> bool:
+    """Whether offsets.retention.minutes (1) has passed since just before the commit was sent."""
+    return time.monotonic() - committed_at >= 60
