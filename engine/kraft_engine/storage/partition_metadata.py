@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from kraft_engine.errors import StorageError
 from kraft_engine.kafka_uuid import from_kafka_str, to_kafka_str
 from kraft_engine.storage.atomic_file import atomic_replace
 from kraft_engine.storage.storage_error import storage_io
@@ -29,7 +30,7 @@ PARTITION_METADATA_FILE_NAME = "partition.metadata"
 _VERSION = 0
 
 
-class PartitionMetadataError(ValueError):
+class PartitionMetadataError(StorageError, ValueError):
     """A `partition.metadata` file that is not Kafka's format; the message names the file."""
 
 
