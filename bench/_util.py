@@ -26,9 +26,11 @@ __all__ = [
     "HttpConnection",
     "free_ports",
     "kill_9",
+    "load_average",
     "median",
     "percentile",
     "print_table",
+    "process_cpu_s",
     "rss_mib",
     "start_process",
     "stop_process",
@@ -155,3 +157,14 @@ def kill_9(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process so far (its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, for the line a figure is printed beside."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())

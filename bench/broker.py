@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from _util import rss_mib
+from _util import load_average, process_cpu_s, rss_mib
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -82,10 +82,6 @@ spec:
 """
 _TOPIC = "bench"
 _MB = 1024 * 1024
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 @dataclass
@@ -170,12 +166,6 @@ def _produce_throughput(bootstrap: str, *, records: int, record_bytes: int, figu
     figures.produce_mb_s = records * record_bytes / _MB / elapsed
 
 
-def _cpu_s(pid: int) -> float:
-    """User and system CPU seconds of a process so far (its threads included), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _consume_pass(bootstrap: str, *, records: int) -> tuple[int, int, float]:
     """(records, bytes, seconds from the first record to the last) of one group of one reading the
     topic from the start."""
@@ -203,7 +193,7 @@ def _consume_pass(bootstrap: str, *, records: int) -> tuple[int, int, float]:
 
 def _consume_throughput(bootstrap: str, *, records: int, passes: int, pids: list[int], figures: Figures) -> None:
     rates: list[tuple[float, float]] = []
-    cpu_before = [_cpu_s(pid) for pid in pids]
+    cpu_before = [process_cpu_s(pid) for pid in pids]
     served = 0
     for _ in range(passes):
         got, size, elapsed = _consume_pass(bootstrap, records=records)
@@ -212,7 +202,7 @@ def _consume_throughput(bootstrap: str, *, records: int, passes: int, pids: list
             figures.notes.append(f"a consume pass read only {got} of {records}")
         if elapsed > 0:
             rates.append((size / _MB / elapsed, got / elapsed))
-    cpu_s = sum(_cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True))
+    cpu_s = sum(process_cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True))
     if rates:
         rates.sort()
         figures.consume_mb_s, figures.consume_records_s = rates[len(rates) // 2]
@@ -280,11 +270,11 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
             cluster = asyncio.run(_bring_up(runtime, cluster))
             brokers = _brokers(runtime.cluster_dir(cluster))
             bootstrap = ",".join(address for address, _ in brokers)
-            print(f"[{name}] Ready in {time.monotonic() - started:.0f} s, brokers {bootstrap}   load {_load()}",
+            print(f"[{name}] Ready in {time.monotonic() - started:.0f} s, brokers {bootstrap}   load {load_average()}",
                   flush=True)
             _create_topic(bootstrap)
             _produce_throughput(bootstrap, records=args.records, record_bytes=args.record_bytes, figures=figures)
-            print(f"[{name}] produce {figures.produce_mb_s:.1f} MB/s   load {_load()}", flush=True)
+            print(f"[{name}] produce {figures.produce_mb_s:.1f} MB/s   load {load_average()}", flush=True)
             pids = [pid for _, pid in brokers]
             # The first group creates __consumer_offsets (50 partitions opened on every broker):
             # a cluster's one-time cost, kept out of the consume figures.
@@ -294,7 +284,7 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
                                     figures=figures)
             print(f"[{name}] consume {figures.consume_mb_s:.1f} MB/s (median of {args.consume_passes}),"
                   f" best {figures.consume_best_mb_s:.1f}; brokers' CPU {figures.broker_cpu_s_per_gib:.2f} s/GiB"
-                  f"   load {_load()}", flush=True)
+                  f"   load {load_average()}", flush=True)
             profile.report()
             _latency(bootstrap, rate=args.rate, seconds=args.latency_s, record_bytes=args.record_bytes,
                      figures=figures)
@@ -430,7 +420,7 @@ def main() -> None:
     parser.add_argument("--consume-passes", type=int, default=5)
     parser.add_argument("--profile", metavar="DIR", help="sample our brokers with py-spy while they serve the consumers")
     args = parser.parse_args()
-    print(f"load average at start: {_load()} ({os.cpu_count()} CPUs); {args.records} records of {args.record_bytes} B",
+    print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs); {args.records} records of {args.record_bytes} B",
           flush=True)
     ours = run("ours", "kraftwerk", args) if args.only != "kafka" else Figures()
     theirs = None
@@ -440,7 +430,7 @@ def main() -> None:
         else:
             theirs = run("kafka", "apache-kafka", args)
     _table(ours, theirs)
-    print(f"\nload average at end: {_load()}")
+    print(f"\nload average at end: {load_average()}")
     sys.stdout.flush()
 
 

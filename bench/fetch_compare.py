@@ -34,7 +34,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import yaml
-from broker import _bring_up, _load  # the same bring-up and load line as the broker benchmark
+from _util import load_average, process_cpu_s
+from broker import _bring_up  # the same bring-up as the broker benchmark
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -66,11 +67,6 @@ spec:
 """
 _TOPIC = "fetch-bench"
 _MB = 1e6
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def _broker(cluster_dir: Path) -> tuple[str, int, int | None]:
@@ -193,12 +189,12 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> list[str]:
             records = _fill(address, mib=args.mib)
             time.sleep(3)  # let the fill's tail settle before counting the broker's CPU
             before_regions = _region_bytes(metrics_port)
-            load_before = _load()
-            cpu = _cpu_s(pid)
+            load_before = load_average()
+            cpu = process_cpu_s(pid)
             client = subprocess.run(
                 [sys.executable, __file__, "--client", address, str(args.passes), str(args.partition_mib)],
                 capture_output=True, text=True, check=False, timeout=1800)
-            cpu = _cpu_s(pid) - cpu
+            cpu = process_cpu_s(pid) - cpu
             if client.returncode != 0:
                 raise RuntimeError(f"the client failed: {client.stderr.strip()[-2000:]}")
             passes = [(float(s), int(b)) for s, b in (line.split() for line in client.stdout.split("\n") if line)]
@@ -207,7 +203,7 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> list[str]:
             regions = {mode: value - before_regions.get(mode, 0.0)
                        for mode, value in _region_bytes(metrics_port).items()}
             lines.append(f"[{name}] {records} records ({args.mib} MiB) read {args.passes} times, "
-                         f"{args.partition_mib} MiB per response; load {load_before} before, {_load()} after")
+                         f"{args.partition_mib} MiB per response; load {load_before} before, {load_average()} after")
             lines.append(f"[{name}] pass MB/s: {', '.join(f'{r:.0f}' for r in rates)}; median "
                          f"{statistics.median(rates):.0f} MB/s; broker CPU {cpu:.2f} s for "
                          f"{total_bytes / _MB:.0f} MB = {cpu / (total_bytes / 1e9):.2f} CPU s/GB")
@@ -232,7 +228,7 @@ def main() -> None:
     parser.add_argument("--partition-mib", type=int, default=8)
     parser.add_argument("--only", choices=("ours", "kafka"))
     args = parser.parse_args()
-    print(f"load average at start: {_load()} ({os.cpu_count()} CPUs)", flush=True)
+    print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)", flush=True)
     figures: dict[str, tuple[float, float]] = {}
     for name, implementation in (("ours", "kraftwerk"), ("kafka", "apache-kafka")):
         if args.only not in (None, name):
@@ -246,7 +242,7 @@ def main() -> None:
     if len(figures) == 2:
         (ours_rate, ours_cpu), (kafka_rate, kafka_cpu) = figures["ours"], figures["kafka"]
         print(f"ours/Kafka: fetch MB/s x{ours_rate / kafka_rate:.2f}, broker CPU per GB x{ours_cpu / kafka_cpu:.2f}")
-    print(f"load average at end: {_load()}")
+    print(f"load average at end: {load_average()}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from _util import load_average
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
@@ -60,10 +61,6 @@ print(f"{count:,} topics in {len(frame):,} bytes; answered with {size:,} bytes i
 '''
 
 _ZERO = i32Timedelta.parse(timedelta(0))
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 async def _run(mib: int) -> None:
@@ -102,10 +99,10 @@ async def _run(mib: int) -> None:
     took_s = time.monotonic() - began
     longest = sorted(pauses, reverse=True)[:3]
     print(f"request: longest loop stall {monitor.max_stall_ms:.1f} ms; longest collections "
-          + ", ".join(f"{ms:.0f} ms (gen {g})" for ms, g in longest) + f"   load {_load()}", flush=True)
+          + ", ".join(f"{ms:.0f} ms (gen {g})" for ms, g in longest) + f"   load {load_average()}", flush=True)
     monitor.max_stall_ms = 0.0
     await asyncio.sleep(took_s)
-    print(f"idle loop for as long ({took_s:.0f} s): longest stall {monitor.max_stall_ms:.1f} ms   load {_load()}")
+    print(f"idle loop for as long ({took_s:.0f} s): longest stall {monitor.max_stall_ms:.1f} ms   load {load_average()}")
     await monitor.close()
     await listener.close()
 
@@ -114,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mib", type=int, default=20, help="size of the DeleteTopics frame (default 20)")
     args = parser.parse_args()
-    print(f"load average at start: {_load()} ({os.cpu_count()} CPUs)", flush=True)
+    print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)", flush=True)
     asyncio.run(_run(args.mib))
 
 
