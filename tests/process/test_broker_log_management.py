@@ -50,8 +50,10 @@ pytestmark = [
 brokers = test_broker_cluster.brokers  # three controllers and three brokers, per test
 
 
-def _produce(cluster: BrokerCluster, topic: str, *, partitions: int, count: int, size: int = 1000,
+def produce_numbered(cluster: BrokerCluster, topic: str, *, partitions: int, count: int, size: int = 1000,
              first: int = 0) -> list[tuple[int, int, bytes]]:
+    """Records `first`..`first + count - 1` (`<topic>-<i>-` and `size` bytes), round robin over the
+    partitions, by an idempotent acks=all producer: the (partition, offset, value) of each."""
     send = KafkaProducer(bootstrap_servers=cluster.broker_bootstrap(), acks="all", enable_idempotence=True,
                          linger_ms=5, request_timeout_ms=30000)
     try:
@@ -81,7 +83,7 @@ def test_delete_records_moves_the_log_start_on_every_replica_and_survives_kill_9
         brokers: BrokerCluster, tmp_path: Path) -> None:
     topic = "trimmed"
     create_topic(brokers, topic, partitions=2, replication_factor=3, configs={"segment.bytes": str(1024 * 1024)})
-    acked = _produce(brokers, topic, partitions=2, count=3000)
+    acked = produce_numbered(brokers, topic, partitions=2, count=3000)
     assert len(acked) == 3000
     offsets = tmp_path / "offsets.json"
     offsets.write_text(json.dumps({"partitions": [
@@ -262,7 +264,7 @@ def _alter_log_dir(cluster: BrokerCluster, broker: int, topic: str, partition: i
     return asyncio.run(send())
 
 
-def _log_dirs_of(cluster: BrokerCluster, broker: int, topic: str) -> list[tuple[str, bool, int]]:
+def log_dirs_of(cluster: BrokerCluster, broker: int, topic: str) -> list[tuple[str, bool, int]]:
     """(log dir, is future, offset lag) of every replica of `topic` on `broker`, from `kraft log-dirs`."""
     out = kraft_tool("log-dirs", "--describe", "--bootstrap-server", cluster.broker_bootstrap(), "--broker-list",
                      str(broker), "--topic-list", topic, check=True).stdout
@@ -275,7 +277,7 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
         brokers: BrokerCluster, tmp_path: Path) -> None:
     topic = "moving"
     create_topic(brokers, topic, partitions=1, replication_factor=3, configs={"segment.bytes": str(1024 * 1024)})
-    acked = _produce(brokers, topic, partitions=1, count=3000)
+    acked = produce_numbered(brokers, topic, partitions=1, count=3000)
     mover = 101
     node_dir = brokers.root / f"broker-{mover}"
     source = Path(brokers.partitions(mover)[(topic, 0)]["log_dir"])
@@ -293,7 +295,7 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     try:
         assert _alter_log_dir(brokers, mover, topic, 0, str(destination.resolve())) == ErrorCode.none
         waiting = sorted([(str(source.resolve()), False, 0), (str(destination.resolve()), True, 0)])
-        wait_for(lambda: _log_dirs_of(brokers, mover, topic) == waiting, timeout_s=60,
+        wait_for(lambda: log_dirs_of(brokers, mover, topic) == waiting, timeout_s=60,
                  what="the future replica to catch up and wait for the controller")
         assert len(list(destination.glob(f"{topic}-0.*-future"))) == 1
         brokers.kill(mover)
@@ -302,12 +304,12 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
             brokers.signal(controller, signal.SIGCONT)
     # While it is down the partition takes 1000 more acks=all writes: the restarted replica's
     # current log fetches them from the leader, and the resumed future replica copies them after it.
-    acked += _produce(brokers, topic, partitions=1, count=1000, first=3000)
+    acked += produce_numbered(brokers, topic, partitions=1, count=1000, first=3000)
     brokers.start(mover)
     brokers.wait_ready([mover])
     # Nobody asks again: the move goes on from the future replica on disk and completes.
     moved_there = [(str(destination.resolve()), False, 0)]
-    wait_for(lambda: _log_dirs_of(brokers, mover, topic) == moved_there, timeout_s=120,
+    wait_for(lambda: log_dirs_of(brokers, mover, topic) == moved_there, timeout_s=120,
              what="the interrupted move to resume and complete")
     assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(destination)
     assert list(source.glob(f"{topic}-0*")) == []
@@ -352,7 +354,7 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     writer.join(timeout=180)
     assert not writer.is_alive()
     assert brokers.partitions(mover)[(topic, 0)]["log_dir"] == str(destination)
-    assert _log_dirs_of(brokers, mover, topic) == [(str(destination.resolve()), False, 0)]
+    assert log_dirs_of(brokers, mover, topic) == [(str(destination.resolve()), False, 0)]
     assert list(source.glob(f"{topic}-0*")) == []  # the old copy is deleted, nothing left behind
 
     # 3. kill -9 after the move: the replica restarts from its new directory with every record.
@@ -368,9 +370,9 @@ def test_a_replica_moves_between_log_dirs_under_load_and_a_kill_9_mid_move_loses
     assert anomalies(acked + more, stored) == CLEAN
     # The moved replica holds the leader's batches byte for byte (offsets, epochs, records).
     other = next(b for b in sorted(brokers.brokers) if b != mover)
-    assert _log_bytes(brokers, mover, topic) == _log_bytes(brokers, other, topic)
+    assert log_bytes(brokers, mover, topic) == log_bytes(brokers, other, topic)
 
 
-def _log_bytes(cluster: BrokerCluster, broker: int, topic: str) -> bytes:
+def log_bytes(cluster: BrokerCluster, broker: int, topic: str) -> bytes:
     segments = sorted((cluster.root / f"broker-{broker}").glob(f"data-*/{topic}-0/*.log"), key=lambda p: p.name)
     return b"".join(path.read_bytes() for path in segments)

@@ -25,7 +25,7 @@ from broker_processes import BrokerCluster
 from quorum_processes import kraft_tool, wait_for
 from record_checks import CLEAN, anomalies
 from test_broker_cluster import create_topic, read_back
-from test_broker_log_management import _log_bytes, _log_dirs_of, _produce
+from test_broker_log_management import log_bytes, log_dirs_of, produce_numbered
 
 from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.storage.partition_metadata import read_partition_metadata
@@ -68,8 +68,8 @@ def test_a_deleted_topics_replicas_and_future_replicas_are_removed_or_marked_str
     doomed, reborn = "doomed", "reborn"
     create_topic(brokers, doomed, partitions=1, replication_factor=3, configs={"segment.bytes": str(1024 * 1024)})
     create_topic(brokers, reborn, partitions=1, replication_factor=3)
-    _produce(brokers, doomed, partitions=1, count=3000)
-    old_reborn = _produce(brokers, reborn, partitions=1, count=200)
+    produce_numbered(brokers, doomed, partitions=1, count=3000)
+    old_reborn = produce_numbered(brokers, reborn, partitions=1, count=200)
 
     # Brokers 101 and 102 each start moving their replica of `doomed` to their other log
     # directory, throttled to 20 kB/s so the moves are still in flight when the topic goes.
@@ -87,7 +87,7 @@ def test_a_deleted_topics_replicas_and_future_replicas_are_removed_or_marked_str
                         "20000")
     assert result.returncode == 0, result.stdout + result.stderr
     for broker in (101, 102):
-        wait_for(lambda b=broker: any(future for _, future, _ in _log_dirs_of(brokers, b, doomed)), timeout_s=90,
+        wait_for(lambda b=broker: any(future for _, future, _ in log_dirs_of(brokers, b, doomed)), timeout_s=90,
                  what=f"broker {broker} to have a future replica of {doomed}-0")
         source = Path(brokers.partitions(broker)[(doomed, 0)]["log_dir"]).name
         assert _entries(brokers, broker, doomed) == sorted(
@@ -120,7 +120,7 @@ def test_a_deleted_topics_replicas_and_future_replicas_are_removed_or_marked_str
     assert _entries(brokers, 102, doomed) == stray_doomed
     assert (doomed, 0) not in brokers.partitions(102)
     brokers.wait_isr(reborn, 0, set(brokers.brokers))
-    acked = _produce(brokers, reborn, partitions=1, count=5, first=1000)
+    acked = produce_numbered(brokers, reborn, partitions=1, count=5, first=1000)
     wait_for(lambda: all(brokers.partitions(b)[(reborn, 0)]["log_end_offset"] == 5 for b in brokers.brokers),
              timeout_s=90, what=f"every replica of the new {reborn} to hold its 5 records")
     entries = _entries(brokers, 102, reborn)
@@ -137,5 +137,5 @@ def test_a_deleted_topics_replicas_and_future_replicas_are_removed_or_marked_str
     assert sorted(stored) == [(0, offset) for offset in range(5)]
     assert not set(stored.values()) & {value for _, _, value in old_reborn}
     leader = brokers.partitions(101)[(reborn, 0)]["leader"]
-    assert _log_bytes(brokers, 102, reborn) == _log_bytes(brokers, leader, reborn)
+    assert log_bytes(brokers, 102, reborn) == log_bytes(brokers, leader, reborn)
     assert "marked stray" in brokers.log(102)

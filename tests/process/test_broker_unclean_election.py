@@ -26,7 +26,7 @@ from broker_processes import BrokerCluster
 from quorum_processes import wait_for
 from record_checks import CLEAN, anomalies
 from test_broker_cluster import read_back
-from test_broker_log_management import _log_bytes
+from test_broker_log_management import log_bytes
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -120,7 +120,7 @@ def test_an_unclean_election_where_the_topic_allows_it_and_the_old_leader_trunca
                          and r["high_watermark"] == 130 for b in (101, 102)), timeout_s=120,
              what=f"both replicas of {UNCLEAN}-0 to end at 130")
     brokers.wait_isr(UNCLEAN, 0, {101, 102}, timeout_s=120)
-    assert _log_bytes(brokers, 101, UNCLEAN) == _log_bytes(brokers, 102, UNCLEAN)
+    assert log_bytes(brokers, 101, UNCLEAN) == log_bytes(brokers, 102, UNCLEAN)
     stored = read_back(brokers, UNCLEAN, 1, bootstrap=brokers.broker_bootstrap([102, 103]))
     assert anomalies(common[UNCLEAN] + after, stored) == CLEAN
     assert sorted(stored) == [(0, offset) for offset in range(130)]
