@@ -23,11 +23,12 @@ GROUP_CONFIG = {
 
 
 @pytest.fixture(scope="module")
-def group_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+def group_brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
     """Brokers 101-103 behind three controllers, shared by one module's tests (each test has its
-    own topic and group)."""
+    own topic and group); a module's `BROKER_CONFIG` adds to (or overrides) `GROUP_CONFIG`."""
     processes = BrokerCluster(root=Path(tmp_path_factory.mktemp("group-brokers")))
     processes.broker_config.update(GROUP_CONFIG)
+    processes.broker_config.update(getattr(request.module, "BROKER_CONFIG", {}))
     try:
         start_cluster(processes)
         yield processes

@@ -2,7 +2,12 @@
 --offsets, --members and --state, --reset-offsets, --delete) and `kraft console-consumer --group`,
 and, with Apache Kafka 4.1's jars, Kafka's own kafka-consumer-groups --describe and
 kafka-console-consumer --group against our brokers (skipped cleanly without the jars). The two
-tools' describe outputs are compared line for line: the same state must print the same table."""
+tools' describe outputs are compared line for line: the same state must print the same table.
+
+Our tools run through the console script's `main` in this process (`kraft_tool`): an interpreter
+start costs about half a second of CPU, which a loaded two-core machine stretches to tens of
+seconds, and these tests run a tool a dozen times each (one `--list` still starts the console
+script as a user does)."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import quorum_processes
 from broker_processes import BrokerCluster
 from group_members import TIMEOUT_S, committed_and_ends, create_topic, produce
 from group_workload import PARTITIONS
-from quorum_processes import wait_for
+from quorum_processes import kraft_tool, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
 from kafka_jars import CLASSPATH, kafka_tool, needs_jars
@@ -26,7 +31,7 @@ RECORDS = 40
 
 
 def kraft(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return quorum_processes.kraft(*args, timeout_s=TIMEOUT_S, check=check)
+    return kraft_tool(*args, check=check)
 
 
 def kafka(main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -88,7 +93,9 @@ def test_describe_list_reset_and_delete(group_state: dict[str, str]) -> None:
     consumer = StableConsumer(bootstrap, topic, group)
     try:
         consumer.read(RECORDS - 4)  # commits offsets that leave a lag on some partitions
-        assert group in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list").stdout.split()
+        listed_by_script = quorum_processes.kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list",
+                                                  timeout_s=TIMEOUT_S, check=True)
+        assert group in listed_by_script.stdout.split()
         listed = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", "--state", "Stable").stdout
         assert listed.splitlines()[0].split() == ["GROUP", "STATE"]
         assert [group, "Stable"] in [line.split() for line in listed.splitlines()[1:]]

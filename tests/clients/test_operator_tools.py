@@ -20,7 +20,7 @@ import quorum_processes
 from broker_processes import BrokerCluster
 from confluent_kafka.admin import AdminClient, NewTopic
 from group_members import TIMEOUT_S
-from quorum_processes import wait_for
+from quorum_processes import kraft_tool, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
 from kafka_jars import CLASSPATH, kafka_tool
@@ -31,6 +31,14 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
 has_jars = CLASSPATH is not None
+
+# A replication throttle is Kafka's sampled rate: a throttled fetcher may fetch whenever the rate
+# over the live windows (at least ten 1 s windows) is under the bound, and one fetch may then
+# bring up to `replica.fetch.max.bytes`. With Kafka's 1 MiB that lets a 5 kB/s throttle move a
+# MiB every eleven seconds (when the window holding it expires), so a throttle holds a move to its
+# rate only when one fetch is below what the windows allow (rate x 10 s). The held-back move below
+# relies on that: this module's brokers fetch 16 KiB per partition, its records in 16 KiB batches.
+BROKER_CONFIG = {"replica.fetch.max.bytes": "16384"}
 
 _PRODUCER_SUMMARY = re.compile(r"^(\d+) records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, "
                                r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99\.9th\.$")
@@ -46,7 +54,10 @@ def cluster(group_brokers: BrokerCluster) -> BrokerCluster:
 
 
 def kraft(*args: str, check: bool = True) -> str:
-    return quorum_processes.kraft(*args, timeout_s=TIMEOUT_S, check=check).stdout
+    """Our tool through the console script's `main`, in this process (an interpreter start per
+    tool costs half a second of CPU, minutes of a loaded machine over a module; the refusals
+    below still run the console script)."""
+    return kraft_tool(*args, check=check).stdout
 
 
 def kafka(main_class: str, *args: str) -> str:
@@ -70,9 +81,11 @@ def _topic(cluster: BrokerCluster, topic: str, *, partitions: int, replicas: lis
         cluster.wait_isr(topic, partition, set(replicas or cluster.brokers))
 
 
-def _send(cluster: BrokerCluster, topic: str, records: list[tuple[int, int, bytes]]) -> None:
-    """(partition, timestamp ms, value) each, acks=all."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.broker_bootstrap(), "acks": "all"})
+def _send(cluster: BrokerCluster, topic: str, records: list[tuple[int, int, bytes]], *,
+          batch_bytes: int = 1_000_000) -> None:
+    """(partition, timestamp ms, value) each, acks=all, in batches of at most `batch_bytes`."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.broker_bootstrap(), "acks": "all",
+                                        "batch.size": batch_bytes})
     for partition, timestamp, value in records:
         producer.produce(topic, value=value, partition=partition, timestamp=timestamp)
     assert producer.flush(TIMEOUT_S) == 0
@@ -261,11 +274,12 @@ def test_reassign_generate_proposes_a_plan_that_executes_and_kafkas_tool_reads_t
 
 def test_reassign_list_and_cancel_through_the_controllers_with_a_command_config(
         cluster: BrokerCluster, tmp_path: Path) -> None:
-    """A move held back by a 5 kB/s throttle (about 3 MB to copy: ten minutes) is listed and
-    cancelled with `--bootstrap-controller`, the tools' admin settings read from `--command-config`."""
+    """A move held back by a 5 kB/s throttle (about 3 MB to copy in batches of 16 KiB, fetched at
+    most 16 KiB at a time: ten minutes) is listed and cancelled with `--bootstrap-controller`, the
+    tools' admin settings read from `--command-config`."""
     topic, bootstrap, controllers = "held-back", cluster.broker_bootstrap(), cluster.bootstrap_servers()
     _topic(cluster, topic, partitions=1, replicas=[101, 102])
-    _send(cluster, topic, [(0, 0, b"h" * 1000) for _ in range(3000)])
+    _send(cluster, topic, [(0, 0, b"h" * 1000) for _ in range(3000)], batch_bytes=16384)
     admin_config = tmp_path / "admin.properties"
     admin_config.write_text("security.protocol=PLAINTEXT\nrequest.timeout.ms=30000\nclient.id=runbook\n")
     plan = tmp_path / "plan.json"

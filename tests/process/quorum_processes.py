@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -88,14 +88,25 @@ def start_refused(config: Path) -> str:
     return errors[0]
 
 
-# Tools run in this process redirect sys.stdout/sys.stderr, which are process-wide.
+# Tools run in this process redirect sys.stdin/sys.stdout/sys.stderr, which are process-wide.
 _IN_PROCESS_TOOL = threading.Lock()
 
 
-def kraft_tool(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run a `kraft` tool in this process: the console script's parser and code, its exit code and output."""
+@contextlib.contextmanager
+def _redirect_stdin(stream: io.StringIO) -> Iterator[None]:
+    saved, sys.stdin = sys.stdin, stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+def kraft_tool(*args: str, check: bool = False, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run a `kraft` tool in this process: the console script's parser and code, its exit code and
+    output; `stdin` is what the tool reads from its standard input (then end of file)."""
     out, err = io.StringIO(), io.StringIO()
-    with _IN_PROCESS_TOOL, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with _IN_PROCESS_TOOL, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            _redirect_stdin(io.StringIO(stdin)):
         try:
             code = kraft_main(list(args))
         except SystemExit as e:  # argparse's refusals exit

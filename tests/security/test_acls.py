@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quorum_processes import HOST, KRAFT, kraft_tool, wait_for
+from quorum_processes import HOST, kraft_tool, wait_for
 from secure_cluster import SecureCluster, start_secure_cluster
 
 pytestmark = [
@@ -189,8 +189,11 @@ def test_acls_allow_and_refuse_real_clients(cluster: SecureCluster, tmp_path: Pa
         assert process is not None and process.poll() is None
 
 
-def _tool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([KRAFT, *args], input=stdin, capture_output=True, text=True, timeout=300, check=False)
+def _tool(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """A tool through the console script's `main`, in this process: each interpreter start costs
+    about half a second of CPU (a loaded two-core machine made this module's tool test take minutes
+    that way); the tools' work, their TLS and SCRAM, and their output are the same."""
+    return kraft_tool(*args, stdin=stdin)
 
 
 def test_tools_take_command_config_and_meet_the_same_acls(cluster: SecureCluster, tmp_path: Path) -> None:

@@ -183,12 +183,14 @@ async def _produce(topic: str, bootstrap: list[tuple[str, int]], settings: _Sett
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     loop = asyncio.get_running_loop()
 
+    stdin = sys.stdin  # the stream the tool was started with, for as long as the reader runs
+
     def read_stdin() -> None:
-        prompt = sys.stdin.isatty()
+        prompt = stdin.isatty()
         while True:
             if prompt:
                 print(">", end="", flush=True)
-            line = sys.stdin.readline()
+            line = stdin.readline()
             loop.call_soon_threadsafe(lines.put_nowait, line.rstrip("\n").rstrip("\r") if line else None)
             if not line:
                 return

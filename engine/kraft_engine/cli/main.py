@@ -2,7 +2,10 @@
 
 Each tool lives in its own module under `kraft_engine.cli` and exposes `register(subparsers)`,
 which adds its sub-command and sets `func` on the parsed namespace. Tools are imported lazily by
-name so that a broken or heavy tool never slows or breaks the others.
+name so that a broken or heavy tool never slows or breaks the others: a command line that names a
+tool imports that tool's module only (a tool's imports cost about half a second of CPU, the whole
+set about a second, and runbooks and tests start tools many times); `kraft --help` and an
+unknown name import them all to list them.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ class CliError(KraftError):
     """A refusal the user should read: printed without a traceback, exit code 1."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(tool: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every tool, or with `tool`'s sub-command alone when that names one."""
     parser = argparse.ArgumentParser(prog="kraft", description="kraftwerk's KRaft engine tools")
     sub = parser.add_subparsers(dest="tool", metavar="TOOL")
     sub.required = True
-    for _name, module_name in _TOOLS:
+    named = [entry for entry in _TOOLS if entry[0] == tool]
+    for _name, module_name in named or _TOOLS:
         try:
             module = importlib.import_module(f"kraft_engine.cli.{module_name}")
         except ModuleNotFoundError as e:
@@ -57,9 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(arguments[0] if arguments else None)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
     except SystemExit as e:
         # Kafka's tools exit 1 on a usage error (CommandLineUtils.printUsageAndExit); argparse's 2
         # would make a script that checks for Kafka's status miss it. --help still exits 0.
