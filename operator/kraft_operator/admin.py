@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from kio.schema.alter_replica_log_dirs.v2.request import (
+    AlterReplicaLogDir,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirTopic,
+)
 from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from kraft_engine.admin import (
@@ -45,6 +51,7 @@ __all__ = [
     "AdminUnreachable",
     "ClusterAdmin",
     "LogDirDescription",
+    "LogDirReplicaDescription",
     "MetadataDescription",
     "NodeDescription",
     "PartitionDescription",
@@ -130,11 +137,20 @@ class MetadataDescription:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirReplicaDescription:
+    topic: str
+    partition: int
+    size_bytes: int
+    future: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LogDirDescription:
     path: str
     error: str | None
     total_bytes: int
     usable_bytes: int
+    replicas: tuple[LogDirReplicaDescription, ...] = ()
 
 
 def _check(api: str, code: int, message: str | None = None) -> None:
@@ -384,11 +400,41 @@ class ClusterAdmin:
                     error=None if r.error_code == ErrorCode.none else ErrorCode(r.error_code).name.upper(),
                     total_bytes=int(getattr(r, "total_bytes", -1)),
                     usable_bytes=int(getattr(r, "usable_bytes", -1)),
+                    replicas=tuple(
+                        LogDirReplicaDescription(topic=str(t.name), partition=int(p.partition_index),
+                                                 size_bytes=int(p.partition_size), future=bool(p.is_future_key))
+                        for t in r.topics for p in t.partitions
+                    ),
                 )
                 for r in response.results
             )
 
         return await self._first_answer([broker], "DescribeLogDirs", attempt)
+
+    # -- AlterReplicaLogDirs ---------------------------------------------------------------------------
+    async def alter_replica_log_dirs(
+        self, broker: Address, moves: Sequence[tuple[str, int, str]]
+    ) -> dict[tuple[str, int], str | None]:
+        """Move replicas of `broker` between its own log directories ((topic, partition, destination)
+        each); each replica's error name, None where the move is under way."""
+
+        async def attempt(connection: KafkaConnection) -> dict[tuple[str, int], str | None]:
+            by_dir: dict[str, dict[str, list[int]]] = {}
+            for topic, partition, log_dir in moves:
+                by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(partition)
+            request = AlterReplicaLogDirsRequest(dirs=tuple(
+                AlterReplicaLogDir(path=path, topics=tuple(
+                    AlterReplicaLogDirTopic(name=TopicName(topic), partitions=tuple(i32(p) for p in partitions))
+                    for topic, partitions in topics.items()))
+                for path, topics in by_dir.items()))
+            response = await connection.send(request)
+            return {
+                (str(t.topic_name), int(p.partition_index)):
+                    None if p.error_code == ErrorCode.none else ErrorCode(p.error_code).name.upper()
+                for t in response.results for p in t.partitions
+            }
+
+        return await self._first_answer([broker], "AlterReplicaLogDirs", attempt)
 
 
 async def _api_versions(connection: KafkaConnection) -> Any:

@@ -39,6 +39,8 @@ __all__ = [
     "KRaftClusterStatus",
     "Lifecycle",
     "Listener",
+    "LogDirMoveStatus",
+    "LogDirRemovalStatus",
     "MetadataVersionStatus",
     "NodePool",
     "NodeStatus",
@@ -432,7 +434,7 @@ class BlockerStatus(_Model):
     """One thing a gate waits for: a partition (replicas, ISR, min ISR), a lagging voter (lag), a
     node that is not back yet, or an approval (the annotation a dangerous step waits for)."""
 
-    kind: Literal["partition", "voter", "node", "cluster", "approval"]
+    kind: Literal["partition", "voter", "node", "cluster", "approval", "log-dir"]
     message: str
     topic: str | None = None
     partition: int | None = None
@@ -518,6 +520,23 @@ class VolumeReplacementStatus(_Model):
     replaced_at: str | None = Field(default=None, description="When the volume was replaced (the broker stopped).")
 
 
+class LogDirMoveStatus(_Model):
+    """One replica's recorded destination while a log directory is emptied."""
+
+    topic: str
+    partition: int
+    log_dir: str
+
+
+class LogDirRemovalStatus(_Model):
+    """A JBOD log directory the spec dropped, being emptied with AlterReplicaLogDirs before its
+    broker restarts without it: which one, and where each of its replicas goes."""
+
+    node_id: int
+    path: str
+    moves: list[LogDirMoveStatus] = Field(default_factory=list)
+
+
 class OperationStatus(_Model):
     """The operation in progress: what it is, which step, and what it waits for. Resumed from here
     after an operator restart."""
@@ -531,6 +550,7 @@ class OperationStatus(_Model):
     scale_down: ScaleDownStatus | None = None
     volume: VolumeReplacementStatus | None = None
     rebalance: RebalanceStatus | None = None
+    log_dir: LogDirRemovalStatus | None = None
 
 
 class RunbookStepStatus(_Model):

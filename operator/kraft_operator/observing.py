@@ -32,6 +32,7 @@ from kraft_operator.plan import (
     DesiredNode,
     Layout,
     LogDirFacts,
+    LogDirReplica,
     Observed,
     PartitionDetail,
     PartitionFacts,
@@ -182,8 +183,8 @@ async def _broker_throttles(
 async def _log_dirs(
     admin: ClusterAdmin, cluster: KRaftCluster, *, layout: Layout, observed: Observed
 ) -> dict[int, tuple[LogDirFacts, ...]]:
-    """Each running broker's log directories, from the broker itself (DescribeLogDirs without
-    partitions). A broker that does not answer (still starting, stopping) is left out: its
+    """Each running broker's log directories, from the broker itself (DescribeLogDirs), with the
+    replicas each holds. A broker that does not answer (still starting, stopping) is left out: its
     directories are unknown this time, not offline."""
     found: dict[int, tuple[LogDirFacts, ...]] = {}
     for node in _running_nodes(cluster, observed):
@@ -191,13 +192,18 @@ async def _log_dirs(
             continue
         address = _address(cluster, layout, node, controller=False)
         try:
-            described = await admin.describe_log_dirs(address, partitions=False)
+            described = await admin.describe_log_dirs(address)
         except AdminError:
             continue
         volumes = [layout.volume_path(node.ref, volume_id=v.id) for v in node.pool.storage.volumes]
+        # and the directories its stored config still lists (a volume the spec dropped, being emptied)
+        facts = observed.nodes.get(node.ref.node_id)
+        stored = (facts.config or {}).get("log.dirs", "") if facts is not None else ""
+        configured = volumes + [d for d in stored.split(",") if d and d not in volumes]
         found[node.ref.node_id] = tuple(
-            LogDirFacts(path=_as_configured(d.path, volumes), error=d.error, total_bytes=d.total_bytes,
-                        usable_bytes=d.usable_bytes)
+            LogDirFacts(path=_as_configured(d.path, configured), error=d.error, total_bytes=d.total_bytes,
+                        usable_bytes=d.usable_bytes,
+                        replicas=tuple(LogDirReplica(r.topic, r.partition, r.size_bytes, r.future) for r in d.replicas))
             for d in described
         )
     return found

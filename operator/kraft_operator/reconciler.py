@@ -36,7 +36,7 @@ from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdmin
 from kraft_engine.kafka_uuid import from_kafka_str
 from kraft_engine.raft import Endpoint, ReplicaKey
 from kraft_engine.records import metadata_version as mv
-from kraft_operator.admin import AdminError
+from kraft_operator.admin import AdminError, ClusterAdmin
 from kraft_operator.config_rules import EngineConfigRules
 from kraft_operator.metrics import OperatorMetrics
 from kraft_operator.model import (
@@ -51,6 +51,7 @@ from kraft_operator.plan import (
     THROTTLE_BROKER_KEYS,
     THROTTLE_TOPIC_KEYS,
     AddVoter,
+    AlterReplicaLogDirs,
     ClearReassignmentThrottles,
     ConfigRules,
     Event,
@@ -107,6 +108,8 @@ class Reconciler:
                         await self._finalize_metadata_version(cluster, action, observed=observed)
                     elif isinstance(action, SetReassignmentThrottles | ClearReassignmentThrottles):
                         await self._alter_throttles(cluster, action, observed=observed)
+                    elif isinstance(action, AlterReplicaLogDirs):
+                        await self._alter_replica_log_dirs(cluster, action)
                     else:
                         await self.runtime.apply(cluster, action)
                 except (RuntimeActionError, AdminError, OSError) as e:
@@ -202,6 +205,23 @@ class Reconciler:
         errors = [(ErrorCode(r.error_code), f"{r.resource_name}: {r.error_message or ''}") for r in response.responses]
         ignore = ErrorCode.unknown_topic_or_partition if isinstance(action, ClearReassignmentThrottles) else None
         _raise_first_error("IncrementalAlterConfigs", errors, ignore=ignore)
+
+    async def _alter_replica_log_dirs(self, cluster: KRaftCluster, action: AlterReplicaLogDirs) -> None:
+        """AlterReplicaLogDirs to the broker whose replicas move. REPLICA_NOT_AVAILABLE (a replica the
+        broker does not host yet) is left for the next reconcile; any other error fails the action."""
+        layout = self.runtime.layout(cluster)
+        first = cluster.spec.listeners[0]
+        address = (layout.advertised_host(action.node), layout.port(action.node, listener=first.name,
+                                                                     spec_port=first.port))
+        admin = ClusterAdmin(brokers=[address], timeout_ms=max(self.admin_timeout_ms, 30_000))
+        try:
+            answers = await admin.alter_replica_log_dirs(address, [(m.topic, m.partition, m.log_dir) for m in action.moves])
+        finally:
+            await admin.close()
+        failed = {tp: e for tp, e in answers.items() if e is not None and e != "REPLICA_NOT_AVAILABLE"}
+        if failed:
+            detail = ", ".join(f"{t}-{p}: {e}" for (t, p), e in sorted(failed.items()))
+            raise AdminError(f"AlterReplicaLogDirs: {detail}", api="AlterReplicaLogDirs")
 
     async def _finalize_metadata_version(
         self, cluster: KRaftCluster, action: FinalizeMetadataVersion, *, observed: Observed

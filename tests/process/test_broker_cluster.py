@@ -175,16 +175,22 @@ def test_sigterm_is_a_controlled_shutdown_that_moves_leadership_first(brokers: B
     send.close()
 
 
-def test_a_broker_refuses_to_start_on_an_unformatted_log_dir(tmp_path: Path) -> None:
+def test_a_broker_refuses_to_start_on_an_unformatted_metadata_log_dir(tmp_path: Path) -> None:
+    """A log directory added to a formatted broker is formatted at its start (Kafka's server does
+    it, `test_meta_properties.py`); the metadata log directory is not: without it the broker is
+    no formatted node at all, and refuses to start."""
     cluster = BrokerCluster(root=tmp_path)
     cluster.extra_config["kraftwerk.test.state.machine.enable"] = "false"
     cluster.add_node(1)
     broker = cluster.add_broker(101)
     cluster.format(101)
-    (broker.config_path.parent / "data-b" / "meta.properties").unlink()
+    (broker.data_dir / "meta.properties").unlink()
+    data_b = broker.config_path.parent / "data-b"
+    (data_b / "meta.properties").unlink()
     result = kraft_tool("server", "start", "--config", str(broker.config_path))
     assert result.returncode == 1
-    assert "No meta.properties found in" in result.stderr and "data-b" in result.stderr
+    assert "No meta.properties found in" in result.stderr and str(broker.data_dir) in result.stderr
+    assert not (data_b / "meta.properties").exists()  # nothing written for a node that is not formatted
 
 
 def _produce(topic: str, records: bytes, *, acks: int = -1, partition: int = 0) -> Any:

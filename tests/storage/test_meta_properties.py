@@ -15,6 +15,7 @@ from kraft_engine.storage.meta_properties import (
     MetaProperties,
     MetaPropertiesEnsemble,
     MetaPropertiesError,
+    initialize_new_log_dirs,
     read_meta_properties,
     write_meta_properties,
 )
@@ -202,3 +203,35 @@ def test_ensemble_flags(tmp_path: Path) -> None:
         ensemble.verify(require_metadata_log_dir=True)
     with pytest.raises(MetaPropertiesError, match="at least one log directory"):
         MetaPropertiesEnsemble.load([])
+
+
+def test_a_log_dir_added_to_a_formatted_node_gets_its_identity_and_a_new_directory_id(tmp_path: Path) -> None:
+    """Kafka's initializeLogDirs: an empty or missing log directory of a node whose metadata log
+    directory is formatted gets that directory's cluster.id and node.id and a directory.id of its
+    own; formatted directories are left alone."""
+    metadata, old, empty, missing = (tmp_path / n for n in ("metadata", "data-0", "data-1", "data-2"))
+    for d in (metadata, old, empty):
+        d.mkdir()
+    write_meta_properties(metadata, MetaProperties(1, CLUSTER, 4, random_uuid()))
+    old_meta = MetaProperties(1, CLUSTER, 4, random_uuid())
+    write_meta_properties(old, old_meta)
+    before = (old / "meta.properties").read_bytes()
+    ensemble = MetaPropertiesEnsemble.load([old, empty, missing], metadata_log_dir=metadata)
+    written = initialize_new_log_dirs(ensemble)
+    assert sorted(written) == [empty, missing]
+    assert (old / "meta.properties").read_bytes() == before
+    for d in (empty, missing):
+        meta = read_meta_properties(d)
+        assert (meta.cluster_id, meta.node_id, meta.directory_id) == (CLUSTER, 4, written[d])
+    ids = {read_meta_properties(d).directory_id for d in (metadata, old, empty, missing)}
+    assert len(ids) == 4
+    MetaPropertiesEnsemble.load([old, empty, missing], metadata_log_dir=metadata).verify(
+        expected_node_id=4, require_metadata_log_dir=True, require_at_least_one_valid=True)
+
+
+def test_nothing_is_written_for_a_node_whose_metadata_log_dir_is_not_formatted(tmp_path: Path) -> None:
+    metadata, data = tmp_path / "metadata", tmp_path / "data-1"
+    metadata.mkdir()
+    ensemble = MetaPropertiesEnsemble.load([data], metadata_log_dir=metadata)
+    assert initialize_new_log_dirs(ensemble) == {}
+    assert not data.exists()

@@ -1,9 +1,11 @@
 """One KRaft broker process (`process.roles=broker`): storage checks, the metadata observer, the
 lifecycle with the controllers, the replicas and the client listeners.
 
-`BrokerNode.open(config)` refuses storage it must not use (a log directory without meta.properties,
-directories that disagree on cluster.id or node.id), and opens the broker's replica of
-`__cluster_metadata` (recovering a torn tail). `run()` then follows the seed's broker lifecycle:
+`BrokerNode.open(config)` refuses storage it must not use (a metadata log directory without
+meta.properties, directories that disagree on cluster.id or node.id); a log directory added to a
+formatted broker (empty or missing) gets meta.properties with a new directory.id, as Kafka's server
+writes it at startup. It then opens the broker's replica of `__cluster_metadata` (recovering a torn
+tail). `run()` then follows the seed's broker lifecycle:
 
 1. A raft *observer* (the same `RaftNode`/`RaftDriver` the controllers run, with this broker's id,
    never a voter) fetches the metadata log from the quorum leader. A `MetadataLoader` folds what
@@ -56,6 +58,7 @@ from kraft_engine.broker import (
     RegistrationRequest,
 )
 from kraft_engine.errors import SnapshotError
+from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.metadata import (
     LoaderManifest,
     MetadataDelta,
@@ -88,7 +91,11 @@ from kraft_engine.server.raft_driver import (
 )
 from kraft_engine.server.raft_metrics import RaftMetrics
 from kraft_engine.server.replica_manager import ReplicaManager, clean_shutdown_broker_epoch
-from kraft_engine.storage.meta_properties import MetaPropertiesEnsemble, MetaPropertiesError
+from kraft_engine.storage.meta_properties import (
+    MetaPropertiesEnsemble,
+    MetaPropertiesError,
+    initialize_new_log_dirs,
+)
 from kraft_engine.storage.metadata_log import FileMetadataLog
 from kraft_engine.storage.partition_log import LogError
 from kraft_engine.storage.quorum_state_store import (
@@ -161,7 +168,15 @@ class BrokerNode:
         metadata_dir = Path(config.metadata_log_dir)
         dirs = [Path(d) for d in config.log_dirs]
         ensemble = MetaPropertiesEnsemble.load(dirs, metadata_log_dir=metadata_dir)
-        for directory in {*dirs, metadata_dir}:
+        if not ensemble.errors:
+            # A log directory added to a formatted broker is formatted here, as Kafka's server does.
+            written = initialize_new_log_dirs(ensemble)
+            for added, new_id in written.items():
+                logger.info("Formatted the new log directory %s: meta.properties with directory.id %s", added,
+                            to_kafka_str(new_id))
+            if written:
+                ensemble = MetaPropertiesEnsemble.load(dirs, metadata_log_dir=metadata_dir)
+        for directory in dict.fromkeys([metadata_dir, *dirs]):  # the metadata log directory named first
             if directory not in ensemble.formatted:
                 reason = ensemble.errors.get(directory)
                 if reason is not None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kraft_engine.errors import StorageError
-from kraft_engine.kafka_uuid import RESERVED_UUIDS, from_kafka_str, to_kafka_str
+from kraft_engine.kafka_uuid import RESERVED_UUIDS, from_kafka_str, random_uuid, to_kafka_str
 from kraft_engine.storage.atomic_file import atomic_replace
 from kraft_engine.storage.java_properties import JavaPropertiesError, format_properties, parse_properties
 
@@ -38,6 +38,7 @@ __all__ = [
     "MetaProperties",
     "MetaPropertiesEnsemble",
     "MetaPropertiesError",
+    "initialize_new_log_dirs",
     "read_meta_properties",
     "write_meta_properties",
 ]
@@ -229,3 +230,28 @@ class MetaPropertiesEnsemble:
             return []
         detail = "; ".join(f"{v} in {', '.join(str(d) for d in dirs)}" for v, dirs in by_value.items())
         return [f"Log directories disagree on {key}: {detail}"]
+
+
+def initialize_new_log_dirs(ensemble: MetaPropertiesEnsemble) -> dict[Path, uuid.UUID]:
+    """Kafka's startup step for log directories added to a formatted node (KafkaRaftServer's
+    initializeLogDirs): each configured directory that is empty or missing gets the metadata log
+    directory's cluster.id and node.id with a new directory.id, so a JBOD volume added to
+    `log.dirs` joins at the next start without a `format` of its own. Nothing is written unless the
+    metadata log directory is formatted (with a cluster.id and node.id): a node that was never
+    formatted still refuses to start. Returns the directories written and their new ids."""
+    metadata_dir = ensemble.metadata_log_dir
+    meta = ensemble.formatted.get(metadata_dir) if metadata_dir is not None else None
+    if meta is None or meta.cluster_id is None or meta.node_id is None:
+        return {}
+    used = {m.directory_id for m in ensemble.formatted.values() if m.directory_id is not None}
+    written: dict[Path, uuid.UUID] = {}
+    for log_dir in sorted(ensemble.empty | ensemble.missing):
+        directory_id = random_uuid()
+        while directory_id in used:
+            directory_id = random_uuid()
+        used.add(directory_id)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        write_meta_properties(log_dir, MetaProperties(version=1, cluster_id=meta.cluster_id, node_id=meta.node_id,
+                                                      directory_id=directory_id))
+        written[log_dir] = directory_id
+    return written

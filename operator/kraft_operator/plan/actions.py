@@ -16,11 +16,13 @@ from kraft_operator.plan.facts import NodeRef
 __all__ = [
     "Action",
     "AddVoter",
+    "AlterReplicaLogDirs",
     "ClearReassignmentThrottles",
     "Event",
     "EventType",
     "FinalizeMetadataVersion",
     "FormatStorage",
+    "LogDirMove",
     "PlannedAction",
     "PartitionMove",
     "QuorumBootstrap",
@@ -194,6 +196,27 @@ class PartitionMove:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirMove:
+    """One replica's destination directory on its broker (AlterReplicaLogDirs)."""
+
+    topic: str
+    partition: int
+    log_dir: str
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AlterReplicaLogDirs:
+    """AlterReplicaLogDirs to `node` (a broker) moving its replicas between its own log
+    directories, sent by the reconciler to that broker; naming the same destination again is
+    harmless (the move goes on)."""
+
+    node: NodeRef
+    moves: tuple[LogDirMove, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ReassignPartitions:
     """AlterPartitionReassignments for a broker being drained (or a rebalance), sent by the reconciler to the active
     controller. Sending the same targets again is harmless (an operator that died after sending)."""
@@ -250,7 +273,7 @@ class FinalizeMetadataVersion:
 
 # What a runtime performs; `PlannedAction` adds what the reconciler sends through the admin client.
 Action = WriteConfig | FormatStorage | StartNode | RestartNode | ResizeVolume | StopNode | ReplaceVolume
-PlannedAction = (Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker
+PlannedAction = (Action | AddVoter | RemoveVoter | ReassignPartitions | UnregisterBroker | AlterReplicaLogDirs
                  | FinalizeMetadataVersion | SetReassignmentThrottles | ClearReassignmentThrottles)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "JobPhase",
     "Layout",
     "LogDirFacts",
+    "LogDirReplica",
     "NodeFacts",
     "NodeRef",
     "Observed",
@@ -186,14 +187,27 @@ def replication_factors(details: Iterable[PartitionDetail]) -> dict[str, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirReplica:
+    """One replica a log directory holds (DescribeLogDirs): `future` for the copy an
+    AlterReplicaLogDirs move is filling there."""
+
+    topic: str
+    partition: int
+    size_bytes: int = 0
+    future: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class LogDirFacts:
     """One log directory as its broker describes it (DescribeLogDirs): `error` is Kafka's error
-    name (KAFKA_STORAGE_ERROR for an offline directory) or None; sizes are -1 where unknown."""
+    name (KAFKA_STORAGE_ERROR for an offline directory) or None; sizes are -1 where unknown;
+    `replicas` the replicas (current and future) it holds."""
 
     path: str
     error: str | None = None
     total_bytes: int = -1
     usable_bytes: int = -1
+    replicas: tuple[LogDirReplica, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ from kraft_operator.plan.facts import (
     ReplicaFacts,
 )
 from kraft_operator.plan.features import plan_metadata_version
+from kraft_operator.plan.log_dirs import LogDirDecision, plan_log_dir_removal, retained_log_dirs
 from kraft_operator.plan.quorum_change import plan_quorum_change
 from kraft_operator.plan.rebalancing import REBALANCE_OPERATION, plan_rebalance
 from kraft_operator.plan.rendering import DesiredNode, controller_endpoint, desired_nodes, render_config
@@ -160,7 +161,9 @@ def plan(
     generation = cluster.metadata.generation
     nodes = desired_nodes(namespace=namespace, cluster=name, spec=spec, status=previous)
     controllers = [n for n in nodes if n.is_controller]
-    rendered = {n.ref.node_id: render_config(n, spec=spec, controllers=controllers, layout=layout) for n in nodes}
+    retained = retained_log_dirs(nodes, observed, layout=layout)
+    rendered = {n.ref.node_id: render_config(n, spec=spec, controllers=controllers, layout=layout,
+                                             log_dirs=retained.get(n.ref.node_id)) for n in nodes}
     problems = validate_spec(spec=spec, status=previous, observed=observed, nodes=nodes, layout=layout, rules=rules,
                              rendered=rendered)
     builder = _StatusBuilder(previous=previous, generation=generation, now_ms=now_ms)
@@ -232,6 +235,7 @@ class _Planner:
         self.degraded_reason = "NodeProblem"
         self.requeue_now = False
         self.volume = VolumeDecision()  # a broker's lost volume being replaced (`volume_replacement`)
+        self.log_dirs = LogDirDecision()  # a log directory the spec dropped, being emptied (`log_dirs`)
 
     # -- the whole decision ------------------------------------------------------------------
     def run(self) -> Plan:
@@ -258,6 +262,20 @@ class _Planner:
             self.requeue_now = self.requeue_now or self.volume.requeue_now
         else:
             self.events.extend(self.volume.events)  # the replacement finished
+            self.log_dirs = plan_log_dir_removal(nodes=self.nodes, observed=self.observed, previous=previous,
+                                                 layout=self.layout, paused=self.spec.paused,
+                                                 now_text=self.builder.now_text)
+            self.events.extend(self.log_dirs.events)
+        if self.log_dirs.operation is not None:
+            # A dropped log directory still holds replicas: they move off before any restart.
+            self.actions.extend(self.log_dirs.actions)
+            self.step = self.step or "log-dir-removal"
+            if self.log_dirs.refused:
+                self.blocked.append(self.log_dirs.refused)
+                self.degraded_reason = "LogDirRemovalRefused"
+            else:
+                self.waiting.append(self.log_dirs.waiting)
+            self.requeue_now = self.requeue_now or self.log_dirs.requeue_now
         if self.spec.paused:
             self.actions.clear()
         roll = self._roll()
@@ -275,6 +293,10 @@ class _Planner:
             # A lost broker volume holds everything else back (its node is blocked until replaced).
             result = self._finish(status, requeue_after_ms=0 if self.requeue_now else None)
             operation = self.volume.operation.model_copy(update={"waiting_for": result.waiting_for})
+            return replace(result, status=result.status.model_copy(update={"operation": operation}))
+        if self.log_dirs.operation is not None:
+            result = self._finish(status, requeue_after_ms=0 if self.requeue_now else None)
+            operation = self.log_dirs.operation.model_copy(update={"waiting_for": result.waiting_for})
             return replace(result, status=result.status.model_copy(update={"operation": operation}))
         if roll is None or (roll.operation is None and not roll.actions):
             change = (self._quorum_change() or self._scale_down(status) or self._rebalance()
@@ -505,6 +527,10 @@ class _Planner:
         directories: list[DirectoryStatus] = []
         unformatted: list[str] = []
         problems: list[str] = []
+        metadata_id = node.pool.storage.volumes[0].id
+        metadata_seen = facts.volume(metadata_id)
+        metadata_formatted = (metadata_id in recorded_ids and metadata_seen is not None and metadata_seen.formatted
+                              and metadata_seen.directory_id == recorded_ids[metadata_id])
         for volume in node.pool.storage.volumes:
             path = self.layout.volume_path(node.ref, volume_id=volume.id)
             metadata_volume = node.is_controller and volume.id == node.pool.storage.volumes[0].id
@@ -549,6 +575,10 @@ class _Planner:
                        f'<cluster> {APPROVE_ANNOTATION}="{VOLUME_REPLACEMENT_APPROVAL}" (see the broker-disk-loss '
                        "runbook)")
                 )
+            elif not formatted and node.is_broker and volume.id != metadata_id and metadata_formatted:
+                # A volume added to a formatted broker: the broker formats it at its next start (a
+                # new directory id, as Kafka's server does), which the roll for its new log.dirs is.
+                pass
             elif not formatted:
                 unformatted.append(path)
             described = self._log_dir(node_id, path)
@@ -753,6 +783,7 @@ class _Planner:
             "metadata-version": "MetadataVersion",
             "scale-down": "ScaleDown",
             "replace-volume": "ReplacingVolume",
+            "log-dir-removal": "RemovingLogDir",
             "stale-registrations": "StaleRegistrations",
             "paused": "Paused",
         }.get(self.step, "Observing")

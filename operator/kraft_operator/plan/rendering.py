@@ -97,8 +97,12 @@ def render_config(
     spec: KRaftClusterSpec,
     controllers: Sequence[DesiredNode],
     layout: Layout,
+    log_dirs: Sequence[str] | None = None,
 ) -> dict[str, str]:
-    """The node's server.properties: wiring from the spec and layout, then the spec's overrides."""
+    """The node's server.properties: wiring from the spec and layout, then the spec's overrides.
+    `log_dirs` replaces the spec's volumes in `log.dirs` (a directory the spec dropped that still
+    holds replicas stays until they are moved off: `log_dirs.retained_log_dirs`); the metadata log
+    directory is the first volume's either way."""
     ref = node.ref
     bind = layout.bind_host(ref)
     advertised = layout.advertised_host(ref)
@@ -131,7 +135,7 @@ def render_config(
         "advertised.listeners": ",".join(advertised_listeners),
         "listener.security.protocol.map": ",".join(protocol_map),
         "controller.quorum.bootstrap.servers": bootstrap,
-        "log.dirs": ",".join(dirs),
+        "log.dirs": ",".join(log_dirs if log_dirs is not None else dirs),
         "metadata.log.dir": dirs[0],
     }
     if node.is_broker:

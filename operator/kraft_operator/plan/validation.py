@@ -103,7 +103,7 @@ def validate_spec(
     problems: list[SpecProblem] = []
     problems += _pools(spec, status)
     problems += _listeners(spec)
-    problems += _storage(spec, observed, nodes)
+    problems += _storage(spec, observed, nodes, status)
     problems += _cluster_id(spec, status)
     problems += _metadata_version(spec)
     problems += _brokers_vs_topics(spec, observed, status)
@@ -175,7 +175,8 @@ def _listeners(spec: KRaftClusterSpec) -> list[SpecProblem]:
     return problems
 
 
-def _storage(spec: KRaftClusterSpec, observed: Observed, nodes: Sequence[DesiredNode]) -> list[SpecProblem]:
+def _storage(spec: KRaftClusterSpec, observed: Observed, nodes: Sequence[DesiredNode],
+             status: KRaftClusterStatus | None) -> list[SpecProblem]:
     problems: list[SpecProblem] = []
     for i, pool in enumerate(spec.node_pools):
         field = f"spec.nodePools[{i}].storage"
@@ -206,18 +207,26 @@ def _storage(spec: KRaftClusterSpec, observed: Observed, nodes: Sequence[Desired
                     )
                     break
         for node in nodes:
-            facts = observed.nodes.get(node.ref.node_id)
-            if node.ref.pool != pool.name or facts is None:
+            recorded = status.node(node.ref.node_id) if status is not None else None
+            if node.ref.pool != pool.name or recorded is None or not recorded.directories:
                 continue
-            dropped = sorted({v.volume_id for v in facts.volumes if v.formatted} - set(ids))
-            if dropped:
+            # The first volume holds the metadata log (metadata.log.dir), which AlterReplicaLogDirs
+            # cannot move: it stays first. Other volumes may come and go (`log_dirs`).
+            metadata = recorded.directories[0]
+            if metadata.directory_id and ids and ids[0] != metadata.volume_id:
                 problems.append(
                     SpecProblem(
                         f"{field}.volumes",
-                        f"node {node.ref.node_id} has formatted volume(s) {dropped} that the spec no longer lists; "
-                        "removing a JBOD volume is a lifecycle operation not available yet",
+                        f"volume {metadata.volume_id} of node {node.ref.node_id} holds its metadata log "
+                        f"(metadata.log.dir {metadata.path}); it must stay the pool's first volume and cannot be "
+                        "removed (only other JBOD volumes can: their replicas are moved off first)",
                     )
                 )
+                break
+            if not node.is_broker and sorted(ids) != sorted(d.volume_id for d in recorded.directories):
+                problems.append(
+                    SpecProblem(f"{field}.volumes", f"node {node.ref.node_id} is a controller only: its volumes "
+                                "cannot change (a JBOD volume is added to or removed from brokers)"))
                 break
     return problems
 
