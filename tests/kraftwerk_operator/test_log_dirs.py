@@ -1,6 +1,7 @@
 """JBOD log directories added to and removed from running brokers (`plan/log_dirs.py`): the pure
 move planner and the directories a broker keeps, as invariants over many random worlds, and the
-planner's steps against the simulated world of `world.py`."""
+planner's steps against the simulated world of `world.py`; and a broker halted by its failed
+metadata volume, detected from its exit."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from kraft_operator.plan import (
     FormatStorage,
     LogDirFacts,
     LogDirReplica,
+    NodeFacts,
     Observed,
     Plan,
+    PodPhase,
     RestartNode,
     WriteConfig,
     plan,
@@ -299,3 +302,52 @@ def test_the_metadata_volume_cannot_be_removed(ready, rules) -> None:
     degraded = result.status.condition(ConditionType.DEGRADED)
     assert degraded is not None and degraded.reason == "InvalidSpec"
     assert "holds its metadata log" in degraded.message and result.actions == ()
+
+
+# -- a broker's failed metadata volume: the broker halts --------------------------------------------
+
+def _halted(world: World, cluster: KRaftCluster, node_id: int, message: str) -> Observed:
+    observed = world.observe(cluster)
+    nodes = dict(observed.nodes)
+    nodes[node_id] = replace(nodes[node_id], phase=PodPhase.FAILED, ready=False, exit_code=1, message=message)
+    brokers = {b: f for b, f in observed.cluster.brokers.items() if b != node_id}
+    return replace(observed, nodes=nodes, cluster=replace(observed.cluster, brokers=brokers))
+
+
+def test_a_broker_halted_by_its_failed_metadata_volume_opens_broker_disk_loss_waiting_for_approval(ready, rules) -> None:
+    """The metadata log's volume fails with its files in place: the broker halts (exit 1, its one
+    ERROR line names the directory) and answers nothing, so DescribeLogDirs cannot say it; the
+    exit does. The replacement waits for approval, blockedBy and the runbook say why."""
+    cluster, world = ready
+    path = _dir(4, 0)
+    error = (f"2026-11-26 09:30:00,000 ERROR kraft_engine.server.raft_driver: cannot append to {path}/"
+             "__cluster_metadata-0/00000000000000000000.log: [Errno 28] No space left on device; stopping node 4")
+    result = _step(cluster, _halted(world, cluster, 4, error), rules)
+    operation = result.status.operation
+    assert operation is not None and (operation.name, operation.step) == ("BrokerVolumeReplacement", "await-approval")
+    assert (operation.volume.node_id, operation.volume.volume_id, operation.volume.path) == (4, 0, path)
+    blocker = operation.blocked_by[0]
+    assert blocker.kind == "approval" and "halted on it, its metadata log directory" in blocker.message
+    assert "No space left on device" in blocker.message and "broker-disk-loss/replace-volume" in blocker.message
+    runbook = next(r for r in result.status.runbooks if r.name == "broker-disk-loss")
+    assert any("halted on its metadata log directory (exit code 1" in e for e in runbook.evidence)
+    assert "VolumeLost" in [e.reason for e in result.events]
+    assert not any(type(a).__name__ == "ReplaceVolume" for a in result.actions)
+
+
+def test_a_broker_that_exits_for_another_reason_is_no_disk_loss(ready, rules) -> None:
+    cluster, world = ready
+    result = _step(cluster, _halted(world, cluster, 4, "Error: listeners: invalid port"), rules)
+    assert result.status.operation is None or result.status.operation.name != "BrokerVolumeReplacement"
+    assert not any(r.name == "broker-disk-loss" for r in result.status.runbooks)
+    assert any(type(a).__name__ == "StartNode" and a.node.node_id == 4 for a in result.actions)  # restarted
+
+
+def test_without_reading_the_exit_the_halted_broker_goes_unseen(ready, rules, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, world = ready
+    error = f"ERROR cannot append to {_dir(4, 0)}/__cluster_metadata-0: [Errno 5] Input/output error; stopping node 4"
+    assert _step(cluster, _halted(world, cluster, 4, error), rules).status.operation is not None
+    monkeypatch.setattr(NodeFacts, "halted_on", lambda self, path: None)
+    blind = _step(cluster, _halted(world, cluster, 4, error), rules)
+    assert blind.status.operation is not None and blind.status.operation.name == "Bootstrap"  # a crash loop,
+    assert not blind.status.runbooks  # restarted again and again, and no runbook says why

@@ -368,6 +368,11 @@ class ReplicaManager:
                 partition.log.close()
             partition.notify()
             logger.error("Replica %s-%d is offline with its log directory", *key)
+        if log_dir.resolve() == Path(self.config.metadata_log_dir).resolve():
+            # Kafka's ReplicaManager.handleLogDirFailure: the metadata log lives there too, and a
+            # broker must not serve from metadata it cannot persist.
+            logger.critical("Shutdown broker because the metadata log dir %s has failed: %s", log_dir, error)
+            os._exit(1)
         if len(self.offline_dirs) == len(self.log_dirs):
             logger.critical("Every log directory of this broker has failed (%s); halting",
                             ", ".join(str(d) for d in sorted(self.offline_dirs)))

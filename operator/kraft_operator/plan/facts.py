@@ -113,6 +113,15 @@ class NodeFacts:
     def volume(self, volume_id: int) -> VolumeFacts | None:
         return next((v for v in self.volumes if v.volume_id == volume_id), None)
 
+    def halted_on(self, path: str) -> str | None:
+        """The node's last words when its process stopped with an error naming `path` (its
+        metadata log directory failed an I/O: the node halts, as Kafka's does, and a restart only
+        halts again), else None. Seen as an exit with a non-zero code while not ready (a failed
+        process, or a crash-looping pod's last termination), whose message names the directory."""
+        if self.ready or self.exit_code in (None, 0) or not path:
+            return None
+        return self.message if path.rstrip("/") in self.message else None
+
 
 @dataclass(frozen=True, slots=True)
 class FormatJobFacts:

@@ -286,7 +286,8 @@ def _continue(d: LeavingDir, prev: OperationStatus, record: LogDirRemovalStatus,
         reason=f"node {d.node.ref.node_id}: AlterReplicaLogDirs moves " + ", ".join(
             f"{m.topic}-{m.partition} to {m.log_dir}" for m in to_send[:10])
         + (f" and {len(to_send) - 10} more" if len(to_send) > 10 else "") + f" off {d.path}, which leaves the spec")
-    return LogDirDecision(operation=operation, actions=(action,), waiting=waiting)
+    return LogDirDecision(operation=operation, actions=(action,), waiting=waiting,
+                          events=(Event(EventType.NORMAL, "AlterReplicaLogDirs", action.reason),))
 
 
 def _refusal(d: LeavingDir, plan: MovePlan, *, record: LogDirRemovalStatus, started: str,

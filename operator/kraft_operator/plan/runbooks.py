@@ -372,6 +372,10 @@ def detect_runbooks(
                     state = f"formatted with directory id {volume.directory_id}"
                 elif offline is not None:
                     state = f"offline: the broker reports {offline} for it (DescribeLogDirs)"
+                elif (kind == BROKER_DISK_LOSS and seen is not None and d.volume_id == node.pool.storage.volumes[0].id
+                      and (halted := seen.halted_on(d.path)) is not None):
+                    state = (f"failed: the broker halted on its metadata log directory (exit code {seen.exit_code}: "
+                             f"{halted[-300:]})")
                 else:
                     continue
                 lost.append(f"node {node.ref.node_id} volume {d.volume_id} ({d.path}): directory id {d.directory_id} "

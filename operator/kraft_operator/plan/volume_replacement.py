@@ -69,7 +69,7 @@ class LostVolume:
     volume_id: int
     path: str
     directory_id: str
-    state: str  # "missing" or "empty"
+    state: str  # "missing", "empty", "offline" (DescribeLogDirs) or "halted" (the broker stopped on it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +110,24 @@ def lost_broker_volumes(
                 lost.append(LostVolume(node, d.volume_id, d.path, d.directory_id, "missing" if seen is None else "empty"))
             elif seen.directory_id == d.directory_id and _offline(observed, node.ref.node_id, d.path) is not None:
                 lost.append(LostVolume(node, d.volume_id, d.path, d.directory_id, "offline"))
+            elif (seen.directory_id == d.directory_id and d.volume_id == metadata_volume and facts is not None
+                  and facts.halted_on(d.path) is not None):
+                # The metadata log's volume failed with its files in place: the broker halts (it
+                # must not serve metadata it cannot persist) and answers nothing, so only its exit says so.
+                lost.append(LostVolume(node, d.volume_id, d.path, d.directory_id, "halted"))
     return lost
 
 
-def _state(seen: VolumeFacts | None, *, offline: str | None) -> str:
+def _state(seen: VolumeFacts | None, *, offline: str | None, halted: str | None = None) -> str:
     if seen is None:
         return "missing"
     if not seen.formatted:
         return "empty"
-    return f"offline ({offline}, reported by the broker)" if offline is not None else "failed"
+    if offline is not None:
+        return f"offline ({offline}, reported by the broker)"
+    if halted is not None:
+        return f"failed: the broker halted on it, its metadata log directory ({halted[-300:]})"
+    return "failed"
 
 
 def _offline(observed: Observed, node_id: int, path: str) -> str | None:
@@ -190,7 +199,8 @@ def plan_volume_replacement(
         return VolumeDecision(operation=operation("format"), formattable=frozenset({(node_id, volume_id)}),
                               waiting=f"{what}: the new directory to be formatted and the broker started")
     if VOLUME_REPLACEMENT_APPROVAL not in approved_steps(annotations):
-        message = (f"{what} is {_state(seen, offline=_offline(observed, node_id, path))}; replacing it (a new volume, formatted with "
+        halted = facts.halted_on(path) if facts is not None else None
+        message = (f"{what} is {_state(seen, offline=_offline(observed, node_id, path), halted=halted)}; replacing it (a new volume, formatted with "
                    f"a new directory id, and a restart of the broker) waits for approval: kubectl annotate kc "
                    f'<cluster> {APPROVE_ANNOTATION}="{VOLUME_REPLACEMENT_APPROVAL}"')
         events = (Event(EventType.WARNING, "VolumeLost", message),) if prev is None else ()

@@ -570,7 +570,9 @@ class KubernetesRuntime:
             "imagePullPolicy": "IfNotPresent",
             "command": command,
             "volumeMounts": mounts,
-            "terminationMessagePolicy": "File",
+            # a node that halts says why in its last log lines (a failed metadata log directory
+            # names the directory): they become the termination message the operator reads
+            "terminationMessagePolicy": "FallbackToLogsOnError",
             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                 "capabilities": {"drop": ["ALL"]}},
         }

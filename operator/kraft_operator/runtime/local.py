@@ -209,7 +209,7 @@ class LocalRuntime:
                 config=config,
                 ready=phase is PodPhase.RUNNING,
                 exit_code=exit_code,
-                message=_log_tail(node_dir / "server.log") if phase is PodPhase.FAILED else "",
+                message=_as_configured(_log_tail(node_dir / "server.log"), node_dir) if phase is PodPhase.FAILED else "",
                 version=_version(implementation),
                 started_revision=started.get("revision") if phase is PodPhase.RUNNING else None,
                 started_at_ms=started.get("startedAtMs") if phase is PodPhase.RUNNING else None,
@@ -500,12 +500,27 @@ def _alive(pid: int, *, marker: str) -> bool:
     return marker.encode() in cmdline
 
 
+def _as_configured(text: str, node_dir: Path) -> str:
+    """`text` with each volume mounted through a symlink named by its configured path (a node may
+    report the resolved one), as the plan knows it."""
+    for volume in node_dir.glob("data-*"):
+        if volume.is_symlink():
+            text = text.replace(str(volume.resolve()), str(volume))
+    return text
+
+
 def _log_tail(path: Path, *, lines: int = 3) -> str:
+    """Why a process ended: its last ERROR (or CRITICAL) line (a node that halts logs one), then its last lines."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-    tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    tail = kept[-lines:]
+    error = next((line for line in reversed(kept[-200:])
+                  if any(f" {level} " in f" {line} " for level in ("ERROR", "CRITICAL", "FATAL"))), None)
+    if error is not None and error not in tail:
+        return (error[-400:] + " | " + " | ".join(tail))[-800:]
     return " | ".join(tail)[-500:]
 
 
