@@ -38,7 +38,7 @@ from .world import World, publish
 
 NOW_MS = 1_700_000_000_000
 BROKERS = (3, 4, 5)
-SETTINGS = settings(max_examples=300, derandomize=True, deadline=None,
+SETTINGS = settings(max_examples=500, derandomize=True, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -95,6 +95,15 @@ def test_every_replica_of_a_leaving_directory_is_moved_to_a_staying_one_with_roo
     pending = sum(r.size_bytes for k, r in current.items() if k not in futures)
     if staying and (len(known) < len(staying) or pending <= max(known)):
         assert not result.refused, result
+
+
+def test_a_directory_of_unknown_room_takes_what_no_known_one_fits() -> None:
+    """Found by the property above: a full directory (0 bytes usable) must not shadow one whose
+    room the broker did not report."""
+    leaving = LogDirFacts("/data/leaving", replicas=(LogDirReplica("t0", 0, 1),))
+    staying = (LogDirFacts("/data/s0", usable_bytes=0), LogDirFacts("/data/s1", usable_bytes=-1))
+    result = plan_log_dir_moves(leaving, staying)
+    assert [(m.topic, m.partition, m.log_dir) for m in result.moves] == [("t0", 0, "/data/s1")] and not result.refused
 
 
 def test_a_planner_that_ignores_the_room_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -148,10 +148,12 @@ class MovePlan:
 def plan_log_dir_moves(leaving: LogDirFacts, staying: Sequence[LogDirFacts], *,
                        recorded: Mapping[tuple[str, int], str] | None = None) -> MovePlan:
     """Moves for every replica still in `leaving`: one whose copy is under way keeps going where
-    it goes (a future replica in a staying directory), a recorded target is kept while that directory is still an online staying one; the others go,
-    largest first, to the staying directory with the most usable bytes left after the moves
-    planned so far. A replica larger than any directory's room is refused, naming the bytes; so is
-    every replica when no other directory is online (the leaving one is the last)."""
+    it goes (a future replica in a staying directory); a recorded target is kept while that
+    directory is still an online staying one; the others go, largest first, to the staying
+    directory with the most usable bytes left after the moves planned so far (one whose usable
+    bytes the broker did not report only when none is known to fit). A replica no directory has
+    room for is refused, naming the bytes; so is every replica when no other directory is online
+    (the leaving one is the last)."""
     recorded = recorded or {}
     current = [r for r in leaving.replicas if not r.future]
     futures = {(r.topic, r.partition): d.path for d in staying for r in d.replicas if r.future}
@@ -174,11 +176,14 @@ def plan_log_dir_moves(leaving: LogDirFacts, staying: Sequence[LogDirFacts], *,
         else:
             pending.append(r)
     for r in sorted(pending, key=lambda r: (-r.size_bytes, r.topic, r.partition)):
-        target = max(room, key=lambda p: (room[p], p))
-        if room[target] >= 0 and room[target] < r.size_bytes:
+        # the most room among those known to fit it; a directory whose room is unknown only after them
+        fitting = [p for p in room if room[p] >= r.size_bytes] or [p for p in room if room[p] < 0]
+        if not fitting:
+            roomiest = max(room, key=lambda p: (room[p], p))
             refused.append(f"{r.topic}-{r.partition} ({r.size_bytes} bytes) in {leaving.path}: no staying log "
-                           f"directory has room for it (the most usable: {target} with {room[target]} bytes left)")
+                           f"directory has room for it (the most usable: {roomiest} with {room[roomiest]} bytes left)")
             continue
+        target = max(fitting, key=lambda p: (room[p], p))
         moves.append(LogDirMove(r.topic, r.partition, target, r.size_bytes))
         if room[target] >= 0:
             room[target] -= r.size_bytes

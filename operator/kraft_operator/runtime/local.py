@@ -517,10 +517,14 @@ def _log_tail(path: Path, *, lines: int = 3) -> str:
         return ""
     kept = [line.strip() for line in text.splitlines() if line.strip()]
     tail = kept[-lines:]
-    error = next((line for line in reversed(kept[-200:])
-                  if any(f" {level} " in f" {line} " for level in ("ERROR", "CRITICAL", "FATAL"))), None)
+    recent = kept[-200:]
+    error = None
+    for level in ("CRITICAL", "FATAL", "ERROR"):  # the halt's own line before the errors leading to it
+        error = next((line for line in reversed(recent) if f" {level} " in f" {line} "), None)
+        if error is not None:
+            break
     if error is not None and error not in tail:
-        return (error[-400:] + " | " + " | ".join(tail))[-800:]
+        return error[:400] + " | " + " | ".join(tail)[-400:]
     return " | ".join(tail)[-500:]
 
 
