@@ -26,29 +26,11 @@ from kraft_engine.storage.meta_properties import read_meta_properties
 
 from .local_state import written_status
 from .test_roll_process import _wait, kraftwerk_up
+from .test_volume_replacement_process import CLUSTER  # three controllers, three brokers of two volumes
 from .workload import acked_count, lost_records, producing, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1800)]
 
-CLUSTER = """
-apiVersion: kraftwerk.io/v1alpha1
-kind: KRaftCluster
-metadata: {name: jbod}
-spec:
-  nodePools:
-    - name: controllers
-      roles: [controller]
-      replicas: 3
-      storage: {volumes: [{id: 0, size: 1Gi}]}
-    - name: brokers
-      roles: [broker]
-      replicas: 3
-      storage: {type: jbod, volumes: [{id: 0, size: 1Gi}, {id: 1, size: 1Gi}]}
-  lifecycle: {terminationGracePeriodSeconds: 60}
-  config:
-    min.insync.replicas: "2"
-    offsets.topic.replication.factor: "3"
-"""
 
 TOPIC = "jbod"
 PARTITIONS = 6
