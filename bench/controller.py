@@ -61,7 +61,7 @@ from kio.static.primitive import i16, i32, i64, u16
 
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.admin.quorum_admin import QuorumAdminError
-from kraft_engine.controller import QuorumController, RecordAndVersion
+from kraft_engine.controller import QuorumController, RecordAndVersion, encode_records, records_only
 from kraft_engine.metadata import MetadataLoader, VersionRange
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError, request_class
 from kraft_engine.raft import CommittedBatch, ReplicaKey
@@ -73,7 +73,6 @@ from kraft_engine.records import (
     PartitionChangeRecord,
     decode_metadata_record,
     encode_metadata_record,
-    encode_metadata_records,
     metadata_version,
 )
 from kraft_engine.records.log_batch import parse_batches
@@ -604,9 +603,9 @@ class MemoryLog:
     (bench/pipeline.py's fleet generator drives its controllers through it too.)"""
 
     def __init__(self, *, first_offset: int = 0) -> None:
-        self.batches: list[tuple[int, tuple[RecordAndVersion, ...]]] = []  # (base offset, records)
+        self.batches: list[tuple[int, Sequence[object]]] = []  # (base offset, records)
         self._next = first_offset
-        self._prepared: tuple[int, tuple[RecordAndVersion, ...]] | None = None
+        self._prepared: tuple[int, Sequence[object]] | None = None
         self.encoded: list[list[bytes]] = []
         self.encode_s = 0.0
 
@@ -616,9 +615,9 @@ class MemoryLog:
     def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
         # Encoded once, here, as the node's RaftAppends does on the controller thread.
         started = time.perf_counter()
-        self.encoded.append(encode_metadata_records(records))
+        self.encoded.append(encode_records(records))
         self.encode_s += time.perf_counter() - started
-        self._prepared = (self._next, tuple(records))
+        self._prepared = (self._next, records_only(records))
         self._next += len(records)
         return self._next - 1
 
@@ -627,10 +626,11 @@ class MemoryLog:
             self.batches.append(self._prepared)
             self._prepared = None
 
-    def take(self) -> list[tuple[int, int, tuple[object, ...]]]:
-        """(base offset, last offset, records) of every batch appended since the last call."""
+    def take(self) -> list[tuple[int, int, Sequence[object]]]:
+        """(base offset, last offset, records) of every batch appended since the last call (a
+        fan-out's records kept as its run, as the node hands its own records to its loader)."""
         taken, self.batches = self.batches, []
-        return [(base, base + len(records) - 1, tuple(r.record for r in records)) for base, records in taken]
+        return [(base, base + len(records) - 1, records) for base, records in taken]
 
 
 def bench_fencing(topics: int, partitions: int, *, profile_path: Path | None = None) -> None:

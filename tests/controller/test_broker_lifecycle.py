@@ -19,15 +19,19 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
+from kraft_engine.controller import ControllerFault, ControllerResult, RecordList, encode_records
 from kraft_engine.controller.partition_change import Election
 from kraft_engine.controller.replication_control import BrokerHeartbeatReply
+from kraft_engine.controller.results import VersionedRun
 from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
     FenceBrokerRecord,
     PartitionChangeRecord,
+    PartitionChangeRun,
     PartitionRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    encode_metadata_record,
 )
 
 from .harness import LATEST_MV, Harness
@@ -273,7 +277,13 @@ def test_a_fan_out_writes_what_a_builder_per_partition_writes(data: st.DataObjec
     """A fence, a controlled shutdown, an unfence or an unclean shutdown builds each distinct
     partition state's change once and gives it to every partition in that state
     (`ReplicationControlManager._leader_and_isr_updates`); on any cluster state, for every broker,
-    its records are those of a builder per partition, record for record and in order."""
+    its records are those of a builder per partition, record for record and in order.
+
+    Kept whole in a `RecordList` (as the quorum controller's fan-outs are), the same records come
+    as a `PartitionChangeRun`: read record by record they are the builder's, their bytes for raft
+    are each record's own encoding, and the run's replay from its columns leaves the controller's
+    partitions, reverse indexes and counts as replaying the records one by one; a run naming a
+    partition twice is refused whole."""
     elr = elr and mv == LATEST_MV
     cluster = Harness(mv=mv, features={"eligible.leader.replicas.version": 1} if elr else None)
     brokers = (1, 2, 3, 4, 5)
@@ -347,6 +357,25 @@ def test_a_fan_out_writes_what_a_builder_per_partition_writes(data: st.DataObjec
             )
             assert fanned == _builder_per_partition(replication, remove=remove, add=add, unclean_shutdown=unclean,
                                                     partitions=partitions)
+            kept = RecordList()
+            replication._leader_and_isr_updates(
+                broker_to_remove=remove, broker_to_add=add, broker_with_unclean_shutdown=unclean,
+                partitions=[(t.int << 32) | p for t, p in partitions], records=kept,
+            )
+            assert kept == fanned
+            assert encode_records(kept) == [encode_metadata_record(r, v) for r, v in fanned]
+            runs = [part.run for part in kept.frozen().parts if isinstance(part, VersionedRun)]
+            assert sum(len(run) for run in runs) == len(fanned)
+            for run in runs:
+                once = list(run)
+                assert _replayed(cluster, once, as_run=False, columns=run) == _replayed(cluster, once, as_run=False)
+                twice = PartitionChangeRun(changes=run.changes, version=run.version, kinds=[*run.kinds, *run.kinds],
+                                           partition_ids=[*run.partition_ids, *run.partition_ids],
+                                           topic_ids=[*run.topic_ids, *run.topic_ids])
+                before = _replayed(cluster, [], as_run=False, keys=once)
+                with pytest.raises(RuntimeError, match="changes a partition twice"):
+                    replication.replay_partition_change_run(twice, 0)
+                assert _replayed(cluster, [], as_run=False, keys=once) == before
             # Replayed as one run (all at once), the records leave the controller as replayed one
             # by one; twice over, so that a run changes some partitions twice.
             changes = [r for r, _ in fanned if isinstance(r, PartitionChangeRecord)] * 2
@@ -354,21 +383,27 @@ def test_a_fan_out_writes_what_a_builder_per_partition_writes(data: st.DataObjec
                 assert _replayed(cluster, changes, as_run=True) == _replayed(cluster, changes, as_run=False)
 
 
-def _replayed(cluster: Harness, changes: list[PartitionChangeRecord], *, as_run: bool) -> dict[str, Any]:
-    """What the controller's partitions and reverse indexes read after replaying `changes`, which
-    are then reverted (the timeline snapshot taken before them)."""
+def _replayed(
+    cluster: Harness, changes: list[PartitionChangeRecord], *, as_run: bool, columns: PartitionChangeRun | None = None,
+    keys: list[PartitionChangeRecord] | None = None,
+) -> dict[str, Any]:
+    """What the controller's partitions and reverse indexes read after replaying `changes` (or the
+    run `columns`), which are then reverted (the timeline snapshot taken before them); the
+    partitions read are those of `keys` (default: of `changes`)."""
     registry = cluster.controller.events.snapshot_registry
     epoch = max(registry.epochs(), default=0) + 1_000_000
     registry.get_or_create_snapshot(epoch)
     replication = cluster.controller.replication_control
-    if as_run:
+    if columns is not None:
+        replication.replay_partition_change_run(columns, 0)
+    elif as_run:
         replication.replay_partition_changes(changes, 0)
     else:
         for record in changes:
             replication.replay_partition_change(record, 0)
-    keys = {(r.topic_id, int(r.partition_id)) for r in changes}
+    keys_read = {(r.topic_id, int(r.partition_id)) for r in (changes if keys is None else keys)}
     state = {
-        "partitions": {key: replication.partition(*key) for key in keys},
+        "partitions": {key: replication.partition(*key) for key in keys_read},
         "isr": {b: replication.partitions_with_broker_in_isr(b) for b in range(1, 6)},
         "elr": {b: replication.partitions_with_broker_in_elr(b) for b in range(1, 6)},
         "leaderless": replication.leaderless_partitions(),
@@ -409,3 +444,22 @@ def test_partitions_alike_but_for_where_a_replica_lives_get_their_own_leaders_on
     cluster.controller.replication_control.handle_broker_fenced(1, records)
     leaders = {r.partition_id: r.leader for r, _ in records if isinstance(r, PartitionChangeRecord)}
     assert leaders == {0: 2, 1: -1}
+
+
+def test_a_run_naming_an_unknown_partition_is_a_fault_naming_its_record_and_offset() -> None:
+    """The active controller replays a fan-out's run from its columns; a run it cannot take whole
+    is replayed record by record, so a record that cannot be applied is the fatal fault it always
+    was, naming that record's offset (and the run's bulk replay changed nothing before it refused)."""
+    cluster = _unfenced_cluster(1, 2, 3)
+    cluster.create_topic("t", assignments=[[1, 2, 3], [2, 3, 1]])
+    topic_id = cluster.topic_id("t")
+    replication = cluster.controller.replication_control
+    before = [replication.partition(topic_id, p) for p in (0, 1)]
+    change = PartitionChangeRecord(partition_id=0, topic_id=topic_id, isr=(1, 3), leader=1)
+    records = RecordList()
+    records.append_run(PartitionChangeRun(changes=[change], version=0, kinds=[0, 0, 0], partition_ids=[0, 7, 1],
+                                          topic_ids=[topic_id] * 3))
+    base = cluster.raft.next_append_offset()
+    with pytest.raises(ControllerFault, match=f"PartitionChangeRecord record at offset {base + 1} on active controller"):
+        cluster.controller.events.append_records(ControllerResult(records, None))
+    assert [replication.partition(topic_id, p) for p in (0, 1)][1:] == before[1:]

@@ -132,6 +132,8 @@ _ops = st.lists(
         # The bulk writes (a fence's replay): keys a, a+1, a+2 at once.
         st.tuples(st.just("put_many"), st.integers(0, 5), st.integers(0, 100)),
         st.tuples(st.just("remove_many"), st.integers(0, 5), st.just(0)),
+        # A group of keys that hold one value moving to another (a fence's replay of a run).
+        st.tuples(st.just("put_same"), st.integers(0, 5), st.integers(0, 100)),
         st.tuples(st.just("set"), st.just(0), st.integers(0, 100)),
         st.tuples(st.just("snapshot"), st.just(0), st.integers(0, 2)),
         st.tuples(st.just("revert"), st.integers(0, 10), st.just(0)),
@@ -169,6 +171,12 @@ def test_random_operations_match_a_copying_model(ops: list[tuple[str, int, int]]
             values.put_many({key: b + key for key in keys})
             members.add_many(keys)
             model.update({key: b + key for key in keys})
+        elif op == "put_same":
+            keys = [key for key in (a, a + 1, a + 2) if key in model and model[key] == model.get(a)]
+            if keys:
+                values.put_same(keys, b, previous=values.get(a))  # type: ignore[arg-type]
+                members.add_many(keys)
+                model.update(dict.fromkeys(keys, b))
         elif op == "remove_many":
             keys = [a, a + 1, a + 2]
             for key in keys:

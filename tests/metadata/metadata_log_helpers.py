@@ -6,6 +6,7 @@ import uuid
 
 from kraft_engine.metadata import MetadataDelta, MetadataImage, MetadataProvenance, TopicIdPartition
 from kraft_engine.raft import CommittedBatch
+from kraft_engine.records import PartitionChangeRun, RecordParts
 from kraft_engine.records.metadata_records import (
     BrokerEndpoint,
     BrokerFeature,
@@ -116,6 +117,39 @@ def batches_of(records: list[object], sizes: list[int], *, base_offset: int = 0,
         offset += len(chunk)
         start += len(chunk)
     return out
+
+
+def as_runs(records: list[object], *, version: int = 0) -> RecordParts[object]:
+    """`records`, with each stretch of PartitionChangeRecords held as a `PartitionChangeRun` (as
+    the active controller hands its own fan-out's records to its loader): records alike but for
+    their ids share one change."""
+    parts: list[object] = []
+    stretch: list[PartitionChangeRecord] = []
+
+    def close() -> None:
+        if not stretch:
+            return
+        changes: dict[tuple[object, ...], int] = {}
+        kinds = [changes.setdefault(_shape(r), len(changes)) for r in stretch]
+        templates = {kind: r for r, kind in zip(stretch, kinds, strict=True)}
+        parts.append(PartitionChangeRun(changes=[templates[k] for k in range(len(changes))], version=version,
+                                        kinds=kinds, partition_ids=[r.partition_id for r in stretch],
+                                        topic_ids=[r.topic_id for r in stretch]))
+        stretch.clear()
+
+    for record in records:
+        if type(record) is PartitionChangeRecord:
+            stretch.append(record)
+            continue
+        close()
+        parts.append((record,))
+    close()
+    return RecordParts(parts)  # type: ignore[arg-type]
+
+
+def _shape(record: PartitionChangeRecord) -> tuple[object, ...]:
+    return (record.isr, record.leader, record.replicas, record.removing_replicas, record.adding_replicas,
+            record.leader_recovery_state, record.directories, record.eligible_leader_replicas, record.last_known_elr)
 
 
 def assert_indexes_match_a_full_scan(image: MetadataImage) -> None:

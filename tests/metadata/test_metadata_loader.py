@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from metadata_log_helpers import (
+    as_runs,
     assert_indexes_match_a_full_scan,
     batches_of,
     change,
@@ -274,14 +275,16 @@ _CHANGES = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(changes=_CHANGES, start_with_other=st.booleans())
+@given(changes=_CHANGES, start_with_other=st.booleans(), columns=st.booleans())
 def test_runs_of_partition_changes_load_as_record_by_record_replay_does(
-    changes: list[tuple[int, int, tuple[int, ...], int, bool]], start_with_other: bool,
+    changes: list[tuple[int, int, tuple[int, ...], int, bool]], start_with_other: bool, columns: bool,
 ) -> None:
     """The loader replays a run of PartitionChangeRecords in one go (a fence at 100k partitions is
     one record per partition); the image it publishes is the one record-by-record replay builds,
     reverse indexes and counts included, with partitions changed twice in a run and topics created
-    in the same batch. A run holding a record that cannot be replayed fails naming that record."""
+    in the same batch. A run holding a record that cannot be replayed fails naming that record.
+    The same holds when the batch holds its changes as `PartitionChangeRun`s (`columns`: the
+    active controller's own fan-out, handed to its loader unbuilt)."""
     created = [topic("t3", 3), partition(3, 0, replicas=(3, 1, 2)), partition(3, 1, replicas=(1, 2, 3)),
                partition(3, 2, replicas=(2, 3, 1))]
     base = [*BOOTSTRAP, register_broker(3), topic("t1", 1), *(partition(1, p, replicas=(1, 2, 3)) for p in range(3)),
@@ -295,7 +298,10 @@ def test_runs_of_partition_changes_load_as_record_by_record_replay_does(
         records.append(change(n, p, **fields))
     loader = MetadataLoader()
     loader.handle_commit(batches_of(base, [len(base)]), high_watermark=len(base))
-    loader.handle_commit(batches_of(records, [len(records)], base_offset=len(base)), high_watermark=len(base) + len(records))
+    batches = batches_of(records, [len(records)], base_offset=len(base))
+    if columns:
+        batches = [batch.with_records(as_runs(records)) for batch in batches]  # type: ignore[arg-type]
+    loader.handle_commit(batches, high_watermark=len(base) + len(records))
     expected = image_of(*base, *records, offset=len(base) + len(records) - 1)
     got = loader.image.topics
     assert got.topics_by_id == expected.topics.topics_by_id
@@ -305,13 +311,17 @@ def test_runs_of_partition_changes_load_as_record_by_record_replay_does(
         expected.topics.offline_partition_count, expected.topics.preferred_replica_imbalance_count)
 
 
-def test_a_run_with_a_record_for_an_unknown_partition_fails_naming_that_record() -> None:
+@pytest.mark.parametrize("columns", [False, True])
+def test_a_run_with_a_record_for_an_unknown_partition_fails_naming_that_record(columns: bool) -> None:
     loader = MetadataLoader()
     base = [*BOOTSTRAP, topic("t1", 1), partition(1, 0, replicas=(1, 2)), partition(1, 1, replicas=(1, 2))]
     loader.handle_commit(batches_of(base, [len(base)]), high_watermark=len(base))
     run = [change(1, 0, isr=(1,)), change(1, 1, isr=(1,)), change(1, 7, isr=(1,)), change(1, 0, isr=(2,))]
+    batches = batches_of(run, [len(run)], base_offset=len(base))
+    if columns:
+        batches = [batch.with_records(as_runs(run)) for batch in batches]  # type: ignore[arg-type]
     with pytest.raises(MetadataReplayError, match=f"log record at offset {len(base) + 2}: .*unknown partition 7"):
-        loader.handle_commit(batches_of(run, [len(run)], base_offset=len(base)), high_watermark=len(base) + len(run))
+        loader.handle_commit(batches, high_watermark=len(base) + len(run))
 
 
 @settings(max_examples=60, deadline=None)

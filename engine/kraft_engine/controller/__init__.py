@@ -22,6 +22,9 @@ from kraft_engine.controller.results import (
     ControllerResult,
     FailedWrite,
     RecordAndVersion,
+    RecordList,
+    encode_records,
+    records_only,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet, TimelineValue
 
@@ -46,6 +49,7 @@ __all__ = [
     "QuorumController",
     "RaftAppendPort",
     "RecordAndVersion",
+    "RecordList",
     "SnapshotRegistry",
     "StripedReplicaPlacer",
     "TimelineHashMap",
@@ -54,4 +58,6 @@ __all__ = [
     "UpgradeType",
     "UsableBroker",
     "bootstrap_metadata_version",
+    "encode_records",
+    "records_only",
 ]

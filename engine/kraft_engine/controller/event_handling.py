@@ -31,11 +31,14 @@ from kraft_engine.controller.results import (
     ControllerResult,
     FailedWrite,
     RecordAndVersion,
+    RecordList,
+    VersionedRun,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry
 from kraft_engine.errors import ControllerError
 from kraft_engine.invariant import InvariantViolation, require
 from kraft_engine.raft import CommittedBatch
+from kraft_engine.records import PartitionChangeRun, RecordParts
 
 __all__ = ["ControllerFault", "EventHandling", "ReplayFunction"]
 
@@ -64,6 +67,7 @@ class EventHandling:
         self._purgatory: Purgatory[object] = Purgatory()
         self._replayers: dict[type, ReplayFunction] = {}
         self._run_replayers: dict[type, Callable[[Sequence[Any], int], None]] = {}
+        self._change_run_replayer: Callable[[PartitionChangeRun, int], None] | None = None
         self._deactivators: list[Callable[[], None]] = []
         self._effects = ControllerEffects()
         self._next_token = 0
@@ -97,6 +101,13 @@ class EventHandling:
         record and offset as ever."""
         require(record_type in self._replayers, f"a run replayer for {record_type.__name__} needs its replayer")
         self._run_replayers[record_type] = replay_run
+
+    def register_change_run_replayer(self, replay_run: Callable[[PartitionChangeRun, int], None]) -> None:
+        """`replay_run(run, base_offset)` replays a `PartitionChangeRun` (a fan-out's records as
+        columns) as the PartitionChangeRecord replayer would record by record, all or nothing. A
+        run it refuses is replayed one record at a time."""
+        require(self._change_run_replayer is None, "two replayers for partition change runs")
+        self._change_run_replayer = replay_run
 
     def register_periodic_task(self, task: PeriodicTask) -> None:
         self.periodic.register(task)
@@ -173,6 +184,20 @@ class EventHandling:
                 raise fault(record, base_offset + index, error) from error
             index += 1
 
+    def _replay_change_run(self, run: PartitionChangeRun, base_offset: int,
+                           fault: Callable[[object, int, Exception], Exception]) -> None:
+        """A fan-out's run through its run replayer, or record by record where it refuses."""
+        replay_run = self._change_run_replayer
+        if replay_run is not None and len(run) > 1:
+            try:
+                replay_run(run, base_offset)
+            except Exception:  # nothing was applied: replayed one by one below, to name the record
+                pass
+            else:
+                self.log_replayed_any_record = True
+                return
+        self._replay_records(list(run), base_offset, fault)
+
     # -- writes and reads ------------------------------------------------------------------
 
     def _new_token(self) -> int:
@@ -234,7 +259,9 @@ class EventHandling:
     def append_records(self, result: ControllerResult[Any]) -> int:
         """Append and apply `result`'s records; return the offset raft gave the last one.
         Raises AppendRefused (the caller renounces)."""
-        records = list(result.records)
+        records: Sequence[RecordAndVersion] = (
+            result.records.frozen() if isinstance(result.records, RecordList) else list(result.records)
+        )
         if result.is_atomic:
             if len(records) > self.max_records_per_batch:
                 raise ControllerFault(
@@ -260,12 +287,22 @@ class EventHandling:
         # ...the records are applied there before raft may write them: a record the controller
         # itself cannot apply is a bug that must be found before the record is replicated (the
         # prepared batch is then never scheduled).
-        self._replay_records([record for record, _ in records], base_offset, lambda record, offset, error: (
-            ControllerFault(
+        def fault(record: object, offset: int, error: Exception) -> Exception:
+            return ControllerFault(
                 f"Unable to apply {type(record).__name__} record at offset {offset} "
                 f"on active controller, from the batch with baseOffset {base_offset}: {error}"
             )
-        ))
+
+        if isinstance(records, RecordParts):
+            offset = base_offset
+            for part in records.parts:
+                if isinstance(part, VersionedRun):
+                    self._replay_change_run(part.run, offset, fault)
+                else:
+                    self._replay_records([record for record, _ in part], offset, fault)
+                offset += len(part)
+        else:
+            self._replay_records([record for record, _ in records], base_offset, fault)
         self._raft.schedule_prepared_append()
         self.offset_control.handle_schedule_append(last_offset)
         self.last_applied_offset = last_offset

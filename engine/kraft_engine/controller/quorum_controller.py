@@ -248,6 +248,7 @@ class QuorumController:
         events.register_replayer(PartitionRecord, replication.replay_partition)
         events.register_replayer(PartitionChangeRecord, replication.replay_partition_change)
         events.register_run_replayer(PartitionChangeRecord, replication.replay_partition_changes)
+        events.register_change_run_replayer(replication.replay_partition_change_run)
         events.register_replayer(RemoveTopicRecord, replication.replay_remove_topic)
         events.register_replayer(ClearElrRecord, replication.replay_clear_elr)
         events.register_replayer(ConfigRecord, self.configuration_control.replay)

@@ -16,6 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from kio.schema.alter_partition.v3 import request as alter_partition_request
@@ -57,11 +58,12 @@ from kraft_engine.controller.results import (
     ControllerApiError,
     ControllerResult,
     RecordAndVersion,
+    RecordList,
+    RecordSink,
     check_request_size,
     check_user_op_size,
 )
 from kraft_engine.controller.timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
-from kraft_engine.invariant import require
 from kraft_engine.kafka_uuid import ONE_UUID, ZERO_UUID
 from kraft_engine.metadata import LeaderRecoveryState, MergeMemo, PartitionRegistration
 from kraft_engine.records import (
@@ -70,12 +72,12 @@ from kraft_engine.records import (
     ConfigRecord,
     MetadataVersion,
     PartitionChangeRecord,
+    PartitionChangeRun,
     PartitionRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnregisterBrokerRecord,
 )
-from kraft_engine.slot_setters import slot_setters
 
 if TYPE_CHECKING:
     import random
@@ -361,6 +363,46 @@ class ReplicationControlManager:
         self._partitions.put_many({packed: pair[1] for packed, pair in changed.items()})
         self._reindex_many(changed)
 
+    def replay_partition_change_run(self, run: PartitionChangeRun, base_offset: int) -> None:
+        """`replay_partition_changes` of a fan-out's run (`records.record_runs`), without building
+        its records: the partitions of one change whose registrations are one object (as the
+        fan-out groups them) get one merge, one bulk store and one reverse-index move between
+        them. All or nothing; it raises (and changes nothing) on a partition it does not know or
+        that the run names twice, and the caller replays the records one by one."""
+        latest_get = self._partitions.latest().get
+        bits = _PARTITION_BITS
+        packeds = [topic_id.int << bits | partition_id
+                   for topic_id, partition_id in zip(run.topic_ids, run.partition_ids, strict=True)]
+        if len(set(packeds)) != len(packeds):
+            raise RuntimeError(f"a run from offset {base_offset} changes a partition twice")
+        members: list[list[PackedPartition]] = [[] for _ in run.changes]
+        adders = [group.append for group in members]
+        for kind, packed in zip(run.kinds, packeds, strict=True):
+            adders[kind](packed)
+        merge = MergeMemo().merge
+        groups: list[tuple[PartitionRegistration, PartitionRegistration, list[PackedPartition]]] = []
+        for change, group in zip(run.changes, members, strict=True):
+            if not group:
+                continue
+            first = latest_get(group[0])
+            if first is not None and all(map(operator.is_, map(latest_get, group), repeat(first))):
+                groups.append((first, merge(first, change), group))
+                continue
+            by_previous: dict[int, tuple[PartitionRegistration, PartitionRegistration, list[PackedPartition]]] = {}
+            for packed in group:
+                registration = latest_get(packed)
+                if registration is None:
+                    raise RuntimeError(f"a run from offset {base_offset} names an unknown partition")
+                found = by_previous.get(id(registration))
+                if found is None:
+                    found = by_previous[id(registration)] = (registration, merge(registration, change), [])
+                found[2].append(packed)
+            groups.extend(by_previous.values())
+        # Every merge is done: from here on nothing can fail half way.
+        for previous, current, packed_group in groups:
+            self._partitions.put_same(packed_group, current, previous=previous)
+        self._reindex_groups(groups)
+
     def _reindex_many(self, changed: dict[PackedPartition, tuple[PartitionRegistration, PartitionRegistration]]) -> None:
         """`_reindex` of every (previous, current) pair, with each reverse-index move done once per
         distinct (old ISR, new ISR) pair and each partition set changed once. Partitions share
@@ -374,10 +416,17 @@ class ReplicationControlManager:
                 pairs[id(previous), id(current)] = (previous, current, [packed])
             else:
                 group[2].append(packed)
+        self._reindex_groups(pairs.values())
+
+    def _reindex_groups(
+        self, groups: Iterable[tuple[PartitionRegistration, PartitionRegistration, list[PackedPartition]]],
+    ) -> None:
+        """`_reindex` of each group's partitions, all going from the group's previous registration
+        to its current one."""
         isr_moves: dict[tuple[tuple[int, ...], tuple[int, ...]], list[PackedPartition]] = {}
         leaderless: tuple[list[PackedPartition], list[PackedPartition]] = ([], [])
         imbalanced: tuple[list[PackedPartition], list[PackedPartition]] = ([], [])
-        for previous, current, packeds in pairs.values():
+        for previous, current, packeds in groups:
             if (
                 previous.replicas is not current.replicas or previous.directories is not current.directories
                 or previous.elr != current.elr or previous.adding_replicas != current.adding_replicas
@@ -900,7 +949,7 @@ class ReplicationControlManager:
 
     def _leader_and_isr_updates(
         self, *, broker_to_remove: int | None, broker_to_add: int | None, partitions: Iterable[PackedPartition],
-        records: list[RecordAndVersion], broker_with_unclean_shutdown: int | None = None,
+        records: RecordSink, broker_with_unclean_shutdown: int | None = None,
     ) -> None:
         """Kafka's generateLeaderAndIsrUpdates over `partitions` (packed, in Kafka's order).
         `broker_to_remove` leaves the ISR and may not lead; `broker_to_add` may lead though still
@@ -910,26 +959,36 @@ class ReplicationControlManager:
         directories, ISR, ELR, last known ELR, leader, recovery state) and its topic's min ISR and
         unclean-election setting: which candidates may lead is the same question for the same
         replicas on the same directories, and generation changes no state. So the change is
-        built once per distinct state and every partition in that state gets its record: one
-        broker's fence at 100k partitions over a few brokers runs a handful of builders, not 100k
-        (and the records share their ISR and replica tuples). `tests/controller/
-        test_broker_lifecycle.py` checks the records against a builder per partition."""
+        built once per distinct state, and the records are a `PartitionChangeRun`: the distinct
+        changes and, per partition, which one (a kind per distinct registration object, so that
+        a replay merges once per kind) and the partition's ids. One broker's fence at 100k
+        partitions over a few brokers runs a handful of builders and builds no record object; a
+        `RecordList` keeps the run whole, a plain list gets its records.
+        `tests/controller/test_broker_lifecycle.py` checks the records against a builder per
+        partition."""
         mv = self._features.metadata_version_or_raise()
         elr_enabled = self._features.is_elr_enabled()
         version = mv.partition_change_record_version
         leaving = [r for r in (broker_to_remove, broker_with_unclean_shutdown) if r is not None]
-        latest = self._partitions.latest()
+        latest_get = self._partitions.latest().get
         topic_settings = self._topic_settings_reader()
-        makers: dict[tuple[object, ...], _ChangeRecordMaker | None] = {}
-        # Partitions in one state usually share one registration (`MergeMemo`): the maker is found
-        # by the registration's identity first (the entry holds it, so its id stays its own), and
-        # the state is only spelled out for a registration not seen yet.
-        by_registration: dict[tuple[int, tuple[int, bool]], tuple[PartitionRegistration, _ChangeRecordMaker | None]] = {}
+        templates: dict[tuple[object, ...], PartitionChangeRecord | None] = {}
+        changes: list[PartitionChangeRecord] = []
+        kinds: list[int] = []
+        partition_ids: list[int] = []
+        topic_ids: list[uuid.UUID] = []
+        add_kind, add_partition_id, add_topic_id = kinds.append, partition_ids.append, topic_ids.append
+        # Partitions in one state usually share one registration (`MergeMemo`): the kind is found
+        # by the registration's identity (the entry holds it, so its id stays its own), per topic
+        # settings, and the state is only spelled out for a registration not seen yet.
+        by_settings: dict[tuple[int, bool], dict[int, tuple[PartitionRegistration, int]]] = {}
+        seen: dict[int, tuple[PartitionRegistration, int]] = {}
         topic_int = -1
         topic_id = ZERO_UUID
         settings: tuple[int, bool] = (1, False)
+        mask = _PARTITION_MASK
         for packed in partitions:
-            partition = latest.get(packed)
+            partition = latest_get(packed)
             if partition is None:
                 raise RuntimeError(f"Partition {packed & _PARTITION_MASK} of topic {packed >> _PARTITION_BITS:032x} "
                                    "is indexed but not in the partitions map.")
@@ -938,35 +997,46 @@ class ReplicationControlManager:
                 topic_int = packed >> _PARTITION_BITS
                 topic_id = self._unpack(packed)[0]
                 settings = topic_settings(topic_id)
-            seen = by_registration.get((id(partition), settings))
-            if seen is not None:
-                if seen[1] is not None:
-                    records.append(RecordAndVersion(seen[1].record(packed & _PARTITION_MASK, topic_id), version))
-                continue
-            # Directories by their integers: a Uuid hashes through a Python call, an int in C.
-            state = (
-                partition.replicas, tuple(map(_uuid_int, partition.directories)), partition.isr,
-                partition.removing_replicas, partition.adding_replicas, partition.elr, partition.last_known_elr,
-                partition.leader, int(partition.leader_recovery_state), settings,
-            )
-            maker = makers.get(state, _UNBUILT)
-            if maker is _UNBUILT:
-                builder = self._builder(partition, min_isr=settings[0], exclude=broker_to_remove,
-                                        unclean_shutdown=broker_with_unclean_shutdown, include=broker_to_add, mv=mv,
-                                        elr_enabled=elr_enabled)
-                if settings[1]:
-                    builder.set_election(Election.UNCLEAN)
-                if leaving:
-                    builder.set_target_isr([r for r in partition.isr if r not in leaving])
-                change = builder.build()
-                maker = makers[state] = None if change is None else _ChangeRecordMaker(change)
-            by_registration[id(partition), settings] = (partition, maker if isinstance(maker, _ChangeRecordMaker) else None)
-            if isinstance(maker, _ChangeRecordMaker):
-                records.append(RecordAndVersion(maker.record(packed & _PARTITION_MASK, topic_id), version))
+                seen = by_settings.setdefault(settings, {})
+            found = seen.get(id(partition))
+            if found is None:
+                # Directories by their integers: a Uuid hashes through a Python call, an int in C.
+                state = (
+                    partition.replicas, tuple(map(_uuid_int, partition.directories)), partition.isr,
+                    partition.removing_replicas, partition.adding_replicas, partition.elr, partition.last_known_elr,
+                    partition.leader, int(partition.leader_recovery_state), settings,
+                )
+                if state in templates:
+                    template = templates[state]
+                else:
+                    builder = self._builder(partition, min_isr=settings[0], exclude=broker_to_remove,
+                                            unclean_shutdown=broker_with_unclean_shutdown, include=broker_to_add,
+                                            mv=mv, elr_enabled=elr_enabled)
+                    if settings[1]:
+                        builder.set_election(Election.UNCLEAN)
+                    if leaving:
+                        builder.set_target_isr([r for r in partition.isr if r not in leaving])
+                    change = builder.build()
+                    template = templates[state] = None if change is None else _change_record_of((ZERO_UUID, 0), change)
+                kind = -1
+                if template is not None:
+                    kind = len(changes)
+                    changes.append(template)
+                found = seen[id(partition)] = (partition, kind)
+            if found[1] >= 0:
+                add_kind(found[1])
+                add_partition_id(packed & mask)
+                add_topic_id(topic_id)
+        run = PartitionChangeRun(changes=changes, version=version, kinds=kinds, partition_ids=partition_ids,
+                                 topic_ids=topic_ids)
+        if isinstance(records, RecordList):
+            records.append_run(run)
+        else:
+            records.extend(RecordAndVersion(record, version) for record in run)
 
     # -- broker lifecycle ------------------------------------------------------------------
 
-    def handle_broker_fenced(self, broker_id: int, records: list[RecordAndVersion]) -> None:
+    def handle_broker_fenced(self, broker_id: int, records: RecordSink) -> None:
         registration = self._cluster.broker(broker_id)
         if registration is None:
             raise RuntimeError(f"Can't fence unknown broker {broker_id}")
@@ -976,7 +1046,7 @@ class ReplicationControlManager:
             BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=registration.epoch, fenced=1), 0,
         ))
 
-    def handle_broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[RecordAndVersion]) -> None:
+    def handle_broker_unfenced(self, broker_id: int, broker_epoch: int, records: RecordSink) -> None:
         records.append(RecordAndVersion(
             BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1), 0,
         ))
@@ -986,7 +1056,7 @@ class ReplicationControlManager:
                                      partitions=sorted(self._leaderless), records=records)
 
     def handle_broker_in_controlled_shutdown(self, broker_id: int, broker_epoch: int,
-                                             records: list[RecordAndVersion]) -> None:
+                                             records: RecordSink) -> None:
         registration = self._cluster.broker(broker_id)
         if registration is None or not registration.in_controlled_shutdown:
             records.append(RecordAndVersion(
@@ -996,7 +1066,7 @@ class ReplicationControlManager:
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                      partitions=self._in_isr(broker_id), records=records)
 
-    def handle_broker_shutdown(self, broker_id: int, *, clean: bool, records: list[RecordAndVersion]) -> None:
+    def handle_broker_shutdown(self, broker_id: int, *, clean: bool, records: RecordSink) -> None:
         """A new incarnation registered (Kafka's handleBrokerShutdown). With ELR on and no clean
         shutdown (the broker did not present the epoch its last incarnation closed with), the old
         incarnation's replicas leave every ISR and ELR: their logs may have lost acknowledged
@@ -1013,7 +1083,7 @@ class ReplicationControlManager:
                                          partitions=self._in_isr(broker_id), records=records)
 
     def handle_directories_offline(
-        self, broker_id: int, broker_epoch: int, offline_dirs: Iterable[uuid.UUID], records: list[RecordAndVersion],
+        self, broker_id: int, broker_epoch: int, offline_dirs: Iterable[uuid.UUID], records: RecordSink,
     ) -> None:
         """A broker reported log directories offline: move leadership off (and take the broker
         out of the ISR of) every partition whose replica there lives there, then record the
@@ -1051,7 +1121,7 @@ class ReplicationControlManager:
             current_metadata_offset=current_metadata_offset, registration_offset=registration_offset,
             has_leaderships=lambda: self.has_leaderships(broker_id),
         )
-        records: list[RecordAndVersion] = []
+        records = RecordList()
         if current is not nxt:
             if nxt in (BrokerControlState.FENCED, BrokerControlState.SHUTDOWN_NOW):
                 self.handle_broker_fenced(broker_id, records)
@@ -1077,7 +1147,7 @@ class ReplicationControlManager:
         """Fence at most one broker whose session expired, so each fence's effect (leadership
         moves) is visible before the next."""
         heartbeat = self._cluster.heartbeat_manager_or_raise()
-        records: list[RecordAndVersion] = []
+        records = RecordList()
         expired = heartbeat.tracker.maybe_remove_expired(now_ms)
         if expired is not None:
             broker_id, epoch = expired
@@ -1091,7 +1161,7 @@ class ReplicationControlManager:
         registration = self._cluster.broker(broker_id)
         if registration is None:
             raise ControllerApiError(ErrorCode.broker_id_not_registered, f"Broker ID {broker_id} is not currently registered")
-        records: list[RecordAndVersion] = []
+        records = RecordList()
         self._leader_and_isr_updates(broker_to_remove=broker_id, broker_to_add=None,
                                      partitions=self._in_isr(broker_id), records=records)
         # As Kafka's handleBrokerUnregistered: the partitions whose ELR holds it are rebuilt too.
@@ -1502,23 +1572,7 @@ class ReplicationControlManager:
                 records.append(merged)
 
 
-# A fan-out writes one PartitionChangeRecord per partition from a handful of distinct changes (see
-# `_leader_and_isr_updates`). Kafka's record class is a frozen dataclass whose __init__ stores each
-# of its eleven fields through object.__setattr__; `_ChangeRecordMaker` stores them through their
-# slot descriptors, as `PartitionRegistration`'s `_built` does: the same record at half the cost.
-_CHANGE_FIELDS = (
-    "partition_id", "topic_id", "isr", "leader", "replicas", "removing_replicas", "adding_replicas",
-    "leader_recovery_state", "directories", "eligible_leader_replicas", "last_known_elr",
-)
-# Its __post_init__ would be skipped; there is none (the template is built by the constructor).
-require(not hasattr(PartitionChangeRecord, "__post_init__"), "PartitionChangeRecord checks itself in __post_init__")
-(
-    _set_partition_id, _set_topic_id, _set_isr, _set_leader, _set_replicas, _set_removing, _set_adding,
-    _set_recovery, _set_directories, _set_elr, _set_last_known_elr,
-) = slot_setters(PartitionChangeRecord, _CHANGE_FIELDS)
-_new = object.__new__
 _uuid_int = operator.attrgetter("int")
-_UNBUILT = object()
 
 
 def _change_record_of(key: TopicPartition, change: PartitionChange) -> PartitionChangeRecord:
@@ -1533,32 +1587,6 @@ def _change_record_of(key: TopicPartition, change: PartitionChange) -> Partition
 
 def _no_config(name: str) -> str | None:
     return None
-
-
-class _ChangeRecordMaker:
-    """One change's PartitionChangeRecord for any partition. The change's fields are checked once,
-    by the record class's own constructor; `record` then copies them to each partition's record."""
-
-    __slots__ = ("_template",)
-
-    def __init__(self, change: PartitionChange) -> None:
-        self._template = _change_record_of((ZERO_UUID, 0), change)
-
-    def record(self, partition_id: int, topic_id: uuid.UUID) -> PartitionChangeRecord:
-        t = self._template
-        record: PartitionChangeRecord = _new(PartitionChangeRecord)
-        _set_partition_id(record, partition_id)
-        _set_topic_id(record, topic_id)
-        _set_isr(record, t.isr)
-        _set_leader(record, t.leader)
-        _set_replicas(record, t.replicas)
-        _set_removing(record, t.removing_replicas)
-        _set_adding(record, t.adding_replicas)
-        _set_recovery(record, t.leader_recovery_state)
-        _set_directories(record, t.directories)
-        _set_elr(record, t.eligible_leader_replicas)
-        _set_last_known_elr(record, t.last_known_elr)
-        return record
 
 
 def _once_per_topic(lookup: Callable[[uuid.UUID], T]) -> Callable[[uuid.UUID], T]:

@@ -8,13 +8,19 @@ completions, failures and a resignation in `ControllerEffects` for the shell to 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, NamedTuple, TypeVar
+from typing import ClassVar, Generic, NamedTuple, TypeVar, overload
 
 from kio.schema.errors import ErrorCode
 
 from kraft_engine.errors import ControllerError
+from kraft_engine.records import (
+    PartitionChangeRun,
+    RecordParts,
+    encode_metadata_record_parts,
+    encode_metadata_records,
+)
 
 __all__ = [
     "MAX_PARTITIONS_PER_BATCH",
@@ -22,12 +28,17 @@ __all__ = [
     "MAX_RECORDS_PER_USER_OP",
     "ApiError",
     "RecordAndVersion",
+    "RecordList",
+    "RecordSink",
+    "VersionedRun",
     "ControllerApiError",
     "ControllerEffects",
     "ControllerResult",
     "FailedWrite",
     "check_request_size",
     "check_user_op_size",
+    "encode_records",
+    "records_only",
 ]
 
 R = TypeVar("R")
@@ -57,6 +68,124 @@ class RecordAndVersion(NamedTuple):
 
     record: object
     version: int
+
+
+class VersionedRun(Sequence[RecordAndVersion]):
+    """A `PartitionChangeRun` read as (record, version) pairs: how a fan-out's records sit among a
+    write's other records (`RecordList`)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: PartitionChangeRun) -> None:
+        self.run = run
+
+    def __len__(self) -> int:
+        return len(self.run)
+
+    @overload
+    def __getitem__(self, index: int) -> RecordAndVersion: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> VersionedRun: ...
+
+    def __getitem__(self, index: int | slice) -> RecordAndVersion | VersionedRun:
+        if isinstance(index, slice):
+            return VersionedRun(self.run[index])
+        return RecordAndVersion(self.run[index], self.run.version)
+
+    def __iter__(self) -> Iterator[RecordAndVersion]:
+        version = self.run.version
+        for record in self.run:
+            yield RecordAndVersion(record, version)
+
+
+class RecordList(Sequence[RecordAndVersion]):
+    """A write's records as it generates them: records appended one by one, and the runs of a
+    partition-change fan-out kept as columns (`records.record_runs`), which the raft port
+    encodes, the controller replays and the loader applies per distinct change. Read item by
+    item it is the list of (record, version) pairs it stands for."""
+
+    __slots__ = ("_length", "_parts")
+
+    def __init__(self, items: Iterable[RecordAndVersion] = ()) -> None:
+        self._parts: list[list[RecordAndVersion] | VersionedRun] = []
+        self._length = 0
+        self.extend(items)
+
+    def append(self, item: RecordAndVersion) -> None:
+        parts = self._parts
+        if not parts or not isinstance(parts[-1], list):
+            parts.append([])
+        last = parts[-1]
+        if not isinstance(last, list):
+            raise TypeError("record list parts out of order")
+        last.append(item)
+        self._length += 1
+
+    def extend(self, items: Iterable[RecordAndVersion]) -> None:
+        for item in items:
+            self.append(item)
+
+    def append_run(self, run: PartitionChangeRun) -> None:
+        if len(run):
+            self._parts.append(VersionedRun(run))
+            self._length += len(run)
+
+    def frozen(self) -> RecordParts[RecordAndVersion]:
+        """The records as they are now, sliceable into batches without building a record."""
+        return RecordParts(list(part) if isinstance(part, list) else part for part in self._parts)
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> RecordAndVersion: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> RecordParts[RecordAndVersion]: ...
+
+    def __getitem__(self, index: int | slice) -> RecordAndVersion | RecordParts[RecordAndVersion]:
+        return self.frozen()[index]
+
+    def __iter__(self) -> Iterator[RecordAndVersion]:
+        for part in self._parts:
+            yield from part
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (RecordList, RecordParts, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RecordList({list(self)!r})"
+
+
+RecordSink = list[RecordAndVersion] | RecordList
+"""Where a manager's generation puts its records: a fan-out keeps its run whole in a `RecordList`."""
+
+
+def encode_records(records: Sequence[RecordAndVersion]) -> list[bytes]:
+    """The framed bytes of each record, runs encoded per distinct change (`encode_metadata_record_parts`)."""
+    if isinstance(records, RecordList):
+        records = records.frozen()
+    if isinstance(records, RecordParts):
+        return encode_metadata_record_parts(part.run if isinstance(part, VersionedRun) else part
+                                            for part in records.parts)
+    return encode_metadata_records(records)
+
+
+def records_only(records: Sequence[RecordAndVersion]) -> Sequence[object]:
+    """The records without their versions, runs kept as runs (for the loader of the node that wrote them)."""
+    if isinstance(records, RecordList):
+        records = records.frozen()
+    if isinstance(records, RecordParts):
+        return RecordParts[object](
+            part.run if isinstance(part, VersionedRun) else tuple(record for record, _ in part)
+            for part in records.parts
+        )
+    return tuple(record for record, _ in records)
 
 
 @dataclass(frozen=True, slots=True)

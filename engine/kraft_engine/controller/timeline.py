@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Collection, Iterator, Mapping
+from itertools import repeat
 from typing import Any, Generic, TypeVar, cast
 
 __all__ = ["SnapshotRegistry", "TimelineHashMap", "TimelineHashSet", "TimelineValue"]
@@ -273,9 +274,19 @@ class TimelineHashMap(_Revertable, Generic[K, V]):
         would save them."""
         delta = self._registry._latest_dict_delta(self._id)
         if delta is not None:
-            current = self._current
-            delta.update({key: current.get(key, _ABSENT) for key in items if key not in delta})
+            # In C, not a Python step per key: a fence stores 100k partitions here.
+            keys: Collection[K] = items.keys() - delta.keys() if delta else items.keys()
+            delta.update(zip(keys, map(self._current.get, keys, repeat(_ABSENT)), strict=True))
         self._current.update(items)
+
+    def put_same(self, keys: Collection[K], value: V, *, previous: V) -> None:
+        """`put(key, value)` of each key, where the caller knows that every key holds `previous`
+        now: the snapshot saves `previous` for them in one step (a fence moves tens of thousands
+        of partitions from one shared registration to another)."""
+        delta = self._registry._latest_dict_delta(self._id)
+        if delta is not None:
+            delta.update(dict.fromkeys(keys - delta.keys() if delta else keys, previous))
+        self._current.update(dict.fromkeys(keys, value))
 
     def remove(self, key: K) -> V | None:
         """Remove `key`; return its previous value, or None if it was absent."""
@@ -426,21 +437,23 @@ class TimelineHashSet(_Revertable, Generic[T]):
             self.discard(element)
 
     def add_many(self, elements: Collection[T]) -> None:
-        """`add` of each element, in one pass."""
+        """`add` of each element, in one pass (set operations in C, not a Python step per element)."""
         current = self._current
-        self._save_many([e for e in elements if e not in current], present=False)
+        if self._registry._has_snapshots():
+            self._save_many(set(elements).difference(current), present=False)
         current.update(elements)
 
     def discard_many(self, elements: Collection[T]) -> None:
         """`discard` of each element, in one pass."""
         current = self._current
-        self._save_many([e for e in elements if e in current], present=True)
+        if self._registry._has_snapshots():
+            self._save_many(current.intersection(elements), present=True)
         current.difference_update(elements)
 
-    def _save_many(self, elements: list[T], *, present: bool) -> None:
+    def _save_many(self, elements: set[T], *, present: bool) -> None:
         delta = self._registry._latest_dict_delta(self._id) if elements else None
         if delta is not None:
-            delta.update({element: present for element in elements if element not in delta})
+            delta.update(dict.fromkeys(elements.difference(delta.keys()) if delta else elements, present))
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from kraft_engine.records.metadata_records import (
     EndTransactionRecord,
     PartitionChangeRecord,
 )
+from kraft_engine.records.record_runs import PartitionChangeRun, RecordParts
 
 __all__ = ["MetadataLoader"]
 
@@ -223,6 +224,8 @@ class MetadataLoader:
         """The PartitionChangeRecords from `start` on (after one replayed alone, which settled the
         transaction state they leave as it is), replayed together; the index after them. A run
         the delta refuses is left to the record-by-record loop, which names the failing record."""
+        if isinstance(records, RecordParts):
+            return self._replay_change_run(records, start, base_offset=base_offset)
         end = start
         count = len(records)
         while end < count and type(records[end]) is PartitionChangeRecord:
@@ -231,6 +234,22 @@ class MetadataLoader:
             return start
         try:
             self._delta.replay_partition_changes(cast("Sequence[PartitionChangeRecord]", records[start:end]))
+        except MetadataReplayError:
+            return start
+        self._last_offset = base_offset + end - 1
+        return end
+
+    def _replay_change_run(self, records: RecordParts[object], start: int, *, base_offset: int) -> int:
+        """As `_replay_partition_changes`, where `start` is inside a fan-out's run (`record_runs`):
+        the rest of that run is replayed from its columns, without building its records."""
+        if start >= len(records):
+            return start
+        part, part_start = records.part_at(start)
+        if not isinstance(part, PartitionChangeRun) or part_start + len(part) - start < 2:
+            return start
+        end = part_start + len(part)
+        try:
+            self._delta.replay_partition_change_run(part[start - part_start :])
         except MetadataReplayError:
             return start
         self._last_offset = base_offset + end - 1

@@ -49,6 +49,7 @@ from kraft_engine.records.metadata_records import (
     UserScramCredentialRecord,
     ZkMigrationStateRecord,
 )
+from kraft_engine.records.record_runs import PartitionChangeRun
 
 __all__ = ["MetadataDelta"]
 
@@ -131,6 +132,10 @@ class MetadataDelta:
     def replay_partition_changes(self, records: Sequence[PartitionChangeRecord]) -> None:
         """`replay` of each of these records in turn, all or nothing (see `TopicsDelta`)."""
         self.get_or_create_topics_delta().replay_partition_changes(records)
+
+    def replay_partition_change_run(self, run: PartitionChangeRun) -> None:
+        """`replay` of each record of a fan-out's run in turn, all or nothing (see `TopicsDelta`)."""
+        self.get_or_create_topics_delta().replay_partition_change_run(run)
 
     def _replay_remove_topic(self, record: RemoveTopicRecord) -> None:
         name = self.get_or_create_topics_delta().replay_remove_topic(record)

@@ -1,13 +1,15 @@
 """The topics sub-image: topics by id and by name, their partitions, and reverse indexes by broker.
 
 Sharing is per topic: applying a delta that touches one partition builds one new `TopicImage` and
-new top-level maps, and every other `TopicImage` is the same object as before. The reverse indexes
-(broker -> partitions it leads / is in the ISR of / hosts) and the offline and preferred-leader
-imbalance counts are maintained incrementally from each delta's partition changes, so that the
-controller can find "every partition broker 3 leads" without scanning 100k partitions, and fencing
-one broker costs in proportion to that broker's partitions, not the cluster's.
-"""
+new top-level maps, and every other `TopicImage` is the same object as before.
 
+The reverse indexes (broker -> partitions it leads / is in the ISR of / hosts) and the offline and
+preferred-leader imbalance counts are built when first read, by one pass over the image, and kept
+with it. Nothing on a node's commit path reads them (the controller keeps its own indexes in its
+timeline, brokers work from each delta's `local_changes`), and keeping them current on every
+publish cost one broker's fence at 100k partitions more than building the new image itself: a
+set per (broker, topic) moved and sorted again for every topic the broker held.
+"""
 from __future__ import annotations
 
 import bisect
@@ -28,6 +30,7 @@ from kraft_engine.records.metadata_records import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from kraft_engine.records.record_runs import PartitionChangeRun
 
 __all__ = ["BrokerPartitionIndex", "TopicDelta", "TopicIdPartition", "TopicImage", "TopicsDelta", "TopicsImage"]
 
@@ -114,60 +117,47 @@ class BrokerPartitionIndex:
         return sorted(self.by_broker)
 
 
-class _IndexBuilder:
-    """Accumulates (broker, topic, partition) additions and removals, then builds a new index
-    copying only the brokers and topics that changed."""
+class _Derived:
+    """A `TopicsImage`'s reverse indexes and counts, built on first read (`_scan`) and kept."""
 
-    def __init__(self, base: BrokerPartitionIndex) -> None:
-        self._base = base
-        self._touched: dict[int, dict[uuid.UUID, set[int]]] = {}
-        # The sets of the topic being updated, by broker: a topic's partitions arrive together, so
-        # each (broker, topic) set is found once per topic instead of once per partition, which
-        # spares hashing the Uuid (a Python-level __hash__) for every replica of every partition.
-        self._topic_id: uuid.UUID | None = None
-        self._topic_sets: dict[int, set[int]] = {}
+    __slots__ = ("value",)
 
-    def _set(self, broker_id: int) -> set[int]:
-        topic_id = self._topic_id
-        if topic_id is None:
-            raise MetadataReplayError("reverse index update without a topic")
-        topics = self._touched.setdefault(broker_id, {})
-        found = topics.get(topic_id)
-        if found is None:
-            found = set(self._base.by_broker.get(broker_id, EMPTY_MAP).get(topic_id, ()))
-            topics[topic_id] = found
-        self._topic_sets[broker_id] = found
-        return found
+    def __init__(self) -> None:
+        self.value: _Indexes | None = None
 
-    def move(
-        self, topic_id: uuid.UUID, partition_ids: Sequence[int], *, leave: tuple[int, ...], join: tuple[int, ...]
-    ) -> None:
-        """Each of a topic's `partition_ids` leaves the brokers in `leave` and joins those in `join`."""
-        if topic_id is not self._topic_id:
-            self._topic_id = topic_id
-            self._topic_sets = {}
-        sets = self._topic_sets
-        for broker_id in leave:
-            (sets.get(broker_id) or self._set(broker_id)).difference_update(partition_ids)
-        for broker_id in join:
-            (sets.get(broker_id) or self._set(broker_id)).update(partition_ids)
 
-    def build(self) -> BrokerPartitionIndex:
-        if not self._touched:
-            return self._base
-        by_broker = thawed(self._base.by_broker)
-        for broker_id, topics in self._touched.items():
-            inner = thawed(by_broker.get(broker_id, EMPTY_MAP))
-            for topic_id, partitions in topics.items():
-                if partitions:
-                    inner[topic_id] = tuple(sorted(partitions))
-                else:
-                    inner.pop(topic_id, None)
-            if inner:
-                by_broker[broker_id] = frozen_map(inner)
-            else:
-                by_broker.pop(broker_id, None)
-        return BrokerPartitionIndex(frozen_map(by_broker))
+class _Indexes(NamedTuple):
+    leaders: BrokerPartitionIndex
+    isr_members: BrokerPartitionIndex
+    replicas: BrokerPartitionIndex
+    offline_partition_count: int
+    preferred_replica_imbalance_count: int
+
+
+def _scan(topics_by_id: Mapping[uuid.UUID, TopicImage]) -> _Indexes:
+    """Every partition's roles, by broker, and the partition-health counts, in one pass."""
+    roles: tuple[dict[int, dict[uuid.UUID, list[int]]], ...] = ({}, {}, {})
+    offline = imbalanced = 0
+    for topic_id, topic in topics_by_id.items():
+        partitions = topic.partitions
+        for partition_id in sorted(partitions):
+            registration = partitions[partition_id]
+            leader = registration.leader
+            # Leaderless counts as offline, and never as having its preferred (first) replica lead.
+            offline += leader == NO_LEADER
+            imbalanced += leader == NO_LEADER or not registration.replicas or leader != registration.replicas[0]
+            held = (() if leader == NO_LEADER else (leader,), registration.isr, registration.replicas)
+            for index, brokers in zip(roles, held, strict=True):
+                for broker_id in brokers:
+                    index.setdefault(broker_id, {}).setdefault(topic_id, []).append(partition_id)
+    leaders, isr_members, replicas = (
+        BrokerPartitionIndex(frozen_map({
+            broker_id: frozen_map({topic_id: tuple(ids) for topic_id, ids in topics.items()})
+            for broker_id, topics in index.items()
+        }))
+        for index in roles
+    )
+    return _Indexes(leaders, isr_members, replicas, offline, imbalanced)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -178,14 +168,39 @@ class TopicsImage:
 
     topics_by_id: Mapping[uuid.UUID, TopicImage]
     topics_by_name: Mapping[str, TopicImage]
-    leaders: BrokerPartitionIndex = field(default_factory=BrokerPartitionIndex, compare=False)
-    isr_members: BrokerPartitionIndex = field(default_factory=BrokerPartitionIndex, compare=False)
-    replicas: BrokerPartitionIndex = field(default_factory=BrokerPartitionIndex, compare=False)
-    offline_partition_count: int = field(default=0, compare=False)
-    preferred_replica_imbalance_count: int = field(default=0, compare=False)
+    _derived: _Derived = field(default_factory=_Derived, compare=False)
+
+    def _indexes(self) -> _Indexes:
+        # Two threads reading at once may both scan: the results are equal, either may stay.
+        found = self._derived.value
+        if found is None:
+            found = self._derived.value = _scan(self.topics_by_id)
+        return found
+
+    @property
+    def leaders(self) -> BrokerPartitionIndex:
+        return self._indexes().leaders
+
+    @property
+    def isr_members(self) -> BrokerPartitionIndex:
+        return self._indexes().isr_members
+
+    @property
+    def replicas(self) -> BrokerPartitionIndex:
+        return self._indexes().replicas
+
+    @property
+    def offline_partition_count(self) -> int:
+        """Partitions without a leader."""
+        return self._indexes().offline_partition_count
+
+    @property
+    def preferred_replica_imbalance_count(self) -> int:
+        """Partitions not led by their preferred (first) replica."""
+        return self._indexes().preferred_replica_imbalance_count
 
     def __repr__(self) -> str:
-        return f"TopicsImage(topics={len(self.topics_by_id)}, offline={self.offline_partition_count})"
+        return f"TopicsImage(topics={len(self.topics_by_id)})"
 
     def is_empty(self) -> bool:
         return not self.topics_by_id
@@ -350,6 +365,13 @@ class TopicsDelta:
         self.created_topic_ids.add(topic_id)
 
     def _topic_delta(self, topic_id: uuid.UUID, record: PartitionRecord | PartitionChangeRecord) -> TopicDelta:
+        delta = self._topic_delta_of(topic_id)
+        if delta is None:
+            raise MetadataReplayError(f"{type(record).__name__} {record.partition_id} for unknown topic id {topic_id}")
+        return delta
+
+    def _topic_delta_of(self, topic_id: uuid.UUID) -> TopicDelta | None:
+        """The delta of a topic this delta knows (started here if need be), None for an unknown one."""
         last = self._last_topic
         if last is not None and last[0] == topic_id.int:
             return last[1]
@@ -357,9 +379,7 @@ class TopicsDelta:
         if delta is None:
             topic = self.image.topics_by_id.get(topic_id)
             if topic is None or topic_id in self.deleted_topic_ids:
-                raise MetadataReplayError(
-                    f"{type(record).__name__} {record.partition_id} for unknown topic id {topic_id}"
-                )
+                return None
             delta = TopicDelta(topic)
             self.changed_topics[topic_id] = delta
         self._last_topic = (topic_id.int, delta)
@@ -399,6 +419,47 @@ class TopicsDelta:
             merged[key] = (changes, partition_id, merge(current, record))
         for changes, partition_id, registration in merged.values():
             changes[partition_id] = registration
+
+    def replay_partition_change_run(self, run: PartitionChangeRun) -> None:
+        """`replay_partition_changes` of a fan-out's run (`records.record_runs`), without building
+        its records: per partition a lookup, and one merge per distinct (change, registration)
+        pair. All or nothing, as `replay_partition_changes`."""
+        changes_of = run.changes
+        merged: dict[tuple[int, int], tuple[PartitionRegistration, PartitionRegistration]] = {}
+        merge = MergeMemo().merge
+        # Per topic (by its id's integer) its delta's changes, its image's partitions, its name and
+        # the merges staged for it; a topic's records usually come together, but need not.
+        staged_topics: dict[int, tuple[dict[int, PartitionRegistration], Mapping[int, PartitionRegistration], str,
+                                       dict[int, PartitionRegistration]]] = {}
+        topic: uuid.UUID | None = None
+        staged: dict[int, PartitionRegistration] = {}
+        changes: dict[int, PartitionRegistration] = {}
+        partitions: Mapping[int, PartitionRegistration] = EMPTY_MAP
+        name = ""
+        for kind, partition_id, topic_id in zip(run.kinds, run.partition_ids, run.topic_ids, strict=True):
+            if topic_id is not topic:
+                topic = topic_id
+                found_topic = staged_topics.get(topic_id.int)
+                if found_topic is None:
+                    delta = self._topic_delta_of(topic_id)
+                    if delta is None:
+                        raise MetadataReplayError(
+                            f"PartitionChangeRecord {partition_id} for unknown topic id {topic_id}")
+                    found_topic = staged_topics[topic_id.int] = (
+                        delta.partition_changes, delta.image.partitions, delta.name, {})
+                changes, partitions, name, staged = found_topic
+            current = staged.get(partition_id) or changes.get(partition_id) or partitions.get(partition_id)
+            if current is None:
+                raise MetadataReplayError(
+                    f"PartitionChangeRecord for unknown partition {partition_id} of topic {name!r} ({topic_id})"
+                )
+            # `merged` holds `current`, so its id stays its own while the memo lives.
+            found = merged.get((kind, id(current)))
+            if found is None:
+                found = merged[kind, id(current)] = (current, merge(current, changes_of[kind]))
+            staged[partition_id] = found[1]
+        for changes, _, _, staged in staged_topics.values():
+            changes.update(staged)
 
     def replay_clear_elr(self, record: ClearElrRecord) -> None:
         """Kafka's TopicsDelta.replay(ClearElrRecord): the named topic (created in this delta or in
@@ -471,15 +532,11 @@ class TopicsDelta:
         base = self.image
         by_id = thawed(base.topics_by_id)
         by_name = thawed(base.topics_by_name)
-        accounts = _Accounts(base)
-        account = accounts.account
 
         for topic_id in self.deleted_topic_ids:
             topic = by_id.pop(topic_id)
             if by_name.get(topic.name) is topic:
                 del by_name[topic.name]
-            for partition_id, partition in topic.partitions.items():
-                account(topic_id, partition_id, old=partition, new=None)
 
         for topic_id, delta in self.changed_topics.items():
             previous = base.topics_by_id.get(topic_id) if topic_id not in self.deleted_topic_ids else None
@@ -493,108 +550,5 @@ class TopicsDelta:
                 )
             by_id[topic_id] = topic
             by_name[topic.name] = topic
-            if delta.replaces_existing and previous is not None:
-                for partition_id in previous.partitions.keys() | topic.partitions.keys():
-                    account(
-                        topic_id,
-                        partition_id,
-                        old=previous.partitions.get(partition_id),
-                        new=topic.partitions.get(partition_id),
-                    )
-            else:
-                accounts.account_changes(topic_id, delta.image.partitions, delta.partition_changes)
 
-        return TopicsImage(
-            frozen_map(by_id),
-            frozen_map(by_name),
-            leaders=accounts.leaders.build(),
-            isr_members=accounts.isr_members.build(),
-            replicas=accounts.replicas.build(),
-            offline_partition_count=accounts.offline,
-            preferred_replica_imbalance_count=accounts.imbalanced,
-        )
-
-
-# A partition's change as the indexes and counts see it: (offline delta, imbalance delta, and per
-# reverse index whose holders change, the brokers it leaves and those it joins).
-_Move = tuple[int, int, tuple[tuple["_IndexBuilder", tuple[int, ...], tuple[int, ...]], ...]]
-
-
-class _Accounts:
-    """The reverse indexes and partition-health counts of a new image, moved from the base
-    image's by the partitions that changed: per distinct (old, new) registration pair and topic,
-    not per partition (one broker's fence at 100k partitions changes 100k partitions through a
-    few pairs)."""
-
-    def __init__(self, base: TopicsImage) -> None:
-        self.leaders = _IndexBuilder(base.leaders)
-        self.isr_members = _IndexBuilder(base.isr_members)
-        self.replicas = _IndexBuilder(base.replicas)
-        self.offline = base.offline_partition_count
-        self.imbalanced = base.preferred_replica_imbalance_count
-        self._moves: dict[tuple[int, int], tuple[PartitionRegistration | None, PartitionRegistration | None, _Move]] = {}
-
-    def account_changes(
-        self, topic_id: uuid.UUID, old: Mapping[int, PartitionRegistration], new: Mapping[int, PartitionRegistration]
-    ) -> None:
-        """`account` of every partition in `new` against its registration in `old`. Partitions in
-        the same state share their registration (`MergeMemo`), so each distinct (old, new) pair is
-        accounted once for all its partitions, and what it moves is worked out once per apply."""
-        pairs: dict[tuple[int, int], tuple[PartitionRegistration | None, PartitionRegistration, list[int]]] = {}
-        for partition_id, registration in new.items():
-            # Both registrations are held by `old` and `new`, so their ids stay theirs meanwhile.
-            before = old.get(partition_id)
-            group = pairs.get((id(before), id(registration)))
-            if group is None:
-                pairs[id(before), id(registration)] = (before, registration, [partition_id])
-            else:
-                group[2].append(partition_id)
-        for before, registration, partition_ids in pairs.values():
-            self._account_all(topic_id, partition_ids, old=before, new=registration)
-
-    def account(
-        self, topic_id: uuid.UUID, partition_id: int, *, old: PartitionRegistration | None,
-        new: PartitionRegistration | None,
-    ) -> None:
-        self._account_all(topic_id, (partition_id,), old=old, new=new)
-
-    def _account_all(
-        self, topic_id: uuid.UUID, partition_ids: Sequence[int], *, old: PartitionRegistration | None,
-        new: PartitionRegistration | None,
-    ) -> None:
-        offline, imbalanced, moves = self._move_of(old, new)
-        count = len(partition_ids)
-        self.offline += count * offline
-        self.imbalanced += count * imbalanced
-        for index, leave, join in moves:
-            index.move(topic_id, partition_ids, leave=leave, join=join)
-
-    def _move_of(self, old: PartitionRegistration | None, new: PartitionRegistration | None) -> _Move:
-        """What a partition going from `old` to `new` (None: absent) changes: the offline and
-        imbalance counts, and per reverse index the brokers it leaves and joins. Remembered per
-        (old, new) pair, which the entry holds (so the ids in its key stay theirs)."""
-        found = self._moves.get((id(old), id(new)))
-        if found is not None:
-            return found[2]
-        offline = imbalanced = 0
-        old_roles: tuple[tuple[int, ...], ...] = ((), (), ())
-        new_roles: tuple[tuple[int, ...], ...] = ((), (), ())
-        if old is not None:
-            # Leaderless counts as offline, and never as having its preferred (first) replica lead.
-            offline -= old.leader == NO_LEADER
-            imbalanced -= old.leader == NO_LEADER or not old.replicas or old.leader != old.replicas[0]
-            old_roles = (() if old.leader == NO_LEADER else (old.leader,), old.isr, old.replicas)
-        if new is not None:
-            offline += new.leader == NO_LEADER
-            imbalanced += new.leader == NO_LEADER or not new.replicas or new.leader != new.replicas[0]
-            new_roles = (() if new.leader == NO_LEADER else (new.leader,), new.isr, new.replicas)
-        moves = []
-        for index, before, after in zip((self.leaders, self.isr_members, self.replicas), old_roles, new_roles,
-                                        strict=True):
-            leave = tuple(b for b in before if b not in after)
-            join = tuple(b for b in after if b not in before)
-            if leave or join:
-                moves.append((index, leave, join))
-        move = (offline, imbalanced, tuple(moves))
-        self._moves[id(old), id(new)] = (old, new, move)
-        return move
+        return TopicsImage(frozen_map(by_id), frozen_map(by_name))

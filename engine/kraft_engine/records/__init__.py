@@ -29,7 +29,9 @@ from kraft_engine.records.control import (
 from kraft_engine.records.framing import (
     decode_metadata_record,
     encode_metadata_record,
+    encode_metadata_record_parts,
     encode_metadata_records,
+    encode_partition_change_run,
 )
 from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, build_data_batch, parse_batches
 from kraft_engine.records.metadata_records import (
@@ -81,6 +83,7 @@ from kraft_engine.records.metadata_registry import (
     to_version,
 )
 from kraft_engine.records.metadata_version import MetadataVersion
+from kraft_engine.records.record_runs import PartitionChangeRun, RecordParts
 
 __all__ = [
     "AbortTransactionRecord",
@@ -116,8 +119,10 @@ __all__ = [
     "NoOpRecord",
     "OffsetAndEpoch",
     "PartitionChangeRecord",
+    "PartitionChangeRun",
     "PartitionRecord",
     "ProducerIdsRecord",
+    "RecordParts",
     "RegisterBrokerRecord",
     "RegisterControllerRecord",
     "RemoveAccessControlEntryRecord",
@@ -144,7 +149,9 @@ __all__ = [
     "encode_control_key",
     "encode_control_record",
     "encode_metadata_record",
+    "encode_metadata_record_parts",
     "encode_metadata_records",
+    "encode_partition_change_run",
     "iter_batches",
     "lowest_version_holding",
     "parse_batches",

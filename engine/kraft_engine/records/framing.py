@@ -33,6 +33,7 @@ from kraft_engine.records.metadata_registry import (
     to_latest,
     to_version,
 )
+from kraft_engine.records.record_runs import PartitionChangeRun
 
 FRAME_VERSION = 1
 _SHORT_MAX = 32767
@@ -96,6 +97,43 @@ def encode_metadata_records(records: Iterable[tuple[object, int]]) -> list[bytes
             topic_id = record.topic_id
             topic_bytes = record.topic_id.bytes
         append(b"".join((shape[0], _pack_partition_id(record.partition_id), topic_bytes, shape[1])))
+    return out
+
+
+def encode_partition_change_run(run: PartitionChangeRun) -> list[bytes]:
+    """`encode_metadata_record` of each record of `run`, the same bytes, without building them:
+    each distinct change is encoded once, in full (every check of the ordinary path runs on its
+    values), and split around its 20 bytes of ids (PartitionId and TopicId are the body's first,
+    fixed-width fields; every other field is tagged), so a record is that frame with its own ids."""
+    shapes: dict[int, tuple[bytes, bytes]] = {}
+    kind_shapes: list[tuple[bytes, bytes]] = []
+    for change in run.changes:
+        shape = shapes.get(id(change))
+        if shape is None:
+            encoded = encode_metadata_record(change, run.version)
+            ids_at = len(encoded) - len(_encoded_tail(change, run.version, encoded))
+            shape = shapes[id(change)] = (encoded[:ids_at], encoded[ids_at + _PARTITION_AND_TOPIC_SIZE :])
+        kind_shapes.append(shape)
+    out: list[bytes] = []
+    append = out.append
+    pack = _pack_partition_id
+    topic_id: object = None
+    topic_bytes = b""
+    for kind, partition_id, topic in zip(run.kinds, run.partition_ids, run.topic_ids, strict=True):
+        if topic is not topic_id:
+            topic_id = topic
+            topic_bytes = topic.bytes
+        before, after = kind_shapes[kind]
+        append(before + pack(partition_id) + topic_bytes + after)
+    return out
+
+
+def encode_metadata_record_parts(parts: Iterable[Iterable[tuple[object, int]] | PartitionChangeRun]) -> list[bytes]:
+    """`encode_metadata_records` of records held in parts, some of them runs (`record_runs`)."""
+    out: list[bytes] = []
+    for part in parts:
+        out.extend(encode_partition_change_run(part) if isinstance(part, PartitionChangeRun)
+                   else encode_metadata_records(part))
     return out
 
 

@@ -61,7 +61,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry, Histogram
@@ -74,6 +74,8 @@ from kraft_engine.controller import (
     ControllerMetrics,
     QuorumController,
     RecordAndVersion,
+    encode_records,
+    records_only,
 )
 from kraft_engine.errors import RaftError, ServerError, SnapshotError
 from kraft_engine.metadata import MetadataImage, MetadataLoader, MetadataReplayError
@@ -86,7 +88,7 @@ from kraft_engine.raft import (
     SnapshotBuilder,
     SnapshotLoad,
 )
-from kraft_engine.records import decode_metadata_record, encode_metadata_record, encode_metadata_records
+from kraft_engine.records import RecordParts, decode_metadata_record, encode_metadata_record
 from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.collector import collector_paused
 
@@ -143,7 +145,7 @@ class RaftAppends:
         #: (base offset, epoch) names it uniquely, so the service takes the records from here
         #: instead of decoding them again (Kafka's leader, too, hands its listener the records it
         #: appended from memory). Only the controller thread touches it.
-        self.own_batches: dict[int, tuple[int, int, tuple[Any, ...]]] = {}
+        self.own_batches: dict[int, tuple[int, int, Sequence[Any]]] = {}
 
     def call_through(self, on_raft_loop: Callable[[Callable[[], Any]], Any]) -> None:
         self._call = on_raft_loop
@@ -152,7 +154,7 @@ class RaftAppends:
         return int(self._call(lambda: self._raft.next_append_offset))
 
     def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
-        values = encode_metadata_records(records)
+        values = encode_records(records)
         try:
             last_offset = int(self._call(lambda: self._raft.prepare_append(values, epoch=epoch)))
         except NotLeaderError as error:
@@ -161,7 +163,7 @@ class RaftAppends:
         except RaftError as error:
             logger.warning("Append of %d records in epoch %d failed (%s): renouncing", len(values), epoch, error)
             raise AppendRefused(str(error)) from error
-        self.own_batches[last_offset - len(values) + 1] = (epoch, last_offset, tuple(r for r, _ in records))
+        self.own_batches[last_offset - len(values) + 1] = (epoch, last_offset, records_only(records))
         return last_offset
 
     def schedule_prepared_append(self) -> None:
@@ -308,7 +310,7 @@ class ControllerService:
         self._metrics = _Metrics(registry, self)
         port = controller.raft_port
         # This controller's own batches, reserved through the port and not yet committed.
-        self._own_batches: dict[int, tuple[int, int, tuple[Any, ...]]] = {}
+        self._own_batches: dict[int, tuple[int, int, Sequence[Any]]] = {}
         if isinstance(port, RaftAppends):
             port.call_through(self._on_raft_loop)
             self._own_batches = port.own_batches
@@ -581,7 +583,9 @@ class ControllerService:
                 records = tuple(decode_metadata_record(value)[0] for value in batch.records)
                 for stale in [o for o in self._own_batches if o <= batch.last_offset]:
                     del self._own_batches[stale]
-            decoded = batch.with_records(records)
+            # The node's own records may be `RecordParts` (a fan-out's run kept whole), which the
+            # controller and the loader read as the sequence of records it stands for.
+            decoded: CommittedBatch[object] = batch.with_records(cast("tuple[object, ...]", records))
             self.controller.handle_commit(decoded)
             if batch.last_offset <= self.loader.last_applied_offset:
                 continue  # already in a snapshot the loader was given
@@ -591,11 +595,11 @@ class ControllerService:
             self.loader.handle_commit(loaded, high_watermark=self._raft.high_watermark)
             self._applied_since_snapshot = True
 
-    def _own_records(self, batch: CommittedBatch[bytes]) -> tuple[Any, ...] | None:
+    def _own_records(self, batch: CommittedBatch[bytes]) -> Sequence[Any] | None:
         """The records of a committed batch this controller reserved itself (raft may have put
         several reserved batches in one log batch), or None when they must be decoded."""
         own_batches = self._own_batches
-        parts: list[tuple[Any, ...]] = []
+        parts: list[Sequence[Any]] = []
         offset = batch.base_offset
         while offset <= batch.last_offset:
             own = own_batches.get(offset)
@@ -603,7 +607,7 @@ class ControllerService:
                 return None
             parts.append(own[2])
             offset = own[1] + 1
-        records = parts[0] if len(parts) == 1 else tuple(r for part in parts for r in part)
+        records = parts[0] if len(parts) == 1 else RecordParts(parts)
         if len(records) != len(batch.records):
             return None
         offset = batch.base_offset

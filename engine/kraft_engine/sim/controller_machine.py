@@ -29,6 +29,7 @@ from kraft_engine.controller import (
     ControllerApiError,
     QuorumController,
     RecordAndVersion,
+    encode_records,
 )
 from kraft_engine.errors import RaftError
 from kraft_engine.metadata import VersionRange
@@ -44,7 +45,6 @@ from kraft_engine.raft import (
 from kraft_engine.records import (
     FeatureLevelRecord,
     decode_metadata_record,
-    encode_metadata_records,
 )
 from kraft_engine.sim.cluster import CLUSTER_ID
 from kraft_engine.sim.invariants import Violation
@@ -77,7 +77,7 @@ class SimRaftAppends:
                 "ControllerWrite",
                 f"controller {self._machine.node_id} wrote in epoch {epoch}, which its raft node never led",
             )
-        values = encode_metadata_records(records)
+        values = encode_records(records)
         now_ms = self._machine.now_ms()
         try:
             last_offset = node.raft.prepare_append(values, epoch=epoch, now_ms=now_ms)
