@@ -14,7 +14,7 @@ is left out). For ours it also reads `kraftwerk_network_file_region_bytes_total`
 bytes went by sendfile and how many by the copy fallback. Timing on a shared machine is noisy: the
 load average is printed before and after each system. Prints figures; never passes or fails.
 
-    .venv/bin/python bench/fetch_compare.py [--mib 256] [--passes 3] [--partition-mib 8] [--only ours]
+    .venv/bin/python bench/fetch_compare.py [--mib 256] [--passes 3] [--partition-mib 8] [--only ours] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
+import signal
 import statistics
 import struct
 import subprocess
@@ -178,10 +178,27 @@ async def _client(address: str, *, passes: int, partition_bytes: int) -> None:
         await writer.wait_closed()
 
 
+def _start_profiler(pid: int, directory: str | None, name: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the broker process during the reads (`--profile DIR`), or None."""
+    if directory is None:
+        return None
+    out = Path(directory) / f"fetch-{name}.txt"
+    print(f"[{name}] profiling broker pid {pid} with py-spy into {out}", flush=True)
+    return subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format",
+                             "raw", "--rate", "200", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=60)
+
+
 def run(name: str, implementation: str, args: argparse.Namespace) -> list[str]:
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix=f"bench-fetch-{name}-") as state:
-        runtime = LocalRuntime(state, rng=random.Random(1))
+        runtime = LocalRuntime(state)
         cluster = KRaftCluster.model_validate(yaml.safe_load(_SPEC.format(name=name, implementation=implementation)))
         try:
             cluster = asyncio.run(_bring_up(runtime, cluster))
@@ -191,10 +208,12 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> list[str]:
             before_regions = _region_bytes(metrics_port)
             load_before = load_average()
             cpu = process_cpu_s(pid)
+            profiler = _start_profiler(pid, args.profile, name)
             client = subprocess.run(
                 [sys.executable, __file__, "--client", address, str(args.passes), str(args.partition_mib)],
                 capture_output=True, text=True, check=False, timeout=1800)
             cpu = process_cpu_s(pid) - cpu
+            _stop_profiler(profiler)
             if client.returncode != 0:
                 raise RuntimeError(f"the client failed: {client.stderr.strip()[-2000:]}")
             passes = [(float(s), int(b)) for s, b in (line.split() for line in client.stdout.split("\n") if line)]
@@ -227,6 +246,8 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--partition-mib", type=int, default=8)
     parser.add_argument("--only", choices=("ours", "kafka"))
+    parser.add_argument("--profile", metavar="DIR",
+                        help="sample each broker with py-spy (in this venv) during the reads; raw stacks into DIR")
     args = parser.parse_args()
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)", flush=True)
     figures: dict[str, tuple[float, float]] = {}

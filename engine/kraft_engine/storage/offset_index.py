@@ -81,6 +81,14 @@ class OffsetIndex:
         index = bisect.bisect_right(self._offsets, offset)
         return self._positions[index - 1] if index else 0
 
+    def floor_position(self, position: int, *, offset_below: int | None) -> int:
+        """The last indexed batch start at or before `position` whose batch's offsets are all
+        below `offset_below` (any when None); 0 when no entry qualifies."""
+        index = bisect.bisect_right(self._positions, position)
+        if offset_below is not None:
+            index = min(index, bisect.bisect_left(self._offsets, offset_below))
+        return self._positions[index - 1] if index else 0
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries for batches at or after `position` (the log was cut there)."""
         keep = bisect.bisect_left(self._positions, position)

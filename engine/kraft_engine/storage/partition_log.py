@@ -360,6 +360,15 @@ class _Segment:
             position = self.index.lookup(offset) if self.index is not None else 0
         return _HeaderWalk(self, position, window_bytes=window_bytes)
 
+    def batch_start_at_or_before(self, position: int, *, offset_below: int | None) -> int:
+        """A known batch start at or before `position` (from the index, or the batches appended
+        since its last entry) whose batch starts below `offset_below`; 0 when none is known."""
+        found = self.index.floor_position(position, offset_below=offset_below) if self.index is not None else 0
+        tail = bisect.bisect_right(self.tail_positions, position)
+        if offset_below is not None:
+            tail = min(tail, bisect.bisect_left(self.tail_bases, offset_below))
+        return max(found, self.tail_positions[tail - 1]) if tail else found
+
     def truncate_to_position(self, position: int, *, next_offset: int) -> None:
         # A time index from Kafka would now describe batches that are gone; Kafka rebuilds a missing one.
         with storage_io("truncating", self.log_path):
@@ -410,10 +419,10 @@ class _HeaderWalk:
     """Walks one segment's batches through a window of bytes instead of a pread per header.
 
     Between two index entries sit up to `index.interval.bytes` of batches; locating an offset
-    walks their headers, and a read then walks the headers of the batches it returns. One pread
-    of the whole stretch (refilled when the walk leaves it) replaces dozens of 61-byte preads,
-    the batches returned are usually a slice of that same window, and the walk unpacks only the
-    three header fields it needs. The bytes were checked when appended or recovered.
+    walks their headers, and so does finding where a read ends (from the last known batch start
+    before its limit). One pread of such a stretch (refilled when the walk leaves it) replaces
+    dozens of 61-byte preads, and the walk unpacks only the three header fields it needs. The
+    bytes were checked when appended or recovered.
     """
 
     def __init__(self, segment: _Segment, position: int, *, window_bytes: int) -> None:
@@ -1050,14 +1059,18 @@ class PartitionLog:
         return walk.segment_fd, start, end - start
 
     def _locate(self, offset: int, *, max_bytes: int, upper_bound: int | None) -> tuple[_HeaderWalk, int, int] | None:
+        """The segment stretch of whole batches `read` returns, found as Kafka's LogSegment.read
+        finds it: the start through the index and a walk of at most one index interval, the end
+        as far as `max_bytes` and `upper_bound` allow, taken from the index and the batches
+        appended since its last entry and walked for at most one more interval. The batches in
+        between are never read (an 8 MiB answer used to be pread whole to walk its headers)."""
         if offset == self.log_end_offset or (upper_bound is not None and offset >= upper_bound):
             return None
         if not self._log_start_offset <= offset < self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside the log [{self._log_start_offset}, {self.log_end_offset})"
             )
-        # The window covers the walk from the index entry to `offset` and the batches returned.
-        window_bytes = self._index_interval_bytes + max(max_bytes, 0) + RECORD_BATCH_OVERHEAD
+        window_bytes = self._index_interval_bytes + RECORD_BATCH_OVERHEAD
         for segment in self._segments[self._segment_index(offset) :]:
             walk = segment.walk_from(offset, window_bytes=window_bytes)
             found = walk.find(offset)
@@ -1067,6 +1080,12 @@ class PartitionLog:
                 return None
             start = walk.position
             end = start + found[1]
+            limit = start + max_bytes
+            if end >= limit or end >= segment.size_bytes:
+                return walk, start, end
+            if limit >= segment.size_bytes and (upper_bound is None or segment.next_offset <= upper_bound):
+                return walk, start, segment.size_bytes  # the rest of the segment: whole batches, all allowed
+            end = max(end, segment.batch_start_at_or_before(limit, offset_below=upper_bound))
             while end < segment.size_bytes:
                 base_offset, _, size = walk.bounds_at(end)
                 if end - start + size > max_bytes or (upper_bound is not None and base_offset >= upper_bound):
