@@ -182,9 +182,12 @@ def _start_profiler(pid: int, directory: str | None, name: str) -> subprocess.Po
     """py-spy sampling the broker process during the reads (`--profile DIR`), or None."""
     if directory is None:
         return None
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        raise SystemExit(f"--profile needs py-spy beside {sys.executable} (pip install py-spy into that venv)")
     out = Path(directory) / f"fetch-{name}.txt"
     print(f"[{name}] profiling broker pid {pid} with py-spy into {out}", flush=True)
-    return subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format",
+    return subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--format",
                              "raw", "--rate", "200", "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
