@@ -23,6 +23,9 @@ BROKER_TIMEOUTS = {
     "broker.heartbeat.interval.ms": "500",
     "broker.session.timeout.ms": "6000",
     "replica.lag.time.max.ms": "10000",
+    # Kafka's 60 s would leave `-delete` directories for a minute where tests check a deleted or
+    # moved replica is gone; test_broker_deletion_delays.py runs with delays of its own.
+    "log.segment.delete.delay.ms": "0",
 }
 
 

@@ -421,6 +421,8 @@ def test_broker_keys_have_kafkas_defaults() -> None:
     assert config.log_retention_bytes == -1
     assert config.message_max_bytes == 1048588
     assert config.broker_rack is None
+    assert config.log_segment_delete_delay_ms == 60000
+    assert config.log_cleaner_min_compaction_lag_ms == 0
     assert config.unknown_keys == ()
 
 
@@ -478,6 +480,8 @@ def test_log_roll_ms_wins_over_hours_and_compression_type_is_one_of_kafkas() -> 
         ("compression.lz4.level", "18", "Value must be no more than 17"),
         ("compression.zstd.level", "-131073", "Value must be at least -131072"),
         ("compression.zstd.level", "high", "Not a number"),
+        ("log.segment.delete.delay.ms", "-1", "Value must be at least 0"),
+        ("log.cleaner.min.compaction.lag.ms", "soon", "Not a number"),
     ],
 )
 def test_bad_broker_values_name_the_key(key: str, value: str, reason: str) -> None:

@@ -194,6 +194,8 @@ class KafkaConfig(BaseModel):
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_delete_retention_ms: int = 86_400_000
+    log_cleaner_min_compaction_lag_ms: int = 0
+    log_segment_delete_delay_ms: int = 60_000
     log_flush_interval_messages: int = _LONG_MAX
     initial_broker_registration_timeout_ms: int = 60_000
     broker_rack: str | None = None
@@ -315,6 +317,8 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1, _LONG_MAX),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", 0, _LONG_MAX),
     "log.cleaner.delete.retention.ms": ("log_cleaner_delete_retention_ms", 0, _LONG_MAX),
+    "log.cleaner.min.compaction.lag.ms": ("log_cleaner_min_compaction_lag_ms", 0, _LONG_MAX),
+    "log.segment.delete.delay.ms": ("log_segment_delete_delay_ms", 0, _LONG_MAX),
     "log.flush.interval.messages": ("log_flush_interval_messages", 1, _LONG_MAX),
     "initial.broker.registration.timeout.ms": ("initial_broker_registration_timeout_ms", 0, _INT_MAX),
 }

@@ -105,6 +105,7 @@ from kraft_engine.broker.replication_quota import (
     ThrottledReplicasError,
     parse_throttled_replicas,
 )
+from kraft_engine.controller.config_schema import TOPIC_CONFIGS, resolve_topic_config
 from kraft_engine.metadata import (
     ConfigResource,
     ConfigResourceType,
@@ -309,13 +310,18 @@ class ReplicaManager:
         self._orphaned_futures: dict[tuple[str, int], Path] = {}
         # The first published image marks the replicas it no longer assigns here as strays.
         self._strays_checked = False
+        # Replica directories renamed `-delete` and when (monotonic s): removed once the broker's
+        # log.segment.delete.delay.ms has passed since (Kafka's LogManager.deleteLogs).
+        self._doomed_dirs: list[tuple[float, Path]] = []
         for directory in self.log_dirs.values():
-            for key, future_dir in _leftover_future_replicas(directory).items():
+            futures, half_deleted = _leftover_replicas(directory)
+            self._doomed_dirs.extend((time.monotonic(), path) for path in half_deleted)
+            for key, future_dir in futures.items():
                 kept = self._interrupted_moves.setdefault(key, future_dir)
                 if kept != future_dir:
                     logger.warning("Replica %s-%d has two future replicas, %s and %s; removing the second",
                                    *key, kept, future_dir)
-                    _delete_directory(future_dir)
+                    self._delete_directory(future_dir)
             marker = directory / CLEAN_SHUTDOWN_FILE_NAME
             if marker.exists():
                 self._clean_dirs.add(directory)
@@ -492,7 +498,7 @@ class ReplicaManager:
             self._delete_partition(key)
             orphan = self._orphaned_futures.pop(key, None)
             if orphan is not None and orphan.parent not in self.offline_dirs:
-                _delete_directory(orphan)
+                self._delete_directory(orphan)
         for tp, (topic_id, registration) in changes.leaders.items():
             if (tp.topic, tp.partition) not in self.offline_partitions:
                 self._guarded(tp.topic, tp.partition, functools.partial(self._become_leader, tp.topic, tp.partition, topic_id, registration))
@@ -627,7 +633,7 @@ class ReplicaManager:
             for other in found:
                 if other != log_dir:
                     logger.warning("Replica %s-%d is in %s and %s; keeping %s", topic, index, log_dir, other, log_dir)
-                    _delete_directory(other / name)
+                    self._delete_directory(other / name)
         interrupted = self._interrupted_moves.pop(key, None)
         if interrupted is not None and interrupted.parent not in online:
             interrupted = None  # its directory failed: the move is over
@@ -742,7 +748,7 @@ class ReplicaManager:
         self._stop_fetching(partition)
         partition.notify()
         partition.log.close()
-        _delete_directory(partition.log.directory)
+        self._delete_directory(partition.log.directory)
         for table in (self._hwm_checkpoints, self._recovery_points, self._log_starts, self._cleaner_points):
             table.get(partition.log_dir, {}).pop(key, None)
         logger.info("Deleted replica %s-%d", *key)
@@ -1047,7 +1053,7 @@ class ReplicaManager:
         up (Kafka swaps at once; waiting for the copy loses nothing the current log holds)."""
         if future_dir.parent == partition.log_dir:
             logger.warning("Removing %s: a future replica in the replica's own directory", future_dir)
-            _delete_directory(future_dir)
+            self._delete_directory(future_dir)
             return
         if self._start_move(partition, future_dir, assigned=assigned) and partition.future is not None:
             move = partition.future
@@ -1098,7 +1104,7 @@ class ReplicaManager:
         with contextlib.suppress(Exception):
             move.log.close()
         if remove:
-            _delete_directory(move.log.directory)
+            self._delete_directory(move.log.directory)
 
     def _truncate_future(self, partition: Partition, end: int, *, fully: bool = False) -> None:
         """The current log was truncated: so is the future one, which must stay a prefix of it."""
@@ -1193,7 +1199,7 @@ class ReplicaManager:
             return
         partition.future = None
         current.close()
-        _delete_directory(current.directory)
+        self._delete_directory(current.directory)
         try:
             log, _ = PartitionLog.open(move.destination / name, segment_bytes=self.topic_config_int(
                 partition.topic, "segment.bytes", self.config.log_segment_bytes), recovery_point=recovery_point,
@@ -1344,6 +1350,7 @@ class ReplicaManager:
             await asyncio.sleep(min(interval, _CHECKPOINT_INTERVAL_S))
             try:
                 self._check_isr_shrinks()
+                self._delete_due_files()
                 if loop.time() - last_retention >= retention_s:
                     last_retention = loop.time()
                     self.enforce_retention(now_ms=_now_ms())
@@ -1359,8 +1366,61 @@ class ReplicaManager:
     def topic_config(self, topic: str, key: str) -> str | None:
         return self._image().configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)).get(key)
 
+    def topic_setting_int(self, topic: str | None, name: str) -> int:
+        """A topic config as Kafka's LogConfig resolves it: the topic's override, else its broker
+        synonym from this broker's dynamic config, the cluster's dynamic default, server.properties,
+        else Kafka's default (`topic` None: the broker's own level, as LogManager's
+        currentDefaultConfig). A value that is not a number falls back to Kafka's default."""
+        configs = self._image().configs
+        broker = ConfigResourceType.BROKER
+        definition = TOPIC_CONFIGS[name]
+        value, _, _ = resolve_topic_config(
+            definition,
+            topic={} if topic is None else configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)),
+            node=configs.configs(ConfigResource(broker, str(self.node_id))),
+            cluster=configs.configs(ConfigResource(broker, "")),
+            static=self.config.originals,
+        )
+        try:
+            return int(value) if value is not None else int(definition.default or 0)
+        except ValueError:
+            logger.warning("%s=%r is not a number; using Kafka's default %s", name, value, definition.default)
+            return int(definition.default or 0)
+
+    def _delete_directory(self, directory: Path) -> None:
+        """Kafka's deletion of a replica (LogManager.asyncDelete): renamed `-delete` now, removed
+        once the broker's `log.segment.delete.delay.ms` has passed (`_delete_due_files`)."""
+        doomed = _rename_for_deletion(directory)
+        if doomed is None:
+            return
+        if self.topic_setting_int(None, "file.delete.delay.ms") <= 0:
+            shutil.rmtree(doomed, ignore_errors=True)
+            return
+        self._doomed_dirs.append((time.monotonic(), doomed))
+
+    def _delete_due_files(self) -> None:
+        """Remove what waited its delay: segment files renamed `.deleted` (each topic's
+        `file.delete.delay.ms`) and replica directories renamed `-delete` (the broker's)."""
+        for partition in list(self.partitions.values()):
+            if partition.log_dir in self.offline_dirs:
+                continue
+            try:
+                partition.log.delete_due_files()
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(partition.log_dir, error)
+        if not self._doomed_dirs:
+            return
+        delay_s = self.topic_setting_int(None, "file.delete.delay.ms") / 1000
+        now = time.monotonic()
+        due = [path for at, path in self._doomed_dirs if at + delay_s <= now]
+        self._doomed_dirs = [(at, path) for at, path in self._doomed_dirs if at + delay_s > now]
+        for path in due:
+            logger.info("Removing %s (deleted %.0f s ago or more)", path, delay_s)
+            shutil.rmtree(path, ignore_errors=True)
+
     def _configure_rolls(self, topic: str, log: PartitionLog) -> None:
-        """The topic's segment.bytes / segment.ms / segment.jitter.ms over the broker's log.* keys."""
+        """The topic's segment.bytes / segment.ms / segment.jitter.ms over the broker's log.* keys,
+        and its file.delete.delay.ms over the broker's log.segment.delete.delay.ms."""
         try:
             log.configure_rolls(
                 segment_bytes=self.topic_config_int(topic, "segment.bytes", self.config.log_segment_bytes),
@@ -1369,6 +1429,10 @@ class ReplicaManager:
             )
         except ValueError as error:
             logger.warning("Keeping the previous roll settings of %s: %s", topic, error)
+        try:
+            log.configure_deletes(file_delete_delay_ms=self.topic_setting_int(topic, "file.delete.delay.ms"))
+        except ValueError as error:
+            logger.warning("Keeping the previous file.delete.delay.ms of %s: %s", topic, error)
 
     def enforce_retention(self, *, now_ms: int) -> None:
         """Delete the segments time and size retention expire, on every replica that allows it.
@@ -1667,22 +1731,12 @@ def _record_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
         write_partition_metadata(directory, topic_id)
 
 
-def _delete_directory(directory: Path) -> None:
-    """Kafka's deletion: rename to `<name>.<uuid>-delete` (atomic, so a restart never mistakes a
-    half-deleted replica for a live one), then remove."""
-    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
-    try:
-        directory.rename(doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
-    except OSError as error:
-        logger.warning("Could not delete %s: %s", directory, error)
-
-
-def _leftover_future_replicas(log_dir: Path) -> dict[tuple[str, int], Path]:
-    """At start: remove half-deleted replicas (`-delete`), and find the future replicas
-    (`-future`) of moves a restart interrupted; as Kafka's LogManager loads them, they are kept
-    and their moves resumed (`ReplicaManager._resume_move`)."""
+def _leftover_replicas(log_dir: Path) -> tuple[dict[tuple[str, int], Path], list[Path]]:
+    """At start: the future replicas (`-future`) of moves a restart interrupted, which are kept
+    and their moves resumed as Kafka's LogManager loads them (`ReplicaManager._resume_move`), and
+    the replicas a deletion renamed `-delete`, which are removed after the delay as Kafka's are."""
     futures: dict[tuple[str, int], Path] = {}
+    half_deleted: list[Path] = []
     with contextlib.suppress(OSError):
         for path in sorted(log_dir.iterdir()):
             match = _LEFTOVER_DIR.match(path.name)
@@ -1693,11 +1747,23 @@ def _leftover_future_replicas(log_dir: Path) -> dict[tuple[str, int], Path]:
                 futures[key] = path
             elif match["kind"] == "future":
                 logger.warning("Removing %s: %s-%d already has the future replica %s", path, *key, futures[key])
-                _delete_directory(path)
+                half_deleted.append(_rename_for_deletion(path) or path)
             else:
-                logger.info("Removing %s, left by an unfinished deletion", path)
-                shutil.rmtree(path, ignore_errors=True)
-    return futures
+                logger.info("Removing %s, left by an unfinished deletion, after log.segment.delete.delay.ms", path)
+                half_deleted.append(path)
+    return futures, [path for path in half_deleted if path.name.endswith("-delete")]
+
+
+def _rename_for_deletion(directory: Path) -> Path | None:
+    """Kafka's first step of a replica's deletion: rename to `<name>.<uuid>-delete` (atomic, so a
+    restart never mistakes a half-deleted replica for a live one); None when it failed."""
+    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+    try:
+        directory.rename(doomed)
+    except OSError as error:
+        logger.warning("Could not delete %s: %s", directory, error)
+        return None
+    return doomed
 
 
 def _directory_of(error: BaseException, directories: list[Path]) -> Path | None:

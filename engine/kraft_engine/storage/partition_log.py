@@ -575,13 +575,10 @@ def _intact_batches_in(segment: _Segment, start: int, end: int) -> tuple[tuple[i
     return tuple(found)
 
 
-def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
-    """Kafka's two-step delete of closed segments: rename to `.deleted`, fsync the directory, unlink.
-
-    A crash between the steps leaves `.deleted` files, which the next open removes.
-    """
-    if not segments:
-        return
+def _rename_for_deletion(directory: Path, segments: list[_Segment]) -> list[Path]:
+    """The first step of Kafka's delete of closed segments: each file renamed `.deleted`, then the
+    directory fsynced; the renamed paths. A crash after it leaves `.deleted` files, which the next
+    open removes (Kafka's LogLoader does the same)."""
     renamed = []
     for path in [p for s in segments for p in (s.log_path, *s.derived_paths)]:
         if path.exists():
@@ -589,8 +586,14 @@ def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
             with storage_io("renaming for deletion", path):
                 os.replace(path, target)
             renamed.append(target)
-    fsync_dir(directory)
-    for target in renamed:
+    if renamed:
+        fsync_dir(directory)
+    return renamed
+
+
+def _delete_segment_files(directory: Path, segments: list[_Segment]) -> None:
+    """Kafka's two-step delete at once: rename to `.deleted`, fsync the directory, unlink."""
+    for target in _rename_for_deletion(directory, segments):
         target.unlink(missing_ok=True)
 
 
@@ -658,6 +661,10 @@ class PartitionLog:
         self._truncations = 0
         self._segment_ms: int | None = None  # never roll by time unless configured
         self._roll_jitter_ms = 0
+        # file.delete.delay.ms: segments deleted while the log is open are renamed `.deleted` and
+        # unlinked once this much time has passed (`delete_due_files`); 0 unlinks them at once.
+        self._file_delete_delay_ms = 0
+        self._deferred_deletes: list[tuple[float, list[Path]]] = []  # (due, monotonic s; renamed files)
 
     # ---- opening and recovery ---------------------------------------------------------------
 
@@ -976,6 +983,46 @@ class PartitionLog:
             self._roll_jitter_ms = random.randrange(bound) if bound > 0 else 0
         self._segment_ms = segment_ms
 
+    def configure_deletes(self, *, file_delete_delay_ms: int) -> None:
+        """How long a deleted segment's files wait as `.deleted` before they are unlinked (Kafka's
+        `file.delete.delay.ms`, topic key over the broker's `log.segment.delete.delay.ms`)."""
+        if file_delete_delay_ms < 0:
+            raise ValueError(f"file.delete.delay.ms must be at least 0, got {file_delete_delay_ms}")
+        self._file_delete_delay_ms = file_delete_delay_ms
+
+    def _retire(self, segments: list[_Segment]) -> None:
+        """Kafka's asynchronous segment delete (LocalLog.deleteSegmentFiles with asyncDelete):
+        the closed segments' files are renamed `.deleted` now and unlinked after
+        `file.delete.delay.ms`, so a read that found them a moment ago is not cut off, and a
+        crash in between leaves only `.deleted` files, which the next open removes."""
+        renamed = _rename_for_deletion(self.directory, segments)
+        if not renamed:
+            return
+        if self._file_delete_delay_ms == 0:
+            for target in renamed:
+                target.unlink(missing_ok=True)
+            return
+        self._deferred_deletes.append((time.monotonic() + self._file_delete_delay_ms / 1000, renamed))
+
+    def delete_due_files(self) -> list[str]:
+        """Unlink the `.deleted` files whose `file.delete.delay.ms` has passed; their names."""
+        now = time.monotonic()
+        due = [paths for at, paths in self._deferred_deletes if at <= now]
+        if not due:
+            return []
+        self._deferred_deletes = [(at, paths) for at, paths in self._deferred_deletes if at > now]
+        removed = []
+        for target in (path for paths in due for path in paths):
+            with storage_io("deleting", target):
+                target.unlink(missing_ok=True)
+            removed.append(target.name)
+        return removed
+
+    @property
+    def files_awaiting_deletion(self) -> list[str]:
+        """Names of the `.deleted` files not yet unlinked, oldest first."""
+        return [path.name for _, paths in self._deferred_deletes for path in paths]
+
     def _due_for_time_roll(self, segment: _Segment, *, max_timestamp_ms: int) -> bool:
         if self._segment_ms is None or segment.size_bytes == 0:
             return False
@@ -1127,7 +1174,7 @@ class PartitionLog:
         for s in later:
             s.close()
         del self._segments[index + 1 :]
-        _delete_segment_files(self.directory, later)
+        self._retire(later)
         segment.truncate_to_position(position, next_offset=new_end)
         self._epochs.truncate_from_end(new_end)
         self._flushed_offset = min(self._flushed_offset, new_end)
@@ -1141,7 +1188,7 @@ class PartitionLog:
         old = self._segments
         for s in old:
             s.close()
-        _delete_segment_files(self.directory, old)
+        self._retire(old)
         segment = _Segment(self.directory, offset)
         segment.open_index([])
         self._segments = [segment]
@@ -1167,7 +1214,7 @@ class PartitionLog:
             doomed.append(self._segments.pop(0))
         for s in doomed:
             s.close()
-        _delete_segment_files(self.directory, doomed)
+        self._retire(doomed)
         self._epochs.truncate_from_start(offset)
         return [s.name for s in doomed]
 
