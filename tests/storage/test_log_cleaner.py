@@ -12,7 +12,7 @@ from crc32c import crc32c
 
 from kraft_engine.records.batches import build_batch, decode_records, read_batch_header
 from kraft_engine.records.compression import CODEC_ZSTD, compress, decompress
-from kraft_engine.storage.log_cleaner import clean_log, dirty_ratio
+from kraft_engine.storage.log_cleaner import clean_log, compaction_upper_bound, dirty_ratio
 from kraft_engine.storage.partition_log import LogError, PartitionLog
 
 T0 = 1_700_000_000_000
@@ -117,6 +117,35 @@ def test_tombstones_stay_for_delete_retention_ms_then_go(log: PartitionLog) -> N
     assert (b"gone", b"v") not in contents(log).values()
     clean_log(log, first_dirty_offset=0, upper_bound=upper, now_ms=T0 + 2 * DAY_MS, delete_retention_ms=DAY_MS)
     assert all(k != b"gone" for k, _ in contents(log).values())
+
+
+def test_min_compaction_lag_keeps_records_younger_than_the_lag_out_of_cleaning(log: PartitionLog) -> None:
+    hour_ms = 3_600_000
+    # Two hours old: offsets 0-3; a minute old: offsets 4-7 (each batch rolls a segment); then the active one.
+    for pairs, timestamp_ms in (([(b"a", b"1"), (b"b", b"1")], T0), ([(b"a", b"2"), (b"b", b"2")], T0),
+                                ([(b"a", b"3"), (b"b", b"3")], T0 + 2 * hour_ms - 60_000),
+                                ([(b"a", b"4"), (b"b", b"4")], T0 + 2 * hour_ms - 60_000)):
+        log.append_as_leader(keyed(pairs, timestamp_ms=timestamp_ms), epoch=0)
+    log.append_as_leader(keyed([(b"c", b"1")], timestamp_ms=T0 + 2 * hour_ms), epoch=0)
+    now_ms, end = T0 + 2 * hour_ms, log.log_end_offset
+    first_young = compaction_upper_bound(log, first_dirty_offset=0, upper_bound=end, now_ms=now_ms,
+                                         min_compaction_lag_ms=hour_ms)
+    assert first_young == 4  # the first segment holding a batch younger than the lag
+    assert compaction_upper_bound(log, first_dirty_offset=0, upper_bound=end, now_ms=now_ms,
+                                  min_compaction_lag_ms=0) == end
+    result = clean_log(log, first_dirty_offset=0, upper_bound=first_young, now_ms=now_ms, delete_retention_ms=DAY_MS)
+    assert result is not None and result.first_dirty_offset == 4
+    # Only the old section was compacted against itself: a2/b2 replace a1/b1; a3, a4, b3, b4 stay.
+    assert contents(log) == {2: (b"a", b"2"), 3: (b"b", b"2"), 4: (b"a", b"3"), 5: (b"b", b"3"),
+                             6: (b"a", b"4"), 7: (b"b", b"4"), 8: (b"c", b"1")}
+    # An hour later everything below the active segment is old enough.
+    later_ms = now_ms + hour_ms
+    assert compaction_upper_bound(log, first_dirty_offset=4, upper_bound=end, now_ms=later_ms,
+                                  min_compaction_lag_ms=hour_ms) == end
+    clean_log(log, first_dirty_offset=4, upper_bound=end, now_ms=later_ms, delete_retention_ms=DAY_MS)
+    assert contents(log) == {6: (b"a", b"4"), 7: (b"b", b"4"), 8: (b"c", b"1")}
+    with pytest.raises(ValueError, match=r"min\.compaction\.lag\.ms must be at least 0, got -1"):
+        compaction_upper_bound(log, first_dirty_offset=0, upper_bound=end, now_ms=now_ms, min_compaction_lag_ms=-1)
 
 
 def test_a_compressed_batch_is_rebuilt_in_its_codec_around_the_survivors(log: PartitionLog) -> None:

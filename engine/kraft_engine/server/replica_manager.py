@@ -126,7 +126,12 @@ from kraft_engine.storage.checkpoint_file import (
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
-from kraft_engine.storage.log_cleaner import CLEANER_OFFSET_CHECKPOINT_FILE_NAME, clean_log, dirty_ratio
+from kraft_engine.storage.log_cleaner import (
+    CLEANER_OFFSET_CHECKPOINT_FILE_NAME,
+    clean_log,
+    compaction_upper_bound,
+    dirty_ratio,
+)
 from kraft_engine.storage.partition_log import LogError, PartitionLog, partition_directory_name
 from kraft_engine.storage.partition_metadata import (
     PartitionMetadataError,
@@ -1464,13 +1469,23 @@ class ReplicaManager:
                 continue
             log = partition.log
             first_dirty = max(partition.first_dirty_offset, log.log_start_offset)
-            upper = partition.high_watermark
+            now_ms = _now_ms()
+            try:
+                upper = compaction_upper_bound(
+                    log, first_dirty_offset=first_dirty, upper_bound=partition.high_watermark, now_ms=now_ms,
+                    min_compaction_lag_ms=self.topic_setting_int(partition.topic, "min.compaction.lag.ms"))
+            except ValueError as error:
+                logger.warning("Not cleaning %s-%d: %s", partition.topic, partition.index, error)
+                continue
+            except _DIRECTORY_FAILURES as error:
+                self.fail_directory(partition.log_dir, error)
+                continue
             ratio = dirty_ratio(log, first_dirty_offset=first_dirty, upper_bound=upper)
             wanted = self._topic_config_float(partition.topic, "min.cleanable.dirty.ratio", _MIN_CLEANABLE_DIRTY_RATIO)
             if ratio <= 0 or ratio < wanted:
                 continue
             try:
-                result = clean_log(log, first_dirty_offset=first_dirty, upper_bound=upper, now_ms=_now_ms(),
+                result = clean_log(log, first_dirty_offset=first_dirty, upper_bound=upper, now_ms=now_ms,
                                    delete_retention_ms=self.topic_config_int(partition.topic, "delete.retention.ms",
                                                                              self.config.log_cleaner_delete_retention_ms))
             except _DIRECTORY_FAILURES as error:

@@ -21,9 +21,13 @@ One pass, as Kafka's cleaner does it:
 3. Each segment is swapped in atomically (`PartitionLog.replace_segment`) and the first dirty
    offset moves to the end of what was cleaned.
 
+`min.compaction.lag.ms` holds records back from cleaning for that long after they were written
+(`compaction_upper_bound`): the cleanable section ends at the first dirty segment holding a batch
+younger than that by its max timestamp, as Kafka's LogCleanerManager.cleanableOffsets ends it.
+
 Deviations from Kafka: segments are not merged into larger groups, the offset map is not bounded,
-`min.compaction.lag.ms` and `max.compaction.lag.ms` are not read, and the tombstone horizon is the
-record's own timestamp rather than the batch's delete horizon (KIP-534).
+`max.compaction.lag.ms` is not read (a dirty log waits for `min.cleanable.dirty.ratio`), and the
+tombstone horizon is the record's own timestamp rather than the batch's delete horizon (KIP-534).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from kraft_engine.records.compression import CODEC_NONE, compress, decompress
 from kraft_engine.records.record_fields import RecordFields, read_record_fields
 from kraft_engine.storage.partition_log import PartitionLog
 
-__all__ = ["CLEANER_OFFSET_CHECKPOINT_FILE_NAME", "CleaningResult", "clean_log", "dirty_ratio"]
+__all__ = ["CLEANER_OFFSET_CHECKPOINT_FILE_NAME", "CleaningResult", "clean_log", "compaction_upper_bound", "dirty_ratio"]
 
 CLEANER_OFFSET_CHECKPOINT_FILE_NAME = "cleaner-offset-checkpoint"
 _LOG_APPEND_TIME_MASK = 0x08
@@ -56,6 +60,23 @@ class CleaningResult:
     records_removed: int
     bytes_before: int
     bytes_after: int
+
+
+def compaction_upper_bound(
+    log: PartitionLog, *, first_dirty_offset: int, upper_bound: int, now_ms: int, min_compaction_lag_ms: int
+) -> int:
+    """Where cleaning must stop (Kafka's firstUncleanableDirtyOffset): `upper_bound` (the high
+    watermark), or earlier, the base of the first dirty segment whose largest timestamp is less
+    than `min.compaction.lag.ms` before `now_ms`. Clean segments are not looked at; a segment
+    without timestamps (-1) is old enough, as in Kafka."""
+    if min_compaction_lag_ms < 0:
+        raise ValueError(f"min.compaction.lag.ms must be at least 0, got {min_compaction_lag_ms}")
+    if min_compaction_lag_ms == 0:
+        return upper_bound
+    for base, end in log.cleanable_segments(upper_bound=upper_bound):
+        if end > first_dirty_offset and log.segment_largest_timestamp_ms(base) > now_ms - min_compaction_lag_ms:
+            return min(base, upper_bound)
+    return upper_bound
 
 
 def dirty_ratio(log: PartitionLog, *, first_dirty_offset: int, upper_bound: int) -> float:

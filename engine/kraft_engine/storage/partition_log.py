@@ -1273,6 +1273,10 @@ class PartitionLog:
     def segment_size_bytes(self, base_offset: int) -> int:
         return self._segment_at(base_offset).size_bytes
 
+    def segment_largest_timestamp_ms(self, base_offset: int) -> int:
+        """The largest batch max timestamp in the segment (-1 when it has none)."""
+        return self._segment_at(base_offset).largest_timestamp_ms()
+
     def segment_batches(self, base_offset: int) -> Iterator[bytes]:
         """Every batch of one segment, in order, read a chunk at a time."""
         segment = self._segment_at(base_offset)
