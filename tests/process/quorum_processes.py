@@ -159,6 +159,8 @@ class ProcessCluster:
     cluster_id: str = ""
     nodes: dict[int, Node] = field(default_factory=dict)
     extra_config: dict[str, str] = field(default_factory=dict)
+    # A command a node's process runs under (`setpriv ...` to drop capabilities, say).
+    launch_prefix: dict[int, list[str]] = field(default_factory=dict)
 
     # -- configuration ---------------------------------------------------------------------------
     def add_node(self, node_id: int) -> Node:
@@ -249,7 +251,7 @@ class ProcessCluster:
             raise AssertionError(f"controller {node_id} is already running")
         with node.log_path.open("ab") as log:
             node.process = subprocess.Popen(
-                [KRAFT, "server", "start", "--config", str(node.config_path)],
+                [*self.launch_prefix.get(node_id, []), KRAFT, "server", "start", "--config", str(node.config_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

@@ -75,7 +75,7 @@ from kraft_engine.server.config_describing import BrokerConfigDescriber
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.forwarding import FORWARDED_API_VERSIONS, EnvelopeForwarder
 from kraft_engine.server.replica_apis import ReplicaApis, leader_at_epoch
-from kraft_engine.server.replica_manager import Partition, ReplicaManager, quota_clock_ms
+from kraft_engine.server.replica_manager import Partition, ReplicaManager, ReplicaReadError, quota_clock_ms
 from kraft_engine.server.topic_describing import DESCRIBE_TOPIC_PARTITIONS, describe_topic_partitions
 from kraft_engine.storage.partition_log import OffsetOutOfRangeError
 
@@ -652,6 +652,9 @@ class BrokerApis:
                                                 max_bytes=max(limit, RECORD_BATCH_OVERHEAD), upper_bound=upper)
         except OffsetOutOfRangeError:
             return answer(ErrorCode.offset_out_of_range, partition), None, None
+        except ReplicaReadError as error:
+            logger.error("Fetch of %s-%d at %d: %s", partition.topic, partition.index, fetch_offset, error)
+            return answer(ErrorCode.kafka_storage_error), None, None
         return answer(ErrorCode.none, partition), region, partition
 
     def _leader_throttled(self, partition: Partition, replica_id: int) -> bool:
@@ -695,7 +698,11 @@ class BrokerApis:
             return ErrorCode.none, -1, upper, _epoch_at(partition, upper - 1)
         if timestamp < 0 and timestamp != _MAX_TIMESTAMP:
             return ErrorCode.invalid_request, -1, -1, -1
-        found = self._scan_timestamps(partition, target=timestamp, upper=upper)
+        try:
+            found = self._scan_timestamps(partition, target=timestamp, upper=upper)
+        except ReplicaReadError as error:
+            logger.error("ListOffsets of %s-%d by time: %s", topic, index, error)
+            return ErrorCode.kafka_storage_error, -1, -1, -1
         if found is None:
             return ErrorCode.none, -1, -1, -1
         offset, record_timestamp = found

@@ -73,7 +73,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -106,6 +106,7 @@ from kraft_engine.broker.replication_quota import (
     parse_throttled_replicas,
 )
 from kraft_engine.controller.config_schema import TOPIC_CONFIGS, resolve_topic_config
+from kraft_engine.errors import StorageError
 from kraft_engine.metadata import (
     ConfigResource,
     ConfigResourceType,
@@ -153,11 +154,18 @@ __all__ = [
     "Partition",
     "ProduceOutcome",
     "ReplicaManager",
+    "ReplicaReadError",
     "clean_shutdown_broker_epoch",
     "quota_clock_ms",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class ReplicaReadError(StorageError):
+    """A read of a replica's log failed with an I/O error: its directory is now offline and the
+    request is answered KAFKA_STORAGE_ERROR for the partition (Kafka's LocalLog.read turns the
+    IOException into a KafkaStorageException and reports the directory to LogDirFailureChannel)."""
 
 HIGH_WATERMARK_CHECKPOINT_FILE_NAME = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE_NAME = ".kafka_cleanshutdown"
@@ -1234,17 +1242,29 @@ class ReplicaManager:
 
     # -- reading -------------------------------------------------------------------------------
     def read(self, partition: Partition, *, offset: int, max_bytes: int, upper_bound: int) -> bytes:
-        """Whole batches from `offset` (at least one if any), none at or past `upper_bound`."""
-        return partition.log.read(offset, max_bytes=max(max_bytes, 1), upper_bound=upper_bound)
+        """Whole batches from `offset` (at least one if any), none at or past `upper_bound`.
+        An I/O error takes the replica's directory offline (`ReplicaReadError`)."""
+        with self._reading(partition):
+            return partition.log.read(offset, max_bytes=max(max_bytes, 1), upper_bound=upper_bound)
 
     def read_region(self, partition: Partition, *, offset: int, max_bytes: int, upper_bound: int) -> FileRegion | None:
         """What `read` returns, as a region of the segment file for sendfile (its own descriptor,
         so the segment may be closed or deleted before it is sent); None when empty."""
-        found = partition.log.read_region(offset, max_bytes=max(max_bytes, 1), upper_bound=upper_bound)
-        if found is None:
-            return None
-        fd, position, size = found
-        return FileRegion.of(fd, position=position, size=size)
+        with self._reading(partition):
+            found = partition.log.read_region(offset, max_bytes=max(max_bytes, 1), upper_bound=upper_bound)
+            if found is None:
+                return None
+            fd, position, size = found
+            return FileRegion.of(fd, position=position, size=size)
+
+    @contextlib.contextmanager
+    def _reading(self, partition: Partition) -> Iterator[None]:
+        try:
+            yield
+        except _DIRECTORY_FAILURES as error:
+            self.fail_directory(partition.log_dir, error)
+            raise ReplicaReadError(f"reading {partition.topic}-{partition.index} in {partition.log_dir} failed: "
+                                   f"{error}") from error
 
     # -- follower side -------------------------------------------------------------------------
     def follower_throttled(self, partition: Partition, *, now_ms: int) -> bool:
