@@ -26,7 +26,8 @@ Metrics (Kafka's JMX names in the Prometheus form of the node's registry):
 `kafka_server_kafkaserver_brokerstate` and, from `kafka.server:type=ReplicaManager`,
 `..._underreplicatedpartitions`, `..._underminisrpartitioncount`, `..._atminisrpartitioncount`,
 `..._offlinereplicacount`, `..._partitioncount`, `..._leadercount`, `..._isrshrinks_total`,
-`..._isrexpands_total`.
+`..._isrexpands_total`; and `kraftwerk_event_loop_stall_ms` (`server.loop_stall`): how late the
+broker's one event loop, which carries replication, client requests and the metadata log, woke.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ from kraft_engine.server.controller_runtime import ControllerFatalError
 from kraft_engine.server.group_apis import GroupApis
 from kraft_engine.server.http_endpoint import HttpEndpoint, HttpResponse
 from kraft_engine.server.listener_limits import listener_limits
+from kraft_engine.server.loop_stall import LoopStallMonitor
 from kraft_engine.server.node_security import controller_client_security, node_listener_security, scram_lookup
 from kraft_engine.server.raft_driver import (
     RaftDriver,
@@ -128,6 +130,9 @@ class BrokerNode:
         self.log = log
         self.quorum_state = quorum_state
         self.registry = CollectorRegistry() if shared is None else shared.registry
+        # How late the broker's one event loop (replication, client requests, metadata) wakes;
+        # a combined node's controller already measures the loop they share.
+        self.loop_stall = LoopStallMonitor(registry=self.registry) if shared is None else shared.loop_stall
         self.loader = MetadataLoader(publisher_fault_handler=self._publisher_fault)
         self.driver: RaftDriver | None = None
         self.listeners: list[Listener] = []
@@ -318,6 +323,8 @@ class BrokerNode:
                 self.http = self._http_endpoint()
                 await self.http.start("0.0.0.0", config.kraftwerk_metrics_port)
             replicas.start()
+            if self._shared is None:
+                self.loop_stall.start()
             if self.groups is not None:
                 self.groups.start()
             if own_driver is not None:
@@ -352,6 +359,8 @@ class BrokerNode:
             await channel.close()
             if self.http is not None:
                 await self.http.close()
+            if self._shared is None:
+                await self.loop_stall.close()
             if own_driver is not None:
                 with contextlib.suppress(Exception):
                     await own_driver.shutdown(timeout_ms=_RAFT_SHUTDOWN_TIMEOUT_MS)
@@ -559,6 +568,7 @@ class BrokerNode:
                 "partitions": partitions,
                 "offline_log_dirs": [] if replicas is None else sorted(str(d) for d in replicas.offline_dirs),
                 "offline_replicas": [] if replicas is None else sorted(f"{t}-{i}" for t, i in replicas.offline_partitions),
+                "loop_stall_ms_max": round(self.loop_stall.max_stall_ms, 1),
             })
 
         http.route("GET", "/healthz", healthz)
