@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import re
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -125,6 +127,21 @@ def _brokers(cluster_dir: Path) -> list[tuple[str, int]]:
             continue
         listener = next(e for e in props["listeners"].split(",") if e.startswith("PLAINTEXT://"))
         found.append((listener.removeprefix("PLAINTEXT://"), int((node_dir / "pid").read_text().strip())))
+    return found
+
+
+def _loop_stalls_ms(cluster_dir: Path) -> list[float]:
+    """Our brokers' `loop_stall_ms_max` (how late their event loop woke, the longest since start),
+    from /kraftwerk/status; empty for Kafka's brokers, which have no such endpoint."""
+    found = []
+    for node_dir in sorted(cluster_dir.glob("node-*")):
+        config = node_dir / "server.properties"
+        props = parse_properties(config.read_text(encoding="utf-8")) if config.exists() else {}
+        port = props.get("kraftwerk.metrics.port")
+        if "broker" not in props.get("process.roles", "") or not port:
+            continue
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/kraftwerk/status", timeout=10) as answer:
+            found.append(float(json.loads(answer.read())["loop_stall_ms_max"]))
     return found
 
 
@@ -289,6 +306,10 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
             _latency(bootstrap, rate=args.rate, seconds=args.latency_s, record_bytes=args.record_bytes,
                      figures=figures)
             figures.rss_mib = [rss_mib(pid) for _, pid in brokers]
+            stalls = _loop_stalls_ms(runtime.cluster_dir(cluster))
+            if stalls:
+                print(f"[{name}] longest event-loop stall of each broker over the runs (replication, fetches,"
+                      f" produce and checkpoints on one loop): {', '.join(f'{s:.0f}' for s in stalls)} ms", flush=True)
         finally:
             runtime.stop_all(timeout_s=60)
     return figures
