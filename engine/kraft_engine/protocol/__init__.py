@@ -64,6 +64,7 @@ classes (cached); `kio_version_range(api_key)` is what kio can encode; `api_name
 from kraft_engine.protocol.backoff import ExponentialBackoff
 from kraft_engine.protocol.client import KafkaClient, parse_bootstrap_servers
 from kraft_engine.protocol.connection import ConnectionConfig, KafkaConnection
+from kraft_engine.protocol.encoded_responses import EncodedResponse
 from kraft_engine.protocol.entities import (
     API_VERSIONS_KEY,
     api_name,
@@ -98,6 +99,7 @@ __all__ = [
     "ConnectionConfig",
     "ConnectionFailed",
     "ConnectionLost",
+    "EncodedResponse",
     "ExponentialBackoff",
     "Features",
     "FeaturesProvider",

@@ -37,7 +37,9 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_body",
     "encode_response_payload",
+    "frame_encoded_body",
     "peek_api",
     "peek_correlation_id",
     "response_correlation_id",
@@ -91,6 +93,26 @@ def encode_response(response: Any, *, correlation_id: int) -> bytes:
     cls = type(response)
     header_cls = response_header_class(cls)
     return _frame(header_cls, header_cls(correlation_id=i32(correlation_id)), cls, response)
+
+
+def encode_response_body(response: Any) -> bytes:
+    """A response's body alone (no size prefix, no header), for `frame_encoded_body` to frame."""
+    buffer = BytesIO()
+    writer_for(type(response))(buffer, response)
+    return buffer.getvalue()
+
+
+def frame_encoded_body(response_cls: type[Any], body: bytes, *, correlation_id: int) -> bytes:
+    """The frame `encode_response` makes, around a body `encode_response_body` encoded earlier."""
+    header_cls = response_header_class(response_cls)
+    buffer = BytesIO()
+    buffer.write(b"\0\0\0\0")
+    writer_for(header_cls)(buffer, header_cls(correlation_id=i32(correlation_id)))
+    buffer.write(body)
+    frame = buffer.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    del frame  # release the export so getvalue() may proceed
+    return buffer.getvalue()
 
 
 def encode_response_payload(response: Any, *, correlation_id: int) -> bytes:

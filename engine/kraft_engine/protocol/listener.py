@@ -73,6 +73,7 @@ from kio.static.primitive import i16, i64
 from prometheus_client import CollectorRegistry
 
 from kraft_engine.invariant import InvariantViolation
+from kraft_engine.protocol.encoded_responses import EncodedResponse
 from kraft_engine.protocol.entities import (
     API_VERSIONS_KEY,
     api_name,
@@ -448,7 +449,10 @@ class Listener:
         counter.inc()
 
     def _count_errors(self, api_key: int, response: Any) -> None:
-        for code, n in error_codes_of(response).items():
+        self._count_error_counts(api_key, error_codes_of(response))
+
+    def _count_error_counts(self, api_key: int, counts: Mapping[ErrorCode, int]) -> None:
+        for code, n in counts.items():
             counter = self._error_counters.get((api_key, code))
             if counter is None:
                 counter = self.metrics.errors.labels(self.name, api_name(api_key), code.name.upper())
@@ -597,6 +601,10 @@ class Listener:
             if len(address) in (4, 16) else None,
         )
         response = await route.handler(body, inner_ctx)
+        if isinstance(response, EncodedResponse) and response.response_cls is route.response_cls:
+            self._count_error_counts(api_key, response.error_counts)
+            payload = response.frame(correlation_id=header.correlation_id)[SIZE_PREFIX.size:]
+            return cls(error_code=ErrorCode.none, response_data=payload)
         if isinstance(response, SplicedResponse):
             response = response.materialize()  # inside an Envelope the bytes travel in the outer frame
         if type(response) is not route.response_cls:
@@ -966,6 +974,12 @@ class _Connection:
         response = await route.handler(body, ctx)
         if response is NO_RESPONSE:
             return b""  # the writer keeps the order and frees the slot, and writes nothing
+        if isinstance(response, EncodedResponse):
+            if response.response_cls is not route.response_cls:
+                raise TypeError(f"handler for {api_name(ctx.api_key)} v{ctx.api_version} returned an encoded "
+                                f"{response.response_cls.__module__}, expected {route.response_cls.__module__}")
+            self.listener._count_error_counts(ctx.api_key, response.error_counts)
+            return response.frame(correlation_id=ctx.correlation_id)
         if isinstance(response, SplicedResponse):
             try:
                 if large:

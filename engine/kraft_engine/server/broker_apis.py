@@ -61,6 +61,7 @@ from kraft_engine.metadata.authorizer import AclOperation, ResourceType
 from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
 from kraft_engine.protocol import (
     NO_RESPONSE,
+    EncodedResponse,
     FileRegion,
     Listener,
     RequestContext,
@@ -105,6 +106,10 @@ CLIENT_API_VERSIONS = {
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 _SCAN_CHUNK_BYTES = 1024 * 1024
 _NO_THROTTLE = timedelta(0)
+# Distinct Metadata questions kept encoded per image: each client asks for all topics or for the
+# few it uses, so a handful covers a cluster; the oldest goes first past this.
+_METADATA_CACHE_ENTRIES = 256
+_METADATA_ENCODE_OFF_LOOP_PARTITIONS = 10_000
 _BROKER_ENDPOINT_TYPE = 1
 _TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 
@@ -137,6 +142,9 @@ class BrokerApis:
         self._forwarder = EnvelopeForwarder(channel=channel)
         self._replica_apis = ReplicaApis(replicas=replicas)
         self.authorizer = NodeAuthorizer(config.originals, image=image)
+        # Encoded Metadata answers of the current image, by question (`metadata`).
+        self._metadata_cache: dict[tuple[Any, ...], EncodedResponse] = {}
+        self._metadata_cache_image: MetadataImage | None = None
         self._configs = BrokerConfigDescriber(node_id=node_id, static_config=config.originals, image=image,
                                               may_describe=self._may_describe_configs)
 
@@ -205,8 +213,34 @@ class BrokerApis:
 
     # -- Metadata ----------------------------------------------------------------------------------
     async def metadata(self, request: Any, ctx: RequestContext) -> Any:
-        module = ctx.response_schema
+        """Kafka's Metadata answer, encoded once per image and question (`EncodedResponse`):
+        between two metadata changes every client asking the same gets the same bytes. Not
+        cached: answers that start an auto-creation, and any answer while an authorizer is on
+        (it depends on the principal and host, and Kafka logs each denial)."""
         image = self._image()
+        if image is not self._metadata_cache_image:
+            self._metadata_cache.clear()
+            self._metadata_cache_image = image
+        key = None if self.authorizer.enabled else _metadata_question(request, ctx)
+        cached = None if key is None else self._metadata_cache.get(key)
+        if cached is not None:
+            return cached
+        response, creating = self._metadata_answer(request, ctx, image)
+        if key is None or creating:
+            return response
+        if sum(len(topic.partitions) for topic in response.topics) > _METADATA_ENCODE_OFF_LOOP_PARTITIONS:
+            # A large answer is encoded in a worker thread, as the listener encodes large answers.
+            encoded = await asyncio.to_thread(EncodedResponse.of, response)
+        else:
+            encoded = EncodedResponse.of(response)
+        if len(self._metadata_cache) >= _METADATA_CACHE_ENTRIES:
+            self._metadata_cache.pop(next(iter(self._metadata_cache)))
+        self._metadata_cache[key] = encoded
+        return encoded
+
+    def _metadata_answer(self, request: Any, ctx: RequestContext, image: MetadataImage) -> tuple[Any, bool]:
+        """The Metadata response, and whether it started creating topics."""
+        module = ctx.response_schema
         listener_name = ctx.listener_name
         brokers = []
         for broker in sorted(image.cluster.brokers.values(), key=lambda b: b.id):
@@ -286,7 +320,7 @@ class BrokerApis:
             cluster_id=self._cluster_id,
             controller_id=BrokerId(self._node_id),
             topics=tuple(topics),
-        )
+        ), bool(to_create)
 
     async def describe_topic_partitions(self, request: Any, ctx: RequestContext) -> Any:
         return describe_topic_partitions(request, ctx, image=self._image(),
@@ -780,3 +814,14 @@ def _record_at(header: Any, view: memoryview, accept: Callable[[int], bool]) -> 
         if accept(record.timestamp_ms):
             return header.base_offset + record.offset_delta, record.timestamp_ms
     return header.last_offset, header.max_timestamp
+
+
+def _metadata_question(request: Any, ctx: RequestContext) -> tuple[Any, ...]:
+    """Everything a Metadata answer of one image depends on, as a cache key: the version and the
+    listener (endpoints), the topics asked for by name or id (None: all), auto-creation and the
+    authorized-operations flags."""
+    wanted = request.topics
+    topics = None if wanted is None else tuple((t.name, getattr(t, "topic_id", None)) for t in wanted)
+    return (ctx.api_version, ctx.listener_name, topics, bool(getattr(request, "allow_auto_topic_creation", False)),
+            bool(getattr(request, "include_cluster_authorized_operations", False)),
+            bool(getattr(request, "include_topic_authorized_operations", False)))
