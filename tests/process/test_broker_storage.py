@@ -310,6 +310,22 @@ def _metric(cluster: BrokerCluster, node_id: int, name: str) -> float:
     return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
+def wait_offline_directory_moved(cluster: BrokerCluster, topic: str, *, offline: list[int], online: list[int]) -> None:
+    """Broker 101 lost the directory of its `offline` replicas of `topic`: each is led by 102 or
+    103 without 101 in its ISR, the `online` ones keep 101 in their ISRs, and 101's status and
+    metrics count one offline directory and those replicas."""
+    for partition in offline:
+        def moved(partition: int = partition) -> bool:
+            found = [cluster.partitions(n).get((topic, partition)) for n in (102, 103)]
+            return any(p is not None and p["leader"] == n and 101 not in p["isr"] for n, p in zip((102, 103), found, strict=True))
+        wait_for(moved, timeout_s=90, what=f"{topic}-{partition} led by 102 or 103 without 101 in its ISR")
+    for partition in online:
+        cluster.wait_isr(topic, partition, {101, 102, 103})  # the healthy directory still replicates
+    assert sorted(cluster.status_of(101)["offline_replicas"]) == sorted(f"{topic}-{p}" for p in offline)
+    assert _metric(cluster, 101, "kafka_log_logmanager_offlinelogdirectorycount") == 1
+    assert _metric(cluster, 101, "kafka_server_replicamanager_offlinereplicacount") == len(offline)
+
+
 def test_a_full_log_directory_goes_offline_alone_and_its_leaderships_move_with_no_lost_write(
     tmp_path: Path, small_tmpfs: Callable[[int], Path], fill_disk: Callable[..., Path]
 ) -> None:
@@ -350,16 +366,7 @@ def test_a_full_log_directory_goes_offline_alone_and_its_leaderships_move_with_n
                  timeout_s=60, what="broker 101 to report data-b offline")
         # Reported in a heartbeat sent at once (Kafka's propagateDirectoryFailure), not the next regular one.
         assert "Reporting offline log directories" in cluster.nodes[101].log_path.read_text()
-        for partition in on_disk:
-            def moved(partition: int = partition) -> bool:
-                found = [cluster.partitions(n).get((topic, partition)) for n in (102, 103)]
-                return any(p is not None and p["leader"] == n and 101 not in p["isr"] for n, p in zip((102, 103), found, strict=True))
-            wait_for(moved, timeout_s=90, what=f"{topic}-{partition} led by 102 or 103 without 101 in its ISR")
-        for partition in elsewhere:
-            cluster.wait_isr(topic, partition, {101, 102, 103})  # the healthy directory still replicates
-        assert sorted(cluster.status_of(101)["offline_replicas"]) == sorted(f"{topic}-{p}" for p in on_disk)
-        assert _metric(cluster, 101, "kafka_log_logmanager_offlinelogdirectorycount") == 1
-        assert _metric(cluster, 101, "kafka_server_replicamanager_offlinereplicacount") == len(on_disk)
+        wait_offline_directory_moved(cluster, topic, offline=on_disk, online=elsewhere)
         produce(900, 300)
         send.close()
         assert len(acked) == 1200

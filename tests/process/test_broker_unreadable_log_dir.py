@@ -19,15 +19,15 @@ import json
 import shutil
 import subprocess
 import threading
-import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
 from broker_processes import BrokerCluster, start_cluster
-from quorum_processes import HOST, kraft_tool, wait_for
+from quorum_processes import kraft_tool, wait_for
 from record_checks import CLEAN, anomalies
 from test_broker_cluster import create_topic, read_back
+from test_broker_storage import wait_offline_directory_moved
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -62,11 +62,6 @@ def _permissions_bind(tmp_path: Path) -> str | None:
     if "Permission denied" not in result.stderr:
         return f"setpriv cannot drop the capability here: {result.stderr.strip()}"
     return None
-
-
-def _metric(cluster: BrokerCluster, node_id: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://{HOST}:{cluster.nodes[node_id].http_port}/metrics", timeout=10).read().decode()
-    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
 def _log_dir_errors(cluster: BrokerCluster, broker: int) -> dict[str, str | None]:
@@ -146,17 +141,7 @@ def test_a_log_directory_made_unreadable_goes_offline_alone_and_its_partitions_m
                      what="broker 101 to take data-b offline")
             log = cluster.nodes[101].log_path.read_text()
             assert "Permission denied" in log and "Reporting offline log directories" in log
-            for partition in on_b:
-                def moved(partition: int = partition) -> bool:
-                    found = [cluster.partitions(n).get((_TOPIC, partition)) for n in (102, 103)]
-                    return any(p is not None and p["leader"] == n and 101 not in p["isr"]
-                               for n, p in zip((102, 103), found, strict=True))
-                wait_for(moved, timeout_s=90, what=f"{_TOPIC}-{partition} led by 102 or 103 without 101 in its ISR")
-            for partition in elsewhere:
-                cluster.wait_isr(_TOPIC, partition, {101, 102, 103})  # the other directory still replicates
-            assert sorted(cluster.status_of(101)["offline_replicas"]) == sorted(f"{_TOPIC}-{p}" for p in on_b)
-            assert _metric(cluster, 101, "kafka_log_logmanager_offlinelogdirectorycount") == 1
-            assert _metric(cluster, 101, "kafka_server_replicamanager_offlinereplicacount") == len(on_b)
+            wait_offline_directory_moved(cluster, _TOPIC, offline=on_b, online=elsewhere)
             errors = _log_dir_errors(cluster, 101)
             assert errors == {str(data_b): "org.apache.kafka.common.errors.KafkaStorageException",
                               str(data_b.parent / "data-a"): None}, errors
