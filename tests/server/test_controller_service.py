@@ -47,6 +47,7 @@ from kraft_engine.records import (
     encode_metadata_record,
 )
 from kraft_engine.records.log_batch import OffsetAndEpoch, parse_batches
+from kraft_engine.server import controller_service
 from kraft_engine.server.controller_service import ControllerService, RaftAppends, SnapshotPolicy
 from kraft_engine.server.raft_driver import RaftDriver, wall_clock_ms
 from kraft_engine.server.raft_metrics import RaftMetrics
@@ -496,3 +497,110 @@ async def test_raft_keeps_answering_while_the_controller_thread_is_busy(node: In
         release.set()
     reply = await write
     assert int(reply.broker_epoch) > 0
+
+
+_SLICE_RECORDS = 5
+
+
+async def _node_with_an_image_to_snapshot(tmp_path: Path) -> InProcessController:
+    """A node that snapshots after every commit, in slices of `_SLICE_RECORDS` records, with an
+    image of a few dozen records, and no snapshot being written."""
+    node = InProcessController(tmp_path, policy=SnapshotPolicy(max_bytes_between_snapshots=1, max_interval_ms=0,
+                                                                slice_records=_SLICE_RECORDS))
+    await node.start()
+    for broker in (1, 2, 3):
+        await _unfenced_broker(node, broker)
+    await node.service.write("createTopics", lambda c: c.create_topics(_topics(("a", 6, 3), ("b", 4, 1))))
+    async with asyncio.timeout(30):
+        while not node.service.snapshots_written:
+            await asyncio.sleep(0.005)
+    thread = node.service._snapshot_thread
+    if thread is not None:
+        await asyncio.to_thread(thread.join, 30)
+    assert node.service.image.records().records[2 * _SLICE_RECORDS:]  # more than two slices to write
+    return node
+
+
+async def test_raft_answers_while_a_snapshot_is_being_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The snapshot writer is held in the middle of a slice (this encoder waits until the test
+    # releases it): raft's loop answers a request meanwhile, before the hold ends and before the
+    # snapshot is stored. Were the snapshot encoded on raft's loop, the held encoder would hold
+    # the loop: the hold would end by its own timeout first, and the answer come after it.
+    node = await _node_with_an_image_to_snapshot(tmp_path)
+    try:
+        written_before = len(node.service.snapshots_written)
+        snapshots_before = node.log.snapshot_ids()
+        in_snapshot = threading.Event()
+        release = threading.Event()
+        order: list[str] = []
+        calls = 0
+
+        def held_encoder(record: Any, version: int) -> bytes:
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                in_snapshot.set()
+                order.append("hold released" if release.wait(20) else "hold timed out")
+            return encode_metadata_record(record, version)
+
+        monkeypatch.setattr(controller_service, "encode_metadata_record", held_encoder)
+        write = asyncio.ensure_future(node.service.write("createTopics", lambda c: c.create_topics(_topics(("c", 1, 1)))))
+        try:
+            assert await asyncio.to_thread(in_snapshot.wait, 30)
+            async with asyncio.timeout(30):
+                response = await node.raft.handle_request(describe_quorum_request())
+            order.append("answered")
+            assert response.error_code == ErrorCode.none
+            assert len(node.service.snapshots_written) == written_before
+            assert node.log.snapshot_ids() == snapshots_before
+        finally:
+            release.set()
+        await write
+        async with asyncio.timeout(30):
+            while len(node.service.snapshots_written) == written_before:
+                await asyncio.sleep(0.005)
+        assert order == ["answered", "hold released"]
+        assert node.log.snapshot_ids()[-1] not in snapshots_before
+    finally:
+        await node.close()
+
+
+async def test_the_snapshot_writer_waits_for_raft_loop_between_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With raft's loop held (this test runs on it and blocks it on purpose), the writer stops at the
+    # end of its slice: it goes on only after the loop went round. A writer that did not wait would
+    # encode past the slice, set `past_one_slice` and end the hold at once.
+    node = await _node_with_an_image_to_snapshot(tmp_path)
+    try:
+        written_before = len(node.service.snapshots_written)
+        started = threading.Event()
+        go = threading.Event()
+        past_one_slice = threading.Event()
+        calls = 0
+
+        def counting_encoder(record: Any, version: int) -> bytes:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                started.set()
+                go.wait(30)
+            if calls > _SLICE_RECORDS:
+                past_one_slice.set()
+            return encode_metadata_record(record, version)
+
+        monkeypatch.setattr(controller_service, "encode_metadata_record", counting_encoder)
+        write = asyncio.ensure_future(node.service.write("createTopics", lambda c: c.create_topics(_topics(("c", 1, 1)))))
+        try:
+            assert await asyncio.to_thread(started.wait, 30)
+            go.set()
+            past_one_slice.wait(3)  # holds raft's loop
+            encoded_while_the_loop_was_held = calls
+        finally:
+            go.set()
+        assert encoded_while_the_loop_was_held <= _SLICE_RECORDS
+        await write
+        async with asyncio.timeout(30):
+            while len(node.service.snapshots_written) == written_before:
+                await asyncio.sleep(0.005)
+        assert calls > encoded_while_the_loop_was_held  # the rest once the loop ran again
+    finally:
+        await node.close()

@@ -9,6 +9,7 @@ safe to run on any thread. The node takes the bytes back in `RaftNode.store_snap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,10 @@ class SnapshotBuilder:
     control_records: tuple[Any, ...]
     max_batch_size_bytes: int
 
-    def build(self, *, records: list[bytes], last_contained_log_timestamp_ms: int, now_ms: int) -> bytes:
+    def build(self, *, records: list[bytes], last_contained_log_timestamp_ms: int, now_ms: int,
+              between_batches: Callable[[], None] | None = None) -> bytes:
+        """The snapshot's bytes; `between_batches` (if any) is called after each data batch is laid
+        out, so that a caller on another thread can let raft's loop run between batches."""
         epoch = self.snapshot_id.epoch
         chunks: list[bytes] = []
         offset = 0
@@ -53,6 +57,8 @@ class SnapshotBuilder:
                 chunks.append(build_data_batch(group, base_offset=offset, epoch=epoch, timestamp_ms=now_ms))
                 offset += len(group)
                 group, size = [], 0
+                if between_batches is not None:
+                    between_batches()
             group.append(value)
             size += len(value) + 32
         if group:

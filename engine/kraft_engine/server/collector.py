@@ -8,6 +8,11 @@ the collector and, after a bulk event, moves its survivors (now the bulk of the 
 to the permanent generation with `gc.freeze()` (constant time), so that later full collections
 only scan what is new.
 
+The pause is shared between threads: the controller thread pauses for each event and the snapshot
+writer (`controller_service`) for the whole of a snapshot's encoding, whose hundred thousand
+short-lived records would otherwise set off full collections on that thread, each a stop of every
+thread, raft's loop included. The collector runs again once the last pause has ended.
+
 Objects are still freed by reference counting. Only cyclic garbage that exists at a freeze is
 never reclaimed; the image and the controller's timeline are acyclic data, so that is small.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
 
 __all__ = ["BULK_ALLOCATIONS", "collector_paused"]
@@ -24,21 +30,38 @@ __all__ = ["BULK_ALLOCATIONS", "collector_paused"]
 #: long-lived state grew in bulk (one fence at 100k partitions, or ~50 CreateTopics of 100 topics).
 BULK_ALLOCATIONS = 100_000
 
+_lock = threading.Lock()
 _left_behind = 0
+_pauses = 0
+_enable_after = False
 
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Hold off collections for the block; freeze once blocks have left a bulk of objects behind."""
-    global _left_behind
-    was_enabled = gc.isenabled()
-    gc.disable()
+    """Hold off collections for the block (on any thread, blocks may overlap); once the last
+    overlapping block ends, freeze if blocks have left a bulk of objects behind, and let the
+    collector run again if it ran before the first."""
+    global _pauses, _enable_after
+    with _lock:
+        if _pauses == 0:
+            _enable_after = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
+        _resume()
+
+
+def _resume() -> None:
+    global _pauses, _left_behind
+    with _lock:
+        _pauses -= 1
+        if _pauses:
+            return
         _left_behind += gc.get_count()[0]
         if _left_behind >= BULK_ALLOCATIONS:
             gc.freeze()
             _left_behind = 0
-        if was_enabled:
+        if _enable_after:
             gc.enable()

@@ -176,10 +176,12 @@ class ControllerStopped(ServerError):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """When to write a snapshot (Kafka's keys; the interval counts only when something is new)."""
+    """When to write a snapshot (Kafka's keys; the interval counts only when something is new), and
+    how many records the writer encodes between two rounds of raft's loop (about 10 ms of CPU)."""
 
     max_bytes_between_snapshots: int = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots
     max_interval_ms: int = 60 * 60 * 1000  # metadata.log.max.snapshot.interval.ms (0: off)
+    slice_records: int = 2000
 
 
 @dataclass(slots=True)
@@ -685,30 +687,37 @@ class ControllerService:
     def _write_snapshot(self, image: MetadataImage) -> None:
         started_ns = time.monotonic_ns()
         try:
-            records = _encode_image(image)
+            # Encoding ~100k records and laying them out in batches is seconds of Python on this
+            # thread. It runs in slices, and before each next slice this thread waits until raft's
+            # loop has gone round once: the loop never waits for the GIL behind more than one
+            # slice of this work. The collector is held off meanwhile: the records are short-lived,
+            # but a hundred thousand of them would set off full collections, each a stop of every
+            # thread, raft's loop included (see `server.collector`).
+            with collector_paused():
+                records = self._encode_in_slices(image)
+                if self.fault is not None or self._stopping:
+                    return
+                # Only the decisions and the final rename run on the raft loop.
+                builder = self._on_raft_loop(lambda: self._raft.snapshot_builder(end_offset=image.offset + 1))
+                if isinstance(builder, OffsetAndEpoch):
+                    snapshot_id = builder
+                else:
+                    data = builder.build(records=records,
+                                         last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
+                                         now_ms=self._clock_ms(), between_batches=self._let_raft_loop_run)
+                    # The file's write, check and fsync here too; the loop only renames it into place.
+                    prepared = self._raft.prepare_snapshot(builder.snapshot_id, data)
+                    try:
+                        snapshot_id = self._on_raft_loop(lambda: self._raft.store_snapshot(builder.snapshot_id, data))
+                    finally:
+                        if prepared:
+                            self._raft.discard_prepared_snapshot(builder.snapshot_id)  # unless stored
         except MetadataReplayError as error:
             self.shell_error_count += 1
             logger.error("Cannot write a snapshot of the image at %d: %s", image.offset, error)
             return
-        if self.fault is not None or self._stopping:
+        except _SnapshotAbandoned:
             return
-        try:
-            # Only the decisions and the final rename run on the raft loop; laying out ~100k
-            # records in batches is seconds of Python and happens here, on this worker thread.
-            builder = self._on_raft_loop(lambda: self._raft.snapshot_builder(end_offset=image.offset + 1))
-            if isinstance(builder, OffsetAndEpoch):
-                snapshot_id = builder
-            else:
-                data = builder.build(records=records,
-                                     last_contained_log_timestamp_ms=image.provenance.last_contained_log_time_ms,
-                                     now_ms=self._clock_ms())
-                # The file's write, check and fsync here too; the loop only renames it into place.
-                prepared = self._raft.prepare_snapshot(builder.snapshot_id, data)
-                try:
-                    snapshot_id = self._on_raft_loop(lambda: self._raft.store_snapshot(builder.snapshot_id, data))
-                finally:
-                    if prepared:
-                        self._raft.discard_prepared_snapshot(builder.snapshot_id)  # unless stored
         except (SnapshotError, RaftError) as error:
             logger.warning("Skipping the snapshot at offset %d: %s", image.offset + 1, error)
             return
@@ -718,5 +727,58 @@ class ControllerService:
             snapshot_id.offset, snapshot_id.epoch, len(records), sum(len(r) for r in records), (time.monotonic_ns() - started_ns) / 1e6,
         )
 
-def _encode_image(image: MetadataImage) -> list[bytes]:
-    return [encode_metadata_record(record, version) for record, version in image.records().records]
+    def _encode_in_slices(self, image: MetadataImage) -> list[bytes]:
+        """The image's records, encoded as the image writes them (no list of record objects is
+        kept), raft's loop let run after every `SnapshotPolicy.slice_records` of them."""
+        encoder = _SlicedEncoder(slice_records=self._snapshot_policy.slice_records, between_slices=self._let_raft_loop_run)
+        image.write(encoder)
+        return encoder.encoded
+
+    def _let_raft_loop_run(self) -> None:
+        """Wait (on a worker thread) until raft's loop has gone round once: a callback queued now
+        queues another, which runs only after the loop's next poll for I/O and the handlers that
+        poll made ready. Raises `_SnapshotAbandoned` once the service stops or the loop is gone."""
+        loop = self._raft_loop
+        if loop is None or threading.current_thread() is self._raft_thread:
+            return
+        went_round = threading.Event()
+
+        def queue_next_round() -> None:
+            loop.call_soon(went_round.set)
+
+        try:
+            loop.call_soon_threadsafe(queue_next_round)
+        except RuntimeError:
+            raise _SnapshotAbandoned from None
+        deadline = time.monotonic() + _RAFT_CALL_TIMEOUT_S
+        while not went_round.wait(0.1):
+            if self._stopping or self.fault is not None or loop.is_closed():
+                raise _SnapshotAbandoned
+            if time.monotonic() > deadline:
+                raise RaftError(f"the raft loop did not go round within {_RAFT_CALL_TIMEOUT_S:.0f} s")
+        if self._stopping or self.fault is not None:
+            raise _SnapshotAbandoned
+
+
+class _SnapshotAbandoned(ServerError):
+    """The service stopped (or raft's loop went away) while a snapshot was being written."""
+
+
+class _SlicedEncoder:
+    """An `ImageWriter` that encodes each record as it is written and calls `between_slices`
+    after every `slice_records` records."""
+
+    def __init__(self, *, slice_records: int, between_slices: Callable[[], None]) -> None:
+        self.encoded: list[bytes] = []
+        self._slice_records = slice_records
+        self._between_slices = between_slices
+        self._in_slice = 0
+
+    def write(self, record: Any, version: int) -> None:
+        self.encoded.append(encode_metadata_record(record, version))
+        self._in_slice += 1
+        if self._in_slice >= self._slice_records:
+            self._in_slice = 0
+            self._between_slices()
+
+
