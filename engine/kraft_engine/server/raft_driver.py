@@ -17,7 +17,8 @@ mirrors the simulation's reference driver (`kraft_engine.sim.cluster.SimCluster.
    or version the peer lacks -> UNSUPPORTED_VERSION). Responses complete the future the inbound
    handler is waiting on.
 4. Listener events go to the state machine, and a snapshot it asks for is created at once.
-5. A single poll task sleeps until `next_deadline_ms` (or until woken by an append).
+5. A single poll task sleeps until `next_deadline_ms` (or until woken by an append); between two
+   polls due at once (a listener catching up, a slice of the log each) it lets the loop go round.
 
 Everything runs on one event loop thread, so the core is never entered concurrently.
 
@@ -462,6 +463,10 @@ class RaftDriver:
                 except Exception as error:
                     self._fail(error, where="the poll loop")
                     return
+                # Due again at once while the listener is behind (the core hands it at most
+                # 1 MiB of log per poll): let the loop go round before the next slice, so that a
+                # catch-up of the whole log never holds Fetch, Vote and BeginQuorumEpoch behind it.
+                await asyncio.sleep(0)
                 continue
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
