@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -521,8 +522,42 @@ async def _node_with_an_image_to_snapshot(tmp_path: Path) -> InProcessController
     return node
 
 
+class _HeldEncoder:
+    """The snapshot writer's record encoder, counting records and holding the writer at record
+    `hold_at` until the test releases it."""
+
+    def __init__(self, hold_at: int) -> None:
+        self.hold_at = hold_at
+        self.calls = 0
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.order: list[str] = []
+
+    def __call__(self, record: Any, version: int) -> bytes:
+        self.calls += 1
+        if self.calls == self.hold_at:
+            self.held.set()
+            self.order.append("hold released" if self.release.wait(20) else "hold timed out")
+        return encode_metadata_record(record, version)
+
+
+async def _snapshot_held(node: InProcessController, encoder: _HeldEncoder, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Start a write whose commit sets off a snapshot, and wait until `encoder` holds its writer;
+    the write's future."""
+    monkeypatch.setattr(controller_service, "encode_metadata_record", encoder)
+    write = asyncio.ensure_future(node.service.write("createTopics", lambda c: c.create_topics(_topics(("c", 1, 1)))))
+    assert await asyncio.to_thread(encoder.held.wait, 30)
+    return write
+
+
+async def _next_snapshot(node: InProcessController, written_before: int) -> None:
+    async with asyncio.timeout(30):
+        while len(node.service.snapshots_written) == written_before:
+            await asyncio.sleep(0.005)
+
+
 async def test_raft_answers_while_a_snapshot_is_being_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The snapshot writer is held in the middle of a slice (this encoder waits until the test
+    # The snapshot writer is held in the middle of a slice (its encoder waits until the test
     # releases it): raft's loop answers a request meanwhile, before the hold ends and before the
     # snapshot is stored. Were the snapshot encoded on raft's loop, the held encoder would hold
     # the loop: the hold would end by its own timeout first, and the answer come after it.
@@ -530,36 +565,20 @@ async def test_raft_answers_while_a_snapshot_is_being_written(tmp_path: Path, mo
     try:
         written_before = len(node.service.snapshots_written)
         snapshots_before = node.log.snapshot_ids()
-        in_snapshot = threading.Event()
-        release = threading.Event()
-        order: list[str] = []
-        calls = 0
-
-        def held_encoder(record: Any, version: int) -> bytes:
-            nonlocal calls
-            calls += 1
-            if calls == 3:
-                in_snapshot.set()
-                order.append("hold released" if release.wait(20) else "hold timed out")
-            return encode_metadata_record(record, version)
-
-        monkeypatch.setattr(controller_service, "encode_metadata_record", held_encoder)
-        write = asyncio.ensure_future(node.service.write("createTopics", lambda c: c.create_topics(_topics(("c", 1, 1)))))
+        encoder = _HeldEncoder(hold_at=3)
+        write = await _snapshot_held(node, encoder, monkeypatch)
         try:
-            assert await asyncio.to_thread(in_snapshot.wait, 30)
             async with asyncio.timeout(30):
                 response = await node.raft.handle_request(describe_quorum_request())
-            order.append("answered")
+            encoder.order.append("answered")
             assert response.error_code == ErrorCode.none
             assert len(node.service.snapshots_written) == written_before
             assert node.log.snapshot_ids() == snapshots_before
         finally:
-            release.set()
+            encoder.release.set()
         await write
-        async with asyncio.timeout(30):
-            while len(node.service.snapshots_written) == written_before:
-                await asyncio.sleep(0.005)
-        assert order == ["answered", "hold released"]
+        await _next_snapshot(node, written_before)
+        assert encoder.order == ["answered", "hold released"]
         assert node.log.snapshot_ids()[-1] not in snapshots_before
     finally:
         await node.close()
@@ -568,39 +587,23 @@ async def test_raft_answers_while_a_snapshot_is_being_written(tmp_path: Path, mo
 async def test_the_snapshot_writer_waits_for_raft_loop_between_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # With raft's loop held (this test runs on it and blocks it on purpose), the writer stops at the
     # end of its slice: it goes on only after the loop went round. A writer that did not wait would
-    # encode past the slice, set `past_one_slice` and end the hold at once.
+    # encode past the slice while the loop is held.
     node = await _node_with_an_image_to_snapshot(tmp_path)
     try:
         written_before = len(node.service.snapshots_written)
-        started = threading.Event()
-        go = threading.Event()
-        past_one_slice = threading.Event()
-        calls = 0
-
-        def counting_encoder(record: Any, version: int) -> bytes:
-            nonlocal calls
-            calls += 1
-            if calls == 1:
-                started.set()
-                go.wait(30)
-            if calls > _SLICE_RECORDS:
-                past_one_slice.set()
-            return encode_metadata_record(record, version)
-
-        monkeypatch.setattr(controller_service, "encode_metadata_record", counting_encoder)
-        write = asyncio.ensure_future(node.service.write("createTopics", lambda c: c.create_topics(_topics(("c", 1, 1)))))
+        encoder = _HeldEncoder(hold_at=1)
+        write = await _snapshot_held(node, encoder, monkeypatch)
         try:
-            assert await asyncio.to_thread(started.wait, 30)
-            go.set()
-            past_one_slice.wait(3)  # holds raft's loop
-            encoded_while_the_loop_was_held = calls
+            encoder.release.set()
+            deadline = time.monotonic() + 3
+            while encoder.calls <= _SLICE_RECORDS and time.monotonic() < deadline:
+                time.sleep(0.01)  # holds raft's loop
+            encoded_while_the_loop_was_held = encoder.calls
         finally:
-            go.set()
+            encoder.release.set()
         assert encoded_while_the_loop_was_held <= _SLICE_RECORDS
         await write
-        async with asyncio.timeout(30):
-            while len(node.service.snapshots_written) == written_before:
-                await asyncio.sleep(0.005)
-        assert calls > encoded_while_the_loop_was_held  # the rest once the loop ran again
+        await _next_snapshot(node, written_before)
+        assert encoder.calls > encoded_while_the_loop_was_held  # the rest once the loop ran again
     finally:
         await node.close()
