@@ -9,6 +9,8 @@ from raft_harness import Cluster
 
 from kraft_engine.errors import SnapshotError
 from kraft_engine.raft import MemoryLog, RaftConfig, Role, SnapshotLoad
+from kraft_engine.records import log_batch
+from kraft_engine.records.batches import DecodedRecord
 from kraft_engine.records.log_batch import OffsetAndEpoch, parse_batches
 
 
@@ -110,6 +112,37 @@ def test_a_node_restarts_from_its_latest_snapshot_and_replays_the_log_after_it()
     assert isinstance(events[0], SnapshotLoad) and events[0].snapshot_id == snapshot_id
     assert b"tail" in restarted.committed_values
     assert all(v not in restarted.committed_values for v in (b"v0", b"v4"))
+
+
+def test_a_snapshot_load_leaves_its_data_batches_for_the_state_machine_to_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Raft parses only the snapshot's control batches (the header's timestamp); its data batches
+    # (a 100k-partition image's records) are parsed when the state machine first reads `batches`,
+    # on the state machine's own thread instead of raft's loop.
+    decoded: list[bytes | None] = []  # every data record value decoded, in the order decoded
+    real_decode = log_batch.decode_records
+
+    def recording_decode(raw: bytes | bytearray | memoryview) -> list[DecodedRecord]:
+        records = real_decode(raw)
+        decoded.extend(r.value for r in records)
+        return records
+
+    monkeypatch.setattr(log_batch, "decode_records", recording_decode)
+    cluster, leader = cluster_with_data(RaftConfig(retention_max_bytes=1), count=5)
+    snapshot_id = leader.create_snapshot(end_offset=leader.high_watermark, records=[b"img-1", b"img-2"],
+                                         last_contained_log_timestamp_ms=77, now_ms=cluster.now_ms)
+    cluster.advance(500)
+    node_id = leader.node_id
+    cluster.crash(node_id)
+    restarted = cluster.restart(node_id)
+    cluster.advance(5_000)
+    [load] = restarted.snapshot_loads
+    assert load.snapshot_id == snapshot_id
+    assert load.last_contained_log_timestamp_ms == 77
+    assert b"img-1" not in decoded  # raft handed the snapshot over without decoding its data
+    assert [v for b in load.batches for v in b.records] == [b"img-1", b"img-2"]
+    assert isinstance(load.batches[0].control_records[0], SnapshotHeaderRecord)
+    assert [v for b in load.batches for v in b.records] == [b"img-1", b"img-2"]
+    assert decoded.count(b"img-1") == 1  # decoded once, when first read
 
 
 def test_a_downloaded_snapshot_replaces_the_followers_older_snapshots() -> None:

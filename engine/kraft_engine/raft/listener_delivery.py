@@ -14,7 +14,7 @@ from typing import Final
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
 
 from kraft_engine.raft.leader_state import LeaderState
-from kraft_engine.raft.log import read_snapshot_batches
+from kraft_engine.raft.log import control_batches, read_snapshot_bytes
 from kraft_engine.raft.output import CommittedBatch, LeaderAndEpoch, LeaderChange, SnapshotLoad
 from kraft_engine.raft.replica_context import RaftContext
 from kraft_engine.records.log_batch import OffsetAndEpoch, parse_batches
@@ -75,14 +75,12 @@ class ListenerDelivery:
             outbox.deliver(LeaderChange(current))
 
     def _snapshot_load(self, snapshot_id: OffsetAndEpoch) -> SnapshotLoad:
-        batches = read_snapshot_batches(self._ctx.log, snapshot_id)
+        # Only the control batches are parsed here; the data batches are parsed by the state
+        # machine, on its own thread (`SnapshotLoad.batches`).
+        data = read_snapshot_bytes(self._ctx.log, snapshot_id)
         timestamp_ms = -1
-        for batch in batches:
+        for batch in control_batches(data):
             for record in batch.control_records:
                 if isinstance(record, SnapshotHeaderRecord):
                     timestamp_ms = int(record.last_contained_log_timestamp)
-        return SnapshotLoad(
-            snapshot_id=snapshot_id,
-            last_contained_log_timestamp_ms=timestamp_ms,
-            batches=tuple(CommittedBatch.of(b) for b in batches),
-        )
+        return SnapshotLoad(snapshot_id=snapshot_id, last_contained_log_timestamp_ms=timestamp_ms, data=data)

@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Protocol
 
 from kraft_engine.invariant import require
+from kraft_engine.records.batches import iter_batches
 from kraft_engine.records.log_batch import LogBatch, OffsetAndEpoch, parse_batches
 
 __all__ = [
@@ -28,7 +29,8 @@ __all__ = [
     "RaftLog",
     "ValidOffsetAndEpoch",
     "ValidationKind",
-    "read_snapshot_batches",
+    "control_batches",
+    "read_snapshot_bytes",
     "validate_offset_and_epoch",
 ]
 
@@ -123,10 +125,16 @@ def validate_offset_and_epoch(log: RaftLog, *, offset: int, epoch: int) -> Valid
     return ValidOffsetAndEpoch(ValidationKind.VALID, OffsetAndEpoch(epoch=epoch, offset=offset))
 
 
-def read_snapshot_batches(log: RaftLog, snapshot_id: OffsetAndEpoch) -> list[LogBatch]:
-    """Every batch of a stored snapshot, read whole (none when the log does not hold it)."""
+def read_snapshot_bytes(log: RaftLog, snapshot_id: OffsetAndEpoch) -> bytes:
+    """A stored snapshot's bytes, whole (empty when the log does not hold it)."""
     size = log.snapshot_size(snapshot_id) or 0
-    return parse_batches(log.read_snapshot(snapshot_id, 0, size))
+    return log.read_snapshot(snapshot_id, 0, size)
+
+
+def control_batches(data: bytes) -> list[LogBatch]:
+    """The control batches of a snapshot's bytes (header, kraft.version, voters, footer), parsed;
+    the data batches are only checked (CRC) and skipped, not decoded."""
+    return [batch for header, view in iter_batches(data) if header.is_control for batch in parse_batches(view)]
 
 
 class MemoryLog:

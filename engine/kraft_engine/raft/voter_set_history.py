@@ -15,7 +15,7 @@ from typing import Final
 from kio.schema.k_raft_version_record.v0.data import KRaftVersionRecord
 from kio.schema.voters_record.v0.data import VotersRecord
 
-from kraft_engine.raft.log import RaftLog, read_snapshot_batches
+from kraft_engine.raft.log import RaftLog, control_batches, read_snapshot_bytes
 from kraft_engine.raft.voter_set import KRAFT_VERSION_0, VoterSet
 from kraft_engine.records.log_batch import LogBatch, parse_batches
 
@@ -127,7 +127,7 @@ def load_control_state(history: VoterSetHistory, log: RaftLog) -> None:
         latest = snapshots[-1]
         voters: VoterSet | None = None
         version: int | None = None
-        for batch in read_snapshot_batches(log, latest):
+        for batch in control_batches(read_snapshot_bytes(log, latest)):
             for record in batch.control_records:
                 if isinstance(record, VotersRecord):
                     voters = VoterSet.from_record(record)
