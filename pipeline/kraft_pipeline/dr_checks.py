@@ -33,7 +33,7 @@ from kraft_engine.metadata.errors import MetadataReplayError
 from kraft_engine.metadata.loader import MetadataLoader
 from kraft_engine.metadata.metadata_image import MetadataImage
 from kraft_engine.raft import CommittedBatch
-from kraft_pipeline.record_schema import record_from_struct_value
+from kraft_engine.records import decode_metadata_record
 
 __all__ = ["CHECK_SCHEMA", "dr_checks"]
 
@@ -87,9 +87,9 @@ class _NodeLog:
         if row["problem"] is not None:
             snapshot["problems"].append(row["problem"])
         elif row["record_type"] == "SnapshotHeaderRecord":
-            snapshot["time_ms"] = row["record"]["SnapshotHeaderRecord"]["last_contained_log_timestamp"]
+            snapshot["time_ms"] = row["snapshot_time_ms"]
         elif not row["is_control"]:
-            snapshot["records"].append(record_from_struct_value(row["record_type"], row["record"]))
+            snapshot["records"].append(row["record_value"])
 
     def _segment_row(self, row: dict[str, Any]) -> None:
         base = row["batch_base_offset"]
@@ -108,8 +108,8 @@ class _NodeLog:
                 "records": [],
             },
         )
-        if not row["is_control"]:
-            batch["records"].append(record_from_struct_value(row["record_type"], row["record"]))
+        if not row["is_control"] and row["record_value"] is not None:  # None: past every snapshot (dr_checks)
+            batch["records"].append(row["record_value"])
 
     def runs(self) -> list[tuple[int, int]]:
         """The contiguous [first, last] offset ranges the node's valid batches cover."""
@@ -141,7 +141,7 @@ class _NodeLog:
                     last_offset=batch["last"],
                     epoch=batch["epoch"],
                     append_timestamp_ms=batch["time_ms"],
-                    records=tuple(batch["records"]),
+                    records=_records(batch["records"]),
                 )
             )
             offset = batch["last"] + 1
@@ -160,12 +160,18 @@ class _NodeLog:
         if snapshot_key is not None:
             snapshot = self.snapshots[snapshot_key]
             loader.handle_load_snapshot(
-                snapshot["records"],
+                list(_records(snapshot["records"])),
                 last_contained_offset=snapshot_key[0] - 1,
                 last_contained_epoch=snapshot_key[1],
                 last_contained_log_time_ms=snapshot["time_ms"] or 0,
             )
         return loader
+
+
+def _records(values: list[bytes]) -> tuple[object, ...]:
+    """The engine's records of stored record values, decoded only when a replay needs them (the
+    decoder read them once already; they decoded then, so they decode now)."""
+    return tuple(decode_metadata_record(value)[0] for value in values)
 
 
 def _image_bytes(image: MetadataImage) -> bytes | str:
@@ -415,10 +421,21 @@ def _voters(records: DataFrame, log: DataFrame) -> DataFrame:
 def dr_checks(records: DataFrame, log: DataFrame) -> DataFrame:
     """Every check of every cluster in `records` (all rows, problems included)."""
     agreement, committed_end = _log_agreement(records)
-    per_node = records.select(
+    # A segment's records matter to the per-node checks only below the node's last snapshot (the
+    # replays end there); past it they are left out, not shipped to the Python worker and back.
+    replay_ends = F.broadcast(
+        records.where(F.col("file_kind") == "snapshot")
+        .groupBy("cluster_id", "node_id")
+        .agg(F.max("snapshot_end_offset").alias("replay_end"))
+    )
+    replayed = (F.col("file_kind") != "segment") | (F.col("offset") < F.col("replay_end"))
+    # The typed struct does not go to the Python worker (Spark's Arrow writer pays for each of its
+    # ~200 nested fields on every row): the stored bytes do, and the engine decodes them again.
+    per_node = records.join(replay_ends, ["cluster_id", "node_id"], "left").select(
         "cluster_id", "node_id", "file", "file_kind", "snapshot_end_offset", "snapshot_epoch", "offset",
         "batch_base_offset", "batch_last_offset", "leader_epoch", "batch_timestamp_ms", "is_control",
-        "record_type", "record", "problem",
+        "record_type", F.when(replayed, F.col("record_value")).alias("record_value"),
+        F.col("record.SnapshotHeaderRecord.last_contained_log_timestamp").alias("snapshot_time_ms"), "problem",
     ).groupBy("cluster_id", "node_id").applyInArrow(_node_fold, from_arrow_schema(CHECK_SCHEMA))
     per_node = per_node.cache()
     return (

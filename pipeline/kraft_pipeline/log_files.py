@@ -69,6 +69,9 @@ ROW_SCHEMA = pa.schema(
         pa.field("record_type", pa.string()),
         pa.field("record_version", pa.int16()),
         pa.field("record", RECORD_STRUCT),
+        # The record's value bytes as stored: a replay decodes them again with the engine, where
+        # handing the typed struct across to a Python worker would cost more than decoding.
+        pa.field("record_value", pa.binary()),
         pa.field("problem", pa.string()),  # set only on problem rows: what is wrong here
         pa.field("raw", pa.binary()),  # a problem row's unreadable bytes
     ]
@@ -252,4 +255,5 @@ def _add_records(rows: _Rows, *, batch: dict[str, Any], item: ScannedBatch) -> N
             record_type=type_name,
             record_version=version,
             record=record_struct_value(type_name, entity),
+            record_value=record.value,
         )

@@ -178,26 +178,49 @@ def record_struct_value(type_name: str, entity: object) -> dict[str, Any]:
     return {type_name: _converter(type(entity))(entity)}
 
 
-def _from_plain(hint: Any, value: Any) -> Any:
+def _field_builder(hint: Any) -> _Convert | None:
+    """How a field's struct value becomes the engine's value again (tuples, entities, Uuids);
+    None when it goes as it is (ints, strings, bytes, booleans)."""
     hint, _ = _is_optional(hint)
-    if value is None:
-        return None
     if typing.get_origin(hint) is tuple:
-        (item,) = typing.get_args(hint)[:1]
-        return tuple(_from_plain(item, v) for v in value)
+        item = _field_builder(typing.get_args(hint)[0])
+        if item is None:
+            return lambda v: None if v is None else tuple(v)
+        return lambda v: None if v is None else tuple(item(x) for x in v)
     if dataclasses.is_dataclass(hint):
-        return _entity(hint, value)
+        return _builder(hint)
     if hint is uuid.UUID:
-        return from_kafka_str(value)
-    return value
+        return lambda v: None if v is None else from_kafka_str(v)
+    return None
 
 
-def _entity(cls: Any, value: dict[str, Any]) -> Any:
+_BUILDERS: dict[Any, _Convert] = {}
+
+
+def _builder(cls: Any) -> _Convert:
+    """One record class's inverse of `_converter`, built once from the same type hints (a
+    record rebuilt per row must not inspect its class's hints per row)."""
+    known = _BUILDERS.get(cls)
+    if known is not None:
+        return known
     hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _from_plain(hints[f.name], value[f.name]) for f in dataclasses.fields(cls)})
+    fields = [(f.name, _field_builder(hints[f.name])) for f in dataclasses.fields(cls)]
+    as_is = [name for name, build in fields if build is None]
+    built = [(name, build) for name, build in fields if build is not None]
+
+    def build(value: Any) -> Any:
+        if value is None:
+            return None
+        kwargs = {name: value[name] for name in as_is}
+        for name, field_build in built:
+            kwargs[name] = field_build(value[name])
+        return cls(**kwargs)
+
+    _BUILDERS[cls] = build
+    return build
 
 
 def record_from_struct_value(type_name: str, value: dict[str, Any]) -> object:
     """The engine's record object back from a row's `record` column (the inverse of
     record_struct_value), so derivations replay records with the engine's own code."""
-    return _entity(RECORD_CLASSES[type_name], value[type_name])
+    return _builder(RECORD_CLASSES[type_name])(value[type_name])
