@@ -20,9 +20,15 @@ from kio.serial import entity_writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 from record_strategies import entity_strategy
 
-from kraft_engine.records import PartitionChangeRecord, TopicRecord
+from kraft_engine.records import PartitionChangeRecord, PartitionChangeRun, TopicRecord
 from kraft_engine.records.fast_writer import encode_entity, write_uvarint
-from kraft_engine.records.framing import encode_metadata_record, encode_metadata_records
+from kraft_engine.records.framing import (
+    decode_metadata_record,
+    decode_metadata_records,
+    encode_metadata_record,
+    encode_metadata_records,
+    encode_partition_change_run,
+)
 from kraft_engine.records.metadata_registry import (
     METADATA_RECORD_TYPES,
     lowest_version_holding,
@@ -137,3 +143,39 @@ def test_a_batch_of_partition_changes_alike_but_for_their_ids_encodes_as_one_rec
         record = dataclasses.replace(templates[index], partition_id=i32(partition_id), topic_id=topic_id)
         batch.append((record, lowest_version_holding(record)))
     assert encode_metadata_records(batch) == [encode_metadata_record(r, v) for r, v in batch]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_a_batch_of_partition_changes_decodes_and_encodes_as_one_record_at_a_time_through_runs(
+    data: st.DataObject,
+) -> None:
+    """The same kind of batch, the other way and through the columns: `decode_metadata_records`
+    gives what `decode_metadata_record` gives value by value (stretches of alike partition changes
+    held as `PartitionChangeRun`s, any ids, any record version, other records between them), and
+    a run's bytes (`encode_partition_change_run`) are its records' own encodings."""
+    templates = data.draw(st.lists(entity_strategy(PartitionChangeRecord), min_size=1, max_size=4))
+    templates += [dataclasses.replace(t, leader=i32(int(t.leader) + 1 if int(t.leader) < 2**31 - 1 else 0))
+                  for t in templates]
+    others = data.draw(st.lists(entity_strategy(TopicRecord), max_size=3))
+    picks = data.draw(st.lists(
+        st.tuples(st.integers(0, len(templates) + len(others) - 1), st.integers(-(2**31), 2**31 - 1), st.uuids(),
+                  st.booleans()),
+        min_size=1, max_size=40,
+    ))
+    values: list[bytes] = []
+    for index, partition_id, topic_id, latest in picks:
+        if index >= len(templates):
+            values.append(encode_metadata_record(others[index - len(templates)]))
+            continue
+        record = dataclasses.replace(templates[index], partition_id=i32(partition_id), topic_id=topic_id)
+        version = record_version_of(record) if latest else lowest_version_holding(record)
+        values.append(encode_metadata_record(record, version))
+    decoded = decode_metadata_records(values)
+    expected = [decode_metadata_record(value)[0] for value in values]
+    assert list(decoded) == expected
+    assert [decoded[i] for i in range(len(values))] == expected
+    runs = [part for part in getattr(decoded, "parts", ()) if isinstance(part, PartitionChangeRun)]
+    for run in runs:
+        assert encode_partition_change_run(run) == [encode_metadata_record(r, run.version) for r in run]
+    assert sum(len(run) for run in runs) <= len(values)

@@ -185,7 +185,8 @@ class EventHandling:
             index += 1
 
     def _replay_change_run(self, run: PartitionChangeRun, base_offset: int,
-                           fault: Callable[[object, int, Exception], Exception]) -> None:
+                           fault: Callable[[object, int, Exception], Exception],
+                           *, raised_as_is: tuple[type[Exception], ...] = ()) -> None:
         """A fan-out's run through its run replayer, or record by record where it refuses."""
         replay_run = self._change_run_replayer
         if replay_run is not None and len(run) > 1:
@@ -196,7 +197,7 @@ class EventHandling:
             else:
                 self.log_replayed_any_record = True
                 return
-        self._replay_records(list(run), base_offset, fault)
+        self._replay_records(list(run), base_offset, fault, raised_as_is=raised_as_is)
 
     # -- writes and reads ------------------------------------------------------------------
 
@@ -330,10 +331,24 @@ class EventHandling:
             not self.is_active(),
             f"the active controller at epoch {self.cur_claim_epoch} got a commit from epoch {batch.epoch}",
         )
-        self._replay_records(batch.records, batch.base_offset, lambda record, offset, error: ControllerFault(
-            f"Unable to apply {type(record).__name__} record at offset {offset} "
-            f"on standby controller, from the batch with baseOffset {batch.base_offset}: {error}"
-        ), raised_as_is=(InvariantViolation, ControllerFault))
+        def fault(record: object, offset: int, error: Exception) -> Exception:
+            return ControllerFault(
+                f"Unable to apply {type(record).__name__} record at offset {offset} "
+                f"on standby controller, from the batch with baseOffset {batch.base_offset}: {error}"
+            )
+
+        records: Sequence[object] = batch.records
+        if isinstance(records, RecordParts):
+            # Decoded with its fan-outs kept as runs (`decode_metadata_records`).
+            offset = batch.base_offset
+            for part in records.parts:
+                if isinstance(part, PartitionChangeRun):
+                    self._replay_change_run(part, offset, fault, raised_as_is=(InvariantViolation, ControllerFault))
+                else:
+                    self._replay_records(part, offset, fault, raised_as_is=(InvariantViolation, ControllerFault))
+                offset += len(part)
+        else:
+            self._replay_records(records, batch.base_offset, fault, raised_as_is=(InvariantViolation, ControllerFault))
         self.offset_control.handle_commit_batch(last_offset=batch.last_offset, epoch=batch.epoch)
         self.last_applied_offset = batch.last_offset
         self.last_applied_timestamp_ms = batch.append_timestamp_ms

@@ -28,6 +28,7 @@ from kraft_engine.records.control import (
 )
 from kraft_engine.records.framing import (
     decode_metadata_record,
+    decode_metadata_records,
     encode_metadata_record,
     encode_metadata_record_parts,
     encode_metadata_records,
@@ -145,6 +146,7 @@ __all__ = [
     "decode_control_key",
     "decode_control_record",
     "decode_metadata_record",
+    "decode_metadata_records",
     "decode_records",
     "encode_control_key",
     "encode_control_record",

@@ -15,7 +15,8 @@ the body are an error rather than being ignored.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kio.serial import entity_reader
@@ -33,7 +34,7 @@ from kraft_engine.records.metadata_registry import (
     to_latest,
     to_version,
 )
-from kraft_engine.records.record_runs import PartitionChangeRun
+from kraft_engine.records.record_runs import PartitionChangeRun, RecordParts
 
 FRAME_VERSION = 1
 _SHORT_MAX = 32767
@@ -185,3 +186,71 @@ def decode_metadata_record(data: bytes | bytearray | memoryview) -> tuple[Metada
     if trailing:
         raise MetadataRecordError(f"found {trailing} byte(s) of garbage after {record_type.name}")
     return to_latest(normalise_decoded(entity)), version
+
+
+_PARTITION_CHANGE_API_KEY = PartitionChangeRecord.__api_key__
+_HEADER_SIZE = 3  # frame version, api key and record version: one byte each for these values
+_IDS_END = _HEADER_SIZE + _PARTITION_AND_TOPIC_SIZE
+
+
+def decode_metadata_records(values: Sequence[bytes]) -> Sequence[object]:
+    """`decode_metadata_record(value)[0]` of each value, the same records, for a whole batch.
+
+    A fence's batch is 10,000 PartitionChangeRecords alike but for their 20 bytes of ids (see
+    `encode_metadata_records`). A value whose bytes around the ids equal an earlier one's is that
+    record with its own ids: PartitionId and TopicId are fixed-width fields that any bytes decode
+    to, and every other field is tagged, after them. So each distinct shape is decoded in full
+    once, and stretches of such records come back as `PartitionChangeRun`s (inside a
+    `RecordParts`), which the controller's and the loader's replays take whole."""
+    parts: list[Sequence[object]] = []
+    plain: list[object] = []
+    shapes: dict[bytes, int] = {}
+    changes: list[PartitionChangeRecord] = []
+    kinds: list[int] = []
+    partition_ids: list[int] = []
+    topic_ids: list[uuid.UUID] = []
+    topics: dict[bytes, uuid.UUID] = {}
+    run_version = -1
+
+    def close_run() -> None:
+        nonlocal kinds, partition_ids, topic_ids
+        if not kinds:
+            return
+        if plain:
+            parts.append(tuple(plain))
+            plain.clear()
+        parts.append(PartitionChangeRun(changes=changes, version=run_version, kinds=kinds,
+                                        partition_ids=partition_ids, topic_ids=topic_ids))
+        kinds, partition_ids, topic_ids = [], [], []
+
+    for value in values:
+        if len(value) < _IDS_END or value[0] != FRAME_VERSION or value[1] != _PARTITION_CHANGE_API_KEY or value[2] > 0x7F:
+            close_run()
+            plain.append(decode_metadata_record(value)[0])
+            continue
+        if value[2] != run_version:
+            close_run()
+            shapes.clear()
+            changes = []
+            run_version = value[2]
+        shape = value[:_HEADER_SIZE] + value[_IDS_END:]
+        kind = shapes.get(shape)
+        if kind is None:
+            record, _ = decode_metadata_record(value)  # every check of the ordinary path, once per shape
+            if type(record) is not PartitionChangeRecord:
+                raise MetadataRecordError(f"api key {_PARTITION_CHANGE_API_KEY} decoded as {type(record).__name__}")
+            kind = shapes[shape] = len(changes)
+            changes.append(record)
+        topic_bytes = value[_HEADER_SIZE + 4 : _IDS_END]
+        topic_id = topics.get(topic_bytes)
+        if topic_id is None:
+            topic_id = topics[topic_bytes] = uuid.UUID(bytes=topic_bytes)
+        kinds.append(kind)
+        partition_ids.append(int.from_bytes(value[_HEADER_SIZE : _HEADER_SIZE + 4], "big", signed=True))
+        topic_ids.append(topic_id)
+    close_run()
+    if not parts:
+        return tuple(plain)
+    if plain:
+        parts.append(tuple(plain))
+    return RecordParts(parts)

@@ -39,7 +39,7 @@ import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Feature
@@ -73,7 +73,7 @@ from kraft_engine.raft import (
     LeaderChange,
     SnapshotLoad,
 )
-from kraft_engine.records import decode_metadata_record, feature_versions
+from kraft_engine.records import decode_metadata_record, decode_metadata_records, feature_versions
 from kraft_engine.server.broker_apis import BrokerApis
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
@@ -404,7 +404,8 @@ class BrokerNode:
         if isinstance(event, CommittedBatch):
             if event.last_offset <= self.loader.last_applied_offset:
                 return
-            records = tuple(decode_metadata_record(value)[0] for value in event.records)
+            # A fence's changes come back as runs inside a RecordParts, which reads as that tuple.
+            records = cast("tuple[object, ...]", decode_metadata_records(event.records))
             self.loader.handle_commit([event.with_records(records)], high_watermark=driver.high_watermark)
         elif isinstance(event, SnapshotLoad):
             snapshot_records = [decode_metadata_record(value)[0] for batch in event.batches for value in batch.records]

@@ -88,7 +88,12 @@ from kraft_engine.raft import (
     SnapshotBuilder,
     SnapshotLoad,
 )
-from kraft_engine.records import RecordParts, decode_metadata_record, encode_metadata_record
+from kraft_engine.records import (
+    RecordParts,
+    decode_metadata_record,
+    decode_metadata_records,
+    encode_metadata_record,
+)
 from kraft_engine.records.log_batch import OffsetAndEpoch
 from kraft_engine.server.collector import collector_paused
 
@@ -582,7 +587,7 @@ class ControllerService:
         for batch in batches:
             records = self._own_records(batch)
             if records is None:
-                records = tuple(decode_metadata_record(value)[0] for value in batch.records)
+                records = decode_metadata_records(batch.records)
                 for stale in [o for o in self._own_batches if o <= batch.last_offset]:
                     del self._own_batches[stale]
             # The node's own records may be `RecordParts` (a fan-out's run kept whole), which the

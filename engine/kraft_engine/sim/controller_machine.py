@@ -22,7 +22,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from kraft_engine.controller import (
     AppendRefused,
@@ -45,6 +45,7 @@ from kraft_engine.raft import (
 from kraft_engine.records import (
     FeatureLevelRecord,
     decode_metadata_record,
+    decode_metadata_records,
 )
 from kraft_engine.sim.cluster import CLUSTER_ID
 from kraft_engine.sim.invariants import Violation
@@ -247,7 +248,8 @@ class ControllerMachine:
     def _apply(self, event: ListenerEvent, *, raft_is_leader: bool) -> None:
         controller = self.controller
         if isinstance(event, CommittedBatch):
-            records = tuple(decode_metadata_record(value)[0] for value in event.records)
+            # A fence's changes come back as runs inside a RecordParts, which reads as that tuple.
+            records = cast("tuple[object, ...]", decode_metadata_records(event.records))
             controller.handle_commit(event.with_records(records))
             for delta, value in enumerate(event.records):
                 self.applied.append((event.base_offset + delta, zlib.crc32(value)))
