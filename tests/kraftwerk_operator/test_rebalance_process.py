@@ -4,7 +4,9 @@ controllers and three brokers, a topic of six partitions (RF 2) with records in 
 grows to four brokers. The new broker 6 starts, the operator records the Rebalance's moves and
 throttle, sets the throttle, reassigns, waits, removes the throttle; afterwards kafka-python's
 admin shows broker 6 holding replicas, the replica counts (over every topic) within one of each other, no throttle
-left on any broker or the topic, and every record is read back from every partition."""
+left on any broker or the topic, and every record is read back from every partition. A kafka-python
+producer (acks=all, idempotence) writes partition 0 all through the rebalance; every record it saw
+acknowledged is read back."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from .local_state import written_status
 from .test_drain_throttle_process import throttle_configs
 from .test_roll_process import _wait, kraftwerk_up
 from .test_scale_down_process import CLUSTER as SHRINKING
-from .workload import read_partition
+from .workload import acked_count, lost_records, producing, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -90,6 +92,7 @@ def test_a_broker_that_joins_gets_replicas_through_a_throttled_rebalance(tmp_pat
     spec.write_text(textwrap.dedent(CLUSTER))
     state = tmp_path / "state"
     log = tmp_path / "up.log"
+    acks = tmp_path / "acks.jsonl"
     with kraftwerk_up(spec, state, log) as up:
         _wait("Ready with three brokers", lambda: _settled(s := _status(state)) and s["brokers"] == "3/3",
               timeout_s=600, up=up, log=log)
@@ -98,18 +101,22 @@ def test_a_broker_that_joins_gets_replicas_through_a_throttled_rebalance(tmp_pat
             ["advertised.listeners"].split("//", 1)[1] for i in (3, 4, 5))
         _create_and_fill(bootstrap)
         assert not any(6 in r for r in _replicas(bootstrap).values())
-        grown = yaml.safe_load(spec.read_text())
-        grown["spec"]["nodePools"][1]["replicas"] = 4
-        spec.write_text(yaml.safe_dump(grown))
+        with producing(bootstrap, TOPIC, acks, partition=0):  # a live producer all through the move
+            _wait("the producer's first acks", lambda: acked_count(acks) >= 20, timeout_s=120, up=up, log=log)
+            grown = yaml.safe_load(spec.read_text())
+            grown["spec"]["nodePools"][1]["replicas"] = 4
+            spec.write_text(yaml.safe_dump(grown))
 
-        def rebalanced() -> dict[str, list[int]] | None:
-            status = _status(state)
-            if not _settled(status) or status["brokers"] != "4/4":
-                return None
-            layout = _replicas(bootstrap)
-            return layout if any(6 in r for r in layout.values()) else None
+            def rebalanced() -> dict[str, list[int]] | None:
+                status = _status(state)
+                if not _settled(status) or status["brokers"] != "4/4":
+                    return None
+                layout = _replicas(bootstrap)
+                return layout if any(6 in r for r in layout.values()) else None
 
-        layout = _wait("broker 6 holding replicas", rebalanced, timeout_s=900, up=up, log=log)
+            layout = _wait("broker 6 holding replicas", rebalanced, timeout_s=900, up=up, log=log)
+            before = acked_count(acks)
+            _wait("acks after the rebalance", lambda: acked_count(acks) >= before + 20, timeout_s=120, up=up, log=log)
         left = throttle_configs(bootstrap, [3, 4, 5, 6], topic=TOPIC)
         stored = {p: read_partition(bootstrap, TOPIC, partition=p) for p in range(PARTITIONS)}
     output = log.read_text()
@@ -124,4 +131,7 @@ def test_a_broker_that_joins_gets_replicas_through_a_throttled_rebalance(tmp_pat
         assert found is not None, (step, output[at:][-4000:])
         at = found.end()
     for p in range(PARTITIONS):
-        assert sorted(stored[p].values()) == sorted(f"{p}-{i}".encode() for i in range(RECORDS)), p
+        filled = sorted(v for v in stored[p].values() if v.startswith(f"{p}-".encode()))
+        assert filled == sorted(f"{p}-{i}".encode() for i in range(RECORDS)), p
+    acked, lost = lost_records(acks, stored[0])
+    assert acked > 40 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"

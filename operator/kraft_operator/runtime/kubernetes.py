@@ -517,6 +517,8 @@ class KubernetesRuntime:
     async def _start(self, cluster: KRaftCluster, action: StartNode | RestartNode) -> None:
         node = action.node
         pool = _pool(cluster, node.pool)
+        # a volume added to a formatted broker gets its claim here: the broker formats it at its start
+        await self._ensure_claims(cluster, node)
         await self._record_directory_ids(cluster, node)
         name = pod_name(node)
         existing = await self._read_optional(self._core.read_namespaced_pod, name, node.namespace)
