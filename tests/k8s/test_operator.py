@@ -518,6 +518,93 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
         kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
 
 
+def test_a_jbod_volume_is_removed_then_another_added_on_a_running_broker_pool(kube: Kube, operator_ns: str) -> None:
+    """JBOD brokers lose volume 1 from the spec: the operator moves every replica off each broker's
+    data-1 with AlterReplicaLogDirs (LogDirRemoval in status), and only once the brokers report it
+    empty rolls them with `log.dirs` without it. Then volume 2 is added: a new claim per pod, a
+    roll with the new `log.dirs`, and each broker formats the new, empty volume at its start (a
+    meta.properties with a new directory id) and registers it. Clients are served throughout."""
+    ns = operator_ns
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    name = "jbodmove"
+    doc["metadata"]["name"] = name
+    brokers = doc["spec"]["nodePools"][1]
+    brokers.pop("rack", None)
+    for volume in brokers["storage"]["volumes"]:
+        volume.update({"size": "1Gi", "deleteClaim": True})
+    apply_doc(kube, ns, doc)
+    pods = [f"{name}-brokers-{b}" for b in (3, 4, 5)]
+
+    def config_of(pod: str) -> str:
+        return kube.kubectl("-n", ns, "exec", pod, "--", "cat", "/etc/kraftwerk/server.properties").stdout
+
+    def log_dirs(pod: str) -> list[str]:
+        line = next(line for line in config_of(pod).splitlines() if line.startswith("log.dirs="))
+        return line.split("=", 1)[1].split(",")
+
+    def settled() -> dict[str, Any] | None:
+        resource = kube.json("-n", ns, "get", "kc", name)
+        ready = condition_of(resource, "Ready")
+        status = resource.get("status", {})
+        if status.get("operation") or ready is None or ready["status"] != "True":
+            return None
+        return status if (status.get("partitions") or {}).get("underReplicated", 1) == 0 else None
+
+    try:
+        wait_ready(kube, ns, name)
+        report = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="before-move", count=100)
+        assert report["acknowledged"] == 100 and report["same"] is True, report
+        held = {pod: kube.kubectl("-n", ns, "exec", pod, "--", "ls", "/var/lib/kraftwerk/data-1").stdout.split()
+                for pod in pods}
+        assert any(n.startswith("before-move-") or n.startswith("__consumer_offsets-") for names in held.values()
+                   for n in names), held
+
+        # -- remove volume 1 ----------------------------------------------------------------------
+        kube.kubectl("-n", ns, "patch", "kc", name, "--type=json",
+                     "-p", '[{"op": "remove", "path": "/spec/nodePools/1/storage/volumes/1"}]')
+        seen: set[str] = set()
+
+        def removed() -> dict[str, Any] | None:
+            status = kube.json("-n", ns, "get", "kc", name).get("status", {})
+            operation = status.get("operation") or {}
+            if operation.get("name") == "LogDirRemoval":
+                seen.add(operation.get("step", ""))
+            if settled() is None:
+                return None
+            return status if all(log_dirs(pod) == ["/var/lib/kraftwerk/data-0"] for pod in pods) else None
+
+        wait_until("volume 1 emptied and the brokers rolled without it", removed, timeout_s=900, every_s=2)
+        reasons = [e["reason"] for e in sorted(
+            kube.json("-n", ns, "get", "events", "--field-selector", f"involvedObject.name={name}")["items"],
+            key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")]
+        assert "LogDirRemovalPlanned" in reasons and "LogDirDrained" in reasons, reasons
+        assert reasons.index("LogDirRemovalPlanned") < reasons.index("LogDirDrained") < len(reasons) - 1 - reasons[::-1].index("RestartNode"), reasons
+        after = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="after-removal", count=100)
+        assert after["acknowledged"] == 100 and after["same"] is True, after
+
+        # -- add volume 2 -------------------------------------------------------------------------
+        kube.kubectl("-n", ns, "patch", "kc", name, "--type=json",
+                     "-p", '[{"op": "add", "path": "/spec/nodePools/1/storage/volumes/-", '
+                           '"value": {"id": 2, "size": "1Gi", "deleteClaim": true}}]')
+
+        def added() -> bool:
+            if settled() is None:
+                return False
+            return all(log_dirs(pod) == ["/var/lib/kraftwerk/data-0", "/var/lib/kraftwerk/data-2"] for pod in pods)
+
+        wait_until("volume 2 in every broker's log.dirs, rolled", added, timeout_s=900, every_s=2)
+        for pod in pods:
+            meta = kube.kubectl("-n", ns, "exec", pod, "--", "cat", "/var/lib/kraftwerk/data-2/meta.properties").stdout
+            assert "directory.id=" in meta and "node.id=" in meta, meta
+            claim = kube.json("-n", ns, "get", "pvc", f"data-2-{pod}")
+            assert claim["status"]["phase"] == "Bound", claim["status"]
+        last = _run_client(kube, ns, bootstrap=f"{name}-bootstrap:9092", topic="after-add", count=100)
+        assert last["acknowledged"] == 100 and last["same"] is True, last
+    finally:
+        kube.kubectl("-n", ns, "delete", "kc", name, "--wait=true", "--timeout=300s", check=False)
+        kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
+
+
 def test_operator_metrics_are_served(kube: Kube, operator_ns: str) -> None:
     pod = kube.json("-n", operator_ns, "get", "pods", "-l", "app.kubernetes.io/component=operator")["items"][0]
     raw = kube.kubectl("get", "--raw",
