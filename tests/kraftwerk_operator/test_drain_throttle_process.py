@@ -18,7 +18,7 @@ import yaml
 
 from .test_roll_process import _wait, kraftwerk_up
 from .test_scale_down_process import TOPIC, _settled, _status, ready_with_the_topic_on_broker_6
-from .workload import read_partition
+from .workload import acked_count, lost_records, producing, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -94,46 +94,52 @@ def test_a_drain_runs_throttled_shown_in_status_and_the_throttle_is_gone_before_
     spec.write_text(textwrap.dedent(CLUSTER))
     state = tmp_path / "state"
     log = tmp_path / "up.log"
+    acks = tmp_path / "acks.jsonl"
     with kraftwerk_up(spec, state, log) as up:
         bootstrap = ready_with_the_topic_on_broker_6(state, up=up, log=log)
         _produce(bootstrap)
-        shrunk = yaml.safe_load(spec.read_text())
-        shrunk["spec"]["nodePools"][1]["replicas"] = 3
-        spec.write_text(yaml.safe_dump(shrunk))
+        with producing(bootstrap, "demo", acks, partition=0):  # a live producer all through the drain
+            _wait("the producer's first acks", lambda: acked_count(acks) >= 20, timeout_s=120, up=up, log=log)
+            shrunk = yaml.safe_load(spec.read_text())
+            shrunk["spec"]["nodePools"][1]["replicas"] = 3
+            spec.write_text(yaml.safe_dump(shrunk))
 
-        def draining() -> dict | None:
-            status = _status(state)
-            operation = (status or {}).get("operation") or {}
-            return operation if operation.get("step") == "draining" else None
+            def draining() -> dict | None:
+                status = _status(state)
+                operation = (status or {}).get("operation") or {}
+                return operation if operation.get("step") == "draining" else None
 
-        operation = _wait("the drain under way", draining, timeout_s=600, up=up, log=log)
-        throttle = operation["scaleDown"]["throttle"]
-        assert throttle["rateBytesPerSecond"] == RATE and throttle["brokers"] == [3, 4, 5, 6], operation
-        assert f"throttled at {RATE} B/s" in operation["waitingFor"], operation
-        # The moved partition's copy (~600 KB at 20 KB/s) takes half a minute: the throttle is
-        # read back from the brokers themselves while it runs.
-        seen: dict[str, str] = {}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and draining() is not None:
-            seen = throttle_configs(bootstrap, [3, 4, 5, 6])
-            if len(seen) == 2 * 4 + 2:
-                break
-            time.sleep(0.5)
-        assert {k: v for k, v in seen.items() if k.startswith("broker")} == {
-            f"broker {b}: {k}.replication.throttled.rate": str(RATE) for b in (3, 4, 5, 6) for k in ("leader", "follower")
-        }, seen
-        assert seen["topic: leader.replication.throttled.replicas"] == "0:3,0:4,0:6", seen
-        assert seen["topic: follower.replication.throttled.replicas"] == "0:5", seen
+            operation = _wait("the drain under way", draining, timeout_s=600, up=up, log=log)
+            throttle = operation["scaleDown"]["throttle"]
+            assert throttle["rateBytesPerSecond"] == RATE and throttle["brokers"] == [3, 4, 5, 6], operation
+            assert f"throttled at {RATE} B/s" in operation["waitingFor"], operation
+            # The moved partition's copy (~600 KB at 20 KB/s) takes half a minute: the throttle is
+            # read back from the brokers themselves while it runs.
+            seen: dict[str, str] = {}
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and draining() is not None:
+                seen = throttle_configs(bootstrap, [3, 4, 5, 6])
+                if len(seen) == 2 * 4 + 2:
+                    break
+                time.sleep(0.5)
+            assert {k: v for k, v in seen.items() if k.startswith("broker")} == {
+                f"broker {b}: {k}.replication.throttled.rate": str(RATE) for b in (3, 4, 5, 6) for k in ("leader", "follower")
+            }, seen
+            assert seen["topic: leader.replication.throttled.replicas"] == "0:3,0:4,0:6", seen
+            assert seen["topic: follower.replication.throttled.replicas"] == "0:5", seen
 
-        def removed() -> dict | None:
-            status = _status(state)
-            if not _settled(status) or sorted(n["id"] for n in status["nodes"]) != [0, 1, 2, 3, 4, 5]:
-                return None
-            return status
+            def removed() -> dict | None:
+                status = _status(state)
+                if not _settled(status) or sorted(n["id"] for n in status["nodes"]) != [0, 1, 2, 3, 4, 5]:
+                    return None
+                return status
 
-        _wait("broker 6 removed", removed, timeout_s=900, up=up, log=log)
+            _wait("broker 6 removed", removed, timeout_s=900, up=up, log=log)
+            before = acked_count(acks)
+            _wait("acks after the drain", lambda: acked_count(acks) >= before + 20, timeout_s=120, up=up, log=log)
         left = throttle_configs(bootstrap, [3, 4, 5])
         stored = read_partition(bootstrap, TOPIC)
+        produced = read_partition(bootstrap, "demo", partition=0)
     output = log.read_text()
     assert left == {}, left
     order = []
@@ -144,3 +150,5 @@ def test_a_drain_runs_throttled_shown_in_status_and_the_throttle_is_gone_before_
         order.append(found.start())
     assert order == sorted(order), output[-4000:]
     assert len(stored) == RECORDS and all(v == f"{i:06d}".encode() * 170 for i, v in stored.items()), len(stored)
+    acked, lost = lost_records(acks, produced)
+    assert acked > 40 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
