@@ -312,13 +312,47 @@ def _table() -> list[tuple[str, int, int, object, Callable[[Any], int], str]]:
          lambda r: r.topics[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
         ("DeleteTopics", 20, 6, _ns(timeout=second, topics=(_ns(name="table-doomed", topic_id=None),)),
          lambda r: r.responses[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("DescribeTopicPartitions", 75, 0, _ns(topics=(_ns(name=_T),), response_partition_limit=2000, cursor=None),
+         lambda r: r.topics[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("OffsetsForLeaderEpoch", 23, 4, _ns(replica_id=-1, topics=(_ns(topic=_T, partitions=(
+            _ns(partition=0, current_leader_epoch=-1, leader_epoch=0),)),)),
+         lambda r: r.topics[0].partitions[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("DescribeLogDirs", 35, 4, _ns(topics=None), lambda r: r.error_code, "CLUSTER_AUTHORIZATION_FAILED"),
+        ("DescribeProducers", 61, 0, _ns(topics=(_ns(name=_T, partition_indexes=(0,)),)),
+         lambda r: r.topics[0].partitions[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("DeleteRecords", 21, 2, _ns(timeout=second, topics=(_ns(name=_T, partitions=(
+            _ns(partition_index=0, offset=0),)),)),
+         lambda r: r.topics[0].partitions[0].error_code, "TOPIC_AUTHORIZATION_FAILED"),
+        ("AlterReplicaLogDirs", 34, 2, _ns(dirs=(_ns(path="/no/such/log/dir", topics=(
+            _ns(name=_T, partitions=(0,)),)),)),
+         lambda r: r.results[0].partitions[0].error_code, "CLUSTER_AUTHORIZATION_FAILED"),
     ]
+
+
+# The *_authorized_operations each API reports: (api, key, version, request fields, the field).
+_OPERATIONS_ASKED = [
+    ("Metadata", 3, 12, _ns(topics=(_ns(name=_T, topic_id=None),), allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=True), lambda r: r.topics[0].topic_authorized_operations),
+    ("DescribeCluster", 60, 2, _ns(include_cluster_authorized_operations=True, endpoint_type=1,
+                                   include_fenced_brokers=False), lambda r: r.cluster_authorized_operations),
+    ("DescribeTopicPartitions", 75, 0, _ns(topics=(_ns(name=_T),), response_partition_limit=2000, cursor=None),
+     lambda r: r.topics[0].topic_authorized_operations),
+    ("DescribeGroups", 15, 5, _ns(groups=(_G,), include_authorized_operations=True),
+     lambda r: r.groups[0].authorized_operations),
+]
 
 
 async def _walk(cluster: SecureCluster, user: str) -> dict[str, str]:
     """Each API of the table sent as `user` to the first broker: api -> the error code's name."""
     from kio.schema.errors import ErrorCode
 
+    return {api: ErrorCode(error).name.upper() for api, error in (await _ask(cluster, user, [
+        (api, key, version, fields, error_of) for api, key, version, fields, error_of, _ in _table()])).items()}
+
+
+async def _ask(cluster: SecureCluster, user: str,
+               table: list[tuple[str, int, int, object, Callable[[Any], int]]]) -> dict[str, int]:
+    """Each request of `table` sent as `user` to the first broker: api -> the value read from its answer."""
     from kraft_engine.protocol import ConnectionConfig, KafkaConnection
     from kraft_engine.protocol.entities import request_class
     from kraft_engine.protocol.security import client_security
@@ -333,10 +367,16 @@ async def _walk(cluster: SecureCluster, user: str) -> dict[str, str]:
     answers = {}
     async with KafkaConnection(HOST, cluster.client_ports[first],
                                config=ConnectionConfig(security=security, request_timeout_ms=60000)) as connection:
-        for api, key, version, fields, error_of, _ in _table():
+        for api, key, version, fields, read in table:
             response = await connection.send(bridge(fields, request_class(key, version)), timeout_ms=60000)
-            answers[api] = ErrorCode(error_of(response)).name.upper()
+            answers[api] = int(read(response))
     return answers
+
+
+def _bits(*operations: str) -> int:
+    from kraft_engine.metadata.authorizer import AclOperation, operations_bitfield
+
+    return operations_bitfield(AclOperation[o] for o in operations)
 
 
 def test_every_api_refuses_without_its_acl_and_serves_with_it(cluster: SecureCluster, tmp_path: Path) -> None:
@@ -352,6 +392,11 @@ def test_every_api_refuses_without_its_acl_and_serves_with_it(cluster: SecureClu
         cluster.wait_isr(topic, 0, {101, 102})
     expected = {api: refusal for api, *_, refusal in _table()}
     assert asyncio.run(_walk(cluster, "carol")) == expected
+    # Asked for, the authorized operations of what carol may not describe are Kafka's defaults:
+    # none for the cluster (0), the schema's "not asked" for a refused topic or group.
+    assert asyncio.run(_ask(cluster, "carol", _OPERATIONS_ASKED)) == {
+        "Metadata": -2147483648, "DescribeCluster": 0, "DescribeTopicPartitions": -2147483648,
+        "DescribeGroups": -2147483648}
     survivors = _tool("topics", "--bootstrap-server", cluster.client_bootstrap(), "--command-config",
                       str(admin_config), "--list")
     assert "table-doomed" in survivors.stdout.split()
@@ -372,3 +417,93 @@ def test_every_api_refuses_without_its_acl_and_serves_with_it(cluster: SecureClu
     wait_for(carol_listed, timeout_s=120, interval_s=0.5, what="the first broker to list carol's 7 ACLs")
     allowed = asyncio.run(_walk(cluster, "carol"))
     assert {api: code for api, code in allowed.items() if code == expected[api]} == {}
+    # ALL on the topic and the group: every operation Kafka reports for them; on the cluster
+    # exactly the three granted (ALTER implies DESCRIBE, which was granted anyway).
+    every_topic_operation = _bits("READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS",
+                                  "ALTER_CONFIGS")
+    assert asyncio.run(_ask(cluster, "carol", _OPERATIONS_ASKED)) == {
+        "Metadata": every_topic_operation, "DescribeTopicPartitions": every_topic_operation,
+        "DescribeCluster": _bits("IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"),
+        "DescribeGroups": _bits("READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")}
+
+
+# -- the controller listener: raft's APIs and forged Envelopes -----------------------------------
+
+async def _to_controller(cluster: SecureCluster, directory: Path, common_name: str, requests: list[Any]) -> list[Any]:
+    """`requests` sent over mTLS to the controller with a certificate of the cluster CA for `common_name`."""
+    from kraft_engine.protocol import ConnectionConfig, KafkaConnection
+    from kraft_engine.protocol.security import client_security
+
+    keystore = cluster.ca.issue(common_name, organization="kraftwerk").keystore_pem(directory, common_name)
+    security = client_security({
+        "security.protocol": "SSL", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(cluster.ca.write(directory))})
+    async with KafkaConnection(HOST, cluster.nodes[1].port,
+                               config=ConnectionConfig(security=security, request_timeout_ms=60000)) as connection:
+        return [await connection.send(request, timeout_ms=60000) for request in requests]
+
+
+def _forged_create_topics(name: str, *, validate_only: bool, principal: str) -> Any:
+    """An Envelope as a broker would send it, claiming `principal` made a CreateTopics."""
+    import datetime
+
+    from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+    from kio.schema.envelope.v0.request import EnvelopeRequest
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i16, i32, i32Timedelta
+
+    from kraft_engine.protocol.envelope import encode_principal
+    from kraft_engine.protocol.framing import SIZE_PREFIX, encode_request
+
+    inner = CreateTopicsRequest(
+        topics=(CreatableTopic(name=TopicName(name), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
+                               configs=()),),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)), validate_only=validate_only)
+    return EnvelopeRequest(request_data=encode_request(inner, correlation_id=7, client_id="forger")[SIZE_PREFIX.size:],
+                           request_principal=encode_principal(principal), client_host_address=bytes([127, 0, 0, 1]))
+
+
+def test_a_stranger_on_the_controller_listener_is_refused_raft_and_forged_envelopes(cluster: SecureCluster,
+                                                                                    tmp_path: Path) -> None:
+    """mallory holds a certificate of the cluster CA (the mTLS handshake passes) but no ACL: each
+    raft API is CLUSTER_AUTHORIZATION_FAILED, and an Envelope claiming the super user `admin` made a
+    CreateTopics is refused (the Envelope needs CLUSTER_ACTION) and creates nothing. The same
+    Envelope from a node (a super user) is served, so the refusal is the authorizer's."""
+    import asyncio
+
+    from kio.schema.create_topics.v7.response import CreateTopicsResponse
+    from kio.schema.errors import ErrorCode
+
+    from kraft_engine.protocol.framing import decode_response
+    from kraft_engine.raft import messages
+    from kraft_engine.raft.voter_set import Endpoint, ReplicaKey
+
+    cluster_id = cluster.cluster_id
+    stranger = ReplicaKey(66, None)
+    raft_requests = [
+        messages.describe_quorum_request(),
+        messages.begin_quorum_epoch_request(cluster_id=cluster_id, voter=ReplicaKey(1, None), leader_id=66,
+                                            epoch=1 << 20, leader_endpoints=(Endpoint("CONTROLLER", HOST, 1),)),
+        messages.remove_voter_request(cluster_id=cluster_id, voter=ReplicaKey(1, None)),
+        messages.add_voter_request(cluster_id=cluster_id, voter=stranger, endpoints=(Endpoint("CONTROLLER", HOST, 1),),
+                                   timeout_ms=1000),
+    ]
+    answers = asyncio.run(_to_controller(cluster, tmp_path, "mallory", [
+        *raft_requests, _forged_create_topics("forged-topic", validate_only=False, principal="User:admin")]))
+    assert [ErrorCode(a.error_code) for a in answers] == [ErrorCode.cluster_authorization_failed] * 5
+
+    node_answer, quorum = asyncio.run(_to_controller(cluster, tmp_path, "node-101", [
+        _forged_create_topics("forwarded-topic", validate_only=True, principal="User:admin"),
+        messages.describe_quorum_request()]))
+    assert ErrorCode(node_answer.error_code) == ErrorCode.none
+    # mallory's BeginQuorumEpoch (epoch 2^20, leader 66) never reached raft: controller 1 still leads.
+    (state,) = quorum.topics[0].partitions
+    assert (int(state.leader_id), int(state.leader_epoch) < 1 << 20) == (1, True)
+    inner = decode_response(node_answer.response_data, CreateTopicsResponse)
+    assert ErrorCode(inner.topics[0].error_code) == ErrorCode.none
+
+    admin_config = _command_config(cluster, tmp_path, "admin")
+    listed = _tool("topics", "--bootstrap-server", cluster.client_bootstrap(), "--command-config", str(admin_config),
+                   "--list")
+    assert listed.returncode == 0, listed.stderr
+    assert "forged-topic" not in listed.stdout.split()

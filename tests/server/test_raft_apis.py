@@ -7,6 +7,8 @@ one version of each) answers them.
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,11 +20,16 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 from test_controller_service import CLUSTER_ID, NODE_ID, InProcessController
 
+from kraft_engine.metadata.authorizer import STANDARD_AUTHORIZER, AclOperation, ResourceType
+from kraft_engine.metadata.security_images import AclsImage
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, RequestContext
 from kraft_engine.protocol import Listener as KafkaListener
 from kraft_engine.raft import messages
+from kraft_engine.raft.voter_set import ReplicaKey
 from kraft_engine.records.log_batch import parse_batches
-from kraft_engine.server.raft_apis import RAFT_API_VERSIONS, register_raft_apis
+from kraft_engine.records.metadata_records import AccessControlEntryRecord
+from kraft_engine.server.authorization import NodeAuthorizer
+from kraft_engine.server.raft_apis import RAFT_API_OPERATIONS, RAFT_API_VERSIONS, register_raft_apis
 
 _METADATA = TopicName("__cluster_metadata")
 
@@ -48,10 +55,40 @@ async def served(tmp_path: Path) -> AsyncIterator[_Served]:
     async def forward(request: Any, ctx: RequestContext) -> Any:
         return await node.raft.handle_request(request)
 
-    register_raft_apis(listener, served_requests=node.raft.raft.served_requests, handler=forward)
+    register_raft_apis(listener, served_requests=node.raft.raft.served_requests, handler=forward,
+                       authorizer=NodeAuthorizer({}, image=lambda: node.service.image))
     await listener.start("127.0.0.1", 0)
     try:
         yield _Served(node, listener)
+    finally:
+        await listener.close()
+        await node.close()
+
+
+class _Guarded(_Served):
+    """Served behind StandardAuthorizer; `acls` are the image's ACLs (granted by a test)."""
+
+    acls: dict[uuid.UUID, AccessControlEntryRecord]
+
+
+@pytest.fixture
+async def guarded(tmp_path: Path) -> AsyncIterator[_Guarded]:
+    node = InProcessController(tmp_path)
+    await node.start()
+    listener = KafkaListener("CONTROLLER", features_provider=node.service.features, registry=node.registry)
+    acls: dict[uuid.UUID, AccessControlEntryRecord] = {}
+
+    async def forward(request: Any, ctx: RequestContext) -> Any:
+        return await node.raft.handle_request(request)
+
+    image = lambda: dataclasses.replace(node.service.image, acls=AclsImage(dict(acls)))  # noqa: E731
+    register_raft_apis(listener, served_requests=node.raft.raft.served_requests, handler=forward,
+                       authorizer=NodeAuthorizer({"authorizer.class.name": STANDARD_AUTHORIZER}, image=image))
+    await listener.start("127.0.0.1", 0)
+    served = _Guarded(node, listener)
+    served.acls = acls
+    try:
+        yield served
     finally:
         await listener.close()
         await node.close()
@@ -177,3 +214,80 @@ async def test_fetch_v4_without_fetch_epochs_is_refused_as_kafkas_raft_client_re
         assert other.responses == ()  # the top-level INVALID_REQUEST has no field in v4: nothing answered
     finally:
         await connection.close()
+
+
+def _raft_requests(cluster_id: str) -> dict[str, Any]:
+    """One request of each raft api, as a stranger would send it; with `cluster_id` not the
+    cluster's, an allowed one is refused by the core (INCONSISTENT_CLUSTER_ID), moving nothing."""
+    from kio.schema.describe_quorum.v0 import request as dq0
+    from kio.schema.vote.v0 import request as vote0
+
+    from kraft_engine.raft.voter_set import Endpoint
+    from kraft_engine.records.log_batch import OffsetAndEpoch
+
+    stranger = ReplicaKey(9, uuid.UUID(int=9))
+    endpoints = (Endpoint("CONTROLLER", "127.0.0.1", 1),)
+    return {
+        "Vote": messages.vote_request(cluster_id=cluster_id, voter=ReplicaKey(NODE_ID, None), replica=stranger,
+                                      epoch=1000, last=OffsetAndEpoch(epoch=999, offset=1 << 40), pre_vote=False),
+        "Vote v0": vote0.VoteRequest(cluster_id=cluster_id, topics=(vote0.TopicData(
+            topic_name=_METADATA, partitions=(vote0.PartitionData(
+                partition_index=i32(0), replica_epoch=i32(1000), replica_id=BrokerId(9),
+                last_offset_epoch=i32(999), last_offset=i64(1 << 40)),)),)),
+        "BeginQuorumEpoch": messages.begin_quorum_epoch_request(
+            cluster_id=cluster_id, voter=ReplicaKey(NODE_ID, None), leader_id=9, epoch=1000, leader_endpoints=endpoints),
+        "EndQuorumEpoch": messages.end_quorum_epoch_request(cluster_id=cluster_id, leader_id=9, epoch=1000,
+                                                            preferred=(), leader_endpoints=endpoints),
+        "Fetch": messages.fetch_request(cluster_id=cluster_id, replica=stranger, epoch=-1, fetch_offset=0,
+                                        last_fetched_epoch=0, high_watermark=None, max_wait_ms=0, max_bytes=1 << 20),
+        "FetchSnapshot": messages.fetch_snapshot_request(cluster_id=cluster_id, replica=stranger, epoch=-1,
+                                                         snapshot_id=OffsetAndEpoch(epoch=1, offset=1), position=0, max_bytes=1024),
+        "DescribeQuorum": messages.describe_quorum_request(),
+        "DescribeQuorum v0": dq0.DescribeQuorumRequest(topics=(dq0.TopicData(
+            topic_name=_METADATA, partitions=(dq0.PartitionData(partition_index=i32(0)),)),)),
+        "AddRaftVoter": messages.add_voter_request(cluster_id=cluster_id, voter=stranger, endpoints=endpoints,
+                                                   timeout_ms=1000),
+        "RemoveRaftVoter": messages.remove_voter_request(cluster_id=cluster_id, voter=stranger),
+        "UpdateRaftVoter": messages.update_voter_request(cluster_id=cluster_id, epoch=-1, voter=stranger,
+                                                         endpoints=endpoints, min_kraft_version=0, max_kraft_version=1),
+    }
+
+
+async def _answers(served: _Served, cluster_id: str) -> dict[str, str]:
+    connection = await served.connection()
+    try:
+        return {name: ErrorCode((await connection.send(request)).error_code).name.upper()
+                for name, request in _raft_requests(cluster_id).items()}
+    finally:
+        await connection.close()
+
+
+async def test_every_raft_api_needs_its_operation_on_the_cluster(guarded: _Guarded) -> None:
+    """Kafka's ControllerApis: without an ACL each raft api (at the core's version and at v0,
+    bridged) is CLUSTER_AUTHORIZATION_FAILED and moves nothing; with CLUSTER_ACTION, DESCRIBE and
+    ALTER on the cluster none is refused (the wrong cluster id then stops them in the core)."""
+    raft = guarded.node.raft.raft
+    epoch, voters = raft.epoch, raft.voters
+    refused = await _answers(guarded, "not-" + CLUSTER_ID)
+    assert refused == dict.fromkeys(_raft_requests(CLUSTER_ID), "CLUSTER_AUTHORIZATION_FAILED")
+    assert (raft.epoch, raft.voters) == (epoch, voters)
+
+    for operation in sorted(set(RAFT_API_OPERATIONS.values())):
+        acl_id = uuid.uuid4()
+        guarded.acls[acl_id] = AccessControlEntryRecord(
+            id=acl_id, resource_type=int(ResourceType.CLUSTER), resource_name="kafka-cluster", pattern_type=3,
+            principal="User:ANONYMOUS", host="*", operation=int(operation), permission_type=3)
+    allowed = await _answers(guarded, "not-" + CLUSTER_ID)
+    assert {name: code for name, code in allowed.items() if code == "CLUSTER_AUTHORIZATION_FAILED"} == {}
+    assert allowed["DescribeQuorum"] == "NONE"
+    assert (raft.epoch, raft.voters) == (epoch, voters)
+
+
+async def test_a_grant_of_describe_alone_lets_describe_quorum_through_and_nothing_else(guarded: _Guarded) -> None:
+    acl_id = uuid.uuid4()
+    guarded.acls[acl_id] = AccessControlEntryRecord(
+        id=acl_id, resource_type=int(ResourceType.CLUSTER), resource_name="kafka-cluster", pattern_type=3,
+        principal="User:ANONYMOUS", host="*", operation=int(AclOperation.DESCRIBE), permission_type=3)
+    answers = await _answers(guarded, "not-" + CLUSTER_ID)
+    assert {n for n, code in answers.items() if code != "CLUSTER_AUTHORIZATION_FAILED"} == {
+        "DescribeQuorum", "DescribeQuorum v0"}

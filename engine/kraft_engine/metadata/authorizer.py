@@ -30,7 +30,9 @@ from enum import IntEnum
 from kraft_engine.records.metadata_records import AccessControlEntryRecord
 
 __all__ = [
+    "NOT_ASKED",
     "STANDARD_AUTHORIZER",
+    "SUPPORTED_OPERATIONS",
     "WILDCARD",
     "WILDCARD_PRINCIPAL",
     "AclBinding",
@@ -41,6 +43,7 @@ __all__ = [
     "AuthorizerConfig",
     "PatternType",
     "ResourceType",
+    "operations_bitfield",
     "validate_new_acl",
 ]
 
@@ -88,6 +91,34 @@ class AclOperation(IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+
+
+SUPPORTED_OPERATIONS: Mapping[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                           AclOperation.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (AclOperation.DESCRIBE,),
+    ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
+}
+"""The operations an `*_authorized_operations` field reports on, per resource type (Kafka's
+AclEntry.supportedOperations)."""
+
+NOT_ASKED = -2147483648
+"""An `*_authorized_operations` field the request did not ask for (the schema's default, Int.MinValue)."""
+
+
+def operations_bitfield(operations: Iterable[AclOperation]) -> int:
+    """Kafka's Utils.to32BitField: bit `code` set for each operation, as a signed 32-bit value."""
+    field = 0
+    for operation in operations:
+        field |= 1 << int(operation)
+    return field - (1 << 32) if field >= 1 << 31 else field
 
 
 class AclPermissionType(IntEnum):

@@ -22,12 +22,14 @@ from kio.static.primitive import i8
 
 from kraft_engine.metadata.authorizer import (
     STANDARD_AUTHORIZER,
+    SUPPORTED_OPERATIONS,
     AclBinding,
     AclBindingFilter,
     AclOperation,
     Authorizer,
     AuthorizerConfig,
     ResourceType,
+    operations_bitfield,
 )
 from kraft_engine.metadata.metadata_image import MetadataImage
 from kraft_engine.metadata.security_images import AclsImage
@@ -64,20 +66,20 @@ class NodeAuthorizer:
         return built[1]
 
     def authorize(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
-                  name: str) -> bool:
+                  name: str, *, log_denied: bool = True) -> bool:
         if not self.enabled:
             return True
         host = _host(ctx)
         allowed = self.current().authorize(principal=ctx.principal, host=host, operation=operation,
                                            resource_type=resource_type, resource_name=name)
-        if not allowed:
+        if not allowed and log_denied:
             logger.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s "
                         "for request = api key %d with resourceRefCount = 1", ctx.principal, operation.name, host,
                         _RESOURCE_LABELS.get(resource_type, resource_type.name), name, ctx.api_key)
         return allowed
 
-    def authorize_cluster(self, ctx: RequestContext, operation: AclOperation) -> bool:
-        return self.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    def authorize_cluster(self, ctx: RequestContext, operation: AclOperation, *, log_denied: bool = True) -> bool:
+        return self.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=log_denied)
 
     def authorize_by_resource_type(self, ctx: RequestContext, operation: AclOperation,
                                    resource_type: ResourceType) -> bool:
@@ -85,6 +87,20 @@ class NodeAuthorizer:
             return True
         return self.current().authorize_by_resource_type(principal=ctx.principal, host=_host(ctx),
                                                          operation=operation, resource_type=resource_type)
+
+    def authorized_operations(self, ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
+        """Kafka's AuthHelper.authorizedOperations: the bitfield of the operations supported on the
+        resource type that the request's principal may do on this resource (all of them without an
+        authorizer). Denials here are not logged, as Kafka asks these without logging."""
+        supported = SUPPORTED_OPERATIONS[resource_type]
+        if not self.enabled:
+            return operations_bitfield(supported)
+        decisions = self.current()
+        host = _host(ctx)
+        return operations_bitfield(
+            operation for operation in supported
+            if decisions.authorize(principal=ctx.principal, host=host, operation=operation,
+                                   resource_type=resource_type, resource_name=name))
 
     def allowed(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
                 names: Iterable[str]) -> set[str]:

@@ -57,7 +57,7 @@ from kraft_engine.broker import ProduceRefused, validate_produce_payload
 from kraft_engine.broker.record_validation import parse_records, topic_codec
 from kraft_engine.controller.config_schema import TOPIC_CONFIGS, resolve_topic_config
 from kraft_engine.metadata import MetadataImage
-from kraft_engine.metadata.authorizer import AclOperation, ResourceType
+from kraft_engine.metadata.authorizer import NOT_ASKED, AclOperation, ResourceType
 from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceType
 from kraft_engine.protocol import (
     NO_RESPONSE,
@@ -70,7 +70,7 @@ from kraft_engine.protocol import (
 )
 from kraft_engine.records.batches import RECORD_BATCH_OVERHEAD, iter_batches
 from kraft_engine.records.compression import CODEC_NONE, COMPRESSION_LEVELS, UnsupportedCodecError, decompress
-from kraft_engine.server.authorization import NodeAuthorizer, describe_acls
+from kraft_engine.server.authorization import CLUSTER_NAME, NodeAuthorizer, describe_acls
 from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
 from kraft_engine.server.config_describing import BrokerConfigDescriber
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
@@ -140,8 +140,8 @@ class BrokerApis:
         self._image = image
         self._channel = channel
         self._forwarder = EnvelopeForwarder(channel=channel)
-        self._replica_apis = ReplicaApis(replicas=replicas)
         self.authorizer = NodeAuthorizer(config.originals, image=image)
+        self._replica_apis = ReplicaApis(replicas=replicas, authorizer=self.authorizer)
         # Encoded Metadata answers of the current image, by question (`metadata`).
         self._metadata_cache: dict[tuple[Any, ...], EncodedResponse] = {}
         self._metadata_cache_image: MetadataImage | None = None
@@ -313,6 +313,12 @@ class BrokerApis:
                                       topic_id=topic_image.id, is_internal=name.startswith("__"), partitions=tuple(partitions)))
         if to_create:
             asyncio.get_running_loop().create_task(self._auto_create(to_create))
+        if getattr(request, "include_topic_authorized_operations", False):
+            # Kafka: the operations on each topic that passed DESCRIBE (refused ones keep the default).
+            topics = [t if t.name is None or t.error_code == ErrorCode.topic_authorization_failed
+                      else dataclasses.replace(t, topic_authorized_operations=i32(self.authorizer.authorized_operations(
+                          ctx, ResourceType.TOPIC, str(t.name))))
+                      for t in topics]
         return make_entity(
             ctx.response_class,
             throttle_time=_NO_THROTTLE,
@@ -320,11 +326,22 @@ class BrokerApis:
             cluster_id=self._cluster_id,
             controller_id=BrokerId(self._node_id),
             topics=tuple(topics),
+            cluster_authorized_operations=i32(self._cluster_authorized_operations(
+                ctx, asked=getattr(request, "include_cluster_authorized_operations", False))),
         ), bool(to_create)
+
+    def _cluster_authorized_operations(self, ctx: RequestContext, *, asked: bool) -> int:
+        """Kafka: not asked -> the schema default; asked without DESCRIBE on the cluster -> 0."""
+        if not asked:
+            return NOT_ASKED
+        if not self.authorizer.authorize_cluster(ctx, AclOperation.DESCRIBE):
+            return 0
+        return self.authorizer.authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
 
     async def describe_topic_partitions(self, request: Any, ctx: RequestContext) -> Any:
         return describe_topic_partitions(request, ctx, image=self._image(),
-                                         limit_max=self._config.max_request_partition_size_limit)
+                                         limit_max=self._config.max_request_partition_size_limit,
+                                         authorizer=self.authorizer)
 
     async def _auto_create(self, names: list[str]) -> None:
         request = CreateTopicsRequest(
@@ -358,7 +375,8 @@ class BrokerApis:
         return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                            endpoint_type=request.endpoint_type if hasattr(request, "endpoint_type") else None,
                            cluster_id=self._cluster_id, controller_id=BrokerId(self._node_id), brokers=tuple(brokers),
-                           cluster_authorized_operations=i32(-2147483648))
+                           cluster_authorized_operations=i32(self._cluster_authorized_operations(
+                               ctx, asked=bool(request.include_cluster_authorized_operations))))
 
     # -- InitProducerId --------------------------------------------------------------------------------
     async def init_producer_id(self, request: Any, ctx: RequestContext) -> Any:

@@ -48,6 +48,7 @@ from kraft_engine.raft import (
     Role,
 )
 from kraft_engine.server.append_only_store import AppendOnlyStore
+from kraft_engine.server.authorization import NodeAuthorizer
 from kraft_engine.server.broker_apis import CLIENT_API_VERSIONS
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.controller_runtime import ControllerFatalError, ControllerRuntime
@@ -324,7 +325,10 @@ class ControllerNode:
         # Exactly the requests the raft core answers, at the ranges Kafka's nodes and tools send
         # (bridged to the version the core speaks): ApiVersions never advertises an api the node
         # would drop.
-        register_raft_apis(listener, served_requests=driver.raft.served_requests, handler=forward)
+        # Authorized against the quorum controller's committed ACLs (none on a raft-only node).
+        authorizer = NodeAuthorizer(self.config.originals, image=lambda: (
+            MetadataImage.EMPTY if self.controller is None else self.controller.service.image))
+        register_raft_apis(listener, served_requests=driver.raft.served_requests, handler=forward, authorizer=authorizer)
         # DescribeCluster at the broker's range (0-2, Kafka's): the handler builds v2, v0-v1 are
         # bridged (a v0 request has no endpoint type, so it asks for brokers and is refused as
         # Kafka's controller refuses it).

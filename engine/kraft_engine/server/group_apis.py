@@ -690,6 +690,12 @@ class GroupApis:
                                     client_host=m.client_host, member_metadata=m.metadata,
                                     member_assignment=m.assignment) for m in description.members),
                 **fields))
+        if getattr(request, "include_authorized_operations", False):
+            # Kafka (v3+): the group's authorized operations on every answer without an error.
+            described = [d if d.error_code != ErrorCode.none else dataclasses.replace(
+                d, authorized_operations=i32(self._authorizer.authorized_operations(ctx, ResourceType.GROUP,
+                                                                                    str(d.group_id))))
+                         for d in described]
         return make_entity(ctx.response_class, throttle_time=_NO_THROTTLE, groups=tuple(described))
 
     async def delete_groups(self, request: Any, ctx: RequestContext) -> Any:

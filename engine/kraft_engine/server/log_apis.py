@@ -17,6 +17,10 @@ handlers for them), on top of the replica manager:
   (it is then created in that directory when the metadata assigns it), else NONE once the move is
   under way (DescribeLogDirs shows the future replica and its lag). Naming the current directory
   cancels a move; naming a third one redirects it.
+
+Authorization is Kafka's: DeleteRecords needs DELETE on each topic (else TOPIC_AUTHORIZATION_FAILED
+for its partitions, nothing deleted), AlterReplicaLogDirs ALTER on the cluster (else every replica
+named is CLUSTER_AUTHORIZATION_FAILED, nothing moved).
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from kraft_engine.metadata.authorizer import AclOperation, ResourceType
 from kraft_engine.protocol import Listener, RequestContext
+from kraft_engine.server.authorization import NodeAuthorizer
 from kraft_engine.server.replica_manager import ReplicaManager
 
 __all__ = ["LOG_API_VERSIONS", "LogApis"]
@@ -45,8 +51,9 @@ _NO_THROTTLE = timedelta(0)
 
 
 class LogApis:
-    def __init__(self, *, replicas: ReplicaManager) -> None:
+    def __init__(self, *, replicas: ReplicaManager, authorizer: NodeAuthorizer) -> None:
         self._replicas = replicas
+        self._authorizer = authorizer
 
     def register(self, listener: Listener) -> None:
         handlers = {DELETE_RECORDS: self.delete_records, ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs}
@@ -58,7 +65,14 @@ class LogApis:
         timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
         jobs = [(str(topic.name), int(wanted.partition_index), int(wanted.offset))
                 for topic in request.topics for wanted in topic.partitions]
-        outcomes = await asyncio.gather(*(self._delete_one(t, p, o, timeout_ms=timeout_ms) for t, p, o in jobs))
+        deletable = self._authorizer.allowed(ctx, AclOperation.DELETE, ResourceType.TOPIC, {t for t, _, _ in jobs})
+
+        async def one(topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+            if topic not in deletable:
+                return ErrorCode.topic_authorization_failed, -1
+            return await self._delete_one(topic, index, offset, timeout_ms=timeout_ms)
+
+        outcomes = await asyncio.gather(*(one(t, p, o) for t, p, o in jobs))
         by_topic: dict[str, list[Any]] = {}
         for (name, index, _), (error, low_watermark) in zip(jobs, outcomes, strict=True):
             by_topic.setdefault(name, []).append(module.DeleteRecordsPartitionResult(
@@ -83,11 +97,14 @@ class LogApis:
     async def alter_replica_log_dirs(self, request: Any, ctx: RequestContext) -> Any:
         module = ctx.response_schema
         by_topic: dict[str, list[Any]] = {}
+        may_alter = self._authorizer.authorize_cluster(ctx, AclOperation.ALTER)
         for wanted in request.dirs:
             destination = self._replicas.log_dir_at(str(wanted.path))
             for topic in wanted.topics:
                 for index in topic.partitions:
-                    if destination is None:
+                    if not may_alter:
+                        error = ErrorCode.cluster_authorization_failed
+                    elif destination is None:
                         error = ErrorCode.log_dir_not_found
                         logger.info("AlterReplicaLogDirs of %s-%d: log dir %s is not found in the config", topic.name,
                                     int(index), wanted.path)

@@ -19,6 +19,12 @@ field names:
   Fetch v4-v11 carry no `last_fetched_epoch` (and v4-v8 no `current_leader_epoch`): the core
   reads the defaults (-1) and answers INVALID_REQUEST, as Kafka's raft client validates them.
 
+Each is authorized as Kafka's ControllerApis does before the raft client sees it: Vote,
+BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot and UpdateRaftVoter need CLUSTER_ACTION on
+the cluster (only nodes send them), DescribeQuorum DESCRIBE, AddRaftVoter and RemoveRaftVoter
+ALTER. A refusal is the api's error response with CLUSTER_AUTHORIZATION_FAILED, and the core never
+sees the request.
+
 Kafka 4.1's controllers advertise Fetch 4-18 on their controller listener (the range Kafka 4.0
 kept after KIP-896 removed v0-v3) and send v18 to each other; a KRaft peer of Kafka 3.x sends v13+.
 """
@@ -28,18 +34,22 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, Final
 
+from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
 from kio.static.primitive import i64
 
 from kraft_engine.kafka_uuid import ZERO_UUID
-from kraft_engine.protocol import Listener
+from kraft_engine.metadata.authorizer import AclOperation
+from kraft_engine.protocol import Listener, RequestContext, make_entity
 from kraft_engine.protocol.listener import Handler
 from kraft_engine.protocol.version_bridging import Downgrade, Upgrade, bridge, bridged_handler
-from kraft_engine.raft.messages import METADATA_TOPIC, METADATA_TOPIC_ID
+from kraft_engine.raft.messages import METADATA_TOPIC, METADATA_TOPIC_ID, update_voter_response
+from kraft_engine.server.authorization import NodeAuthorizer
 
-__all__ = ["RAFT_API_VERSIONS", "register_raft_apis"]
+__all__ = ["RAFT_API_OPERATIONS", "RAFT_API_VERSIONS", "register_raft_apis"]
 
 _FETCH: Final = 1
 _VOTE: Final = 52
@@ -59,6 +69,40 @@ RAFT_API_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
     81: (0, 0),  # RemoveRaftVoter
     82: (0, 0),  # UpdateRaftVoter
 }
+
+_UPDATE_RAFT_VOTER: Final = 82
+# {api key: the operation on the cluster it needs} (Kafka's ControllerApis).
+RAFT_API_OPERATIONS: Final[Mapping[int, AclOperation]] = {
+    _FETCH: AclOperation.CLUSTER_ACTION,
+    _VOTE: AclOperation.CLUSTER_ACTION,
+    _BEGIN_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
+    _END_QUORUM_EPOCH: AclOperation.CLUSTER_ACTION,
+    55: AclOperation.DESCRIBE,
+    59: AclOperation.CLUSTER_ACTION,
+    80: AclOperation.ALTER,
+    81: AclOperation.ALTER,
+    _UPDATE_RAFT_VOTER: AclOperation.CLUSTER_ACTION,
+}
+_REFUSED = ErrorCode.cluster_authorization_failed
+
+
+def _refusal(api_key: int, ctx: RequestContext) -> Any:
+    """The api's error response (Kafka's getErrorResponse): the top-level error, nothing else."""
+    if api_key == _UPDATE_RAFT_VOTER:
+        return update_voter_response(error=_REFUSED, leader_id=None, epoch=-1, endpoints=(), listener="")
+    return make_entity(ctx.response_class, throttle_time=timedelta(0), error_code=_REFUSED,
+                       error_message="Cluster authorization failed.", topics=(), responses=(), nodes=())
+
+
+def _authorized(api_key: int, handler: Handler, authorizer: NodeAuthorizer) -> Handler:
+    operation = RAFT_API_OPERATIONS[api_key]
+
+    async def serve(request: Any, ctx: RequestContext) -> Any:
+        if not authorizer.authorize_cluster(ctx, operation):
+            return _refusal(api_key, ctx)
+        return await handler(request, ctx)
+
+    return serve
 
 
 def _module(cls: type[Any]) -> Any:
@@ -175,12 +219,14 @@ _DOWNGRADES: Final[Mapping[int, Mapping[int, Downgrade]]] = {
 }
 
 
-def register_raft_apis(listener: Listener, *, served_requests: Mapping[int, int], handler: Handler) -> None:
+def register_raft_apis(listener: Listener, *, served_requests: Mapping[int, int], handler: Handler,
+                       authorizer: NodeAuthorizer) -> None:
     """Register `handler` (written for the core's versions, `served_requests`) for every raft api
-    at its `RAFT_API_VERSIONS` range."""
+    at its `RAFT_API_VERSIONS` range, behind the operation `RAFT_API_OPERATIONS` names."""
     for api_key, version in sorted(served_requests.items()):
         low, high = RAFT_API_VERSIONS.get(api_key, (version, version))
         listener.register(api_key, min_version=low, max_version=high, handler=bridged_handler(
-            api_key, served_version=version, versions=(low, high), handler=handler, upgrades=_UPGRADES.get(api_key),
+            api_key, served_version=version, versions=(low, high), handler=_authorized(api_key, handler, authorizer),
+            upgrades=_UPGRADES.get(api_key),
             downgrades=_DOWNGRADES.get(api_key),
         ))

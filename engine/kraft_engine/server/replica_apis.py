@@ -16,6 +16,11 @@ for them), answered from the replica manager's hosted partitions:
   Kafka reports for a replica that is not a future one), the future replicas of AlterReplicaLogDirs
   moves in their destination (`is_future_key`, lag = how far the copy is behind the current log's
   end) and, from v4, the file system's total and usable bytes.
+
+Authorization is Kafka's: OffsetsForLeaderEpoch needs CLUSTER_ACTION on the cluster (followers) or
+DESCRIBE on each topic (consumers, KIP-320), else TOPIC_AUTHORIZATION_FAILED per partition;
+DescribeProducers READ on the topic; DescribeLogDirs DESCRIBE on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED and no directories).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i32, i64
 
+from kraft_engine.metadata.authorizer import AclOperation, ResourceType
 from kraft_engine.protocol import Listener, RequestContext
+from kraft_engine.server.authorization import NodeAuthorizer
 from kraft_engine.server.log_apis import LogApis
 from kraft_engine.server.replica_manager import Partition, ReplicaManager
 
@@ -60,9 +67,10 @@ def leader_at_epoch(replicas: ReplicaManager, topic: str, index: int, *,
 
 
 class ReplicaApis:
-    def __init__(self, *, replicas: ReplicaManager) -> None:
+    def __init__(self, *, replicas: ReplicaManager, authorizer: NodeAuthorizer) -> None:
         self._replicas = replicas
-        self._log_apis = LogApis(replicas=replicas)
+        self._authorizer = authorizer
+        self._log_apis = LogApis(replicas=replicas, authorizer=authorizer)
 
     def register(self, listener: Listener) -> None:
         self._log_apis.register(listener)
@@ -77,8 +85,16 @@ class ReplicaApis:
     async def offsets_for_leader_epoch(self, request: Any, ctx: RequestContext) -> Any:
         module = ctx.response_schema
         topics = []
+        follower = self._authorizer.authorize_cluster(ctx, AclOperation.CLUSTER_ACTION, log_denied=False)
         for topic in request.topics:
             results = []
+            if not follower and not self._authorizer.authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                                               str(topic.topic)):
+                topics.append(module.OffsetForLeaderTopicResult(topic=topic.topic, partitions=tuple(
+                    module.EpochEndOffset(error_code=ErrorCode.topic_authorization_failed, partition=wanted.partition,
+                                          leader_epoch=i32(-1), end_offset=i64(-1))
+                    for wanted in topic.partitions)))
+                continue
             for wanted in topic.partitions:
                 index = int(wanted.partition)
                 partition, error = leader_at_epoch(self._replicas, str(topic.topic), index,
@@ -99,6 +115,12 @@ class ReplicaApis:
         topics = []
         for topic in request.topics:
             results = []
+            if not self._authorizer.authorize(ctx, AclOperation.READ, ResourceType.TOPIC, str(topic.name)):
+                topics.append(module.TopicResponse(name=topic.name, partitions=tuple(
+                    module.PartitionResponse(partition_index=index, error_code=ErrorCode.topic_authorization_failed,
+                                             error_message=None, active_producers=())
+                    for index in topic.partition_indexes)))
+                continue
             for index in topic.partition_indexes:
                 partition = self._replicas.partitions.get((str(topic.name), int(index)))
                 if partition is None:
@@ -120,6 +142,11 @@ class ReplicaApis:
     # -- DescribeLogDirs -----------------------------------------------------------------------------
     async def describe_log_dirs(self, request: Any, ctx: RequestContext) -> Any:
         module = ctx.response_schema
+        if not self._authorizer.authorize_cluster(ctx, AclOperation.DESCRIBE):
+            refused: dict[str, Any] = {"throttle_time": _NO_THROTTLE, "results": ()}
+            if ctx.api_version >= 3:
+                refused["error_code"] = ErrorCode.cluster_authorization_failed
+            return ctx.response_class(**refused)
         wanted: dict[str, set[int]] | None = None
         if request.topics is not None:
             wanted = {}

@@ -15,10 +15,15 @@ gives it:
 - An unknown topic is UNKNOWN_TOPIC_OR_PARTITION with the zero topic id (left out when every topic
   was asked for). A partition whose leader is not an unfenced broker with an endpoint on this
   listener is LEADER_NOT_AVAILABLE; replicas that are not are its offline replicas.
+- DESCRIBE on each topic, as Kafka's DescribeTopicPartitionsRequestHandler checks it: asking for
+  every topic leaves the others out; a topic named without it is TOPIC_AUTHORIZATION_FAILED with
+  the zero id (whether it exists or not), listed after the others. Every other topic carries its
+  `topic_authorized_operations` (Kafka fills them always; the request has no flag for it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -28,7 +33,9 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
 
 from kraft_engine.metadata import MetadataImage
+from kraft_engine.metadata.authorizer import AclOperation, ResourceType
 from kraft_engine.protocol import RequestContext
+from kraft_engine.server.authorization import NodeAuthorizer
 
 __all__ = ["DESCRIBE_TOPIC_PARTITIONS", "describe_topic_partitions", "refused_describe_topic_partitions"]
 
@@ -47,7 +54,8 @@ def refused_describe_topic_partitions(request: Any, ctx: RequestContext, *, mess
         for t in request.topics))
 
 
-def describe_topic_partitions(request: Any, ctx: RequestContext, *, image: MetadataImage, limit_max: int) -> Any:
+def describe_topic_partitions(request: Any, ctx: RequestContext, *, image: MetadataImage, limit_max: int,
+                              authorizer: NodeAuthorizer) -> Any:
     module = ctx.response_schema
     fetch_all = not request.topics
     cursor = request.cursor
@@ -60,6 +68,10 @@ def describe_topic_partitions(request: Any, ctx: RequestContext, *, image: Metad
             return refused_describe_topic_partitions(
                 request, ctx, message=f"DescribeTopicPartitionsRequest topic list should contain the cursor topic: "
                                       f"{cursor_topic}")
+    refused = [] if fetch_all else [n for n in names if not authorizer.authorize(ctx, AclOperation.DESCRIBE,
+                                                                                 ResourceType.TOPIC, n)]
+    names = [n for n in names if n not in refused and (not fetch_all or authorizer.authorize(
+        ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, n))]
     first_partition = 0 if cursor is None else int(cursor.partition_index)
     remaining = max(0, min(limit_max, int(request.response_partition_limit)))
     alive = {b.id for b in image.cluster.brokers.values() if not b.fenced and b.listener(ctx.listener_name) is not None}
@@ -90,6 +102,11 @@ def describe_topic_partitions(request: Any, ctx: RequestContext, *, image: Metad
         if remaining == 0 and position + 1 < len(names):
             next_cursor = module.Cursor(topic_name=TopicName(names[position + 1]), partition_index=i32(0))
             break
+    topics = [dataclasses.replace(t, topic_authorized_operations=i32(authorizer.authorized_operations(
+        ctx, ResourceType.TOPIC, str(t.name)))) for t in topics]
+    topics.extend(module.DescribeTopicPartitionsResponseTopic(
+        error_code=ErrorCode.topic_authorization_failed, name=TopicName(name), topic_id=uuid.UUID(int=0),
+        is_internal=False, partitions=(), topic_authorized_operations=_NO_OPERATIONS) for name in refused)
     return ctx.response_class(throttle_time=timedelta(0), topics=tuple(topics), next_cursor=next_cursor)
 
 
