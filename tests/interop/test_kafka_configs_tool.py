@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -133,10 +135,11 @@ def _ask(port: int, request: DescribeConfigsRequest) -> list[tuple[ErrorCode, st
     return asyncio.run(exchange())
 
 
-@needs_jars
-@pytest.mark.timeout(900)
-def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Path) -> None:
-    controller_port, controller_http, ours_port, ours_http, kafka_port, kafka_controller_port = free_loopback_ports(6)
+@contextmanager
+def our_controller_and_broker(tmp_path: Path, static: dict[str, str]) -> Iterator[tuple[int, int]]:
+    """Our controller (1) and our broker (`OURS`, with `static` in its server.properties) running
+    on plaintext listeners until the block ends: (the broker's port, the controller's port)."""
+    controller_port, controller_http, ours_port, ours_http = free_loopback_ports(4)
     controller = _properties(tmp_path / "controller.properties", {
         "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
         "controller.listener.names": "CONTROLLER", "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
@@ -148,13 +151,21 @@ def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Pat
         "process.roles": "broker", "node.id": str(OURS), "listeners": f"PLAINTEXT://127.0.0.1:{ours_port}",
         "controller.listener.names": "CONTROLLER", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}", "log.dirs": str(tmp_path / "ours"),
-        "metadata.log.dir": str(tmp_path / "ours-meta"), "kraftwerk.metrics.port": str(ours_http), **_STATIC,
+        "metadata.log.dir": str(tmp_path / "ours-meta"), "kraftwerk.metrics.port": str(ours_http), **static,
     })
     subprocess.run([KRAFT, "storage", "format", "-c", str(ours), "-t", CLUSTER_ID], check=True, capture_output=True)
-    bootstrap = f"127.0.0.1:{ours_port}"
     with _running([([KRAFT, "server", "start", "--config", str(controller)], tmp_path / "controller.log"),
                    ([KRAFT, "server", "start", "--config", str(ours)], tmp_path / "ours.log")]):
         _until(lambda: _ready(ours_http), "our broker to be RUNNING")
+        yield ours_port, controller_port
+
+
+@needs_jars
+@pytest.mark.timeout(900)
+def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Path) -> None:
+    kafka_port, kafka_controller_port = free_loopback_ports(2)
+    with our_controller_and_broker(tmp_path, _STATIC) as (ours_port, _):
+        bootstrap = f"127.0.0.1:{ours_port}"
         our_lines = _configure_and_describe(bootstrap, OURS)
         # Kafka 4.1's own producer names the topic by id (Produce v13) once its metadata has the
         # topic id; its --sync sends fail the tool on any refusal. Read back by Kafka's consumer.

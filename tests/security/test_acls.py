@@ -342,6 +342,28 @@ _OPERATIONS_ASKED = [
 ]
 
 
+def _group_operations(cluster: SecureCluster, user: str) -> int:
+    """DescribeGroups' authorized operations for the table's group, from its coordinator (another
+    broker answers NOT_COORDINATOR, which carries none), once it answers without an error."""
+    import asyncio
+
+    found: dict[str, int] = {}
+
+    def answered() -> bool:
+        port = asyncio.run(_ask(cluster, user, [("FindCoordinator", 10, 4, _ns(key_type=0, coordinator_keys=(_G,)),
+                                                 lambda r: r.coordinators[0].port)]))["FindCoordinator"]
+        if port <= 0:
+            return False
+        found.update(asyncio.run(_ask(cluster, user, [
+            ("error", 15, 5, _ns(groups=(_G,), include_authorized_operations=True), lambda r: r.groups[0].error_code),
+            ("operations", 15, 5, _ns(groups=(_G,), include_authorized_operations=True),
+             lambda r: r.groups[0].authorized_operations)], port=port)))
+        return found["error"] == 0
+
+    wait_for(answered, timeout_s=120, interval_s=0.5, what="the group's coordinator to describe it")
+    return found["operations"]
+
+
 async def _walk(cluster: SecureCluster, user: str) -> dict[str, str]:
     """Each API of the table sent as `user` to the first broker: api -> the error code's name."""
     from kio.schema.errors import ErrorCode
@@ -351,8 +373,10 @@ async def _walk(cluster: SecureCluster, user: str) -> dict[str, str]:
 
 
 async def _ask(cluster: SecureCluster, user: str,
-               table: list[tuple[str, int, int, object, Callable[[Any], int]]]) -> dict[str, int]:
-    """Each request of `table` sent as `user` to the first broker: api -> the value read from its answer."""
+               table: list[tuple[str, int, int, object, Callable[[Any], int]]], *, port: int | None = None
+               ) -> dict[str, int]:
+    """Each request of `table` sent as `user` to the first broker (or the client listener at
+    `port`): api -> the value read from its answer."""
     from kraft_engine.protocol import ConnectionConfig, KafkaConnection
     from kraft_engine.protocol.entities import request_class
     from kraft_engine.protocol.security import client_security
@@ -363,9 +387,8 @@ async def _ask(cluster: SecureCluster, user: str,
         "ssl.truststore.certificates": cluster.ca.certificate_pem,
         "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
                             f'password="{user}-secret";'})
-    first = min(cluster.brokers)
     answers = {}
-    async with KafkaConnection(HOST, cluster.client_ports[first],
+    async with KafkaConnection(HOST, port or cluster.client_ports[min(cluster.brokers)],
                                config=ConnectionConfig(security=security, request_timeout_ms=60000)) as connection:
         for api, key, version, fields, read in table:
             response = await connection.send(bridge(fields, request_class(key, version)), timeout_ms=60000)
@@ -421,7 +444,9 @@ def test_every_api_refuses_without_its_acl_and_serves_with_it(cluster: SecureClu
     # exactly the three granted (ALTER implies DESCRIBE, which was granted anyway).
     every_topic_operation = _bits("READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS",
                                   "ALTER_CONFIGS")
-    assert asyncio.run(_ask(cluster, "carol", _OPERATIONS_ASKED)) == {
+    asked = asyncio.run(_ask(cluster, "carol", _OPERATIONS_ASKED))
+    asked["DescribeGroups"] = _group_operations(cluster, "carol")
+    assert asked == {
         "Metadata": every_topic_operation, "DescribeTopicPartitions": every_topic_operation,
         "DescribeCluster": _bits("IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"),
         "DescribeGroups": _bits("READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")}
@@ -507,3 +532,68 @@ def test_a_stranger_on_the_controller_listener_is_refused_raft_and_forged_envelo
                    "--list")
     assert listed.returncode == 0, listed.stderr
     assert "forged-topic" not in listed.stdout.split()
+
+
+# -- kraft configs: users' SCRAM credentials and topic configs over SASL_SSL ---------------------
+
+def _configs(cluster: SecureCluster, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _tool("configs", "--bootstrap-server", cluster.client_bootstrap(), "--command-config", str(config), *args)
+
+
+def test_kraft_configs_manages_scram_users_and_topic_configs(cluster: SecureCluster, tmp_path: Path) -> None:
+    """The super user adds dave's SCRAM-SHA-512 credential with `kraft configs` (the password is
+    salted by the tool), dave then authenticates, the credential is described with its
+    iterations, and once deleted dave is refused. Topic configs are altered, described and
+    deleted the same way; bob (no ACL) may not alter them."""
+    admin_config = _command_config(cluster, tmp_path, "admin")
+    added = _configs(cluster, admin_config, "--alter", "--add-config",
+                     "SCRAM-SHA-512=[iterations=8192,password=dave-secret]", "--entity-type", "users",
+                     "--entity-name", "dave")
+    assert (added.returncode, added.stdout) == (0, "Completed updating config for user dave.\n"), added.stderr
+    dave_config = _command_config(cluster, tmp_path, "dave")
+
+    def dave_lists(expected_rc: int) -> bool:
+        listed = _tool("topics", "--bootstrap-server", cluster.client_bootstrap(), "--command-config",
+                       str(dave_config), "--list", "--timeout-ms", "5000")
+        return listed.returncode == expected_rc
+
+    # The credential reaches each broker through its metadata log.
+    wait_for(lambda: dave_lists(0), timeout_s=120, interval_s=0.5, what="dave to authenticate")
+    described = _configs(cluster, admin_config, "--describe", "--entity-type", "users", "--entity-name", "dave")
+    assert described.stdout == "SCRAM credential configs for user-principal 'dave' are SCRAM-SHA-512=iterations=8192\n"
+    deleted = _configs(cluster, admin_config, "--alter", "--delete-config", "SCRAM-SHA-512", "--entity-type", "users",
+                       "--entity-name", "dave")
+    assert (deleted.returncode, deleted.stdout) == (0, "Completed updating config for user dave.\n"), deleted.stderr
+    wait_for(lambda: dave_lists(1), timeout_s=120, interval_s=0.5, what="dave to be refused")
+    gone = _configs(cluster, admin_config, "--describe", "--entity-type", "users", "--entity-name", "dave")
+    assert (gone.returncode, gone.stdout) == (0, "")
+
+    topic = "configs-orders"
+    created = _tool("topics", "--bootstrap-server", cluster.client_bootstrap(), "--command-config", str(admin_config),
+                    "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "2")
+    assert created.returncode == 0, created.stderr
+    altered = _configs(cluster, admin_config, "--alter", "--entity-type", "topics", "--entity-name", topic,
+                       "--add-config", "retention.ms=12345,cleanup.policy=[compact,delete]")
+    assert (altered.returncode, altered.stdout) == (0, f"Completed updating config for topic {topic}.\n"), altered.stderr
+
+    def dynamic_configs() -> list[str]:
+        shown = _configs(cluster, admin_config, "--describe", "--topic", topic)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout.splitlines()
+
+    wait_for(lambda: len(dynamic_configs()) == 3, timeout_s=120, interval_s=0.5, what="both overrides described")
+    lines = dynamic_configs()
+    assert lines[0] == f"Dynamic configs for topic {topic} are:"
+    assert lines[1].startswith("  cleanup.policy=compact,delete sensitive=false synonyms={"
+                               "DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete, "), lines
+    # (No broker sets log.retention.ms, whose default is null: the chain ends at the override, as Kafka's.)
+    assert lines[2] == "  retention.ms=12345 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=12345}", lines
+    missing = _configs(cluster, admin_config, "--alter", "--topic", topic, "--delete-config", "segment.ms")
+    assert (missing.returncode, missing.stderr) == (1, "Invalid config(s): segment.ms\n")
+    intruder = _configs(cluster, _command_config(cluster, tmp_path, "bob"), "--alter", "--topic", topic,
+                        "--add-config", "retention.ms=1")
+    assert intruder.returncode == 1 and "TopicAuthorizationException" in intruder.stderr, intruder.stderr
+    removed = _configs(cluster, admin_config, "--alter", "--topic", topic, "--delete-config", "retention.ms")
+    assert removed.returncode == 0, removed.stderr
+    wait_for(lambda: len(dynamic_configs()) == 2, timeout_s=120, interval_s=0.5, what="retention.ms deleted")
+    assert dynamic_configs()[1].startswith("  cleanup.policy=compact,delete ")

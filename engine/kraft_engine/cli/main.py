@@ -27,6 +27,7 @@ _TOOLS: tuple[tuple[str, str], ...] = (
     ("features", "features"),
     ("topics", "topics"),
     ("acls", "acls"),
+    ("configs", "configs"),
     ("console-producer", "console_producer"),
     ("console-consumer", "console_consumer"),
     ("consumer-groups", "consumer_groups"),

@@ -14,6 +14,7 @@ from io import BytesIO
 
 from kio.schema.default_principal_data.v0.data import DefaultPrincipalData
 from kio.schema.errors import ErrorCode
+from kio.serial.errors import DecodeError
 
 from kraft_engine.protocol.bounds_checking import check_entity_bounds
 from kraft_engine.protocol.entities import reader_for, writer_for
@@ -47,7 +48,7 @@ def decode_principal(data: bytes | None) -> str:
     try:
         end = check_entity_bounds(DefaultPrincipalData, data, _VERSION.size)
         principal, _size = reader_for(DefaultPrincipalData)(data, _VERSION.size)
-    except (MalformedFrame, ValueError, UnicodeDecodeError) as e:
+    except (MalformedFrame, DecodeError, ValueError, UnicodeDecodeError) as e:  # kio's InvalidUnicode is a DecodeError
         raise EnvelopeError(ErrorCode.invalid_request, f"malformed forwarded principal: {e}") from e
     if end != len(data):
         raise EnvelopeError(ErrorCode.invalid_request, "the forwarded principal has trailing bytes")

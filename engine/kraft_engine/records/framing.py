@@ -154,7 +154,7 @@ def _encoded_tail(record: PartitionChangeRecord, version: int, encoded: bytes) -
 def _read_short(data: bytes | bytearray | memoryview, offset: int, what: str) -> tuple[int, int]:
     try:
         value, size = read_unsigned_varint(data, offset)
-    except (ValueError, DecodeError) as error:
+    except (ValueError, DecodeError, KeyError) as error:  # kio: KeyError for a tagged field it does not know
         raise MetadataRecordError(f"metadata record is truncated while reading the {what}") from error
     if value > _SHORT_MAX:
         raise MetadataRecordError(f"metadata record {what} {value} is too large")
@@ -178,7 +178,7 @@ def decode_metadata_record(data: bytes | bytearray | memoryview) -> tuple[Metada
     cls: type[Any] = record_type.class_for_version(version)
     try:
         entity, size = entity_reader(cls)(data, offset)
-    except (ValueError, DecodeError) as error:
+    except (ValueError, DecodeError, KeyError) as error:  # kio: KeyError for a tagged field it does not know
         raise MetadataRecordError(
             f"{record_type.name} version {version} body does not decode (truncated or corrupt): {error}"
         ) from error
