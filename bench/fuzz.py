@@ -16,9 +16,11 @@ Prints figures; asserts nothing (a crash shows as `CRASH` and a non-zero exit).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,10 +47,11 @@ def _run(target: str, *, seconds: int, corpus_root: Path, seed: int) -> list[str
     corpus.mkdir(parents=True, exist_ok=True)
     _seed_corpus(target, corpus)
     started = time.monotonic()
-    run = subprocess.run(
-        [sys.executable, str(_HARNESS), target, f"-max_total_time={seconds}", f"-seed={seed}", "-max_len=65536",
-         f"-artifact_prefix={corpus_root}/crash-{target}-", str(corpus)],
-        capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="kraft-fuzz-") as scratch:
+        run = subprocess.run(
+            [sys.executable, str(_HARNESS), target, f"-max_total_time={seconds}", f"-seed={seed}", "-max_len=65536",
+             f"-artifact_prefix={corpus_root}/crash-{target}-", str(corpus)],
+            capture_output=True, text=True, check=False, env={**os.environ, "KRAFT_FUZZ_SCRATCH": scratch})
     elapsed = time.monotonic() - started
     output = run.stdout + run.stderr
     statuses = _STATUS.findall(output)

@@ -26,7 +26,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["TARGETS", "broken_meta_properties_target", "run", "seeds", "served_requests"]
+__all__ = ["SCRATCH_ENV", "TARGETS", "broken_meta_properties_target", "run", "seeds", "served_requests"]
+
+SCRATCH_ENV = "KRAFT_FUZZ_SCRATCH"
 
 
 @functools.cache
@@ -218,7 +220,11 @@ def broken_meta_properties_target(data: bytes) -> None:
 
 @functools.cache
 def _scratch() -> Path:
-    """One directory for the file targets, on tmpfs when there is one (a run writes thousands of files)."""
+    """One directory for the file targets: `$KRAFT_FUZZ_SCRATCH` (the caller removes it), else a
+    new one on tmpfs when there is one (a run writes thousands of files)."""
+    given = os.environ.get(SCRATCH_ENV)
+    if given:
+        return Path(given)
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     return Path(tempfile.mkdtemp(prefix="kraft-fuzz-", dir=base))
 
@@ -306,6 +312,7 @@ def _metadata_batch() -> bytes:
     return build_data_batch([record, record], base_offset=0, epoch=1, timestamp_ms=0)
 
 
+@functools.cache
 def _snapshot_bytes() -> bytes:
     from kio.schema.types import TopicName
 
@@ -314,7 +321,8 @@ def _snapshot_bytes() -> bytes:
     from kraft_engine.records.metadata_records import TopicRecord
     from kraft_engine.storage.snapshots import SnapshotId, SnapshotWriter
 
-    directory = Path(tempfile.mkdtemp(prefix="kraft-fuzz-seed-"))
+    directory = _scratch() / "seed-snapshot"
+    directory.mkdir(exist_ok=True)
     writer = SnapshotWriter(directory, snapshot_id=SnapshotId(end_offset=100, epoch=1), last_contained_log_timestamp_ms=0,
                             timestamp_ms=0)
     writer.append([encode_metadata_record(TopicRecord(name=TopicName("orders"), topic_id=ZERO_UUID))])
@@ -343,7 +351,8 @@ def run(target: str, argv: list[str]) -> None:
         function = broken_meta_properties_target
     corpus = [a for a in argv if not a.startswith("-")]
     if not corpus:
-        seed_dir = Path(tempfile.mkdtemp(prefix=f"kraft-fuzz-{target}-"))
+        seed_dir = _scratch() / f"seeds-{target}"
+        seed_dir.mkdir(exist_ok=True)
         for number, seed in enumerate(seeds(target)):
             (seed_dir / f"seed-{number}").write_bytes(seed)
         argv = [*argv, str(seed_dir)]

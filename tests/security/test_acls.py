@@ -326,6 +326,9 @@ def _table() -> list[tuple[str, int, int, object, Callable[[Any], int], str]]:
         ("AlterReplicaLogDirs", 34, 2, _ns(dirs=(_ns(path="/no/such/log/dir", topics=(
             _ns(name=_T, partitions=(0,)),)),)),
          lambda r: r.results[0].partitions[0].error_code, "CLUSTER_AUTHORIZATION_FAILED"),
+        ("DescribeClientQuotas", 48, 1, _ns(components=(_ns(entity_type="user", match_type=2, match=None),),
+                                            strict=False),
+         lambda r: r.error_code, "CLUSTER_AUTHORIZATION_FAILED"),
     ]
 
 
@@ -427,7 +430,8 @@ def test_every_api_refuses_without_its_acl_and_serves_with_it(cluster: SecureClu
     for flags in (["--operation", "All", "--topic", _T, "--group", _G],
                   ["--operation", "Create", "--topic", "table-new"],
                   ["--operation", "Delete", "--topic", "table-doomed"],
-                  ["--operation", "IdempotentWrite", "--operation", "Describe", "--operation", "Alter", "--cluster"]):
+                  ["--operation", "IdempotentWrite", "--operation", "Describe", "--operation", "Alter",
+                   "--operation", "DescribeConfigs", "--cluster"]):
         granted = _acls(cluster, admin_config, "--add", "--allow-principal", "User:carol", *flags)
         assert granted.returncode == 0, granted.stderr
     first = f"{HOST}:{cluster.client_ports[min(cluster.brokers)]}"
@@ -435,20 +439,20 @@ def test_every_api_refuses_without_its_acl_and_serves_with_it(cluster: SecureClu
     def carol_listed() -> bool:
         answer = _acls(cluster, admin_config, "--list", "--principal", "User:carol", bootstrap=first)
         assert answer.returncode == 0, answer.stderr
-        return answer.stdout.count("principal=User:carol") == 7
+        return answer.stdout.count("principal=User:carol") == 8
 
-    wait_for(carol_listed, timeout_s=120, interval_s=0.5, what="the first broker to list carol's 7 ACLs")
+    wait_for(carol_listed, timeout_s=120, interval_s=0.5, what="the first broker to list carol's 8 ACLs")
     allowed = asyncio.run(_walk(cluster, "carol"))
     assert {api: code for api, code in allowed.items() if code == expected[api]} == {}
     # ALL on the topic and the group: every operation Kafka reports for them; on the cluster
-    # exactly the three granted (ALTER implies DESCRIBE, which was granted anyway).
+    # exactly the four granted (ALTER implies DESCRIBE, which was granted anyway).
     every_topic_operation = _bits("READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS",
                                   "ALTER_CONFIGS")
     asked = asyncio.run(_ask(cluster, "carol", _OPERATIONS_ASKED))
     asked["DescribeGroups"] = _group_operations(cluster, "carol")
     assert asked == {
         "Metadata": every_topic_operation, "DescribeTopicPartitions": every_topic_operation,
-        "DescribeCluster": _bits("IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"),
+        "DescribeCluster": _bits("IDEMPOTENT_WRITE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS"),
         "DescribeGroups": _bits("READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")}
 
 

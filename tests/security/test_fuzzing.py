@@ -22,9 +22,19 @@ import fuzz_targets  # noqa: E402
 def _fuzz(tmp_path: Path, target: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     return subprocess.run(
         [sys.executable, str(_HARNESS), target, "-seed=1414", "-max_len=4096", f"-artifact_prefix={tmp_path}/", *flags],
-        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path, env={**os.environ, **(env or {})})
+        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
+        env={**os.environ, fuzz_targets.SCRATCH_ENV: str(scratch), **(env or {})})
+
+
+@pytest.fixture(autouse=True)
+def _scratch_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The targets run in this process write their files under the test's tmp_path."""
+    monkeypatch.setenv(fuzz_targets.SCRATCH_ENV, str(tmp_path))
+    fuzz_targets._scratch.cache_clear()
 
 
 def test_a_short_fixed_seed_run_over_every_target_finds_no_crash(tmp_path: Path) -> None:

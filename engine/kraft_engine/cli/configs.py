@@ -18,8 +18,8 @@ and Apache Kafka's:
 - Users: `--alter` with `SCRAM-SHA-256=[...]` / `SCRAM-SHA-512=[iterations=N,password=...]`
   is AlterUserScramCredentials (the salted password computed here, as Kafka's admin client does:
   the password never leaves the tool), `--delete-config SCRAM-SHA-512` removes one;
-  `--describe` prints `SCRAM credential configs for user-principal 'alice' are
-  SCRAM-SHA-512=iterations=8192`.
+  `--describe` prints the user's client quotas (DescribeClientQuotas, as Kafka's tool asks first)
+  and `SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-512=iterations=8192`.
 
 Refusals of the arguments are Kafka's messages (exit 1). Client quotas (users' and clients'
 quota keys, ips), broker loggers, client-metrics and groups are not served here: such an entity
@@ -47,6 +47,7 @@ from kio.schema.alter_user_scram_credentials.v0.request import (
     ScramCredentialDeletion,
     ScramCredentialUpsertion,
 )
+from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.describe_user_scram_credentials.v0.request import (
     DescribeUserScramCredentialsRequest,
@@ -170,9 +171,7 @@ def _run(args: argparse.Namespace) -> int:
         print(str(refusal), file=sys.stderr)
         return 1
     except (_ExecutionFailed, ControllerAdminError) as failure:
-        # Kafka prints the tool's own arguments (those after `configs` here).
-        arguments = sys.argv[sys.argv.index("configs") + 1:] if "configs" in sys.argv else sys.argv[1:]
-        print(f"Error while executing config command with args '{' '.join(arguments)}'", file=sys.stderr)
+        print(f"Error while executing config command with args '{' '.join(args.tool_arguments)}'", file=sys.stderr)
         print(str(failure), file=sys.stderr)
         return 1
 
@@ -425,6 +424,21 @@ class _Session:
             raise _failure(code, result.error_message)
 
     async def describe_users(self, name: str | None) -> None:
+        """Kafka's describeClientQuotaAndUserScramCredentialConfigs: the user's quotas, then its
+        SCRAM credentials (for a named user, or every user)."""
+        component = ComponentData(entity_type="user", match_type=i8(2 if name is None else 0), match=name)
+        quotas = await self._send(DescribeClientQuotasRequest(components=(component,), strict=True))
+        code = ErrorCode(quotas.error_code)
+        if code != ErrorCode.none:
+            raise _failure(code, quotas.error_message)
+        for entry in quotas.entries or ():
+            names = {str(e.entity_type): e.entity_name for e in entry.entity}
+            entity = ", ".join(
+                f"{label} '{names[key]}'" if names[key] is not None else f"the default {label}"
+                for key, label in (("user", "user-principal"), ("client-id", "client-id"), ("ip", "ip"))
+                if key in names)
+            values = ", ".join(f"{v.key}={_java_double(float(v.value))}" for v in entry.values)
+            print(f"Quota configs for {entity} are {values}")
         users = None if name is None else (UserName(name=name),)
         response = await self._send(DescribeUserScramCredentialsRequest(users=users))
         code = ErrorCode(response.error_code)
@@ -439,8 +453,8 @@ class _Session:
                 print(f"Error retrieving SCRAM credential configs for user-principal '{result.user}': "
                       f"ExecutionException: {exception}: {result.error_message}")
                 continue
-            names = {m.mechanism_id: m.name for m in SCRAM_MECHANISMS.values()}
-            text = ", ".join(f"{names.get(int(info.mechanism), 'UNKNOWN')}=iterations={int(info.iterations)}"
+            mechanisms = {m.mechanism_id: m.name for m in SCRAM_MECHANISMS.values()}
+            text = ", ".join(f"{mechanisms.get(int(info.mechanism), 'UNKNOWN')}=iterations={int(info.iterations)}"
                              for info in result.credential_infos)
             print(f"SCRAM credential configs for user-principal '{result.user}' are {text}")
 
@@ -453,6 +467,16 @@ class _Session:
             code = ErrorCode(result.error_code)
             if code != ErrorCode.none:
                 raise _failure(code, result.error_message)
+
+
+def _java_double(value: float) -> str:
+    """A double as Java's Double.toString prints it (1024.0, 1.5E7, 1.0E-4)."""
+    if value != 0 and not 1e-3 <= abs(value) < 1e7:
+        mantissa, exponent = f"{value:.17e}".split("e")
+        digits = repr(float(mantissa)).rstrip("0").rstrip(".")
+        digits = digits if "." in digits else f"{digits}.0"
+        return f"{digits}E{int(exponent)}"
+    return repr(value)
 
 
 def _java(value: object) -> str:

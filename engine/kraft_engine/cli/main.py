@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Kafka's tools exit 1 on a usage error (CommandLineUtils.printUsageAndExit); argparse's 2
         # would make a script that checks for Kafka's status miss it. --help still exits 0.
         return 1 if e.code == 2 else int(e.code or 0)
+    args.tool_arguments = arguments[1:]  # the tool's own arguments (kafka-configs prints them back)
     try:
         rc = args.func(args)
     except CliError as e:

@@ -33,6 +33,7 @@ Served (ApiVersions lists exactly these, each for every version in its range):
   `server.topic_describing`.
 - DescribeConfigs v1-4, answered by this broker from its own config and metadata image, as Kafka's
   broker answers it (`server.config_describing`).
+- DescribeClientQuotas v0-1 from the image's client quotas (`server.quota_describing`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from kraft_engine.server.broker_topic_metrics import BrokerTopicMetrics
 from kraft_engine.server.config_describing import BrokerConfigDescriber
 from kraft_engine.server.controller_channel import ControllerChannel, ControllerUnavailable
 from kraft_engine.server.forwarding import FORWARDED_API_VERSIONS, EnvelopeForwarder
+from kraft_engine.server.quota_describing import DESCRIBE_CLIENT_QUOTAS, describe_client_quotas
 from kraft_engine.server.replica_apis import ReplicaApis, leader_at_epoch
 from kraft_engine.server.replica_manager import Partition, ReplicaManager, ReplicaReadError, quota_clock_ms
 from kraft_engine.server.topic_describing import DESCRIBE_TOPIC_PARTITIONS, describe_topic_partitions
@@ -101,6 +103,7 @@ CLIENT_API_VERSIONS = {
     DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     DESCRIBE_ACLS: (1, 3),
+    DESCRIBE_CLIENT_QUOTAS: (0, 1),
 }
 
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
@@ -160,6 +163,7 @@ class BrokerApis:
             DESCRIBE_TOPIC_PARTITIONS: self.describe_topic_partitions,
             DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
             DESCRIBE_ACLS: self.describe_acls,
+            DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
         }
         listener.register_all(handlers, versions=CLIENT_API_VERSIONS)
         # As Kafka 4.x: Produce v0-2 are gone (v3 is the baseline) but ApiVersions lists Produce
@@ -182,6 +186,9 @@ class BrokerApis:
 
     async def describe_acls(self, request: Any, ctx: RequestContext) -> Any:
         return describe_acls(request, ctx, authorizer=self.authorizer, image=self._image())
+
+    async def describe_client_quotas(self, request: Any, ctx: RequestContext) -> Any:
+        return describe_client_quotas(request, ctx, image=self._image(), authorizer=self.authorizer)
 
     # -- DescribeUserScramCredentials ------------------------------------------------------------
     async def describe_user_scram_credentials(self, request: Any, ctx: RequestContext) -> Any:
