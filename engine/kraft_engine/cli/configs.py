@@ -424,8 +424,8 @@ class _Session:
             raise _failure(code, result.error_message)
 
     async def describe_users(self, name: str | None) -> None:
-        """Kafka's describeClientQuotaAndUserScramCredentialConfigs: the user's quotas, then its
-        SCRAM credentials (for a named user, or every user)."""
+        """Kafka's describeClientQuotaAndUserScramCredentialConfigs: the user's quotas (a named
+        user's, or every user's), then a named user's SCRAM credentials."""
         component = ComponentData(entity_type="user", match_type=i8(2 if name is None else 0), match=name)
         quotas = await self._send(DescribeClientQuotasRequest(components=(component,), strict=True))
         code = ErrorCode(quotas.error_code)
@@ -439,7 +439,9 @@ class _Session:
                 if key in names)
             values = ", ".join(f"{v.key}={_java_double(float(v.value))}" for v in entry.values)
             print(f"Quota configs for {entity} are {values}")
-        users = None if name is None else (UserName(name=name),)
+        # Without a name Kafka's tool sends an empty list, which describes no user's credentials
+        # (only the quotas above): kafka-configs 4.1 prints nothing more, and neither does this.
+        users = () if name is None else (UserName(name=name),)
         response = await self._send(DescribeUserScramCredentialsRequest(users=users))
         code = ErrorCode(response.error_code)
         if code != ErrorCode.none:
