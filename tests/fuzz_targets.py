@@ -53,13 +53,22 @@ def served_requests() -> tuple[tuple[int, int], ...]:
 
 
 def _request_frame(data: bytes) -> tuple[bytes, type]:
-    """The first two bytes pick a served (api, version); a valid header for it, then the rest as the body."""
+    """The first four bytes name the (api key, version); one not served picks a served pair by
+    its value. A valid header for it follows, then the rest of the input as the body. (A saved
+    input keeps meaning the same request when the listeners serve more.)"""
     from kraft_engine.protocol.entities import request_class
 
     served = served_requests()
-    key, version = served[int.from_bytes(data[:2].ljust(2, b"\0"), "big") % len(served)]
+    head = data[:4].ljust(4, b"\0")
+    wanted = (int.from_bytes(head[:2], "big"), int.from_bytes(head[2:], "big"))
+    key, version = wanted if wanted in _served_set() else served[int.from_bytes(head, "big") % len(served)]
     cls = request_class(key, version)
-    return _header_bytes(cls) + data[2:], cls
+    return _header_bytes(cls) + data[4:], cls
+
+
+@functools.cache
+def _served_set() -> frozenset[tuple[int, int]]:
+    return frozenset(served_requests())
 
 
 @functools.cache
@@ -110,7 +119,7 @@ def request_target(data: bytes) -> None:
             inner_key, inner_version = peek_api(inner)
         except MalformedFrame:
             return
-        if (inner_key, inner_version) in served_requests():
+        if (inner_key, inner_version) in _served_set():
             from kraft_engine.protocol.entities import request_class
 
             with contextlib.suppress(MalformedFrame):
@@ -276,7 +285,7 @@ def seeds(target: str) -> Iterator[bytes]:
 
 
 def _request_seeds() -> Iterator[bytes]:
-    """For each served (api, version): its index, then a body a client sends (an ApiVersions-like
+    """For each served (api, version): its key and version, then a body a client sends (an ApiVersions-like
     empty body, and bodies of the apis clients send most, encoded by kio)."""
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
     from kio.schema.types import TopicName
@@ -289,8 +298,8 @@ def _request_seeds() -> Iterator[bytes]:
         (3, 12): MetadataRequest(topics=(MetadataRequestTopic(name=TopicName("t"), topic_id=None),),
                                  allow_auto_topic_creation=True, include_topic_authorized_operations=True),
     }
-    for index, (key, version) in enumerate(served):
-        prefix = index.to_bytes(2, "big")
+    for key, version in served:
+        prefix = key.to_bytes(2, "big") + version.to_bytes(2, "big")
         cls = request_class(key, version)
         body = bodies.get((key, version))
         if body is None:

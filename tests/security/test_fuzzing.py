@@ -64,7 +64,7 @@ def test_a_parser_that_breaks_its_contract_is_caught_with_its_input(tmp_path: Pa
 # An Envelope (api 58) whose forwarded principal holds a name that is not UTF-8: kio's reader
 # raised InvalidUnicode (a kio DecodeError), which decode_principal let through, so a listener
 # serving Envelopes failed the request instead of answering INVALID_REQUEST.
-_ENVELOPE_BAD_PRINCIPAL = "AMAJAA4AAAAAFgAlAAAWACUAAABtbW1tbW1tbW1tbQEBAQDAAQEAAAAAAQDAAQAAAQDAACsAAAAA"
+_ENVELOPE_BAD_PRINCIPAL = "ADoAAAkADgAAAAAWACUAABYAJQAAAG1tbW1tbW1tbW1tAQEBAMABAQAAAAABAMABAAABAMAAKwAAAAA="
 
 
 # A metadata log batch (valid CRC) whose TopicRecord carries a tagged field kio does not know:
