@@ -130,19 +130,54 @@ def _brokers(cluster_dir: Path) -> list[tuple[str, int]]:
     return found
 
 
-def _loop_stalls_ms(cluster_dir: Path) -> list[float]:
-    """Our brokers' `loop_stall_ms_max` (how late their event loop woke, the longest since start),
-    from /kraftwerk/status; empty for Kafka's brokers, which have no such endpoint."""
-    found = []
+def _our_broker_ports(cluster_dir: Path) -> list[int]:
+    """The metrics ports of our broker nodes (Kafka's have none)."""
+    ports = []
     for node_dir in sorted(cluster_dir.glob("node-*")):
         config = node_dir / "server.properties"
         props = parse_properties(config.read_text(encoding="utf-8")) if config.exists() else {}
-        port = props.get("kraftwerk.metrics.port")
-        if "broker" not in props.get("process.roles", "") or not port:
-            continue
+        if "broker" in props.get("process.roles", "") and props.get("kraftwerk.metrics.port"):
+            ports.append(int(props["kraftwerk.metrics.port"]))
+    return ports
+
+
+def _loop_stalls(cluster_dir: Path) -> list[tuple[float, dict[float, float]]]:
+    """Per broker of ours: the longest event-loop stall since start (ms), and the stall
+    histogram's cumulative sample counts by upper bound (ms, +Inf the total; the monitor samples
+    every 10 ms)."""
+    found = []
+    for port in _our_broker_ports(cluster_dir):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/kraftwerk/status", timeout=10) as answer:
-            found.append(float(json.loads(answer.read())["loop_stall_ms_max"]))
+            longest = float(json.loads(answer.read())["loop_stall_ms_max"])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        buckets = _stall_buckets(text)
+        found.append((longest, buckets))
     return found
+
+
+def _stall_buckets(text: str) -> dict[float, float]:
+    buckets = {}
+    for line in text.splitlines():
+        if line.startswith('kraftwerk_event_loop_stall_ms_bucket{le="'):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def _print_loop_stalls(name: str, before: list[tuple[float, dict[float, float]]],
+                       after: list[tuple[float, dict[float, float]]]) -> None:
+    """Each broker's stalls over the produce, consume and latency runs: samples later than 100,
+    250 and 1000 ms (of all taken), and the longest since start."""
+    parts = []
+    for (_, old), (longest, new) in zip(before, after, strict=True):
+        total = new.get(float("inf"), 0.0) - old.get(float("inf"), 0.0)
+        over = {bound: (total - (new.get(bound, 0.0) - old.get(bound, 0.0))) for bound in (100.0, 250.0, 1000.0)}
+        parts.append(f"{int(over[100.0])}/{int(over[250.0])}/{int(over[1000.0])} of {int(total)} samples, "
+                     f"max {longest:.0f} ms")
+    if parts:
+        print(f"[{name}] event-loop stalls over the runs, >100/>250/>1000 ms (one loop carries replication, fetches,"
+              f" produce and checkpoints): {'; '.join(parts)}", flush=True)
 
 
 def _create_topic(bootstrap: str) -> None:
@@ -290,6 +325,7 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
             print(f"[{name}] Ready in {time.monotonic() - started:.0f} s, brokers {bootstrap}   load {load_average()}",
                   flush=True)
             _create_topic(bootstrap)
+            stalls_before = _loop_stalls(runtime.cluster_dir(cluster))
             _produce_throughput(bootstrap, records=args.records, record_bytes=args.record_bytes, figures=figures)
             print(f"[{name}] produce {figures.produce_mb_s:.1f} MB/s   load {load_average()}", flush=True)
             pids = [pid for _, pid in brokers]
@@ -306,10 +342,7 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
             _latency(bootstrap, rate=args.rate, seconds=args.latency_s, record_bytes=args.record_bytes,
                      figures=figures)
             figures.rss_mib = [rss_mib(pid) for _, pid in brokers]
-            stalls = _loop_stalls_ms(runtime.cluster_dir(cluster))
-            if stalls:
-                print(f"[{name}] longest event-loop stall of each broker over the runs (replication, fetches,"
-                      f" produce and checkpoints on one loop): {', '.join(f'{s:.0f}' for s in stalls)} ms", flush=True)
+            _print_loop_stalls(name, stalls_before, _loop_stalls(runtime.cluster_dir(cluster)))
         finally:
             runtime.stop_all(timeout_s=60)
     return figures
