@@ -24,7 +24,7 @@ BROKER_TIMEOUTS = {
     "broker.session.timeout.ms": "6000",
     "replica.lag.time.max.ms": "10000",
     # Kafka's 60 s would leave `-delete` directories for a minute where tests check a deleted or
-    # moved replica is gone; test_broker_deletion_delays.py runs with delays of its own.
+    # moved replica is gone; test_broker_cleanup_delays.py runs with delays of its own.
     "log.segment.delete.delay.ms": "0",
 }
 

@@ -1,5 +1,5 @@
-"""Kafka's deletion delays on real broker processes: `file.delete.delay.ms` for segments and the
-broker's `log.segment.delete.delay.ms` for a deleted topic's replicas.
+"""Kafka's cleanup delays on real broker processes: `file.delete.delay.ms` for segments, the
+broker's `log.segment.delete.delay.ms` for a deleted topic's replicas, and `min.compaction.lag.ms`.
 
 Kafka never unlinks a segment the moment retention or DeleteRecords drops it: the files are
 renamed `.deleted` and unlinked after the topic's `file.delete.delay.ms`, so a fetch that located
@@ -9,10 +9,19 @@ in between (the delay then counts from the start). Here: kafka-python's DeleteRe
 with a 30 s delay leaves `.deleted` files on every replica while the rest reads back whole, and
 they are gone after the delay; the topic deleted leaves a `-delete` directory on every broker, a
 kill -9 and restart of one keeps its copy until the delay passed again, and then none is left.
+
+A compacted topic's records stay out of cleaning until they are `min.compaction.lag.ms` old, as
+Kafka's LogCleanerManager keeps them out: kafka-python writes 200 keyed records stamped two hours
+ago (they fill the first 1 MiB segment and start the second), then 200 more of the same 25 keys
+stamped now, to a topic with a one-hour lag. Every replica compacts the old segment down to one
+record per key, and nothing after it: the second segment holds a record younger than the lag, so
+every recent record, superseded or not, stays readable at its offset. Without the lag the cleaner
+would remove the superseded recent records in the sealed segments too.
 """
 
 from __future__ import annotations
 
+import random
 import time
 import warnings
 from collections.abc import Iterator
@@ -24,10 +33,11 @@ from quorum_processes import wait_for
 from record_checks import CLEAN, anomalies
 from test_broker_cluster import create_topic, read_back
 from test_broker_log_management import produce_numbered
+from test_broker_storage import _latest_by_key, _replica_bytes
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import TopicPartition
+    from kafka import KafkaProducer, TopicPartition
     from kafka.admin import KafkaAdminClient
 
 pytestmark = [
@@ -37,11 +47,14 @@ pytestmark = [
 
 _TOPIC_DELAY_MS = 30_000
 _BROKER_DELAY_MS = 60_000  # Kafka's default
+_HOUR_MS = 3_600_000
+_VALUE_BYTES = 8_000
 
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[BrokerCluster]:
-    cluster = BrokerCluster(root=tmp_path, broker_config={"log.segment.delete.delay.ms": str(_BROKER_DELAY_MS)})
+    cluster = BrokerCluster(root=tmp_path, broker_config={"log.segment.delete.delay.ms": str(_BROKER_DELAY_MS),
+                                                          "log.cleaner.backoff.ms": "300"})
     try:
         start_cluster(cluster)
         yield cluster
@@ -96,3 +109,36 @@ def test_deleted_segments_and_a_deleted_topics_replicas_wait_out_kafkas_delays(b
              what="every broker to remove the deleted topic's replica after log.segment.delete.delay.ms")
     assert time.monotonic() - restarted_at >= _BROKER_DELAY_MS / 1000
     assert time.monotonic() - asked_at >= _BROKER_DELAY_MS / 1000
+
+
+def test_records_younger_than_min_compaction_lag_are_not_compacted(brokers: BrokerCluster) -> None:
+    topic = "lagged"
+    create_topic(brokers, topic, partitions=1, replication_factor=3,
+                 configs={"cleanup.policy": "compact", "segment.bytes": "1048576",
+                          "min.compaction.lag.ms": str(_HOUR_MS)})
+    send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", linger_ms=0,
+                         request_timeout_ms=30000)
+    written: dict[bytes, bytes] = {}
+    try:
+        now_ms = int(time.time() * 1000)
+        for i in range(400):
+            key, value = f"key-{i % 25}".encode(), f"value-{i}-".encode() + random.randbytes(_VALUE_BYTES)
+            stamp = now_ms - 2 * _HOUR_MS if i < 200 else now_ms
+            metadata = send.send(topic, key=key, value=value, partition=0, timestamp_ms=stamp).get(timeout=60)
+            assert metadata.offset == i
+            written[key] = value
+    finally:
+        send.close()
+    segments = sorted(brokers.partitions(101)[(topic, 0)]["segments"])
+    assert len(segments) >= 3 and segments[1] < 200, segments  # the first segment holds old records only
+    first_segment_bytes = segments[1] * (_VALUE_BYTES + 80)  # at least what its records take
+    written_bytes = 400 * _VALUE_BYTES
+    # The old segment shrinks to one record per key on every replica (25 of its records).
+    wait_for(lambda: all(_replica_bytes(brokers, n, topic) < written_bytes - first_segment_bytes / 2
+                         for n in brokers.brokers), timeout_s=90,
+             what="every replica to compact the segment older than min.compaction.lag.ms")
+    time.sleep(2)  # several more cleaner passes (log.cleaner.backoff.ms=300): nothing else may go
+    latest, offsets = _latest_by_key(brokers, topic)
+    assert latest == written
+    assert set(range(200, 400)) <= set(offsets)  # every recent record, superseded ones too
+    assert len([o for o in offsets if o < segments[1]]) == 25  # the old segment: one record per key
