@@ -45,6 +45,7 @@ from kraft_engine.protocol import (
     KafkaProtocolError,
     request_class,
 )
+from kraft_engine.protocol.security import ClientSecurity
 
 __all__ = [
     "AdminError",
@@ -170,7 +171,9 @@ class ClusterAdmin:
         brokers: Sequence[Address] = (),
         timeout_ms: int = 5000,
         client_id: str = "kraftwerk-operator",
+        security: ClientSecurity | None = None,
     ) -> None:
+        """`security`: how to connect (the operator's TLS identity under spec.tls; plaintext when None)."""
         self.controllers = [(str(h), int(p)) for h, p in controllers]
         self.brokers = [(str(h), int(p)) for h, p in brokers]
         self.timeout_ms = timeout_ms
@@ -178,9 +181,11 @@ class ClusterAdmin:
             client_id=client_id,
             request_timeout_ms=min(timeout_ms, 3000),
             socket_connection_setup_timeout_ms=min(timeout_ms, 1000),
+            security=security,
         )
         self._connections: dict[Address, KafkaConnection] = {}
-        self._quorum = QuorumAdmin(self.controllers, timeout_ms=timeout_ms) if self.controllers else None
+        self._quorum = QuorumAdmin(self.controllers, timeout_ms=timeout_ms, security=security) if (
+            self.controllers) else None
 
     async def close(self) -> None:
         connections, self._connections = list(self._connections.values()), {}
@@ -230,6 +235,14 @@ class ClusterAdmin:
             if loop.time() >= deadline:
                 raise AdminUnreachable(f"{api}: no answer within {self.timeout_ms} ms ({last})", api=api)
             await asyncio.sleep(_RETRY_INTERVAL_S)
+
+    async def send_to_broker(self, request: Any, *, api: str) -> Any:
+        """`request` answered by the first broker that answers (retriable failures retried)."""
+
+        async def attempt(connection: KafkaConnection) -> Any:
+            return await connection.send(request)
+
+        return await self._first_answer(self.brokers, api, attempt)
 
     # -- the quorum --------------------------------------------------------------------------------
     async def describe_quorum(self) -> QuorumDescription:
@@ -449,7 +462,8 @@ async def _api_versions(connection: KafkaConnection) -> Any:
 
 
 async def create_topic(
-    controllers: Sequence[Address], *, name: str, partitions: int, replication_factor: int, timeout_ms: int = 30000
+    controllers: Sequence[Address], *, name: str, partitions: int, replication_factor: int, timeout_ms: int = 30000,
+    security: ClientSecurity | None = None,
 ) -> bool:
     """CreateTopics on the active controller (as Kafka's Admin with bootstrap.controllers does).
     True when created, False when it already existed; AdminError for any other refusal."""
@@ -460,7 +474,8 @@ async def create_topic(
         assignments=(), configs=(),
     )
     body = request(topics=(topic,), timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)), validate_only=False)
-    async with ControllerAdmin(list(controllers), timeout_ms=timeout_ms, client_id="kraftwerk-operator") as admin:
+    async with ControllerAdmin(list(controllers), timeout_ms=timeout_ms, client_id="kraftwerk-operator",
+                               security=security) as admin:
         try:
             response = await admin.send_to_active(body)
         except ControllerAdminError as e:

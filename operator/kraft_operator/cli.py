@@ -21,6 +21,7 @@ import random
 import re
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -30,9 +31,12 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
+from kraft_engine.protocol.security import ClientSecurity
+from kraft_engine.storage.java_properties import format_properties
 from kraft_operator.crd import crd_yaml
 from kraft_operator.model import ConditionStatus, ConditionType, KRaftCluster, KRaftClusterStatus, Role
 from kraft_operator.plan import CONTROLLER_LISTENER, Event, Plan, desired_nodes
+from kraft_operator.plan.security import KEYSTORE_KEY, REPLICATION_LISTENER, TRUSTSTORE_KEY, operator_secret
 from kraft_operator.printing import describe, get_wide
 from kraft_operator.reconciler import Reconciler
 from kraft_operator.runtime.local import LocalRuntime
@@ -208,7 +212,8 @@ async def _up_loop(
             ready_once = True
             print(f"\nReady after {time.monotonic() - started:.1f} s\n", file=out)
             if args.demo_topic and not topic_done:
-                topic_done = await _demo_topic(cluster, runtime, result, name=args.demo_topic, out=out)
+                topic_done = await _demo_topic(cluster, runtime, result, name=args.demo_topic, out=out,
+                                               security=reconciler.admin_security(cluster))
                 # Observe once more so the status (and describe) counts the demo topic's partitions.
                 cluster = cluster.model_copy(update={"status": result.status})
                 result = await reconciler.reconcile(cluster)
@@ -226,8 +231,13 @@ def _without_age(row: str) -> str:
     return re.sub(r"\s+\d+[smhd][\dsmhd]*\s+", " ", row)
 
 
-async def _demo_topic(cluster: KRaftCluster, runtime: LocalRuntime, result: Plan, *, name: str, out: TextIO) -> bool:
-    """Create the demo topic once the cluster is Ready (only when it has brokers)."""
+async def _demo_topic(
+    cluster: KRaftCluster, runtime: LocalRuntime, result: Plan, *, name: str, out: TextIO,
+    security: ClientSecurity | None,
+) -> bool:
+    """Create the demo topic once the cluster is Ready (only when it has brokers). Under spec.tls
+    the operator's own identity creates it, and the describe runs with it (a `--command-config`
+    naming the operator's Secret files) on the brokers' REPLICATION listener."""
     from kraft_operator.admin import AdminError, create_topic
 
     spec = cluster.spec
@@ -243,7 +253,8 @@ async def _demo_topic(cluster: KRaftCluster, runtime: LocalRuntime, result: Plan
         for n in nodes if n.is_controller
     ]
     try:
-        created = await create_topic(controllers, name=name, partitions=3, replication_factor=min(3, brokers))
+        created = await create_topic(controllers, name=name, partitions=3, replication_factor=min(3, brokers),
+                                     security=security)
     except AdminError as e:
         print(f"Warning: demo topic {name}: {e}", file=out)
         return False
@@ -254,13 +265,29 @@ async def _demo_topic(cluster: KRaftCluster, runtime: LocalRuntime, result: Plan
     )
     print(f"{'Created' if created else 'Found'} topic {name} (3 partitions, RF {min(3, brokers)}); "
           f"clients: --bootstrap-server {bootstrap}", file=out)
-    await _describe_topic(bootstrap, name=name, out=out)
+    if spec.tls is None:
+        await _describe_topic(bootstrap, name=name, out=out)
+        return True
+    replication = ",".join(
+        f"{layout.advertised_host(n.ref)}:"
+        f"{layout.port(n.ref, listener=REPLICATION_LISTENER, spec_port=spec.tls.replication_port)}"
+        for n in nodes if n.is_broker
+    )
+    secret = runtime.secrets.path(cluster.metadata.namespace or "default", operator_secret(cluster.metadata.name))
+    with tempfile.TemporaryDirectory(prefix="kraftwerk-admin-") as directory:
+        config = Path(directory) / "admin.properties"
+        config.write_text(format_properties({
+            "security.protocol": "SSL", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(secret / KEYSTORE_KEY),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(secret / TRUSTSTORE_KEY)}), encoding="utf-8")
+        await _describe_topic(replication, name=name, out=out, command_config=str(config))
     return True
 
 
-async def _describe_topic(bootstrap: str, *, name: str, out: TextIO) -> None:
+async def _describe_topic(bootstrap: str, *, name: str, out: TextIO, command_config: str | None = None) -> None:
     """Run `kraft topics --describe` against the brokers, as a user would, and print its output."""
     arguments = ["topics", "--bootstrap-server", bootstrap, "--describe", "--topic", name]
+    if command_config is not None:
+        arguments += ["--command-config", command_config]
     print(f"$ kraft {' '.join(arguments)}", file=out, flush=True)
     process = await asyncio.create_subprocess_exec(
         *_KRAFT, *arguments, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT

@@ -28,7 +28,10 @@ __all__ = [
     "PLURAL",
     "SHORT_NAMES",
     "VERSION",
+    "AclResource",
+    "AclRule",
     "BlockerStatus",
+    "CertificateAuthoritySpec",
     "Condition",
     "ConditionStatus",
     "ConditionType",
@@ -39,6 +42,7 @@ __all__ = [
     "KRaftClusterStatus",
     "Lifecycle",
     "Listener",
+    "ListenerCertificate",
     "LogDirMoveStatus",
     "LogDirRemovalStatus",
     "MetadataVersionStatus",
@@ -62,7 +66,9 @@ __all__ = [
     "RunbookStepStatus",
     "ScaleDownStatus",
     "Storage",
+    "TlsSpec",
     "TopicThrottleStatus",
+    "UserSpec",
     "Volume",
     "VolumeReplacementStatus",
 ]
@@ -86,6 +92,7 @@ _QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 # Kafka's Uuid text form: 22 characters of URL-safe base64.
 _KAFKA_UUID = r"^[A-Za-z0-9_-]{22}$"
 _LISTENER_NAME = r"^[A-Z][A-Z0-9_]*$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 _METADATA_VERSION = r"^[0-9]+\.[0-9]+(-IV[0-9]+)?$"
 
 
@@ -219,15 +226,101 @@ class NodePool(_Model):
     )
 
 
+class ListenerCertificate(_Model):
+    """A certificate of the user's own for one listener (bring your own): a Secret holding the
+    certificate chain and its key in PEM. The listener presents it instead of the node's certificate
+    from the cluster CA; clients then trust the user's CA."""
+
+    secret_name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    certificate: str = Field(default="tls.crt", max_length=253, description="The Secret's key holding the chain.")
+    key: str = Field(default="tls.key", max_length=253, description="The Secret's key holding the private key.")
+
+
 class Listener(_Model):
     """A listener for clients (and, on brokers, between brokers). The controllers' own listener is
     `CONTROLLER` on `spec.controllerPort`."""
 
     name: str = Field(pattern=_LISTENER_NAME, max_length=32)
     port: int = Field(ge=1024, le=65535)
-    protocol: Literal["PLAINTEXT"] = Field(
-        default="PLAINTEXT", description="Security protocol; the engine speaks PLAINTEXT only so far."
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="Security protocol: PLAINTEXT; SSL (TLS with client certificates from the clients CA: "
+        "users with authentication tls); SASL_SSL (TLS, then SCRAM-SHA-512: users with authentication "
+        "scram-sha-512). SSL and SASL_SSL need spec.tls.",
     )
+    certificate: ListenerCertificate | None = Field(
+        default=None, description="The listener's own certificate (a Secret) instead of one from the cluster CA."
+    )
+    network_policy_peers: list[dict[str, Any]] | None = Field(
+        default=None, max_length=32,
+        description="Kubernetes NetworkPolicyPeers allowed to reach this listener (with spec.tls, the cluster's "
+        "NetworkPolicy admits everyone to a listener that lists none).",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
+
+
+class CertificateAuthoritySpec(_Model):
+    """A certificate authority of the cluster: generated and renewed by the operator, or the user's
+    own (`secretName`: a Secret with `ca.crt` and `ca.key`, which the operator reads and never renews)."""
+
+    secret_name: str | None = Field(default=None, pattern=_DNS_SUBDOMAIN, max_length=253)
+    validity_days: int = Field(default=365, ge=2, le=36500, description="Validity of a CA the operator generates.")
+    renewal_days: int = Field(
+        default=30, ge=1, le=36500,
+        description="Renew the CA when it expires within this many days (a new CA, trusted beside the old one "
+        "through the switch).",
+    )
+
+
+class TlsSpec(_Model):
+    """TLS for the cluster: the controller listener and the brokers' REPLICATION listener speak SSL
+    with client certificates (mTLS) between nodes and the operator; client listeners say their own
+    protocol. Node certificates come from the cluster CA, user certificates from the clients CA."""
+
+    cluster_ca: CertificateAuthoritySpec = Field(default_factory=CertificateAuthoritySpec)
+    clients_ca: CertificateAuthoritySpec = Field(default_factory=CertificateAuthoritySpec)
+    validity_days: int = Field(
+        default=365, ge=2, le=36500, description="Validity of the node, operator and user certificates."
+    )
+    renewal_days: int = Field(
+        default=30, ge=1, le=36500,
+        description="Renew a certificate when it expires within this many days (a gated rolling restart for "
+        "nodes).",
+    )
+    replication_port: int = Field(
+        default=9091, ge=1024, le=65535,
+        description="The brokers' REPLICATION listener (SSL, mTLS): inter-broker traffic and the operator.",
+    )
+
+
+class AclResource(_Model):
+    type: Literal["topic", "group", "cluster", "transactionalId"]
+    name: str = Field(default="kafka-cluster", min_length=1, max_length=249,
+                      description="The resource's name, `*` for all; the cluster's is kafka-cluster.")
+    pattern_type: Literal["literal", "prefix"] = "literal"
+
+
+class AclRule(_Model):
+    """One ACL rule of a user, as Strimzi's KafkaUser writes it: a resource, operations, a host and
+    allow or deny."""
+
+    resource: AclResource
+    operations: list[
+        Literal["All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction",
+                "DescribeConfigs", "AlterConfigs", "IdempotentWrite"]
+    ] = Field(min_length=1, max_length=11)
+    host: str = Field(default="*", max_length=253)
+    type: Literal["allow", "deny"] = "allow"
+
+
+class UserSpec(_Model):
+    """A Kafka user the operator manages: its credentials (a SCRAM-SHA-512 password or a client
+    certificate from the clients CA) go to the Secret `<cluster>-user-<name>`, and its ACLs are kept
+    exactly as listed. Removing the user from the spec deletes its credentials, ACLs and Secret."""
+
+    name: str = Field(pattern=_DNS_LABEL, max_length=40)
+    authentication: Literal["scram-sha-512", "tls"]
+    acls: list[AclRule] = Field(default_factory=list, max_length=256)
 
 
 class PodTemplateMetadata(_Model):
@@ -339,6 +432,14 @@ class KRaftClusterSpec(_Model):
     )
     pod_template: PodTemplate | None = None
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)
+    tls: TlsSpec | None = Field(
+        default=None, description="TLS between nodes and for SSL / SASL_SSL listeners; absent: plaintext."
+    )
+    users: list[UserSpec] = Field(
+        default_factory=list, max_length=256,
+        description="Kafka users the operator manages (needs spec.tls: an authorizer runs once TLS is on).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
 
 class ConditionType(StrEnum):

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from kraft_engine.admin import ReplicaDescription
 from kraft_engine.kafka_uuid import ZERO_UUID, to_kafka_str
+from kraft_engine.protocol.security import ClientSecurity
 from kraft_engine.raft import Endpoint
 from kraft_engine.records import metadata_version as mv
 from kraft_operator.admin import AdminError, ClusterAdmin, under_min_isr
@@ -43,8 +44,9 @@ from kraft_operator.plan import (
     desired_nodes,
     replication_factors,
 )
+from kraft_operator.plan.security import REPLICATION_LISTENER
 
-__all__ = ["admin_addresses", "observe_cluster"]
+__all__ = ["admin_addresses", "broker_admin_listener", "observe_cluster"]
 
 
 def admin_addresses(
@@ -70,15 +72,25 @@ def _running_nodes(cluster: KRaftCluster, observed: Observed) -> list[DesiredNod
 
 
 def _address(cluster: KRaftCluster, layout: Layout, node: DesiredNode, *, controller: bool) -> tuple[str, int]:
-    """Where to reach `node`: its controller listener, else the spec's first (client) listener."""
+    """Where to reach `node`: its controller listener, else the spec's first (client) listener, or
+    under spec.tls the REPLICATION listener (mTLS, where the operator's certificate is a super user)."""
     spec = cluster.spec
-    first = spec.listeners[0]
-    listener, port = (CONTROLLER_LISTENER, spec.controller_port) if controller else (first.name, first.port)
+    listener, port = (CONTROLLER_LISTENER, spec.controller_port) if controller else broker_admin_listener(cluster)
     return (layout.advertised_host(node.ref), layout.port(node.ref, listener=listener, spec_port=port))
 
 
+def broker_admin_listener(cluster: KRaftCluster) -> tuple[str, int]:
+    """(name, spec port) of the broker listener the operator's admin calls use: the spec's first
+    listener, or under spec.tls the REPLICATION listener (mTLS, where the operator is a super user)."""
+    spec = cluster.spec
+    if spec.tls is not None:
+        return REPLICATION_LISTENER, spec.tls.replication_port
+    return spec.listeners[0].name, spec.listeners[0].port
+
+
 async def observe_cluster(
-    cluster: KRaftCluster, *, layout: Layout, observed: Observed, timeout_ms: int = 2000
+    cluster: KRaftCluster, *, layout: Layout, observed: Observed, timeout_ms: int = 2000,
+    security: ClientSecurity | None = None,
 ) -> ClusterFacts | None:
     controllers, brokers = admin_addresses(cluster, layout=layout, observed=observed)
     if not controllers and not brokers:
@@ -91,7 +103,8 @@ async def observe_cluster(
     finalized = None
     cluster_id = None
     topic_throttles: dict[str, dict[str, str]] | None = None
-    async with ClusterAdmin(controllers=controllers, brokers=brokers, timeout_ms=timeout_ms) as admin:
+    async with ClusterAdmin(controllers=controllers, brokers=brokers, timeout_ms=timeout_ms,
+                            security=security) as admin:
         if controllers:
             try:
                 described = await admin.describe_quorum()

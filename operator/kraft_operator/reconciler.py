@@ -34,9 +34,11 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from kraft_engine.admin import QuorumAdmin, QuorumAdminError
 from kraft_engine.admin.controller_admin import ControllerAdmin, ControllerAdminError
 from kraft_engine.kafka_uuid import from_kafka_str
+from kraft_engine.protocol.security import ClientSecurity
 from kraft_engine.raft import Endpoint, ReplicaKey
 from kraft_engine.records import metadata_version as mv
 from kraft_operator.admin import AdminError, ClusterAdmin
+from kraft_operator.certificates import CertificateError
 from kraft_operator.config_rules import EngineConfigRules
 from kraft_operator.metrics import OperatorMetrics
 from kraft_operator.model import (
@@ -46,7 +48,7 @@ from kraft_operator.model import (
     KRaftCluster,
     MetadataVersionStatus,
 )
-from kraft_operator.observing import admin_addresses, observe_cluster
+from kraft_operator.observing import admin_addresses, broker_admin_listener, observe_cluster
 from kraft_operator.plan import (
     THROTTLE_BROKER_KEYS,
     THROTTLE_TOPIC_KEYS,
@@ -57,15 +59,21 @@ from kraft_operator.plan import (
     Event,
     EventType,
     FinalizeMetadataVersion,
+    Layout,
     Observed,
     Plan,
+    PodPhase,
     ReassignPartitions,
     RemoveVoter,
     SetReassignmentThrottles,
     UnregisterBroker,
+    desired_nodes,
     plan,
 )
+from kraft_operator.plan.security import security_problems
 from kraft_operator.runtime.port import Runtime, RuntimeActionError
+from kraft_operator.tls_material import TlsError, TlsState, ensure_tls
+from kraft_operator.users import reconcile_users
 
 __all__ = ["Reconciler"]
 
@@ -88,16 +96,46 @@ class Reconciler:
     clock_ms: Callable[[], int] = _now_ms
     admin_timeout_ms: int = 2000
     act: bool = True
+    # Per cluster (namespace, name): whether the last plan found nothing to do (a CA switch moves on
+    # only then), and the TLS material in use (the operator's admin identity among it).
+    _settled: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _tls: dict[tuple[str, str], TlsState] = field(default_factory=dict)
+
+    def admin_security(self, cluster: KRaftCluster) -> ClientSecurity | None:
+        """The operator's TLS identity for this cluster (None: plaintext, or not made yet)."""
+        state = self._tls.get(_key(cluster))
+        return state.admin_security if state is not None and cluster.spec.tls is not None else None
+
+    async def _ensure_tls(self, cluster: KRaftCluster, *, layout: Layout, observed: Observed) -> tuple[Observed, str]:
+        """The TLS material made or renewed before the plan (`tls_material`); its revisions go to
+        the planner. ('' or why it could not be made.)"""
+        if cluster.spec.tls is None or security_problems(cluster.spec) or not self.act:
+            return observed, ""
+        nodes = desired_nodes(namespace=cluster.metadata.namespace or "default", cluster=cluster.metadata.name,
+                              spec=cluster.spec, status=cluster.status)
+        try:
+            state = await ensure_tls(cluster, secrets=self.runtime.secrets, layout=layout, nodes=nodes,
+                                     now_ms=self.clock_ms(), settled=self._settled.get(_key(cluster), False))
+        except (TlsError, CertificateError, OSError) as e:
+            return observed, f"TLS material: {e}"
+        self._tls[_key(cluster)] = state
+        return replace(observed, tls_revisions=state.revisions), ""
 
     async def reconcile(self, cluster: KRaftCluster) -> Plan:
         started = time.monotonic()
         layout = self.runtime.layout(cluster)
         observed = await self.runtime.observe(cluster)
-        facts = await observe_cluster(cluster, layout=layout, observed=observed, timeout_ms=self.admin_timeout_ms)
+        observed, tls_problem = await self._ensure_tls(cluster, layout=layout, observed=observed)
+        security = self.admin_security(cluster)
+        facts = await observe_cluster(cluster, layout=layout, observed=observed, timeout_ms=self.admin_timeout_ms,
+                                      security=security)
         observed = replace(observed, cluster=facts)
         result = plan(cluster, observed=observed, layout=layout, rules=self.rules, rng=self.rng, now_ms=self.clock_ms())
         failed = False
-        if self.act:
+        if tls_problem:
+            result = _action_failed(result, tls_problem)
+            failed = True
+        if self.act and not failed:
             for action in result.actions:
                 try:
                     if isinstance(action, AddVoter | RemoveVoter):
@@ -120,6 +158,10 @@ class Reconciler:
                         result = _bump_failed(result, action, reason=str(e), now_ms=self.clock_ms())
                     failed = True
                     break
+        if self.act and not failed and security is not None and facts is not None and facts.brokers:
+            result, failed = await self._reconcile_users(cluster, result, observed=observed)
+        self._settled[_key(cluster)] = (not failed and not result.actions and result.status.operation is None
+                                        and all(n.phase is PodPhase.RUNNING for n in observed.nodes.values()))
         self.metrics.record(
             namespace=cluster.metadata.namespace or "default",
             cluster=cluster.metadata.name,
@@ -130,6 +172,19 @@ class Reconciler:
         )
         return result
 
+    async def _reconcile_users(self, cluster: KRaftCluster, result: Plan, *, observed: Observed) -> tuple[Plan, bool]:
+        """spec.users made real (`kraft_operator.users`); a failure is the reconcile's, said in status."""
+        state = self._tls[_key(cluster)]
+        controllers, brokers = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
+        try:
+            report = await reconcile_users(cluster, store=self.runtime.secrets, state=state, controllers=controllers,
+                                           brokers=brokers, timeout_ms=max(self.admin_timeout_ms, 10_000),
+                                           now_ms=self.clock_ms())
+        except (AdminError, CertificateError, OSError) as e:
+            return _action_failed(result, f"users: {e}"), True
+        events = tuple(Event(EventType.NORMAL, "UserReconciled", change) for change in report.changes)
+        return replace(result, events=(*result.events, *events)), False
+
     async def _change_voter(self, cluster: KRaftCluster, action: AddVoter | RemoveVoter, *, observed: Observed) -> None:
         """AddRaftVoter or RemoveRaftVoter through the active controller. DUPLICATE_VOTER (an add)
         or VOTER_NOT_FOUND (a removal) means an earlier attempt (an operator that died before seeing
@@ -137,7 +192,8 @@ class Reconciler:
         controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
         cluster_id = cluster.status.cluster_id if cluster.status is not None else None
         voter = ReplicaKey(action.node.node_id, from_kafka_str(action.directory_id))
-        admin = QuorumAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000))
+        admin = QuorumAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000),
+                            security=self.admin_security(cluster))
         try:
             if isinstance(action, AddVoter):
                 endpoints = tuple(Endpoint(name, host, port) for name, host, port in action.endpoints)
@@ -210,10 +266,10 @@ class Reconciler:
         """AlterReplicaLogDirs to the broker whose replicas move. REPLICA_NOT_AVAILABLE (a replica the
         broker does not host yet) is left for the next reconcile; any other error fails the action."""
         layout = self.runtime.layout(cluster)
-        first = cluster.spec.listeners[0]
-        address = (layout.advertised_host(action.node), layout.port(action.node, listener=first.name,
-                                                                     spec_port=first.port))
-        admin = ClusterAdmin(brokers=[address], timeout_ms=max(self.admin_timeout_ms, 30_000))
+        listener, spec_port = broker_admin_listener(cluster)
+        address = (layout.advertised_host(action.node), layout.port(action.node, listener=listener, spec_port=spec_port))
+        admin = ClusterAdmin(brokers=[address], timeout_ms=max(self.admin_timeout_ms, 30_000),
+                             security=self.admin_security(cluster))
         try:
             answers = await admin.alter_replica_log_dirs(address, [(m.topic, m.partition, m.log_dir) for m in action.moves])
         finally:
@@ -244,10 +300,14 @@ class Reconciler:
         controllers, _ = admin_addresses(cluster, layout=self.runtime.layout(cluster), observed=observed)
         try:
             async with ControllerAdmin(controllers, timeout_ms=max(self.admin_timeout_ms, 30_000),
-                                       client_id="kraftwerk-operator") as admin:
+                                       client_id="kraftwerk-operator", security=self.admin_security(cluster)) as admin:
                 return await admin.send_to_active(request)
         except ControllerAdminError as e:
             raise AdminError(str(e), api=api) from None
+
+
+def _key(cluster: KRaftCluster) -> tuple[str, str]:
+    return cluster.metadata.namespace or "default", cluster.metadata.name
 
 
 def _action_failed(result: Plan, message: str) -> Plan:

@@ -63,3 +63,9 @@ class FixedLayout:
 
     def metrics_port(self, node: NodeRef) -> int | None:
         return 9404
+
+    def tls_dir(self, node: NodeRef) -> str:
+        return f"/tls/{node.node_id}"
+
+    def certificate_hosts(self, node: NodeRef) -> tuple[str, ...]:
+        return (f"n{node.node_id}.test",)

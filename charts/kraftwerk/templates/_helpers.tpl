@@ -71,4 +71,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+# spec.tls and spec.users: the clusters' CAs, node and operator certificates, users' credentials
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, create, update, delete]
+# spec.tls / listeners' networkPolicyPeers: each cluster's NetworkPolicy
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch, create, patch, delete]
 {{- end -}}

@@ -265,6 +265,9 @@ class Observed:
     nodes: Mapping[int, NodeFacts] = field(default_factory=dict)
     format_jobs: Mapping[int, FormatJobFacts] = field(default_factory=dict)
     cluster: ClusterFacts | None = None
+    # node id -> a digest of the TLS material the node would start with now (its Secret); part of
+    # the node's revision, so renewed material rolls the node. Empty without spec.tls.
+    tls_revisions: Mapping[int, str] = field(default_factory=dict)
 
 
 class Layout(Protocol):
@@ -288,6 +291,15 @@ class Layout(Protocol):
 
     def metrics_port(self, node: NodeRef) -> int | None:
         """The port of the engine's /metrics endpoint (`kraftwerk.metrics.port`), None for none."""
+        ...
+
+    def tls_dir(self, node: NodeRef) -> str:
+        """Where the node reads its TLS material (its Secret, mounted), as the node sees it."""
+        ...
+
+    def certificate_hosts(self, node: NodeRef) -> tuple[str, ...]:
+        """The names and addresses the node's certificate carries as subject alternative names:
+        every host a client or another node may dial it by."""
         ...
 
 

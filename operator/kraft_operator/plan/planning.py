@@ -603,7 +603,9 @@ class _Planner:
             return directories
 
         rendered = self.rendered[node_id]
-        self.revisions[node_id] = node_revision(rendered, image=self.spec.image, version=self.spec.version)
+        tls = self.observed.tls_revisions.get(node_id)
+        self.revisions[node_id] = node_revision(rendered if tls is None else {**rendered, "#tls": tls},
+                                                image=self.spec.image, version=self.spec.version)
         config_current = facts.config is not None and dict(facts.config) == rendered
         if not config_current:
             running = facts.phase in (PodPhase.RUNNING, PodPhase.PENDING)

@@ -22,6 +22,7 @@ from kraft_operator.model import (
     Role,
 )
 from kraft_operator.plan.facts import Layout, NodeRef
+from kraft_operator.plan.security import REPLICATION_LISTENER, security_properties
 
 __all__ = [
     "CONTROLLER_LISTENER",
@@ -115,11 +116,14 @@ def render_config(
         listeners.append(f"{CONTROLLER_LISTENER}://{_host(bind)}:{port}")
         advertised_listeners.append(f"{CONTROLLER_LISTENER}://{_host(advertised)}:{port}")
     if node.is_broker:
-        for listener in spec.listeners:
-            port = layout.port(ref, listener=listener.name, spec_port=listener.port)
-            names.append(listener.name)
-            listeners.append(f"{listener.name}://{_host(bind)}:{port}")
-            advertised_listeners.append(f"{listener.name}://{_host(advertised)}:{port}")
+        broker_listeners = [(listener.name, listener.port) for listener in spec.listeners]
+        if spec.tls is not None:
+            broker_listeners.append((REPLICATION_LISTENER, spec.tls.replication_port))
+        for name, spec_port in broker_listeners:
+            port = layout.port(ref, listener=name, spec_port=spec_port)
+            names.append(name)
+            listeners.append(f"{name}://{_host(bind)}:{port}")
+            advertised_listeners.append(f"{name}://{_host(advertised)}:{port}")
     protocol_map = [f"{CONTROLLER_LISTENER}:PLAINTEXT"] + [f"{ln.name}:{ln.protocol}" for ln in spec.listeners]
     dirs = [layout.volume_path(ref, volume_id=v.id) for v in node.pool.storage.volumes]
     bootstrap = ",".join(
@@ -145,6 +149,9 @@ def render_config(
         if metrics_port is not None:
             properties["kraftwerk.metrics.port"] = str(metrics_port)
     properties.update(_overrides(spec.config))
+    # Security keys come last: an override cannot weaken what spec.tls asks for.
+    properties.update(security_properties(node_ref=ref, is_broker=node.is_broker, spec=spec, layout=layout,
+                                          controller_listener=CONTROLLER_LISTENER))
     return properties
 
 

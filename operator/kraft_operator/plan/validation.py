@@ -19,6 +19,7 @@ from kraft_engine.records import metadata_version as mv
 from kraft_operator.model import Implementation, KRaftClusterSpec, KRaftClusterStatus, Role
 from kraft_operator.plan.facts import ConfigRules, Layout, Observed, replication_factors
 from kraft_operator.plan.rendering import CONTROLLER_LISTENER, MANAGED_KEYS, DesiredNode, render_config
+from kraft_operator.plan.security import security_problems
 
 __all__ = [
     "LATEST_PRODUCTION",
@@ -103,6 +104,7 @@ def validate_spec(
     problems: list[SpecProblem] = []
     problems += _pools(spec, status)
     problems += _listeners(spec)
+    problems += [SpecProblem(field, message) for field, message in security_problems(spec)]
     problems += _storage(spec, observed, nodes, status)
     problems += _cluster_id(spec, status)
     problems += _metadata_version(spec)

@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kraft_engine.admin import QuorumAdmin, QuorumAdminError, QuorumDescription
+from kraft_engine.protocol.security import ClientSecurity, listener_client_security
 from kraft_engine.storage.java_properties import parse_properties
 
-__all__ = ["controller_address", "main", "readiness"]
+__all__ = ["controller_address", "controller_security", "main", "readiness"]
 
 _FETCH_TIMEOUT_MS_DEFAULT = 2000
 
@@ -64,10 +65,23 @@ def controller_address(config: dict[str, str]) -> tuple[str, int]:
     raise ValueError(f"no {name} listener in the config")
 
 
+def controller_security(config: dict[str, str]) -> ClientSecurity | None:
+    """How this node reaches its own controller listener: the listener's security protocol with the
+    node's own keystore (under spec.tls the node's certificate, a super user), as the node does."""
+    name = config.get("controller.listener.names", "CONTROLLER").split(",")[0].strip()
+    protocols = dict(entry.strip().split(":", 1) for entry in config.get("listener.security.protocol.map", "").split(",")
+                     if ":" in entry)
+    protocol = protocols.get(name, "PLAINTEXT")
+    if protocol == "PLAINTEXT":
+        return None
+    return listener_client_security(config, listener_name=name, security_protocol=protocol,
+                                    mechanism_key="sasl.mechanism.controller.protocol")
+
+
 async def _probe(config: dict[str, str], *, timeout_ms: int) -> tuple[bool, str]:
     node_id = int(config["node.id"])
     fetch_timeout_ms = int(config.get("controller.quorum.fetch.timeout.ms", _FETCH_TIMEOUT_MS_DEFAULT))
-    admin = QuorumAdmin([controller_address(config)], timeout_ms=timeout_ms)
+    admin = QuorumAdmin([controller_address(config)], timeout_ms=timeout_ms, security=controller_security(config))
     try:
         quorum = await admin.describe_quorum()
     except QuorumAdminError as e:

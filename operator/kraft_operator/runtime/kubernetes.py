@@ -88,7 +88,10 @@ from kraft_operator.plan import (
     VolumeFacts,
     WriteConfig,
 )
+from kraft_operator.plan.security import node_secret
 from kraft_operator.runtime.kafka_java import kafka_server_command
+from kraft_operator.runtime.kubernetes_secrets import KubernetesSecrets
+from kraft_operator.runtime.network_policy import network_policy, wants_network_policy
 from kraft_operator.runtime.port import RuntimeActionError
 from kraft_operator.runtime.rack_init import RACK_ANNOTATION
 
@@ -133,6 +136,7 @@ RACK_CONFIG_PATH = f"{RACK_CONFIG_DIR}/server.properties"
 POD_INFO_DIR = "/etc/kraftwerk-pod"
 DATA_ROOT = "/var/lib/kraftwerk"
 METRICS_PORT = 9404
+TLS_ROOT = "/etc/kraftwerk/tls"  # the node's TLS Secret, mounted read-only
 # the image's non-root user (Dockerfile); fsGroup makes volumes writable for it where the driver allows
 POD_UID = 10001
 _MANAGER = "kraftwerk-operator"
@@ -185,6 +189,22 @@ class KubernetesLayout:
 
     def metrics_port(self, node: NodeRef) -> int | None:
         return METRICS_PORT
+
+    def tls_dir(self, node: NodeRef) -> str:
+        return TLS_ROOT
+
+    def certificate_hosts(self, node: NodeRef) -> tuple[str, ...]:
+        """The pod's names under the headless Service and the bootstrap Service's names, short and
+        qualified, as a client inside or outside the namespace may dial them."""
+        pod, headless = pod_name(node), headless_service_name(node.cluster)
+        bootstrap = bootstrap_service_name(node.cluster)
+        namespace = node.namespace
+        return (
+            f"{pod}.{headless}.{namespace}.svc.{self.cluster_domain}", f"{pod}.{headless}.{namespace}.svc",
+            f"{pod}.{headless}.{namespace}", f"{pod}.{headless}",
+            f"{bootstrap}.{namespace}.svc.{self.cluster_domain}", f"{bootstrap}.{namespace}.svc",
+            f"{bootstrap}.{namespace}", bootstrap,
+        )
 
 
 def api_client(*, kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
@@ -269,7 +289,9 @@ class KubernetesRuntime:
         self._core = k8s.CoreV1Api(api)
         self._batch = k8s.BatchV1Api(api)
         self._policy = k8s.PolicyV1Api(api)
+        self._networking = k8s.NetworkingV1Api(api)
         self._layout = KubernetesLayout(cluster_domain=cluster_domain)
+        self.secrets = KubernetesSecrets(self._core)
 
     def layout(self, cluster: KRaftCluster) -> KubernetesLayout:
         return self._layout
@@ -374,6 +396,9 @@ class KubernetesRuntime:
         node_ports = [{"name": "controller", "port": spec.controller_port, "targetPort": spec.controller_port}]
         node_ports += [{"name": ln.name.lower().replace("_", "-"), "port": ln.port, "targetPort": ln.port}
                        for ln in spec.listeners]
+        if spec.tls is not None:
+            node_ports.append({"name": "replication", "port": spec.tls.replication_port,
+                               "targetPort": spec.tls.replication_port})
         selector = {LABEL_CLUSTER: cluster.metadata.name, "app.kubernetes.io/part-of": "kraftwerk",
                     "app.kubernetes.io/managed-by": _MANAGER}
         headless = {
@@ -393,6 +418,10 @@ class KubernetesRuntime:
         }
         await self._apply_object(headless)
         await self._apply_object(bootstrap)
+        if wants_network_policy(cluster):
+            await self._apply_object(network_policy(
+                cluster, namespace=namespace, cluster_label=LABEL_CLUSTER, metrics_port=METRICS_PORT,
+                labels=_labels(cluster, component="network-policy"), owner=owner))
         for pool in spec.node_pools:
             budget: dict[str, Any] = {"selector": {"matchLabels": {LABEL_CLUSTER: cluster.metadata.name,
                                                                    LABEL_POOL: pool.name}}}
@@ -566,6 +595,11 @@ class KubernetesRuntime:
                            "mountPath": self._layout.volume_path(node, volume_id=volume.id)})
             volumes.append({"name": f"data-{volume.id}",
                             "persistentVolumeClaim": {"claimName": claim_name(node, volume.id)}})
+        if cluster.spec.tls is not None:
+            # The node's TLS Secret (keystore, truststores), readable by the pod's group only.
+            mounts.append({"name": "tls", "mountPath": TLS_ROOT, "readOnly": True})
+            volumes.append({"name": "tls", "secret": {"secretName": node_secret(node.cluster, node.node_id),
+                                                      "defaultMode": 0o440}})
         container: dict[str, Any] = {
             "name": _CONTAINER,
             "image": cluster.spec.image,
@@ -588,6 +622,8 @@ class KubernetesRuntime:
             if Role.BROKER in pool.roles:
                 ports += [{"name": ln.name.lower().replace("_", "-")[:15], "containerPort": ln.port}
                           for ln in cluster.spec.listeners]
+                if cluster.spec.tls is not None:
+                    ports.append({"name": "replication", "containerPort": cluster.spec.tls.replication_port})
             if pool.implementation is Implementation.APACHE_KAFKA and Role.CONTROLLER in pool.roles:
                 # asked of raft (module docstring); a Python process per probe: generous period and
                 # timeout on a loaded node. No liveness probe (a Kafka node has no /healthz).
@@ -689,6 +725,7 @@ class KubernetesRuntime:
             "Service": self._core.patch_namespaced_service,
             "ConfigMap": self._core.patch_namespaced_config_map,
             "PodDisruptionBudget": self._policy.patch_namespaced_pod_disruption_budget,
+            "NetworkPolicy": self._networking.patch_namespaced_network_policy,
         }[body["kind"]]
         try:
             await self._call(patch, name, namespace, body, field_manager=_MANAGER, force=True,

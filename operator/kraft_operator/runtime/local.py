@@ -15,6 +15,9 @@ What Kubernetes gives the operator as objects, this runtime gives as files under
                                 annotations and start time)
     node-<id>/manual-rolling-update  present: restart this node in a roll (the pod annotation)
 
+and the namespace's Secrets (`spec.tls`: CAs, node and user credentials) as
+`<state-dir>/<namespace>/_secrets/<name>/<key>`, readable by this user only (`local_secrets`).
+
 Format "Jobs" are `kraft storage format` runs, pods are `kraft server start` processes. A pool with
 `implementation: apache-kafka` runs Apache Kafka 4.1 from the jars that `scripts/fetch-kafka-jars`
 caches (`kafka.tools.StorageTool format` and `kafka.Kafka`) with the very same config, so everything
@@ -62,7 +65,9 @@ from kraft_operator.plan import (
     VolumeFacts,
     WriteConfig,
 )
+from kraft_operator.plan.security import REPLICATION_LISTENER, node_secret
 from kraft_operator.runtime.kafka_java import kafka_server_command, kafka_storage_command
+from kraft_operator.runtime.local_secrets import LocalSecrets
 from kraft_operator.runtime.port import RuntimeActionError
 
 __all__ = ["HOST", "LocalLayout", "LocalRuntime", "kafka_classpath"]
@@ -72,6 +77,7 @@ _PORT_SPAN = 64 * _PORTS_PER_NODE
 _STOP_TIMEOUT_S = 30.0
 _REPO = Path(__file__).resolve().parents[3]
 MANUAL_ROLL_FILE = "manual-rolling-update"
+SECRETS_DIR = "_secrets"  # <state-dir>/<namespace>/_secrets/<name>/<key>: the namespace's Secrets
 
 
 def kafka_classpath() -> tuple[str, str] | None:
@@ -119,6 +125,12 @@ class LocalLayout:
     def metrics_port(self, node: NodeRef) -> int | None:
         return self.base_port + _PORTS_PER_NODE * node.node_id + 1
 
+    def tls_dir(self, node: NodeRef) -> str:
+        return f"{Path(self.cluster_dir).parent / SECRETS_DIR}/{node_secret(node.cluster, node.node_id)}"
+
+    def certificate_hosts(self, node: NodeRef) -> tuple[str, ...]:
+        return ("localhost", HOST)
+
     def node_dir(self, node_id: int) -> str:
         return f"{self.cluster_dir}/node-{node_id}"
 
@@ -138,6 +150,7 @@ class LocalRuntime:
 
     def __init__(self, state_dir: str | Path) -> None:
         self.state_dir = Path(state_dir).resolve()
+        self.secrets = LocalSecrets(self.state_dir, directory_name=SECRETS_DIR)
         self._processes: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._jobs: dict[tuple[str, int], _Job] = {}
         self._controllers: set[tuple[str, int]] = set()
@@ -151,7 +164,8 @@ class LocalRuntime:
         return LocalLayout(
             cluster_dir=str(directory),
             base_port=self._base_port(directory),
-            listener_names=tuple(listener.name for listener in cluster.spec.listeners),
+            listener_names=tuple(listener.name for listener in cluster.spec.listeners)
+            + ((REPLICATION_LISTENER,) if cluster.spec.tls is not None else ()),
         )
 
     def _base_port(self, directory: Path) -> int:

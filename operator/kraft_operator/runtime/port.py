@@ -15,6 +15,9 @@ Contract:
   same action twice (an operator restarted between the two) does no harm. It raises
   `RuntimeActionError` when the action could not be performed.
 - `close()` releases what the runtime holds (it does not stop the nodes).
+- `secrets` keeps Secrets (a name, keys to text values) in a namespace: Kubernetes Secrets, or
+  files only their owner reads on the local runtime. A Secret a cluster's own (`cluster` given)
+  goes with the cluster; reading one that does not exist gives None.
 """
 
 from __future__ import annotations
@@ -24,15 +27,28 @@ from typing import Protocol
 from kraft_operator.model import KRaftCluster
 from kraft_operator.plan import Action, Layout, Observed
 
-__all__ = ["Runtime", "RuntimeActionError"]
+__all__ = ["Runtime", "RuntimeActionError", "SecretStore"]
 
 
 class RuntimeActionError(Exception):
     """An action the runtime could not perform; the message says which node and why."""
 
 
+class SecretStore(Protocol):
+    async def read(self, namespace: str, name: str) -> dict[str, str] | None: ...
+
+    async def write(self, namespace: str, name: str, data: dict[str, str], *, cluster: KRaftCluster) -> None: ...
+
+    async def delete(self, namespace: str, name: str) -> None: ...
+
+    async def names(self, namespace: str, *, prefix: str) -> list[str]: ...
+
+
 class Runtime(Protocol):
     name: str
+
+    @property
+    def secrets(self) -> SecretStore: ...
 
     def layout(self, cluster: KRaftCluster) -> Layout: ...
 
