@@ -360,3 +360,12 @@ def test_without_reading_the_exit_the_halted_broker_goes_unseen(ready, rules, mo
     blind = _step(cluster, _halted(world, cluster, 4, error), rules)
     assert blind.status.operation is not None and blind.status.operation.name == "Bootstrap"  # a crash loop,
     assert not blind.status.runbooks  # restarted again and again, and no runbook says why
+
+
+def test_a_directory_reported_with_a_trailing_slash_is_the_same_directory(ready, rules) -> None:
+    """No removal, no retained directory, when a broker names its directories with a trailing slash."""
+    cluster, world = ready
+    reports = {b: (LogDirFacts(_dir(b, 0) + "/", replicas=(LogDirReplica("t", 0, 10),)),
+                   LogDirFacts(_dir(b, 1) + "/", replicas=(LogDirReplica("t", 1, 10),))) for b in BROKERS}
+    result = _step(cluster, _observed(world, cluster, reports), rules)
+    assert result.status.operation is None and result.actions == (), (result.status.operation, result.actions)

@@ -62,13 +62,18 @@ LOG_DIR_REMOVAL_OPERATION = "LogDirRemoval"
 
 
 def _spec_paths(node: DesiredNode, layout: Layout) -> list[str]:
-    return [layout.volume_path(node.ref, volume_id=v.id) for v in node.pool.storage.volumes]
+    return [_path(layout.volume_path(node.ref, volume_id=v.id)) for v in node.pool.storage.volumes]
+
+
+def _path(text: str) -> str:
+    """A directory as compared here: a trailing slash is no other directory."""
+    return text.strip().rstrip("/") or "/"
 
 
 def _configured(node_config: Mapping[str, str] | None) -> list[str]:
     if node_config is None:
         return []
-    return [d.strip() for d in node_config.get("log.dirs", "").split(",") if d.strip()]
+    return [_path(d) for d in node_config.get("log.dirs", "").split(",") if d.strip()]
 
 
 def _holds_replicas(described: LogDirFacts) -> bool:
@@ -98,13 +103,13 @@ def retained_log_dirs(
             if reported is None:
                 keep.append(path)  # the broker does not answer: leave the directory as it is written
                 continue
-            described = next((d for d in reported if d.path.rstrip("/") == path.rstrip("/")), None)
+            described = next((d for d in reported if _path(d.path) == path), None)
             if described is not None and _holds_replicas(described):
                 keep.append(path)
         if reported is not None:
             for described in reported:
-                if described.path not in wanted and described.path not in keep and _holds_replicas(described):
-                    keep.append(described.path)
+                if _path(described.path) not in wanted and _path(described.path) not in keep and _holds_replicas(described):
+                    keep.append(_path(described.path))
         if not keep:
             continue
         ordered = [p for p in configured if p in wanted or p in keep]
@@ -131,9 +136,9 @@ def leaving_log_dirs(nodes: Sequence[DesiredNode], observed: Observed, *, layout
         if not node.is_broker or reported is None:
             continue
         wanted = _spec_paths(node, layout)
-        staying = tuple(d for d in reported if d.path in wanted and d.error is None)
+        staying = tuple(d for d in reported if _path(d.path) in wanted and d.error is None)
         leaving += [LeavingDir(node, d.path, d, staying) for d in reported
-                    if d.path not in wanted and _holds_replicas(d)]
+                    if _path(d.path) not in wanted and _holds_replicas(d)]
     return leaving
 
 
