@@ -145,9 +145,10 @@ def _error(api: str, code: int, message: str | None) -> None:
         raise AdminError(f"{api}: {error.name.upper()}" + (f": {message}" if message else ""), api=api, error=error)
 
 
-async def _on_controller(admin: ControllerAdmin, request: Any, *, api: str, active: bool) -> Any:
+async def _on_controller(admin: ControllerAdmin, request: Any, *, api: str) -> Any:
+    """`request` answered by the active controller (the freshest image, and where changes go)."""
     try:
-        return await (admin.send_to_active(request) if active else admin.send_to_any(request))
+        return await admin.send_to_active(request)
     except ControllerAdminError as e:
         raise AdminError(f"{api}: {e}", api=api) from None
 
@@ -192,30 +193,31 @@ async def reconcile_users(
                                 for n in deletions),
                 upsertions=tuple(_upsertion(n, passwords[n]) for n in upserts),
             )
-            response = await _on_controller(controller_admin, request, api="AlterUserScramCredentials", active=True)
+            response = await _on_controller(controller_admin, request, api="AlterUserScramCredentials")
             for result in response.results:
                 _error("AlterUserScramCredentials", result.error_code, f"{result.user}: {result.error_message or ''}")
             changes += [f"user {n}: SCRAM-SHA-512 credential set" for n in upserts]
             changes += [f"user {n}: SCRAM-SHA-512 credential deleted" for n in deletions]
         managed = {user_principal(u) for u in (*wanted.values(), *remembered.values())}
+        # From the active controller: its image holds every ACL committed so far, so the diff is not
+        # computed against a lagging follower's (which would only cost a second pass, but churns).
         described = await _on_controller(controller_admin, DescribeAclsRequest(
             resource_type_filter=i8(ResourceType.ANY), resource_name_filter=None,
             pattern_type_filter=i8(PatternType.ANY), principal_filter=None, host_filter=None,
-            operation=i8(AclOperation.ANY), permission_type=i8(AclPermissionType.ANY)), api="DescribeAcls",
-            active=False)
+            operation=i8(AclOperation.ANY), permission_type=i8(AclPermissionType.ANY)), api="DescribeAcls")
         _error("DescribeAcls", described.error_code, described.error_message)
         existing = [_binding(resource, acl) for resource in described.resources for acl in resource.acls]
         diff = acl_changes(desired=desired_acls(wanted.values()), existing=existing, managed_principals=managed)
         if diff.create:
             response = await _on_controller(controller_admin, CreateAclsRequest(
-                creations=tuple(_creation(b) for b in diff.create)), api="CreateAcls", active=True)
+                creations=tuple(_creation(b) for b in diff.create)), api="CreateAcls")
             for result in response.results:
                 _error("CreateAcls", result.error_code, result.error_message)
             changes += [f"ACL created: {b.principal} {b.permission} {b.operation} on {b.resource_type} "
                         f"{b.pattern_type} {b.resource_name}" for b in diff.create]
         if diff.delete:
             response = await _on_controller(controller_admin, DeleteAclsRequest(
-                filters=tuple(_exact_filter(b) for b in diff.delete)), api="DeleteAcls", active=True)
+                filters=tuple(_exact_filter(b) for b in diff.delete)), api="DeleteAcls")
             for result in response.filter_results:
                 _error("DeleteAcls", result.error_code, result.error_message)
             changes += [f"ACL deleted: {b.principal} {b.permission} {b.operation} on {b.resource_type} "
