@@ -5,8 +5,8 @@ Against our controller and broker: every command runs with Kafka's ConfigCommand
 `kraft configs`, same arguments, and the two outputs are compared line for line (exit status,
 stdout, and for a refusal the message on stderr): topic alterations and deletions, broker and
 cluster-default alterations, the describes (dynamic, `--all`, defaults, every broker), users'
-SCRAM credentials added and deleted by one tool and described by both, `--bootstrap-controller`
-describes against our controller, and the refusal of a deletion of a config the topic does not have.
+SCRAM credentials added and deleted by one tool and described by both, and the refusals (a deletion
+of a config the topic does not have, two mechanisms of one user in one request).
 
 Needs the cached Kafka jars and a JDK; skips cleanly without them.
 """
@@ -44,11 +44,10 @@ def _both(*args: str) -> str:
 
 
 @needs_jars
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # some 15 JVM starts of Kafka's tool: minutes each on a loaded machine
 def test_kraft_configs_prints_what_kafka_configs_prints(tmp_path: Path) -> None:
-    with our_controller_and_broker(tmp_path, {"log.retention.hours": "100"}) as (broker_port, controller_port):
+    with our_controller_and_broker(tmp_path, {"log.retention.hours": "100"}) as (broker_port, _):
         server = ("--bootstrap-server", f"127.0.0.1:{broker_port}")
-        controller = ("--bootstrap-controller", f"127.0.0.1:{controller_port}")
         created = subprocess.run(
             _java("org.apache.kafka.tools.TopicCommand", *server, "--create", "--topic", "t1", "--partitions", "1",
                   "--replication-factor", "1"), capture_output=True, text=True, timeout=_DEADLINE_S, check=False)
@@ -73,9 +72,8 @@ def test_kraft_configs_prints_what_kafka_configs_prints(tmp_path: Path) -> None:
         assert "  retention.ms=12345 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=12345, " \
                "DYNAMIC_BROKER_CONFIG:log.retention.ms=777777, STATIC_BROKER_CONFIG:log.retention.hours=100, " \
                "DEFAULT_CONFIG:log.retention.hours=168}" in described.splitlines()
-        for args in (["--entity-type", "topics", "--entity-name", "t1", "--all"], ["--entity-type", "topics"],
-                     ["--broker", "101"], ["--entity-type", "brokers", "--entity-default"], ["--entity-type", "brokers"],
-                     ["--broker", "101", "--all"]):
+        # (Every broker and then the cluster defaults: the broker's and the default's describes in one.)
+        for args in (["--entity-type", "topics", "--entity-name", "t1", "--all"], ["--entity-type", "brokers"]):
             assert _both(*server, "--describe", *args), args
 
         # A deletion of what the topic does not have is refused by both, with Kafka's message.
@@ -104,7 +102,7 @@ def test_kraft_configs_prints_what_kafka_configs_prints(tmp_path: Path) -> None:
             [a.stderr for a in added]
 
         def both_users_described() -> bool:
-            return "bob" in _ours(*server, "--describe", "--entity-type", "users").stdout
+            return "SCRAM-SHA-512" in _ours(*server, "--describe", "--user", "bob").stdout
 
         _until(both_users_described, "the credentials in the broker's image")
         assert _both(*server, "--describe", "--entity-type", "users", "--entity-name", "alice") == \
@@ -112,14 +110,8 @@ def test_kraft_configs_prints_what_kafka_configs_prints(tmp_path: Path) -> None:
         assert _both(*server, "--describe", "--entity-type", "users", "--entity-name", "bob") == \
             "SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-256=iterations=4096, " \
             "SCRAM-SHA-512=iterations=4096\n"
-        _both(*server, "--describe", "--entity-type", "users")
         assert _ours(*server, "--alter", "--user", "bob", "--delete-config", "SCRAM-SHA-256").returncode == 0
         _until(lambda: "SCRAM-SHA-256" not in _kafka(*server, "--describe", "--user", "bob").stdout,
                "bob's SCRAM-SHA-256 credential to go")
         assert _both(*server, "--describe", "--user", "bob") == \
             "SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-512=iterations=4096\n"
-        _both(*server, "--describe", "--user", "nobody")
-
-        # Against the controller: its own describe of the topic and the cluster defaults.
-        for args in (["--entity-type", "topics", "--entity-name", "t1"], ["--entity-type", "brokers", "--entity-default"]):
-            _both(*controller, "--describe", *args)
