@@ -119,12 +119,19 @@ def test_describe_list_reset_and_delete(group_state: dict[str, str]) -> None:
         assert state[1].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
         assert state[2].split()[0] == group and state[2].split()[-3:] == ["range", "Stable", "1"]
 
+        # Kafka 4.1's tool reports these on standard output and exits 0 (only a refused command line exits 1).
         refused = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group,
                         "--topic", topic, "--to-earliest", "--execute", check=False)
-        assert refused.returncode == 1
-        assert "can only be reset if the group 'tools-group' is inactive, but the current state is Stable" in refused.stderr
+        assert refused.returncode == 0 and refused.stderr == ""
+        assert refused.stdout == ("\nError: Assignments can only be reset if the group 'tools-group' is inactive, but "
+                                  "the current state is Stable.\n\n" + f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} "
+                                  f"{'NEW-OFFSET':<15}\n")
         not_empty = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--delete", "--group", group, check=False)
-        assert not_empty.returncode == 1 and "GroupNotEmptyException" in not_empty.stdout
+        assert not_empty.returncode == 0
+        assert not_empty.stdout == ("\nError: Deletion of some consumer groups failed:\n* Group 'tools-group' could not "
+                                    "be deleted due to: org.apache.kafka.common.errors.GroupNotEmptyException: The group "
+                                    "is not empty.\n")
+        assert committed_and_ends(bootstrap, topic, group)[0] == committed, "neither changed an offset"
     finally:
         consumer.close()
 
@@ -254,3 +261,67 @@ def test_reset_offsets_by_time_to_current_and_through_an_exported_csv(
     assert {(line.split()[0], line.split()[2], line.split()[3]) for line in described.splitlines()
             if line.startswith(group + " ")} == {(group, str(p), str(p + 1)) for p in range(PARTITIONS)}
     kraft("consumer-groups", "--bootstrap-server", bootstrap, "--delete", "--group", group)
+
+
+def _status_table(*rows: tuple[str, str, str]) -> str:
+    """Kafka's `--delete-offsets` table (TOPIC at least 15 wide, PARTITION 10, STATUS 15), newline-ended."""
+    width = max([15, *(len(topic) for topic, _, _ in rows)])
+    return "".join(f"\n{topic:<{width}} {partition:<10} {status:<15}"
+                   for topic, partition, status in [("TOPIC", "PARTITION", "STATUS"), *rows]) + "\n"
+
+
+def test_delete_offsets_refuses_a_subscribed_topic_and_deletes_the_rest(group_state: dict[str, str]) -> None:
+    """`--delete-offsets`: OffsetDelete of one group's offsets, topic by topic (or partition by
+    partition); a topic the group is subscribed to keeps its offsets (GROUP_SUBSCRIBED_TO_TOPIC),
+    an unknown topic is a row of its own; Kafka 4.1's tool prints the same for the same state."""
+    bootstrap, topic = group_state["bootstrap"], group_state["topic"]
+    group, other = "offsets-deleting", "tools-other-topic"
+    create_topic(bootstrap, other)
+    kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", group, "--topic", other,
+          "--to-offset", "0", "--execute")
+    consumer = StableConsumer(bootstrap, topic, group)
+    base = ("consumer-groups", "--bootstrap-server", bootstrap, "--delete-offsets", "--group", group)
+    subscribed = "Error: org.apache.kafka.common.errors.GroupSubscribedToTopicException: Deleting offsets of a topic " \
+                 "is forbidden while the consumer group is actively subscribed to it."
+    unknown = "Error: org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This server does not host " \
+              "this topic-partition."
+    try:
+        consumer.read(RECORDS - 4)
+        assert committed_and_ends(bootstrap, other, group)[0] == dict.fromkeys(range(PARTITIONS), 0)
+        flags = ("--topic", topic, "--topic", other, "--topic", "no-such-topic")
+        out = kraft(*base, *flags)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == "\nError: Encountered some partition-level error, see the follow-up details.\n" + _status_table(
+            ("no-such-topic", "-", unknown),
+            *((topic, str(p), subscribed) for p in range(PARTITIONS)),
+            *((other, str(p), "Successful") for p in range(PARTITIONS)))
+        assert all(offset < 0 for offset in committed_and_ends(bootstrap, other, group)[0].values()), "deleted"
+        assert all(offset >= 0 for offset in committed_and_ends(bootstrap, topic, group)[0].values()), "kept"
+        if CLASSPATH is not None:  # the same state, now with nothing left to delete for the other topic
+            theirs = kafka("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", *base[1:], *flags)
+            assert (theirs.returncode, theirs.stdout) == (0, kraft(*base, *flags).stdout), theirs.stderr
+        consumer.poll()
+    finally:
+        consumer.close()
+
+    # Once the group is Empty, its offsets of a partition named go, the others stay.
+    wait_for(lambda: "Empty" in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group",
+                                      group, "--state").stdout, timeout_s=TIMEOUT_S, what="the group to be Empty")
+    before = committed_and_ends(bootstrap, topic, group)[0]
+    out = kraft(*base, "--topic", f"{topic}:0,2")
+    assert out.stdout == f"Request succeeded for deleting offsets from group {group}.\n" + _status_table(
+        (topic, "0", "Successful"), (topic, "2", "Successful"))
+    after = committed_and_ends(bootstrap, topic, group)[0]
+    assert after[0] < 0 and after[2] < 0 and {p: after[p] for p in (1, 3)} == {p: before[p] for p in (1, 3)}
+
+    missing = ("consumer-groups", "--bootstrap-server", bootstrap, "--delete-offsets", "--group", "no-such-group",
+               "--topic", f"{topic}:1")
+    gone = "Error: org.apache.kafka.common.errors.GroupIdNotFoundException: The group id does not exist."
+    out = kraft(*missing)
+    assert (out.returncode, out.stdout) == (0, "\nError: The group id does not exist.\n" + _status_table(
+        (topic, "1", gone)))
+    if CLASSPATH is not None:
+        theirs = kafka("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", *missing[1:])
+        assert (theirs.returncode, theirs.stdout) == (0, out.stdout), theirs.stderr
+    usage = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--delete-offsets", "--group", group, check=False)
+    assert usage.returncode == 1 and "Option [delete-offsets] takes the following options: [topic], [group]" in usage.stderr

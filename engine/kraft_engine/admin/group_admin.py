@@ -27,6 +27,11 @@ from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
+from kio.schema.offset_delete.v0.request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
@@ -149,6 +154,24 @@ class GroupAdmin(RecordClient):
         code = first_error(response)
         if code != ErrorCode.none:
             raise RecordClientError(code, f"OffsetCommit for group {group}")
+
+    async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete of the group's committed offsets of `partitions`: the answer's top-level
+        error and each partition's (a top-level error is every partition's, as Kafka's Admin has it)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(set(partitions)):
+            by_topic.setdefault(topic, []).append(partition)
+        request = OffsetDeleteRequest(group_id=GroupId(group), topics=tuple(
+            OffsetDeleteRequestTopic(name=TopicName(topic), partitions=tuple(
+                OffsetDeleteRequestPartition(partition_index=i32(p)) for p in indexes))
+            for topic, indexes in by_topic.items()))
+        response, _ = await self._to_coordinator(group, request, lambda r: r.error_code)
+        top = ErrorCode(response.error_code)
+        answered = {(str(t.name), int(p.partition_index)): ErrorCode(p.error_code)
+                    for t in response.topics for p in t.partitions}
+        return top, {tp: top if top != ErrorCode.none else answered.get(tp, ErrorCode.unknown_server_error)
+                     for tp in set(partitions)}
 
     async def delete(self, group: str) -> ErrorCode:
         response, _ = await self._to_coordinator(group, DeleteGroupsRequest(groups_names=(GroupId(group),)),

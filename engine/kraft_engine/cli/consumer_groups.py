@@ -9,6 +9,7 @@ Kafka's flags and output (ConsumerGroupCommand):
          | --to-datetime YYYY-MM-DDThh:mm:ss.sss | --by-duration PnDTnHnMnS | --from-file CSV)
         [--dry-run | --execute] [--export]
     --bootstrap-server B --delete (--group G ... | --all-groups)
+    --bootstrap-server B --delete-offsets --group G --topic T[:P,...] ...
 
 `--describe` prints Kafka's tables (column widths grow with the longest value, missing values as
 "-"), and on stderr the notes Kafka prints for an Empty or rebalancing group; a group that does
@@ -20,7 +21,14 @@ partition's earliest and latest; `--to-current` keeps the committed offset (the 
 is); `--to-datetime` (UTC unless the time names its zone, as Kafka's Utils.getDateTime) and
 `--by-duration` (ISO-8601, before now) take the first offset at or after that time, the log end
 where no record is that late (with Kafka's "Warn: Partition ... is empty" line). `--command-config` gives the admin client's security keys.
-`--delete-offsets` is not offered.
+`--delete-offsets` deletes one group's committed offsets of the topics (or topic:partitions)
+named, with OffsetDelete, and prints Kafka's TOPIC PARTITION STATUS table.
+
+Kafka 4.1's tool reports what goes wrong while it acts (a group that is not inactive for a reset,
+a group that cannot be deleted, a partition whose offsets cannot be deleted) as `\nError: ...` on
+standard output and exits 0; only a command line it refuses exits 1. Ours does the same, so a
+runbook that reads the tool's status or output reads the same thing. Groups come out in the order
+Kafka's HashMaps iterate them.
 """
 
 from __future__ import annotations
@@ -30,15 +38,20 @@ import asyncio
 import re
 import sys
 import time
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
+
+from kio.schema.errors import ErrorCode
 
 from kraft_engine.admin.controller_admin import ControllerAdminError
 from kraft_engine.admin.group_admin import GroupAdmin, GroupSummary
 from kraft_engine.admin.record_clients import EARLIEST, LATEST, RecordClientError
 from kraft_engine.cli.main import CliError
+from kraft_engine.cli.reassign_partitions import java_hash_set_order
 from kraft_engine.cli.tool_inputs import bootstrap_servers, command_config_security
 from kraft_engine.protocol.security import ClientSecurity
+from kraft_engine.records.group_records import java_string_hash
 
 __all__ = ["iso_duration_ms", "kafka_date_time_ms", "register"]
 
@@ -55,6 +68,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions.add_argument("--describe", action="store_true", help="Describe consumer group and list offset lag.")
     actions.add_argument("--reset-offsets", action="store_true", help="Reset offsets of consumer group.")
     actions.add_argument("--delete", action="store_true", help="Pass in groups to delete topic partition offsets.")
+    actions.add_argument("--delete-offsets", action="store_true", help="Delete offsets of consumer group. Supports "
+                         "one consumer group at the time, and multiple topics.")
     parser.add_argument("--command-config",
                         help="Property file containing configs to be passed to Admin Client and Consumer.")
     parser.add_argument("--group", action="append", default=[], help="The consumer group we wish to act on.")
@@ -88,12 +103,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_servers(args.bootstrap_server)
     action = 'describe' if args.describe else 'reset-offsets' if args.reset_offsets else 'delete'
+    if args.delete_offsets:
+        action = 'delete-offsets'
     if (args.describe or args.reset_offsets or args.delete) and not args.group and not args.all_groups:
         raise CliError(f"Option [{action}] takes one of these options: [all-groups], [group]")
     if args.group and args.all_groups:
         raise CliError(f"Option [{action}] takes one of these options: [all-groups], [group]")
     if args.reset_offsets:
         _check_reset_args(args)
+    if args.delete_offsets and (not args.group or not args.topic):
+        raise CliError("Option [delete-offsets] takes the following options: [topic], [group]")
     security = command_config_security(args.command_config)
     try:
         return asyncio.run(_act(args, bootstrap, security=security))
@@ -106,6 +125,8 @@ async def _act(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, se
                           security=security) as admin:
         if args.list:
             return await _list(admin, args)
+        if args.delete_offsets:
+            return await _delete_offsets(admin, args.group[0], args.topic)
         groups = list(args.group) if not args.all_groups else [g for g, _, _ in await admin.list_groups()]
         if args.describe:
             rc = 0
@@ -216,7 +237,7 @@ _SCENARIOS = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by",
 
 
 def _check_reset_args(args: argparse.Namespace) -> None:
-    given = [name for name in _SCENARIOS if getattr(args, name) not in (None, False)]
+    given = [name for name in _SCENARIOS if getattr(args, name) is not None and getattr(args, name) is not False]
     if len(given) != 1:
         raise CliError("Option [reset-offsets] takes exactly one of the scenarios: --to-earliest, --to-latest, "
                        "--to-current, --to-offset, --shift-by, --to-datetime, --by-duration, --from-file")
@@ -290,16 +311,15 @@ def _reset_plan_csv(path: str, groups: list[str]) -> dict[str, dict[tuple[str, i
 async def _reset(admin: GroupAdmin, groups: list[str], args: argparse.Namespace) -> int:
     from_file = _reset_plan_csv(args.from_file, groups) if args.from_file else None
     plans: dict[str, dict[tuple[str, int], int]] = {}
-    refused = False
-    for group in groups:
+    for group in _java_order(groups):
         summary = await admin.describe(group)
         if summary.state not in _INACTIVE:
-            print(f"Error: Assignments can only be reset if the group '{group}' is inactive, but the current state "
-                  f"is {summary.state}.", file=sys.stderr)
-            refused = True
+            _print_error(f"Assignments can only be reset if the group '{group}' is inactive, but the current state "
+                         f"is {summary.state}.")
+            plans[group] = {}
             continue
         plans[group] = await _group_plan(admin, group, args, from_file=from_file)
-        if args.execute:
+        if args.execute and not args.dry_run:
             await admin.commit(group, plans[group])
     if not args.execute and not args.dry_run:
         print("WARN: No action will be performed as the --execute option is missing. In a future major release, "
@@ -312,14 +332,15 @@ async def _reset(admin: GroupAdmin, groups: list[str], args: argparse.Namespace)
         print("".join(f"{group + ',' if with_group else ''}{topic},{partition},{offset}\n"
                       for group, plan in plans.items() for (topic, partition), offset in plan.items()))
     else:
-        row = "{:<30} {:<30} {:<10} {:<15}"
-        lines = [row.format(group, topic, partition, offset)
-                 for group, plan in plans.items() for (topic, partition), offset in plan.items()]
-        if lines:
-            print("\n" + row.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"))
-        for line in lines:
-            print(line)
-    return 1 if refused else 0
+        # Kafka's printOffsetsToReset: the header once any group was asked for, the rows, a newline.
+        row = "\n{:<30} {:<30} {:<10} {:<15}"
+        if plans:
+            sys.stdout.write(row.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"))
+        for group, plan in plans.items():
+            for (topic, partition), offset in plan.items():
+                sys.stdout.write(row.format(group, topic, partition, offset))
+        print()
+    return 0
 
 
 async def _group_plan(admin: GroupAdmin, group: str, args: argparse.Namespace, *,
@@ -364,24 +385,88 @@ async def _delete(admin: GroupAdmin, groups: list[str]) -> int:
     failed: dict[str, str] = {}
     for group in groups:
         code = await admin.delete(group)
-        if code.name != "none":
-            failed[group] = _exception_name(code.name)
-    deleted = [g for g in groups if g not in failed]
+        if code != ErrorCode.none:
+            failed[group] = _exception(code)
+    deleted = _java_order(g for g in groups if g not in failed)
     if not failed:
         listed = ", ".join(f"'{g}'" for g in deleted)
         print(f"Deletion of requested consumer groups ({listed}) was successful.")
         return 0
-    print("Deletion of some consumer groups failed:")
-    for group, reason in failed.items():
-        print(f"* Group '{group}' could not be deleted due to: {reason}")
+    _print_error("Deletion of some consumer groups failed:")
+    for group in _java_order(failed):
+        print(f"* Group '{group}' could not be deleted due to: {failed[group]}")
     if deleted:
         print("\nThese consumer groups were deleted successfully: " + ", ".join(f"'{g}'" for g in deleted))
-    return 1
+    return 0
 
 
-def _exception_name(error: str) -> str:
-    """Kafka prints the exception of an error code: NON_EMPTY_GROUP is GroupNotEmptyException."""
-    names = {"non_empty_group": "org.apache.kafka.common.errors.GroupNotEmptyException: The group is not empty.",
-             "group_id_not_found": "org.apache.kafka.common.errors.GroupIdNotFoundException: The group id does not "
-                                   "exist."}
-    return names.get(error, error.upper())
+async def _delete_offsets(admin: GroupAdmin, group: str, topics: list[str]) -> int:
+    """Kafka's deleteOffsets: the named partitions, or every partition of a topic named alone (an
+    unknown one is a row of its own, partition "-"); then one OffsetDelete to the coordinator."""
+    results: dict[tuple[str, int], ErrorCode] = {}
+    partitions: list[tuple[str, int]] = []
+    for spec in dict.fromkeys(topics):
+        topic, colon, listed = spec.partition(":")
+        if colon:
+            partitions += [(topic, int(p)) for p in listed.split(",")]
+            continue
+        try:
+            partitions += [(topic, p) for p in range(await admin.refresh(topic))]
+        except RecordClientError as e:
+            results[(topic, -1)] = e.error if isinstance(e.error, ErrorCode) else ErrorCode.unknown_server_error
+    top = ErrorCode.none
+    if partitions:
+        top, answered = await admin.delete_offsets(group, partitions)
+        results.update(answered)
+        if top == ErrorCode.none:  # Kafka's Admin: all() fails with a partition's error
+            top = next((answered[tp] for tp in sorted(answered) if answered[tp] != ErrorCode.none), ErrorCode.none)
+    if top == ErrorCode.none:
+        print(f"Request succeeded for deleting offsets from group {group}.")
+    elif top in (ErrorCode.invalid_group_id, ErrorCode.group_id_not_found, ErrorCode.group_authorization_failed,
+                 ErrorCode.non_empty_group):
+        _print_error(_EXCEPTIONS[top][1])
+    elif top in (ErrorCode.group_subscribed_to_topic, ErrorCode.topic_authorization_failed,
+                 ErrorCode.unknown_topic_or_partition):
+        _print_error("Encountered some partition-level error, see the follow-up details.")
+    else:
+        _print_error(f"Encountered some unknown error: {top.name.upper()}")
+    width = max([15, *(len(topic) for topic, _ in results)])
+    row = f"\n{{:<{width}}} {{:<10}} {{:<15}}"
+    sys.stdout.write(row.format("TOPIC", "PARTITION", "STATUS"))
+    for (topic, partition), code in sorted(results.items(), key=lambda e: e[0][0] + str(e[0][1])):
+        status = "Successful" if code == ErrorCode.none else f"Error: {_exception(code)}"
+        sys.stdout.write(row.format(topic, partition if partition >= 0 else "-", status))
+    print()
+    return 0
+
+
+def _print_error(message: str) -> None:
+    """Kafka's ConsumerGroupCommand.printError: on standard output, after a blank line."""
+    print(f"\nError: {message}")
+
+
+def _java_order(groups: Iterable[str]) -> list[str]:
+    """The order a java.util.HashMap keyed by these group ids iterates them."""
+    return java_hash_set_order(groups, hash_of=java_string_hash)
+
+
+# The exception Kafka's Admin raises for an error code, and its message (Errors' default).
+_EXCEPTIONS = {
+    ErrorCode.non_empty_group: ("GroupNotEmptyException", "The group is not empty."),
+    ErrorCode.group_id_not_found: ("GroupIdNotFoundException", "The group id does not exist."),
+    ErrorCode.invalid_group_id: ("InvalidGroupIdException", "The configured groupId is invalid."),
+    ErrorCode.group_authorization_failed: ("GroupAuthorizationException", "Group authorization failed."),
+    ErrorCode.topic_authorization_failed: ("TopicAuthorizationException", "Topic authorization failed."),
+    ErrorCode.unknown_topic_or_partition: ("UnknownTopicOrPartitionException",
+                                           "This server does not host this topic-partition."),
+    ErrorCode.group_subscribed_to_topic: ("GroupSubscribedToTopicException", "Deleting offsets of a topic is forbidden "
+                                          "while the consumer group is actively subscribed to it."),
+}
+
+
+def _exception(code: ErrorCode) -> str:
+    """How Kafka prints the exception of an error code: NON_EMPTY_GROUP is GroupNotEmptyException."""
+    if code not in _EXCEPTIONS:
+        return code.name.upper()
+    name, message = _EXCEPTIONS[code]
+    return f"org.apache.kafka.common.errors.{name}: {message}"
