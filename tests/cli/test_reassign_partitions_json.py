@@ -75,10 +75,11 @@ def test_java_hash_set_order_is_the_jvms() -> None:
         128, 226, 163, 100, 198, 135, 233, 170, 107, 205, 142, 177, 114, 212, 149, 184, 121, 219, 156, 191]
 
 
-def test_options_of_another_action_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("option", [["--throttle", "5"], ["--disallow-replication-factor-change"]])
+def test_options_of_another_action_are_refused(option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--verify",
-                 "--reassignment-json-file", "x.json", "--throttle", "5"]) == 1
-    assert "Option \"[throttle]\" can't be used with action \"[verify]\"" in capsys.readouterr().err
+                 "--reassignment-json-file", "x.json", *option]) == 1
+    assert f"Option \"[{option[0][2:]}]\" can't be used with action \"[verify]\"" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -18,7 +18,7 @@ import confluent_kafka
 import pytest
 import quorum_processes
 from broker_processes import BrokerCluster
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from group_members import TIMEOUT_S
 from quorum_processes import kraft_tool, wait_for
 
@@ -308,3 +308,40 @@ def test_reassign_list_and_cancel_through_the_controllers_with_a_command_config(
     assert kraft("reassign-partitions", "--bootstrap-controller", controllers, "--list") == \
         "No partition reassignments found.\n"
     cluster.wait_isr(topic, 0, {101, 102}, timeout_s=TIMEOUT_S)
+
+
+def test_reassign_disallowing_a_replication_factor_change_moves_only_what_keeps_it(
+        cluster: BrokerCluster, tmp_path: Path) -> None:
+    """`--execute --disallow-replication-factor-change` (KIP-860): the controller refuses a move
+    that changes a partition's replica count and starts the others; Kafka 4.1's tool prints the
+    same refusal for the same plan."""
+    topic, bootstrap = "keep-factor", cluster.broker_bootstrap()
+    _topic(cluster, topic, partitions=1, replicas=[101, 102])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, 2, replica_assignment=[[101, 102]])],
+                                          request_timeout=60).values():
+        future.result(timeout=TIMEOUT_S)
+    cluster.wait_isr(topic, 1, {101, 102})
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [101, 102, 103]},  # a third replica: refused
+        {"topic": topic, "partition": 1, "replicas": [102, 101]}]}))  # the same two, reordered
+    flags = ("--bootstrap-server", bootstrap, "--execute", "--reassignment-json-file", str(plan),
+             "--disallow-replication-factor-change")
+    refused = kraft_tool("reassign-partitions", *flags)
+    assert refused.returncode == 1
+    assert refused.stdout.endswith(f"Error reassigning partition(s):\n{topic}-0: The replication factor is changed "
+                                   "from 2 to 3\n"), refused.stdout
+
+    def replicas() -> dict[int, list[int]]:
+        partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+        return {index: list(p.replicas) for index, p in partitions.items()}
+    wait_for(lambda: replicas() == {0: [101, 102], 1: [102, 101]}, timeout_s=TIMEOUT_S, interval_s=0.5,
+             what="the reordered partition moved and the other left alone")
+    if has_jars:
+        theirs = kafka_tool("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", *flags, timeout_s=TIMEOUT_S)
+        assert (theirs.returncode, theirs.stdout) == (1, kraft_tool("reassign-partitions", *flags).stdout)
+    allowed = kraft("reassign-partitions", *flags[:-1])
+    assert f"Successfully started partition reassignments for {topic}-0,{topic}-1" in allowed
+    wait_for(lambda: replicas() == {0: [101, 102, 103], 1: [102, 101]}, timeout_s=TIMEOUT_S, interval_s=0.5,
+             what="the third replica added without the flag")

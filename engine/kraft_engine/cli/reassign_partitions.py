@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
-from kio.schema.alter_partition_reassignments.v0.request import (
+from kio.schema.alter_partition_reassignments.v1.request import (
     AlterPartitionReassignmentsRequest,
     ReassignablePartition,
     ReassignableTopic,
@@ -139,6 +139,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--disable-rack-aware", action="store_true", help="Disable rack aware replica assignment")
     parser.add_argument("--additional", action="store_true",
                         help="Execute this reassignment in addition to any other ongoing ones.")
+    parser.add_argument("--disallow-replication-factor-change", action="store_true",
+                        help="Denies the ability to change a partition's replication factor as part of this "
+                             "reassignment through adding validation against it.")
     parser.add_argument("--throttle", type=int, default=-1,
                         help="The movement of partitions between brokers will be throttled to this value (bytes/sec).")
     parser.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1,
@@ -159,14 +162,15 @@ def _action_name(args: argparse.Namespace) -> str:
 _PERMITTED = {
     "verify": {"reassignment_json_file", "preserve_throttles"},
     "generate": {"topics_to_move_json_file", "broker_list", "disable_rack_aware"},
-    "execute": {"reassignment_json_file", "additional", "throttle", "replica_alter_log_dirs_throttle", "timeout"},
+    "execute": {"reassignment_json_file", "additional", "throttle", "replica_alter_log_dirs_throttle", "timeout",
+                "disallow_replication_factor_change"},
     "cancel": {"reassignment_json_file", "preserve_throttles", "timeout", "bootstrap_controller"},
     "list": {"bootstrap_controller"},
 }
 _DEFAULTS = {"reassignment_json_file": None, "topics_to_move_json_file": None, "broker_list": None,
              "disable_rack_aware": False, "additional": False, "throttle": -1,
              "replica_alter_log_dirs_throttle": -1, "preserve_throttles": False, "timeout": 10000,
-             "bootstrap_controller": None}
+             "bootstrap_controller": None, "disallow_replication_factor_change": False}
 
 
 class _ControllerToolAdmin(BrokerAdmin):
@@ -215,7 +219,8 @@ def _run(args: argparse.Namespace) -> int:
         if action == "execute":
             def work(admin: BrokerAdmin) -> Any:
                 return _execute(admin, parts, dirs, additional=args.additional, throttle=args.throttle,
-                                log_dir_throttle=args.replica_alter_log_dirs_throttle, timeout_ms=args.timeout)
+                                log_dir_throttle=args.replica_alter_log_dirs_throttle, timeout_ms=args.timeout,
+                                allow_rf_change=not args.disallow_replication_factor_change)
         elif action == "verify":
             def work(admin: BrokerAdmin) -> Any:
                 return _verify(admin, parts, dirs, preserve_throttles=args.preserve_throttles)
@@ -390,14 +395,17 @@ async def _ongoing(admin: BrokerAdmin, wanted: Iterable[Partition] | None = None
     return {(str(t.name), int(p.partition_index)): p for t in response.topics for p in t.partitions}
 
 
-async def _alter_reassignments(admin: BrokerAdmin, parts: dict[Partition, list[int] | None]) -> dict[Partition, str]:
-    """AlterPartitionReassignments (None cancels); the error message per refused partition."""
+async def _alter_reassignments(admin: BrokerAdmin, parts: dict[Partition, list[int] | None], *,
+                               allow_rf_change: bool = True) -> dict[Partition, str]:
+    """AlterPartitionReassignments (None cancels); the error message per refused partition. With
+    `allow_rf_change` false (v1, KIP-860) the controller refuses a move that changes a partition's
+    replica count."""
     by_topic: dict[str, list[ReassignablePartition]] = {}
     for (topic, index), replicas in sorted(parts.items()):
         by_topic.setdefault(topic, []).append(ReassignablePartition(
             partition_index=i32(index), replicas=None if replicas is None else tuple(BrokerId(r) for r in replicas)))
     response = await admin.send_to_any(AlterPartitionReassignmentsRequest(
-        timeout=i32Timedelta.parse(timedelta(seconds=30)),
+        timeout=i32Timedelta.parse(timedelta(seconds=30)), allow_replication_factor_change=allow_rf_change,
         topics=tuple(ReassignableTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items())))
     top = ErrorCode(response.error_code)
     errors = {}
@@ -522,7 +530,8 @@ def _throttled_replicas(moves: dict[Partition, tuple[set[int], set[int]]], *, le
 
 
 async def _execute(admin: BrokerAdmin, parts: dict[Partition, list[int]], dirs: dict[Replica, str], *,
-                   additional: bool, throttle: int, log_dir_throttle: int, timeout_ms: int) -> int:
+                   additional: bool, throttle: int, log_dir_throttle: int, timeout_ms: int,
+                   allow_rf_change: bool = True) -> int:
     ongoing = await _ongoing(admin)
     if not additional and ongoing:
         raise _Terse(_CANNOT_EXECUTE)
@@ -557,7 +566,7 @@ async def _execute(admin: BrokerAdmin, parts: dict[Partition, list[int]], dirs: 
                                          for b in moving})
             await _until_in_force(admin, moving, {LOG_DIRS_RATE: str(log_dir_throttle)})
             print(f"The replica-alter-dir throttle limit was set to {log_dir_throttle} B/s")
-    errors = await _alter_reassignments(admin, dict(parts))
+    errors = await _alter_reassignments(admin, dict(parts), allow_rf_change=allow_rf_change)
     if errors:
         raise _Terse("Error reassigning partition(s):\n" + "\n".join(
             f"{t}-{p}: {errors[(t, p)]}" for t, p in sorted(errors)))
