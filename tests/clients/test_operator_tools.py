@@ -104,6 +104,9 @@ def test_get_offsets_prints_kafkas_lines_for_every_time_and_filter(cluster: Brok
         ("--topic", topic, "--time", "max-timestamp"): "offsets:0:4\noffsets:2:11\n",
         ("--topic-partitions", f"{topic}:1-", "--time", "-1"): "offsets:1:0\noffsets:2:12\n",
         ("--topic-partitions", f"{topic}:-1"): "offsets:0:5\n",
+        # No tiered storage: the local log starts at the log start; nothing is in remote storage.
+        ("--topic", topic, "--time", "earliest-local"): "offsets:0:0\noffsets:1:0\noffsets:2:0\n",
+        ("--topic", topic, "--time", "-5"): "",
     }
     for flags, expected in cases.items():
         assert kraft("get-offsets", "--bootstrap-server", bootstrap, *flags) == expected, flags

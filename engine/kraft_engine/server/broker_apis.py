@@ -95,7 +95,7 @@ DESCRIBE_ACLS = 29
 CLIENT_API_VERSIONS = {
     PRODUCE: (3, 13),
     FETCH: (4, 17),
-    LIST_OFFSETS: (1, 7),
+    LIST_OFFSETS: (1, 10),  # Kafka 4.1's: v8 earliest-local (-4), v9 latest-tiered (-5), v10 a timeout
     METADATA: (1, 12),
     INIT_PRODUCER_ID: (0, 5),
     DESCRIBE_CLUSTER: (0, 2),  # v2: include_fenced_brokers (the operator sees a stopped broker still registered)
@@ -106,7 +106,8 @@ CLIENT_API_VERSIONS = {
     DESCRIBE_CLIENT_QUOTAS: (0, 1),
 }
 
-_EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
+# ListOffsets' special target timestamps (Kafka's ListOffsetsRequest); any other is a time to look up.
+_EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -2, -1, -3, -4, -5
 _SCAN_CHUNK_BYTES = 1024 * 1024
 _NO_THROTTLE = timedelta(0)
 # Distinct Metadata questions kept encoded per image: each client asks for all topics or for the
@@ -751,12 +752,15 @@ class BrokerApis:
         log = partition.log
         timestamp = int(wanted.timestamp)
         upper = log.log_end_offset if replica_id >= 0 else partition.high_watermark
-        if timestamp == _EARLIEST:
+        if timestamp in (_EARLIEST, _EARLIEST_LOCAL):
+            # No tiered storage: the log kept locally starts where the log starts.
             return ErrorCode.none, -1, log.log_start_offset, _epoch_at(partition, log.log_start_offset)
         if timestamp == _LATEST:
             return ErrorCode.none, -1, upper, _epoch_at(partition, upper - 1)
+        if timestamp == _LATEST_TIERED:
+            return ErrorCode.none, -1, -1, -1  # Kafka's answer when the topic has no remote storage
         if timestamp < 0 and timestamp != _MAX_TIMESTAMP:
-            return ErrorCode.invalid_request, -1, -1, -1
+            return ErrorCode.unsupported_version, -1, -1, -1  # Kafka 4.1's answer to a negative time it does not know
         try:
             found = self._scan_timestamps(partition, target=timestamp, upper=upper)
         except ReplicaReadError as error:
