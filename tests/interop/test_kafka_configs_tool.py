@@ -34,6 +34,7 @@ from kraft_engine.loopback_ports import free_loopback_ports
 from kraft_engine.protocol import KafkaConnection
 
 from .kafka_jars import needs_jars
+from .single_nodes import kafka_node, kafka_started
 from .test_mixed_brokers import (
     _DEADLINE_S,
     _LEVELS_OUR_BROKER_SUPPORTS,
@@ -163,7 +164,6 @@ def our_controller_and_broker(tmp_path: Path, static: dict[str, str]) -> Iterato
 @needs_jars
 @pytest.mark.timeout(900)
 def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Path) -> None:
-    kafka_port, kafka_controller_port = free_loopback_ports(2)
     with our_controller_and_broker(tmp_path, _STATIC) as (ours_port, _):
         bootstrap = f"127.0.0.1:{ours_port}"
         our_lines = _configure_and_describe(bootstrap, OURS)
@@ -190,19 +190,10 @@ def test_kafka_configs_describes_our_broker_as_it_describes_kafkas(tmp_path: Pat
         (ErrorCode.none, None),
     ]
 
-    kafka = _properties(tmp_path / "kafka.properties", {
-        "process.roles": "broker,controller", "node.id": "1",
-        "listeners": f"PLAINTEXT://127.0.0.1:{kafka_port},CONTROLLER://127.0.0.1:{kafka_controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{kafka_port}", "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{kafka_controller_port}", "log.dirs": str(tmp_path / "kafka"),
-        **_STATIC,
-    })
-    subprocess.run(_java("kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(kafka), "--standalone"),
-                   check=True, capture_output=True, timeout=_DEADLINE_S)
-    with _running([(_java("kafka.Kafka", str(kafka)), tmp_path / "kafka.log")]):
-        _until(lambda: "Kafka Server started" in (tmp_path / "kafka.log").read_text(), "the Kafka node to start")
-        kafka_lines = _configure_and_describe(f"127.0.0.1:{kafka_port}", 1)
+    kafka = kafka_node(tmp_path, _STATIC)
+    with _running(kafka.commands):
+        _until(lambda: kafka_started(tmp_path), "the Kafka node to start")
+        kafka_lines = _configure_and_describe(kafka.bootstrap, kafka.node_id)
 
     assert len(our_lines["kafka-topics"]) == 2 and "Elr: " in our_lines["kafka-topics"][1], our_lines["kafka-topics"]
     # Kafka reports the throttle keys read-only, typed LONG (KafkaConfig defines them as internal).

@@ -17,30 +17,21 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v10.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from kraft_engine.loopback_ports import free_loopback_ports
 from kraft_engine.protocol import KafkaConnection
 
 from .kafka_jars import kafka_tool, needs_jars
-from .test_mixed_brokers import (
-    _DEADLINE_S,
-    _LEVELS_OUR_BROKER_SUPPORTS,
-    CLUSTER_ID,
-    KRAFT,
-    _java,
-    _properties,
-    _ready,
-    _running,
-    _until,
-)
+from .single_nodes import kafka_node, kafka_started
+from .test_kafka_configs_tool import our_controller_and_broker
+from .test_mixed_brokers import _DEADLINE_S, _running, _until
 
 pytestmark = [pytest.mark.kafka_jars, pytest.mark.process, pytest.mark.slow]
 
@@ -100,43 +91,22 @@ def _get_offsets(bootstrap: str) -> dict[str, str]:
 @needs_jars
 @pytest.mark.timeout(900)
 def test_special_timestamps_are_answered_as_kafkas_broker_answers(tmp_path: Path) -> None:
-    controller_port, controller_http, ours_port, ours_http, kafka_port, kafka_controller_port = free_loopback_ports(6)
-    controller = _properties(tmp_path / "controller.properties", {
-        "process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
-        "controller.listener.names": "CONTROLLER", "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-        "log.dirs": str(tmp_path / "controller"), "kraftwerk.metrics.port": str(controller_http),
-    })
-    subprocess.run([KRAFT, "storage", "format", "-c", str(controller), "-t", CLUSTER_ID, "--standalone", "-r", "4.0",
-                    *_LEVELS_OUR_BROKER_SUPPORTS], check=True, capture_output=True)
-    ours = _properties(tmp_path / "ours.properties", {
-        "process.roles": "broker", "node.id": "101", "listeners": f"PLAINTEXT://127.0.0.1:{ours_port}",
-        "controller.listener.names": "CONTROLLER", "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}", "log.dirs": str(tmp_path / "ours"),
-        "kraftwerk.metrics.port": str(ours_http), "offsets.topic.replication.factor": "1",
-    })
-    subprocess.run([KRAFT, "storage", "format", "-c", str(ours), "-t", CLUSTER_ID], check=True, capture_output=True)
-    with _running([([KRAFT, "server", "start", "--config", str(controller)], tmp_path / "controller.log"),
-                   ([KRAFT, "server", "start", "--config", str(ours)], tmp_path / "ours.log")]):
-        _until(lambda: _ready(ours_http), "our broker to be RUNNING")
-        _prepare(f"127.0.0.1:{ours_port}", tmp_path)
-        our_answers = _list_offsets(ours_port)
-        our_tool = _get_offsets(f"127.0.0.1:{ours_port}")
+    static = {"offsets.topic.replication.factor": "1"}
+    with our_controller_and_broker(tmp_path, static) as (port, _):
+        _prepare(f"127.0.0.1:{port}", tmp_path)
+        our_answers = _list_offsets(port)
+        our_tool = _get_offsets(f"127.0.0.1:{port}")
 
-    kafka = _properties(tmp_path / "kafka.properties", {
-        "process.roles": "broker,controller", "node.id": "1",
-        "listeners": f"PLAINTEXT://127.0.0.1:{kafka_port},CONTROLLER://127.0.0.1:{kafka_controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{kafka_port}", "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{kafka_controller_port}", "log.dirs": str(tmp_path / "kafka"),
-        "offsets.topic.replication.factor": "1",
-    })
-    subprocess.run(_java("kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(kafka), "--standalone"),
-                   check=True, capture_output=True, timeout=_DEADLINE_S)
-    with _running([(_java("kafka.Kafka", str(kafka)), tmp_path / "kafka.log")]):
-        _until(lambda: "Kafka Server started" in (tmp_path / "kafka.log").read_text(), "the Kafka node to start")
-        _prepare(f"127.0.0.1:{kafka_port}", tmp_path)
-        kafka_answers = _list_offsets(kafka_port)
-        kafka_tool_lines = _get_offsets(f"127.0.0.1:{kafka_port}")
+    kafka = kafka_node(tmp_path, static)
+    with _running(kafka.commands):
+        _until(lambda: kafka_started(tmp_path), "the Kafka node to start")
+        _prepare(kafka.bootstrap, tmp_path)
+        kafka_answers = _list_offsets(kafka.port)
+        kafka_tool_lines = _get_offsets(kafka.bootstrap)
 
     assert our_answers == kafka_answers
     assert our_tool == kafka_tool_lines
+    # Not vacuous: the answers hold the special values' meanings (log start 1, end 6, largest at 3).
+    assert {asked: tuple(answer) for asked, *answer in kafka_answers if asked in (-2, -3, -4, -5, -7)} == {
+        -2: (0, -1, 1, 0), -3: (0, _STAMPS[3], 3, 0), -4: (0, -1, 1, 0), -5: (0, -1, -1, -1),
+        -7: (int(ErrorCode.unsupported_version), -1, -1, -1)}
