@@ -160,6 +160,7 @@ def test_describe_list_reset_and_delete(group_state: dict[str, str]) -> None:
 
 @needs_jars
 @pytest.mark.kafka_jars
+@pytest.mark.timeout(900)  # several starts of Kafka's tool (a JVM start is half a minute under load)
 def test_kafka_consumer_groups_describe_prints_what_ours_prints(group_state: dict[str, str]) -> None:
     bootstrap, topic = group_state["bootstrap"], group_state["topic"]
     group = "kafka-tool-group"
@@ -218,6 +219,7 @@ def _csv(output: str) -> list[str]:
     return [line for line in _lines(output) if line and not line.startswith("Warn: ")]
 
 
+@pytest.mark.timeout(900)  # several starts of Kafka's tool (a JVM start is half a minute under load)
 def test_reset_offsets_by_time_to_current_and_through_an_exported_csv(
         group_state: dict[str, str], tmp_path: Path) -> None:
     bootstrap, topic = group_state["bootstrap"], group_state["topic"]
@@ -270,6 +272,7 @@ def _status_table(*rows: tuple[str, str, str]) -> str:
                    for topic, partition, status in [("TOPIC", "PARTITION", "STATUS"), *rows]) + "\n"
 
 
+@pytest.mark.timeout(900)  # several starts of Kafka's tool (a JVM start is half a minute under load)
 def test_delete_offsets_refuses_a_subscribed_topic_and_deletes_the_rest(group_state: dict[str, str]) -> None:
     """`--delete-offsets`: OffsetDelete of one group's offsets, topic by topic (or partition by
     partition); a topic the group is subscribed to keeps its offsets (GROUP_SUBSCRIBED_TO_TOPIC),
