@@ -120,7 +120,11 @@ class RecordParts(Sequence[T]):
     __slots__ = ("_length", "_parts", "_starts")
 
     def __init__(self, parts: Iterable[Sequence[T]]) -> None:
-        self._parts = tuple(part for part in parts if len(part))
+        # Parts that are themselves RecordParts are spliced in, so that a run stays a part.
+        self._parts = tuple(
+            inner for part in parts if len(part)
+            for inner in (part.parts if isinstance(part, RecordParts) else (part,))
+        )
         starts = []
         length = 0
         for part in self._parts:
@@ -161,7 +165,9 @@ class RecordParts(Sequence[T]):
                 if lo < hi:
                     parts.append(part[lo:hi])
             return RecordParts(parts)
-        part, part_start = self.part_at(index + self._length if index < 0 else index)
+        if index < 0:
+            index += self._length
+        part, part_start = self.part_at(index)
         return part[index - part_start]
 
     def __iter__(self) -> Iterator[T]:
