@@ -383,7 +383,14 @@ class ClusterAdmin:
                 raise AdminError(
                     "ApiVersions: no finalized features loaded yet", api="ApiVersions", retriable=True
                 )
-            return {str(f.name): int(f.max_version_level) for f in (response.finalized_features or ())}
+            features = {str(f.name): int(f.max_version_level) for f in (response.finalized_features or ())}
+            if "metadata.version" not in features:
+                # every KRaft cluster finalizes metadata.version in its bootstrap: a node whose
+                # answer lacks it has not loaded its image yet (seen under load in CI)
+                raise AdminError(
+                    "ApiVersions: metadata.version not loaded yet", api="ApiVersions", retriable=True
+                )
+            return features
 
         return await self._first_answer(self.controllers + self.brokers, "ApiVersions", attempt)
 

@@ -26,10 +26,11 @@ def _kinds(manifest: str) -> list[str]:
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ([], ["ClusterRole", "ClusterRoleBinding", "Deployment", "KopfPeering", "Role", "RoleBinding", "Service",
-              "ServiceAccount"]),
+        ([], ["ClusterRole", "ClusterRoleBinding", "Deployment", "KopfPeering", "NetworkPolicy", "Role", "RoleBinding",
+              "Service", "ServiceAccount"]),
         (["--set", "rbac.clusterWide=true"],
-         ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]),
+         ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "Service",
+          "ServiceAccount"]),
     ],
     ids=["namespaced", "cluster-wide"],
 )

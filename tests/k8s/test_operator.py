@@ -100,7 +100,9 @@ def test_the_chart_grants_no_verb_it_does_not_need(kube: Kube, operator_ns: str,
         assert core.list_namespaced_pod(operator_ns).items is not None
         custom.list_namespaced_custom_object("kraftwerk.io", "v1alpha1", operator_ns, "kraftclusters")
         refused = {
-            "list secrets": lambda: core.list_namespaced_secret(operator_ns),
+            # secrets are read and written (the CAs, users' credentials), never patched
+            "patch secrets": lambda: core.patch_namespaced_secret("x", operator_ns, {"metadata": {"labels": {"a": "b"}}}),
+            "delete events": lambda: core.delete_namespaced_event("x", operator_ns),
             "update pods": lambda: core.replace_namespaced_pod("x", operator_ns, {"metadata": {"name": "x"}}),
             "delete kraftclusters": lambda: custom.delete_namespaced_custom_object(
                 "kraftwerk.io", "v1alpha1", operator_ns, "kraftclusters", "x"),

@@ -29,7 +29,13 @@ _BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _bench_generator() -> ModuleType:
-    """bench/pipeline.py (it imports bench/controller.py as `controller`)."""
+    """bench/pipeline.py (it imports bench/controller.py as `controller`).
+
+    The test suite has a package of that name too (tests/controller): when a worker imported it
+    first, `controller` is the tests' package. bench/controller.py is put under that name while
+    bench/pipeline.py loads, and whatever held the name before is put back.
+    """
+    held = sys.modules.pop("controller", None)
     sys.path.insert(0, str(_BENCH))
     try:
         spec = importlib.util.spec_from_file_location("bench_pipeline", _BENCH / "pipeline.py")
@@ -40,6 +46,9 @@ def _bench_generator() -> ModuleType:
         return module
     finally:
         sys.path.remove(str(_BENCH))
+        sys.modules.pop("controller", None)
+        if held is not None:
+            sys.modules["controller"] = held
 
 
 def _write_snapshot(partition: Path, replay: Replay, *, end_offset: int, image_offset: int) -> None:

@@ -53,7 +53,7 @@ from kraft_engine.metadata.configs_image import ConfigResource, ConfigResourceTy
 from kraft_engine.protocol import RequestContext, make_entity
 from kraft_engine.server.kafka_broker_configs import KAFKA_BROKER_CONFIGS
 
-__all__ = ["BrokerConfigDescriber", "kafka_broker_synonyms"]
+__all__ = ["BrokerConfigDescriber", "RequestRefused", "kafka_broker_synonyms"]
 
 _GROUPS: tuple[tuple[str, ...], ...] = (
     ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
@@ -93,8 +93,8 @@ def _kafka_default(name: str) -> str | None:
     return None if topic_name is None else TOPIC_CONFIGS[topic_name].default
 
 
-class _Refused(ServerError):
-    """A resource this broker does not describe: its error code and Kafka's message."""
+class RequestRefused(ServerError):
+    """A request (or one resource of it) this broker refuses: its error code and Kafka's message."""
 
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -145,14 +145,14 @@ class BrokerConfigDescriber:
             try:
                 refusal = None if self._may_describe is None else self._may_describe(ctx, resource_type, name)
                 if refusal is not None:
-                    raise _Refused(refusal, "Authorization failed.")
+                    raise RequestRefused(refusal, "Authorization failed.")
                 entries = self._entries(image, resource_type, name)
                 keys = resource.configuration_keys
                 if keys:
                     entries = [e for e in entries if e.name in keys]
                 configs = tuple(self._entry(module, e, include_synonyms=include_synonyms) for e in entries)
                 error, message = ErrorCode.none, None
-            except _Refused as refusal:
+            except RequestRefused as refusal:
                 configs, error, message = (), refusal.error, refusal.message
             results.append(make_entity(module.DescribeConfigsResult, error_code=error, error_message=message,
                                        resource_type=i8(resource_type), resource_name=name, configs=configs))
@@ -184,16 +184,16 @@ class BrokerConfigDescriber:
     def _entries(self, image: MetadataImage, resource_type: int, name: str) -> list[_Entry]:
         if resource_type == ConfigResourceType.TOPIC:
             if image.topics.get_topic_by_name(name) is None:
-                raise _Refused(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.")
+                raise RequestRefused(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.")
             return self._topic_entries(image, name)
         if resource_type == ConfigResourceType.BROKER:
             if name == "":
                 return self._default_entries(image)
             if name != str(self._node_id):
-                raise _Refused(ErrorCode.invalid_request,
+                raise RequestRefused(ErrorCode.invalid_request,
                                f"Unexpected broker id, expected {self._node_id} or empty string, but received {name}")
             return self._broker_entries(image)
-        raise _Refused(ErrorCode.invalid_request,
+        raise RequestRefused(ErrorCode.invalid_request,
                        f"Unsupported resource type {resource_type}: this broker describes topics and brokers")
 
     def _topic_entries(self, image: MetadataImage, topic: str) -> list[_Entry]:

@@ -27,18 +27,13 @@ from kraft_engine.metadata.authorizer import AclOperation
 from kraft_engine.metadata.client_quotas_image import ClientQuotaEntity
 from kraft_engine.protocol import RequestContext
 from kraft_engine.server.authorization import NodeAuthorizer
+from kraft_engine.server.config_describing import RequestRefused
 
 __all__ = ["DESCRIBE_CLIENT_QUOTAS", "describe_client_quotas"]
 
 DESCRIBE_CLIENT_QUOTAS = 48
 _TYPES = ("user", "client-id", "ip")
 _EXACT, _DEFAULT, _SPECIFIED = 0, 1, 2
-
-
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def describe_client_quotas(request: Any, ctx: RequestContext, *, image: MetadataImage,
@@ -50,8 +45,8 @@ def describe_client_quotas(request: Any, ctx: RequestContext, *, image: Metadata
         return answer(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.", None)
     try:
         exact, types = _filter(request.components)
-    except _Refused as refusal:
-        return answer(refusal.code, str(refusal), None)
+    except RequestRefused as refusal:
+        return answer(refusal.error, refusal.message, None)
     module = ctx.response_schema
     entries = tuple(
         module.EntryData(entity=tuple(module.EntityData(entity_type=t, entity_name=n) for t, n in entity),
@@ -68,33 +63,33 @@ def _filter(components: Any) -> tuple[dict[str, str | None], set[str]]:
     for component in components:
         entity_type, match = str(component.entity_type), component.match
         if not entity_type:
-            raise _Refused(ErrorCode.invalid_request, "Invalid empty entity type.")
+            raise RequestRefused(ErrorCode.invalid_request, "Invalid empty entity type.")
         if entity_type in exact or entity_type in types:
-            raise _Refused(ErrorCode.invalid_request,
+            raise RequestRefused(ErrorCode.invalid_request,
                            f"Entity type {entity_type} cannot appear more than once in the filter.")
         if entity_type not in _TYPES:
-            raise _Refused(ErrorCode.unsupported_version, f"Unsupported entity type {entity_type}")
+            raise RequestRefused(ErrorCode.unsupported_version, f"Unsupported entity type {entity_type}")
         match_type = int(component.match_type)
         if match_type == _EXACT:
             if match is None:
-                raise _Refused(ErrorCode.invalid_request,
+                raise RequestRefused(ErrorCode.invalid_request,
                                "Request specified MATCH_TYPE_EXACT, but set match string to null.")
             exact[entity_type] = str(match)
         elif match_type == _DEFAULT:
             if match is not None:
-                raise _Refused(ErrorCode.invalid_request,
+                raise RequestRefused(ErrorCode.invalid_request,
                                "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.")
             exact[entity_type] = None
         elif match_type == _SPECIFIED:
             if match is not None:
-                raise _Refused(ErrorCode.invalid_request,
+                raise RequestRefused(ErrorCode.invalid_request,
                                "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
             types.add(entity_type)
         else:
-            raise _Refused(ErrorCode.unsupported_version, f"Unknown match type {match_type}")
+            raise RequestRefused(ErrorCode.unsupported_version, f"Unknown match type {match_type}")
     named = set(exact) | types
     if "ip" in named and named & {"user", "client-id"}:
-        raise _Refused(ErrorCode.invalid_request, "Invalid entity filter component combination. IP filter component "
+        raise RequestRefused(ErrorCode.invalid_request, "Invalid entity filter component combination. IP filter component "
                                                   "should not be used with user or clientId filter component.")
     return exact, types
 
