@@ -127,6 +127,11 @@ async def _user_secret(
     return fresh_password, password
 
 
+def _acl_change(verb: str, b: AclBinding) -> str:
+    """One line of the change log for an ACL the reconcile created or deleted."""
+    return f"ACL {verb}: {b.principal} {b.permission} {b.operation} on {b.resource_type} {b.pattern_type} {b.resource_name}"
+
+
 def _binding(resource: Any, acl: Any) -> AclBinding:
     return AclBinding(
         resource_type=ResourceType(int(resource.resource_type)).name,
@@ -213,15 +218,13 @@ async def reconcile_users(
                 creations=tuple(_creation(b) for b in diff.create)), api="CreateAcls")
             for result in response.results:
                 _error("CreateAcls", result.error_code, result.error_message)
-            changes += [f"ACL created: {b.principal} {b.permission} {b.operation} on {b.resource_type} "
-                        f"{b.pattern_type} {b.resource_name}" for b in diff.create]
+            changes += [_acl_change("created", b) for b in diff.create]
         if diff.delete:
             response = await _on_controller(controller_admin, DeleteAclsRequest(
                 filters=tuple(_exact_filter(b) for b in diff.delete)), api="DeleteAcls")
             for result in response.filter_results:
                 _error("DeleteAcls", result.error_code, result.error_message)
-            changes += [f"ACL deleted: {b.principal} {b.permission} {b.operation} on {b.resource_type} "
-                        f"{b.pattern_type} {b.resource_name}" for b in diff.delete]
+            changes += [_acl_change("deleted", b) for b in diff.delete]
     for secret, _user in gone:
         await store.delete(namespace, secret)
         changes.append(f"user {secret.removeprefix(prefix)}: removed (Secret {secret} deleted)")

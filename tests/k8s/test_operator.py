@@ -442,6 +442,18 @@ def test_apache_kafka_controllers_are_ready_from_raft(kube: Kube, operator_ns: s
         kube.kubectl("-n", ns, "delete", "pvc", "-l", f"kraftwerk.io/cluster={name}", "--wait=false", check=False)
 
 
+def _jbod_cluster(name: str) -> dict[str, Any]:
+    """The example cluster named `name`, its broker pool without a rack and with 1Gi volumes
+    whose claims go with the cluster."""
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["name"] = name
+    brokers = doc["spec"]["nodePools"][1]
+    brokers.pop("rack", None)
+    for volume in brokers["storage"]["volumes"]:
+        volume.update({"size": "1Gi", "deleteClaim": True})
+    return doc
+
+
 def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reformatted(kube: Kube, operator_ns: str) -> None:
     """A broker's second JBOD volume dies under it: its PersistentVolume goes (the claim turns
     `Lost`) and its files with it. The operator raises the broker-disk-loss runbook and waits for
@@ -449,13 +461,8 @@ def test_a_lost_jbod_volume_is_replaced_with_approval_by_a_new_claim_and_reforma
     lost one, it is formatted with a new directory id, the broker starts, re-replicates, and the
     runbook closes. Clients are served before and after."""
     ns = operator_ns
-    doc = yaml.safe_load(EXAMPLE.read_text())
     name = "jbod"
-    doc["metadata"]["name"] = name
-    brokers = doc["spec"]["nodePools"][1]
-    brokers.pop("rack", None)
-    for volume in brokers["storage"]["volumes"]:
-        volume.update({"size": "1Gi", "deleteClaim": True})
+    doc = _jbod_cluster(name)
     apply_doc(kube, ns, doc)
     claim = f"data-1-{name}-brokers-5"
     try:
@@ -527,13 +534,8 @@ def test_a_jbod_volume_is_removed_then_another_added_on_a_running_broker_pool(ku
     roll with the new `log.dirs`, and each broker formats the new, empty volume at its start (a
     meta.properties with a new directory id) and registers it. Clients are served throughout."""
     ns = operator_ns
-    doc = yaml.safe_load(EXAMPLE.read_text())
     name = "jbodmove"
-    doc["metadata"]["name"] = name
-    brokers = doc["spec"]["nodePools"][1]
-    brokers.pop("rack", None)
-    for volume in brokers["storage"]["volumes"]:
-        volume.update({"size": "1Gi", "deleteClaim": True})
+    doc = _jbod_cluster(name)
     apply_doc(kube, ns, doc)
     pods = [f"{name}-brokers-{b}" for b in (3, 4, 5)]
 
