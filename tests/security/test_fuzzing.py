@@ -69,9 +69,11 @@ def test_a_parser_that_breaks_its_contract_is_caught_with_its_input(tmp_path: Pa
 _ENVELOPE_BAD_PRINCIPAL = "ADoAAAkADgAAAAAWACUAABYAJQAAAG1tbW1tbW1tbW1tAQEBAMABAQAAAAABAMABAAABAMAAKwAAAAA="
 
 
-# A metadata log batch (valid CRC) whose TopicRecord carries a tagged field kio does not know:
-# kio's reader raised KeyError, which decode_metadata_record let through (a loader would have
-# died with a bare KeyError); it is now a MetadataRecordError naming the record.
+# A metadata log batch (valid CRC) whose TopicRecord carries a tagged field kio does not know, in a
+# tagged section that promises more fields than it holds: kio's reader raised KeyError, which
+# decode_metadata_record let through (a loader would have died with a bare KeyError); it is now a
+# MetadataRecordError naming the record. (Unknown tags in bytes that walk are skipped, as Kafka
+# skips them: test_unknown_tagged_fields.py.)
 _METADATA_UNKNOWN_TAG = ("AQAAAAAAAAAAAAAAdQAAAAECqKQYXgAAAAAAAQAAAAAAAAAAAAAAAAAAAAD//////////////////wAAAAJCAAAAATYBAg"
                          "ABAAAAlQAAAP0AAAAAAAAAAG8AAAAAAAAAQgAAAgE2AQIAB6ikGF4AAAAAAAEAAAAAAAAAAAAAAAAAAA==")
 # A snapshot whose batches pass the CRC check but whose records do not decode: the reader's
@@ -92,7 +94,7 @@ def test_crashes_found_by_fuzzing_stay_fixed(target: str, crash: str) -> None:
     fuzz_targets.TARGETS[target](base64.b64decode(crash))
 
 
-def test_a_metadata_record_with_an_unknown_tagged_field_is_a_metadata_record_error() -> None:
+def test_a_metadata_record_whose_unknown_tagged_fields_overrun_it_is_a_metadata_record_error() -> None:
     from kraft_engine.records.framing import decode_metadata_record
     from kraft_engine.records.metadata_registry import MetadataRecordError
 

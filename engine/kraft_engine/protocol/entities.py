@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
+
+from kraft_engine.records.tagged_fields import tolerant_reader
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -98,12 +100,13 @@ class _PerClass(dict[type[Any], _T]):
         return value
 
 
-_READERS: _PerClass[Reader] = _PerClass(entity_reader)
+_READERS: _PerClass[Reader] = _PerClass(tolerant_reader)
 _WRITERS: _PerClass[Writer] = _PerClass(entity_writer)
 
 
 def reader_for(cls: type[Any]) -> Reader:
-    """kio's reader for an entity class: `reader(buffer, offset) -> (entity, size)`."""
+    """kio's reader for an entity class: `reader(buffer, offset) -> (entity, size)`; tagged fields
+    the class does not name are skipped, as Kafka's readers skip them (`records.tagged_fields`)."""
     return _READERS[cls]
 
 

@@ -27,11 +27,12 @@ from kio.schema.leader_change_message.v0 import LeaderChangeMessage
 from kio.schema.snapshot_footer_record.v0 import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0 import SnapshotHeaderRecord
 from kio.schema.voters_record.v0 import VotersRecord
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.serial.errors import DecodeError
 
 from kraft_engine.errors import RecordsError
 from kraft_engine.records.batches import build_batch, decode_records, validate_batch
+from kraft_engine.records.tagged_fields import tolerant_reader
 
 
 class ControlRecordType(enum.IntEnum):
@@ -115,8 +116,8 @@ def decode_control_record(key: bytes | None, value: bytes | None) -> tuple[Contr
     if value is None:
         raise ControlRecordError(f"{record_type.name} control record has no value")
     try:
-        entity, size = entity_reader(entity_type)(value, 0)
-    except (ValueError, DecodeError) as error:
+        entity, size = tolerant_reader(entity_type)(value, 0)
+    except (ValueError, DecodeError, KeyError) as error:  # KeyError: an unknown tag in bytes that do not walk
         raise ControlRecordError(f"{record_type.name} control record value does not decode: {error}") from error
     if size != len(value):
         raise ControlRecordError(

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kio.serial import entity_reader
 from kio.serial.errors import DecodeError
 from kio.serial.readers import read_unsigned_varint
 
@@ -35,6 +34,7 @@ from kraft_engine.records.metadata_registry import (
     to_version,
 )
 from kraft_engine.records.record_runs import PartitionChangeRun, RecordParts
+from kraft_engine.records.tagged_fields import tolerant_reader
 
 FRAME_VERSION = 1
 _SHORT_MAX = 32767
@@ -177,8 +177,8 @@ def decode_metadata_record(data: bytes | bytearray | memoryview) -> tuple[Metada
     record_type = record_type_for_api_key(api_key)
     cls: type[Any] = record_type.class_for_version(version)
     try:
-        entity, size = entity_reader(cls)(data, offset)
-    except (ValueError, DecodeError, KeyError) as error:  # kio: KeyError for a tagged field it does not know
+        entity, size = tolerant_reader(cls)(data, offset)
+    except (ValueError, DecodeError, KeyError) as error:  # KeyError: an unknown tag in bytes that do not walk
         raise MetadataRecordError(
             f"{record_type.name} version {version} body does not decode (truncated or corrupt): {error}"
         ) from error
