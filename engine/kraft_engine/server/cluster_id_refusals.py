@@ -14,7 +14,9 @@ Both sides are covered here:
   the socket) its address: one WARN line.
 - outbound: a peer answered one of ours with INCONSISTENT_CLUSTER_ID. The response carries no
   cluster id, so the peer is asked with DescribeCluster (KIP-919, endpoint type 2, which both our
-  controllers and Kafka's answer) before the line is written: one ERROR line.
+  controllers and Kafka's answer) before the line is written: one ERROR line. The probe dials
+  with the security the refused request used (the node's controller listener: TLS, SASL), so a
+  secured peer is asked as the node's raft client asks it.
 
 Lines are rate-limited per peer and direction (one per `interval_ms`, with the number of refusals
 suppressed since the last one); the counter `kraftwerk_raft_inconsistent_cluster_id_total` counts
@@ -33,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from kraft_engine.protocol import ConnectionConfig, KafkaConnection, KafkaProtocolError
+from kraft_engine.protocol.security import ClientSecurity
 from kraft_engine.server.raft_metrics import RaftMetrics
 
 __all__ = ["ClusterIdRefusals"]
@@ -80,8 +83,10 @@ class ClusterIdRefusals:
         metrics: RaftMetrics,
         clock_ms: Callable[[], int],
         interval_ms: int = _DEFAULT_INTERVAL_MS,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._cluster_id = cluster_id
+        self._security = security
         self._metrics = metrics
         self._clock_ms = clock_ms
         self._interval_ms = interval_ms
@@ -130,7 +135,7 @@ class ClusterIdRefusals:
         task.add_done_callback(self._probes.discard)
 
     async def _log_outbound(self, api: str, *, peer: str, address: tuple[str, int], suppressed: int) -> None:
-        theirs = await _describe_cluster_id(address)
+        theirs = await _describe_cluster_id(address, security=self._security)
         logger.error(
             "Node %s at %s:%d refused our %s with INCONSISTENT_CLUSTER_ID: its cluster id is %s, ours is %r"
             " (is this node's storage formatted for another cluster?)%s",
@@ -149,10 +154,10 @@ def _suppressed_note(suppressed: int) -> str:
     return f"; {suppressed} more refusals since the last line" if suppressed else ""
 
 
-async def _describe_cluster_id(address: tuple[str, int]) -> str | None:
+async def _describe_cluster_id(address: tuple[str, int], *, security: ClientSecurity | None) -> str | None:
     connection = KafkaConnection(address[0], address[1], config=ConnectionConfig(
         client_id="cluster-id-probe", request_timeout_ms=_DESCRIBE_TIMEOUT_MS,
-        socket_connection_setup_timeout_ms=_DESCRIBE_TIMEOUT_MS,
+        socket_connection_setup_timeout_ms=_DESCRIBE_TIMEOUT_MS, security=security,
     ))
     try:
         await connection.connect(timeout_ms=_DESCRIBE_TIMEOUT_MS)

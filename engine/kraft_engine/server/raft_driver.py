@@ -237,7 +237,8 @@ class RaftDriver:
         self.fatal_error: RaftFatalError | None = None
         self.fatal = asyncio.Event()
         #: INCONSISTENT_CLUSTER_ID refusals, both ways (the node reports the inbound ones).
-        self.refusals = ClusterIdRefusals(cluster_id=raft.cluster_id, metrics=metrics, clock_ms=clock_ms)
+        self.refusals = ClusterIdRefusals(cluster_id=raft.cluster_id, metrics=metrics, clock_ms=clock_ms,
+                                          security=connection_config.security)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
