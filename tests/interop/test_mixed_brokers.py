@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,11 +122,13 @@ def _kafka_broker(tmp_path: Path, *, port: int, controller_port: int) -> Path:
     return config
 
 
-def _produce(bootstrap: str, topic: str, sends: list[tuple[int, bytes]]) -> list[tuple[int, int, bytes]]:
+def _produce(bootstrap: str, topic: str, sends: list[tuple[int, bytes]], **client: Any) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of each record sent with acks=all; `client`: more of kafka-python's
+    settings (its ssl_* keys)."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
-                             request_timeout_ms=30000, retries=20)
+                             request_timeout_ms=30000, retries=20, **client)
     try:
         futures = [(value, producer.send(topic, value=value, partition=partition)) for partition, value in sends]
         producer.flush()
@@ -134,11 +137,11 @@ def _produce(bootstrap: str, topic: str, sends: list[tuple[int, bytes]]) -> list
         producer.close()
 
 
-def _read(bootstrap: str, topic: str, partitions: int) -> dict[tuple[int, int], bytes]:
+def _read(bootstrap: str, topic: str, partitions: int, **client: Any) -> dict[tuple[int, int], bytes]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                             consumer_timeout_ms=5000, request_timeout_ms=30000)
+                             consumer_timeout_ms=5000, request_timeout_ms=30000, **client)
     try:
         assignment = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(assignment)
@@ -160,12 +163,42 @@ def _layout(admin: object, topic: str) -> dict[int, tuple[int, list[int], list[i
     return {p["partition_index"]: (p["leader_id"], p["replica_nodes"], sorted(p["isr_nodes"])) for p in described}
 
 
+def _written_and_read_back_while_each_side_leads_once(admin: Any, bootstrap: str, topic: str, **client: Any) -> None:
+    """On a topic whose partition 0 ours leads and 1 Kafka's: records written with acks=all and read
+    back; then the replicas reordered and the preferred leaders elected, so each side leads the
+    partition it followed, every acknowledged record read back from the new leaders, and more
+    written under them. `client`: kafka-python's settings (ssl_*)."""
+    from kafka import TopicPartition
+
+    both = sorted([OURS, THEIRS])
+    acked = _produce(bootstrap, topic, [(i % 2, f"v-{i}".encode()) for i in range(200)], **client)
+    assert sorted({p for p, _, _ in acked}) == [0, 1]
+    assert _read(bootstrap, topic, 2, **client) == {(p, o): v for p, o, v in acked}
+    # Both sides keep the ISR whole: each follower fetched everything from the other side.
+    _until(lambda: all(isr == both for _, _, isr in _layout(admin, topic).values()), "the ISRs to stay whole")
+
+    # Each side now leads the partition it followed.
+    admin.alter_partition_reassignments({TopicPartition(topic, 0): [THEIRS, OURS],
+                                         TopicPartition(topic, 1): [OURS, THEIRS]})
+    _until(lambda: {p: r for p, (_, r, _) in _layout(admin, topic).items()} == {0: [THEIRS, OURS], 1: [OURS, THEIRS]},
+           "the reordered replicas")
+    admin.elect_leaders(0, {topic: [0, 1]})
+    _until(lambda: {p: leader for p, (leader, _, _) in _layout(admin, topic).items()} == {0: THEIRS, 1: OURS},
+           "Kafka's broker leading partition 0 and ours partition 1")
+    assert _read(bootstrap, topic, 2, **client) == {(p, o): v for p, o, v in acked}
+
+    acked += _produce(bootstrap, topic, [(i % 2, f"v-{i}".encode()) for i in range(200, 300)], **client)
+    stored = _read(bootstrap, topic, 2, **client)
+    assert stored == {(p, o): v for p, o, v in acked}
+    assert len(stored) == 300
+    assert all(sorted(o for p2, o, _ in acked if p2 == p) == list(range(150)) for p in (0, 1))
+
+
 @needs_jars
 @pytest.mark.timeout(900)
 def test_our_broker_and_a_kafka_broker_replicate_the_same_partitions_and_each_side_leads(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from kafka import TopicPartition
         from kafka.admin import KafkaAdminClient, NewTopic
 
     controller_port, controller_http, ours_port, ours_http, theirs_port = free_loopback_ports(5)
@@ -193,27 +226,7 @@ def test_our_broker_and_a_kafka_broker_replicate_the_same_partitions_and_each_si
             _until(lambda: _layout(admin, topic) == {0: (OURS, [OURS, THEIRS], both), 1: (THEIRS, [THEIRS, OURS], both)},
                    "partition 0 led by ours and 1 by Kafka's, both replicas in sync")
 
-            acked = _produce(bootstrap, topic, [(i % 2, f"v-{i}".encode()) for i in range(200)])
-            assert sorted({p for p, _, _ in acked}) == [0, 1]
-            assert _read(bootstrap, topic, 2) == {(p, o): v for p, o, v in acked}
-            # Both sides keep the ISR whole: each follower fetched everything from the other side.
-            _until(lambda: all(isr == both for _, _, isr in _layout(admin, topic).values()), "the ISRs to stay whole")
-
-            # Each side now leads the partition it followed.
-            admin.alter_partition_reassignments({TopicPartition(topic, 0): [THEIRS, OURS],
-                                                 TopicPartition(topic, 1): [OURS, THEIRS]})
-            _until(lambda: {p: r for p, (_, r, _) in _layout(admin, topic).items()} == {0: [THEIRS, OURS], 1: [OURS, THEIRS]},
-                   "the reordered replicas")
-            admin.elect_leaders(0, {topic: [0, 1]})
-            _until(lambda: {p: leader for p, (leader, _, _) in _layout(admin, topic).items()} == {0: THEIRS, 1: OURS},
-                   "Kafka's broker leading partition 0 and ours partition 1")
-            assert _read(bootstrap, topic, 2) == {(p, o): v for p, o, v in acked}
-
-            acked += _produce(bootstrap, topic, [(i % 2, f"v-{i}".encode()) for i in range(200, 300)])
-            stored = _read(bootstrap, topic, 2)
-            assert stored == {(p, o): v for p, o, v in acked}
-            assert len(stored) == 300
-            assert all(sorted(o for p2, o, _ in acked if p2 == p) == list(range(150)) for p in (0, 1))
+            _written_and_read_back_while_each_side_leads_once(admin, bootstrap, topic)
         finally:
             admin.close()
 
