@@ -11,26 +11,36 @@ partitioned by `cluster_id`, written by Spark's own writer into `DIR/<table>/`:
     dr_checks            pass/fail checks with evidence (dr_checks.py)
 
 and `DIR/report.html`, the self-contained report (report.py).
+
+Inputs are local paths (read by the `kraft-metadata` source) or Hadoop filesystem URIs (`file:`,
+`hdfs://`, `viewfs://`, ...: found and read through Spark's Hadoop FileSystem, hadoop_files.py),
+or both; the output may be either too (the tables by Spark's writers, the report through the
+same Hadoop FileSystem).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
 from kraft_pipeline.canonical_log import canonical_log, good_rows, problem_rows
-from kraft_pipeline.data_source import FORMAT_NAME
+from kraft_pipeline.data_source import FORMAT_NAME, spark_schema
 from kraft_pipeline.dr_checks import dr_checks
 from kraft_pipeline.events import events
+from kraft_pipeline.hadoop_files import (
+    find_hadoop_log_files,
+    is_uri,
+    read_hadoop_log_files,
+    write_hadoop_text,
+)
 from kraft_pipeline.partition_history import partition_history
 from kraft_pipeline.session import build_session
 from kraft_pipeline.urp_history import partition_states, urp_history, urp_partition_totals
 
-__all__ = ["REPORT_NAME", "TABLES", "Tables", "derive", "run"]
+__all__ = ["REPORT_NAME", "TABLES", "Tables", "derive", "read_records", "run"]
 
 REPORT_NAME = "report.html"
 TABLES = ("problems", "events", "partition_history", "urp_history", "urp_partition_totals", "dr_checks")
@@ -52,9 +62,25 @@ class Tables:
         return frame
 
 
+def read_records(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+    """The rows of every log file under `inputs`: local paths through the `kraft-metadata` source,
+    URIs through Hadoop (a URI that names nothing is an error here, before any work)."""
+    uris = [i for i in inputs if is_uri(i)]
+    local = [i for i in inputs if not is_uri(i)]
+    frames = []
+    if local or not uris:
+        frames.append(spark.read.format(FORMAT_NAME).load(local))
+    if uris:
+        frames.append(read_hadoop_log_files(spark, find_hadoop_log_files(spark, uris), spark_schema()))
+    records = frames[0]
+    for frame in frames[1:]:
+        records = records.unionByName(frame)
+    return records
+
+
 def derive(spark: SparkSession, inputs: Sequence[str]) -> Tables:
     """Every derived table of the logs under `inputs`, as lazy DataFrames."""
-    records = spark.read.format(FORMAT_NAME).load(list(inputs)).cache()
+    records = read_records(spark, inputs).cache()
     log = canonical_log(good_rows(records)).cache()
     history = partition_history(log).cache()
     states = partition_states(history, log).cache()  # both URP tables start from it
@@ -70,31 +96,35 @@ def derive(spark: SparkSession, inputs: Sequence[str]) -> Tables:
     )
 
 
-def run(*, inputs: Sequence[str], output: str, master: str | None = None, spark: SparkSession | None = None) -> Tables:
+def run(
+    *,
+    inputs: Sequence[str],
+    output: str,
+    master: str | None = None,
+    spark: SparkSession | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Tables:
     """Derive and write every table under `output` (replacing an earlier run's tables).
 
     Each table is computed once, here: the writer, the report and the caller (the CLI prints the
-    checks) all read the same materialised rows, not three evaluations of the same plan."""
+    checks) all read the same materialised rows, not three evaluations of the same plan.
+    `progress`, when given, hears the name of each table once it is computed, then of each
+    written, then "report": how far a long run has got."""
     session = spark if spark is not None else build_session(master=master)
     derived = derive(session, inputs)
-    tables = dataclasses.replace(
-        derived, **{name: derived.table(name).localCheckpoint(eager=True) for name in TABLES}
-    )
+    computed = {}
+    for name in TABLES:
+        computed[name] = derived.table(name).localCheckpoint(eager=True)
+        if progress is not None:
+            progress(f"computed {name}")
+    tables = dataclasses.replace(derived, **computed)
     for name in TABLES:
         tables.table(name).write.mode("overwrite").partitionBy("cluster_id").parquet(f"{output.rstrip('/')}/{name}")
+        if progress is not None:
+            progress(f"written {name}")
     from kraft_pipeline.report import render_report
 
-    _write_text(f"{output.rstrip('/')}/{REPORT_NAME}", render_report(tables))
+    write_hadoop_text(session, path=f"{output.rstrip('/')}/{REPORT_NAME}", text=render_report(tables))
+    if progress is not None:
+        progress("report")
     return tables
-
-
-def _write_text(uri: str, text: str) -> None:
-    """Beside the tables, on whatever filesystem they went to (local paths and Arrow's URIs)."""
-    import pyarrow.fs
-
-    if "://" in uri:
-        filesystem, path = pyarrow.fs.FileSystem.from_uri(uri)
-    else:
-        filesystem, path = pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
-    with filesystem.open_output_stream(path) as out:
-        out.write(text.encode("utf-8"))

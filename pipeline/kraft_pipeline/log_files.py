@@ -30,6 +30,7 @@ from kraft_engine.records import (
     decode_metadata_record,
     record_type_of,
 )
+from kraft_engine.storage.java_properties import JavaPropertiesError, parse_properties
 from kraft_engine.storage.log_file_reader import (
     LogFileKind,
     ScannedBatch,
@@ -40,10 +41,24 @@ from kraft_engine.storage.log_file_reader import (
     read_log_file,
     scan_batches,
 )
-from kraft_engine.storage.meta_properties import MetaPropertiesError, read_meta_properties
+from kraft_engine.storage.meta_properties import (
+    META_PROPERTIES_FILE_NAME,
+    MetaProperties,
+    MetaPropertiesError,
+)
 from kraft_pipeline.record_schema import RECORD_STRUCT, record_struct_value
 
-__all__ = ["LogFile", "ROW_SCHEMA", "decode_file", "find_log_files"]
+__all__ = [
+    "LogFile",
+    "METADATA_PARTITION_DIR",
+    "ROW_SCHEMA",
+    "UNKNOWN_CLUSTER_ID",
+    "UNKNOWN_NODE_ID",
+    "decode_bytes",
+    "decode_file",
+    "find_log_files",
+    "identity_of",
+]
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 UNKNOWN_NODE_ID = -1
@@ -92,11 +107,23 @@ class LogFile:
 
 def _identity(log_dir: Path) -> tuple[str, int, str | None]:
     try:
-        meta = read_meta_properties(log_dir)
+        raw = (log_dir / META_PROPERTIES_FILE_NAME).read_bytes()
     except FileNotFoundError:
+        return identity_of(None, log_dir=str(log_dir))
+    except OSError as e:
+        return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, f"{log_dir}: {e.strerror or e}"
+    return identity_of(raw, log_dir=str(log_dir))
+
+
+def identity_of(raw: bytes | None, *, log_dir: str) -> tuple[str, int, str | None]:
+    """(cluster id, node id, what is wrong) from the bytes of a log dir's `meta.properties` (None:
+    there is none), wherever they were read from."""
+    if raw is None:
         return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, f"no meta.properties in {log_dir}"
-    except (MetaPropertiesError, OSError) as e:
-        return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, str(e)
+    try:
+        meta = MetaProperties.from_properties(parse_properties(raw.decode("utf-8")))
+    except (MetaPropertiesError, JavaPropertiesError, UnicodeDecodeError) as e:
+        return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, f"Error while reading {log_dir}/{META_PROPERTIES_FILE_NAME}: {e}"
     if meta.cluster_id is None or meta.node_id is None:
         return UNKNOWN_CLUSTER_ID, UNKNOWN_NODE_ID, f"meta.properties in {log_dir} lacks cluster.id or node.id"
     return meta.cluster_id, meta.node_id, None
@@ -165,15 +192,22 @@ class _Rows:
 
 
 def decode_file(file: LogFile) -> Iterator[pa.RecordBatch]:
-    """The rows of one file as Arrow record batches; never raises on damaged input."""
+    """The rows of one local file as Arrow record batches; never raises on damaged input."""
+    try:
+        data, read_problem = read_log_file(Path(file.path)), None
+    except OSError as e:
+        data, read_problem = b"", f"{file.path}: cannot read: {e.strerror or e}"
+    yield from decode_bytes(file, data, read_problem=read_problem)
+
+
+def decode_bytes(file: LogFile, data: bytes, *, read_problem: str | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of one file's bytes (however they were read) as Arrow record batches; never raises
+    on damaged input. `read_problem` says why the file could not be read (its bytes then empty)."""
     rows = _Rows(file)
     if file.identity_problem is not None:
         rows.add(problem=f"{file.path}: cannot tell the node: {file.identity_problem}")
-    try:
-        data = read_log_file(Path(file.path))
-    except OSError as e:
-        rows.add(problem=f"{file.path}: cannot read: {e.strerror or e}")
-        data = b""
+    if read_problem is not None:
+        rows.add(problem=read_problem)
     next_offset: int | None = None
     for item in scan_batches(data):
         if isinstance(item, ScanStop):
