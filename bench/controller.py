@@ -70,7 +70,6 @@ from kraft_engine.records import (
     BrokerRegistrationChangeRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
-    PartitionChangeRecord,
     decode_metadata_record,
     decode_metadata_records,
     encode_metadata_record,
@@ -318,6 +317,14 @@ class FenceSeen:
     fence_offset: int
     partition_changes: int  # PartitionChangeRecords before the fence record, in the observed epochs
     epochs: set[int]  # epochs of the batches that carried them
+    first_change_at: float | None  # monotonic time the first of them reached the observer
+    fence_fetched_at: float  # ... and the fence record (maybe before it was committed)
+
+
+# A framed metadata record's second byte is its api key (frame version 1 and keys < 128 are one
+# byte each): PartitionChangeRecord's is 5. The observer counts those undecoded, so that its own
+# CPU (on the machine it measures) does not delay what it reports.
+_PARTITION_CHANGE_KEY = bytes([5])
 
 
 async def _observe_fence(admin: ControllerAdmin, *, cluster_id: str, broker_id: int, deadline_s: float) -> FenceSeen:
@@ -328,6 +335,8 @@ async def _observe_fence(admin: ControllerAdmin, *, cluster_id: str, broker_id: 
     offset, epoch = quorum.high_watermark, quorum.leader_epoch
     observer = ReplicaKey(1000 + broker_id, uuid.uuid4())
     seen: list[tuple[int, int, bool]] = []  # (offset, epoch, is the fence) of partition changes and the fence
+    first_change_at: float | None = None
+    fence_fetched_at: float | None = None
     connection: KafkaConnection | None = None
     try:
         while time.monotonic() < deadline_s:
@@ -345,6 +354,7 @@ async def _observe_fence(admin: ControllerAdmin, *, cluster_id: str, broker_id: 
                                         max_wait_ms=100, max_bytes=256 << 20)
                 response = await connection.send(_as_version(request, request_class(1, min(18, newest))),
                                                  timeout_ms=30_000)
+                arrived = time.monotonic()
                 partition = response.responses[0].partitions[0]
                 if partition.error_code != ErrorCode.none:
                     raise RuntimeError(ErrorCode(partition.error_code).name)
@@ -364,21 +374,52 @@ async def _observe_fence(admin: ControllerAdmin, *, cluster_id: str, broker_id: 
                 if batch.is_control:
                     continue
                 for index, value in enumerate(batch.records):
-                    record, _ = decode_metadata_record(value)
-                    if isinstance(record, PartitionChangeRecord):
+                    if value[1:2] == _PARTITION_CHANGE_KEY:
                         seen.append((batch.base_offset + index, batch.epoch, False))
-                    elif (isinstance(record, BrokerRegistrationChangeRecord) and record.broker_id == broker_id
-                          and record.fenced == 1) or (isinstance(record, FenceBrokerRecord) and record.id == broker_id):
+                        if first_change_at is None:
+                            first_change_at = arrived
+                        continue
+                    record, _ = decode_metadata_record(value)
+                    if (isinstance(record, BrokerRegistrationChangeRecord) and record.broker_id == broker_id
+                            and record.fenced == 1) or (isinstance(record, FenceBrokerRecord) and record.id == broker_id):
                         seen.append((batch.base_offset + index, batch.epoch, True))
+                        if fence_fetched_at is None:
+                            fence_fetched_at = arrived
             fences = [entry for entry in seen if entry[2]]
             if fences and int(partition.high_watermark) > fences[0][0]:
                 fence_offset = fences[0][0]
                 before = [entry for entry in seen if entry[0] <= fence_offset]
-                return FenceSeen(time.monotonic(), fence_offset, len(before) - 1, {e for _, e, _ in before})
+                return FenceSeen(arrived, fence_offset, len(before) - 1, {e for _, e, _ in before},
+                                 first_change_at, fence_fetched_at or arrived)
     finally:
         if connection is not None:
             await connection.close()
     raise TimeoutError("no committed fence seen")
+
+
+def _fence_split(seen: FenceSeen, *, last_heartbeat: float, wall_minus_monotonic: float,
+                 large_write: dict[str, Any] | None) -> str:
+    """Where the time from the last answered heartbeat to the observed fence went, in seconds after
+    that heartbeat: the leader's steps (its `/kraftwerk/status` `last_large_write`, wall-clock ms)
+    and the observer's."""
+    def mono(ms: int | None) -> str:
+        return "?" if ms is None else f"{ms / 1000 - wall_minus_monotonic - last_heartbeat:.2f}"
+
+    steps = []
+    if large_write is not None:
+        steps += [
+            f"fence check due (session expiry) {mono(large_write['due_ms'])}",
+            f"began {mono(large_write['started_ms'])}",
+            f"raft reserved all {large_write['batches']} batches of {large_write['records']} records "
+            f"{mono(large_write['reserved_ms'])}",
+            f"applied and released to the log {mono(large_write['released_ms'])}",
+            f"committed on the leader {mono(large_write['committed_ms'])}",
+        ]
+    if seen.first_change_at is not None:
+        steps.append(f"observer: first partition change fetched {seen.first_change_at - last_heartbeat:.2f}")
+    steps += [f"fence fetched {seen.fence_fetched_at - last_heartbeat:.2f}",
+              f"commit seen {seen.committed_at - last_heartbeat:.2f}"]
+    return "; ".join(steps)
 
 
 async def _high_watermark(admin: ControllerAdmin) -> int:
@@ -493,6 +534,7 @@ async def bench_system(system: Quorum, *, topics: int, partitions: int, failover
                                                             deadline_s=time.monotonic() + 150))
             await asyncio.sleep(0.5)
             last_heartbeat = await brokers.silence(2)
+            wall_minus_monotonic = time.time() - time.monotonic()
             try:
                 seen: FenceSeen | None = await observer
             except TimeoutError:
@@ -511,6 +553,14 @@ async def bench_system(system: Quorum, *, topics: int, partitions: int, failover
                       f"observer): {results['fence_s']:.2f} s (session timeout 9 s); {seen.partition_changes} "
                       f"partition changes before it; epochs {sorted(seen.epochs)}, leader epoch {epoch_before} -> "
                       f"{after.leader_epoch}", flush=True)
+                large_write = None
+                if system.name == "kraftwerk":
+                    large_write = (system.status(int(after.leader_id)) or {}).get("last_large_write")
+                    if large_write is not None and large_write["last_offset"] != seen.fence_offset:
+                        large_write = None  # not the fence's (the fence record is the last of its write)
+                print("  where the time went (s after the last answered heartbeat): "
+                      + _fence_split(seen, last_heartbeat=last_heartbeat, wall_minus_monotonic=wall_minus_monotonic,
+                                     large_write=large_write), flush=True)
             results["raft_stall_ms"] = system.raft_stall_ms()
             if results["raft_stall_ms"] is not None:
                 print(f"longest raft event-loop stall on any controller so far: {results['raft_stall_ms']:.0f} ms "
@@ -606,26 +656,28 @@ class MemoryLog:
     def __init__(self, *, first_offset: int = 0) -> None:
         self.batches: list[tuple[int, Sequence[object]]] = []  # (base offset, records)
         self._next = first_offset
-        self._prepared: tuple[int, Sequence[object]] | None = None
+        self._prepared: list[tuple[int, Sequence[object]]] = []
         self.encoded: list[list[bytes]] = []
         self.encode_s = 0.0
 
     def next_append_offset(self) -> int:
         return self._next
 
-    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
+    def prepare_appends(self, *, epoch: int, batches: Sequence[Sequence[RecordAndVersion]]) -> list[int]:
         # Encoded once, here, as the node's RaftAppends does on the controller thread.
-        started = time.perf_counter()
-        self.encoded.append(encode_records(records))
-        self.encode_s += time.perf_counter() - started
-        self._prepared = (self._next, records_only(records))
-        self._next += len(records)
-        return self._next - 1
+        last_offsets = []
+        for records in batches:
+            started = time.perf_counter()
+            self.encoded.append(encode_records(records))
+            self.encode_s += time.perf_counter() - started
+            self._prepared.append((self._next, records_only(records)))
+            self._next += len(records)
+            last_offsets.append(self._next - 1)
+        return last_offsets
 
     def schedule_prepared_append(self) -> None:
-        if self._prepared is not None:
-            self.batches.append(self._prepared)
-            self._prepared = None
+        self.batches.extend(self._prepared)
+        self._prepared = []
 
     def take(self) -> list[tuple[int, int, Sequence[object]]]:
         """(base offset, last offset, records) of every batch appended since the last call (a

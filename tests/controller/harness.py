@@ -50,7 +50,8 @@ class FakeRaft:
         self.delivered = 0  # batches handed to the controller as committed
         self.refuse = False
         self._next_offset = 0
-        self._prepared: FakeBatch | None = None
+        self._prepared: list[FakeBatch] = []
+        self.prepare_calls = 0
 
     def start_epoch(self, epoch: int, *, log_end_offset: int) -> None:
         """This node was elected for `epoch` with its log ending at `log_end_offset`: raft writes its
@@ -59,9 +60,9 @@ class FakeRaft:
         self.control_batch(epoch)
 
     @property
-    def prepared(self) -> FakeBatch | None:
-        """A batch reserved but never let go to the log (never written if never scheduled)."""
-        return self._prepared
+    def prepared(self) -> list[FakeBatch]:
+        """The batches reserved but never let go to the log (never written if never scheduled)."""
+        return list(self._prepared)
 
     def control_batch(self, epoch: int) -> None:
         """One raft control record (LeaderChangeMessage, VotersRecord, ...) takes the next offset."""
@@ -72,23 +73,32 @@ class FakeRaft:
     def next_append_offset(self) -> int:
         return self._next_offset
 
-    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
+    def prepare_appends(self, *, epoch: int, batches: Sequence[Sequence[RecordAndVersion]]) -> list[int]:
+        self.prepare_calls += 1
         if self.refuse:
             raise AppendRefused("refused by the test")
-        if self._prepared is not None:
+        if self._prepared:
             raise AssertionError("a prepared append was never scheduled")
-        batch = FakeBatch(self._next_offset, epoch, tuple(records), self._next_offset + len(records) - 1)
-        self._next_offset = batch.last_offset + 1
-        self._prepared = batch
-        return batch.last_offset
+        last_offsets = []
+        for index, records in enumerate(batches):
+            if index and self.control_between_appends:
+                # Raft may place its own control record between a write's batches (the real one
+                # does not within one call); the controller must apply each where it was placed.
+                self._prepared.append(FakeBatch(self._next_offset, epoch, (), self._next_offset))
+                self._next_offset += 1
+            batch = FakeBatch(self._next_offset, epoch, tuple(records), self._next_offset + len(records) - 1)
+            self._next_offset = batch.last_offset + 1
+            self._prepared.append(batch)
+            last_offsets.append(batch.last_offset)
+        return last_offsets
 
     def schedule_prepared_append(self) -> None:
-        batch, self._prepared = self._prepared, None
-        if batch is None:
+        batches, self._prepared = self._prepared, []
+        if not batches:
             raise AssertionError("nothing was prepared")
-        self.log.append(batch)
+        self.log.extend(batches)
         if self.control_between_appends:
-            self.control_batch(batch.epoch)
+            self.control_batch(batches[-1].epoch)
 
     # -- committing ----------------------------------------------------------------------------
     def commit(self, controller: QuorumController, *, now_ms: int = 0) -> list[FakeBatch]:

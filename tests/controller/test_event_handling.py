@@ -125,6 +125,23 @@ def test_non_atomic_results_are_split_and_atomic_ones_are_capped() -> None:
         loop.put(("a", 1), ("b", 2), ("c", 3), atomic=True)
 
 
+def test_all_batches_of_a_write_go_to_raft_in_one_call_and_none_is_released_if_one_cannot_be_applied() -> None:
+    # A fence at 100k partitions is eleven batches: raft reserves them in one call and releases
+    # them together once all are applied (one hop onto raft's loop each way on a node).
+    loop = _Loop(max_records_per_batch=2)
+    loop.claim(epoch=1, log_end_offset=0)
+    loop.put(("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5), atomic=False)
+    assert loop.raft.prepare_calls == 1
+    assert [len(b.records) for b in loop.raft.log if b.records] == [2, 2, 1]
+    assert loop.state.snapshot() == {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}
+    written = len(loop.raft.log)
+    with pytest.raises(ControllerFault, match="Unable to apply _Put record at offset"):
+        loop.put(("f", 1), ("g", 2), ("h", -1), atomic=False)
+    # Its first batch was applied, but nothing of the write reached the log.
+    assert loop.raft.prepare_calls == 2 and len(loop.raft.log) == written
+    assert [len(b.records) for b in loop.raft.prepared if b.records] == [2, 1]
+
+
 def test_client_errors_fail_only_that_write_and_replay_failures_are_fatal() -> None:
     loop = _Loop()
     loop.claim(epoch=1, log_end_offset=0)
@@ -139,7 +156,7 @@ def test_client_errors_fail_only_that_write_and_replay_failures_are_fatal() -> N
         loop.put(("a", -1))
     # The batch was reserved but never let go to the log: a record the controller cannot apply
     # is never replicated.
-    assert loop.raft.prepared is not None and all(b.records == () for b in loop.raft.log)
+    assert loop.raft.prepared and all(b.records == () for b in loop.raft.log)
 
 
 def test_an_unexpected_error_while_generating_renounces_and_answers_unknown_server_error() -> None:

@@ -161,7 +161,7 @@ def test_a_node_raft_names_leader_of_an_epoch_it_does_not_hold_never_activates_a
         standby.tick(now_ms)
         effects = standby.take_effects()
         assert effects.resign_epoch is None
-        assert len(raft.log) == written and raft.prepared is None  # nothing appended, nothing reserved
+        assert len(raft.log) == written and raft.prepared == []  # nothing appended, nothing reserved
     assert not standby.is_active() and standby.active_controller_count() == 0
     assert standby.new_active_controllers_count() == 0
     # When raft does win an epoch, the node activates as usual.

@@ -151,6 +151,16 @@ async def test_one_brokers_fence_and_all_its_isr_shrinks_commit_under_the_same_l
             print(f"the leader appended the fence's {len(changes)} batches of partition changes from {changes[0]:.2f} s "
                   f"to {changes[-1]:.2f} s; the fence was found in the logs of "
                   + ", ".join(f"{n} at {t - last_heartbeat:.2f} s" for n, t in sorted(fenced_on.items(), key=lambda i: i[1])))
+        write = controllers.status_of(leader).get("last_large_write")
+        if write is not None and write["committed_ms"] is not None:
+            def after_heartbeat(ms: int | None) -> str:
+                return "?" if ms is None else f"{(ms - last_heartbeat_wall_ms) / 1000:.2f} s"
+
+            print(f"the leader's own account of its last large write ({write['name']}, {write['records']} records in "
+                  f"{write['batches']} batches): due {after_heartbeat(write['due_ms'])}, began "
+                  f"{after_heartbeat(write['started_ms'])}, raft reserved them {after_heartbeat(write['reserved_ms'])}, "
+                  f"applied and released {after_heartbeat(write['released_ms'])}, committed "
+                  f"{after_heartbeat(write['committed_ms'])}")
         assert (now_leading, now_epoch) == (leader, epoch)
         assert leader in fenced_on, "the leader's own log lacks the fence a majority has"
 

@@ -9,6 +9,7 @@ from raft_harness import Cluster
 
 from kraft_engine.invariant import InvariantViolation
 from kraft_engine.raft import (
+    BufferFullError,
     CommittedBatch,
     LeaderChange,
     MemoryLog,
@@ -177,3 +178,31 @@ def test_a_prepared_append_never_scheduled_is_never_written() -> None:
     cluster.advance(2000)
     assert b"poison" not in cluster[1].log.read(0, 1 << 20)
     assert cluster[1].committed_values == [b"before"]
+
+
+def test_a_writes_batches_prepared_in_one_call_are_placed_in_order_and_reach_the_log_together() -> None:
+    # The quorum controller hands raft all the batches of one write in one call: each gets its
+    # own offsets, in order, and none reaches the log before the one schedule.
+    cluster = Cluster([1], config=RaftConfig(append_linger_ms=0))
+    node = cluster.node(1)
+    last_offsets = node.prepare_appends([[b"a", b"b"], [b"c"], [b"d", b"e"]], epoch=node.epoch, now_ms=cluster.now_ms)
+    assert last_offsets == [2, 3, 5] and node.next_append_offset == 6
+    cluster.advance(100)
+    assert node.log_end_offset == 1 and cluster[1].committed_values == []
+    node.schedule_prepared_append()
+    cluster.advance(1)
+    assert node.log_end_offset == 6 and cluster[1].committed_values == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_batches_the_write_buffer_cannot_hold_are_refused_whole() -> None:
+    # All or none: a write whose third batch does not fit reserves nothing and holds nothing back.
+    cluster = Cluster([1], config=RaftConfig(append_linger_ms=0, max_batch_size_bytes=300, max_number_of_batches=1))
+    node = cluster.node(1)
+    cluster.advance(1)  # the LeaderChangeMessage is written: the buffer is empty
+    before = node.next_append_offset
+    with pytest.raises(BufferFullError):
+        node.prepare_appends([[b"x" * 100], [b"y" * 100], [b"z" * 100]], epoch=node.epoch, now_ms=cluster.now_ms)
+    assert node.next_append_offset == before
+    node.append([b"after"], epoch=node.epoch, now_ms=cluster.now_ms)
+    cluster.advance(1)
+    assert cluster[1].committed_values == [b"after"]

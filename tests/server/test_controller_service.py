@@ -65,10 +65,10 @@ class _Driver(RaftDriver):
 
     refuse_appends = False
 
-    def prepare_append(self, records: list[bytes], *, epoch: int) -> int:
+    def prepare_appends(self, batches: list[list[bytes]], *, epoch: int) -> list[int]:
         if self.refuse_appends:
             raise NotLeaderError("refused by the test")
-        return super().prepare_append(records, epoch=epoch)
+        return super().prepare_appends(batches, epoch=epoch)
 
 
 def _driver(directory: Path, registry: CollectorRegistry) -> _Driver:

@@ -30,14 +30,16 @@ class _PredictingAppends(SimRaftAppends):
         super().__init__(machine)
         self._predicted_next: dict[int, int] = {}
 
-    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
-        placed = super().prepare_append(epoch=epoch, records=records)
-        base = placed - len(records) + 1
-        predicted = self._predicted_next.setdefault(epoch, base)
-        self._predicted_next[epoch] = predicted + len(records)
-        if base != predicted:
-            self.schedule_prepared_append()  # the old shell had already handed raft the batch
-            raise AppendRefused(f"Raft placed the batch ending at {placed}, expected {predicted + len(records) - 1}")
+    def prepare_appends(self, *, epoch: int, batches: Sequence[Sequence[RecordAndVersion]]) -> list[int]:
+        placed = super().prepare_appends(epoch=epoch, batches=batches)
+        for records, last_offset in zip(batches, placed, strict=True):
+            base = last_offset - len(records) + 1
+            predicted = self._predicted_next.setdefault(epoch, base)
+            self._predicted_next[epoch] = predicted + len(records)
+            if base != predicted:
+                self.schedule_prepared_append()  # the old shell had already handed raft the batch
+                raise AppendRefused(f"Raft placed the batch ending at {last_offset}, "
+                                    f"expected {predicted + len(records) - 1}")
         return placed
 
 

@@ -1,12 +1,13 @@
 """The controller's write → apply → commit discipline, independent of any particular manager.
 
 Kafka's QuorumController runs every operation on one event thread: a write event generates
-records, reserves their offsets in the raft layer (bound to the claim epoch), applies ("replays")
-them to memory at exactly those offsets, lets raft write them, and parks its completion in a
-purgatory keyed on the last offset raft gave, until the stable offset reaches it. Raft alone
-assigns offsets (its own control records take some too); the controller never predicts one. Commits
-advance the offsets and release the purgatory; standbys replay what the leader wrote. Losing
-leadership fails the purgatory with NOT_CONTROLLER and reverts memory to the stable offset.
+records, reserves their offsets in the raft layer (bound to the claim epoch; all of a write's
+batches in one call), applies ("replays") them to memory at exactly those offsets, lets raft
+write them, and parks its completion in a purgatory keyed on the last offset raft gave, until the
+stable offset reaches it. Raft alone assigns offsets (its own control records take some too); the
+controller never predicts one. Commits advance the offsets and release the purgatory; standbys
+replay what the leader wrote. Losing leadership fails the purgatory with NOT_CONTROLLER and
+reverts memory to the stable offset.
 
 `EventHandling` is that loop without the thread: the shell calls one method per event, in the
 order its single asyncio task dequeues them, and collects the resulting effects. The quorum
@@ -269,25 +270,36 @@ class EventHandling:
                     f"Attempted to atomically commit {len(records)} records, but maxRecordsPerBatch "
                     f"is {self.max_records_per_batch}"
                 )
-            return self._append_batch(records)
+            return self._append_batches([records])
         # Each batch gets its own in-memory snapshot, so any prefix can be reverted.
-        offset = -1
-        for start in range(0, len(records), self.max_records_per_batch):
-            offset = self._append_batch(records[start : start + self.max_records_per_batch])
-        return offset
+        size = self.max_records_per_batch
+        return self._append_batches([records[start : start + size] for start in range(0, len(records), size)])
 
-    def _append_batch(self, records: Sequence[RecordAndVersion]) -> int:
-        # Raft says where the batch lands (its own control records take offsets too)...
-        last_offset = self._raft.prepare_append(epoch=self.cur_claim_epoch, records=records)
+    def _append_batches(self, batches: list[Sequence[RecordAndVersion]]) -> int:
+        """Reserve all of one write's batches in one call, apply each where raft placed it, then
+        let them all go; the last offset."""
+        # Raft says where the batches land (its own control records take offsets too)...
+        last_offsets = self._raft.prepare_appends(epoch=self.cur_claim_epoch, batches=batches)
+        require(len(last_offsets) == len(batches), f"raft placed {len(last_offsets)} of {len(batches)} batches")
+        # ...the records are applied there before raft may write them: a record the controller
+        # itself cannot apply is a bug that must be found before the record is replicated (the
+        # prepared batches are then never scheduled).
+        for records, last_offset in zip(batches, last_offsets, strict=True):
+            self._apply_prepared(records, last_offset)
+        self._raft.schedule_prepared_append()
+        last_offset = last_offsets[-1]
+        self.last_applied_offset = last_offset
+        self.last_applied_timestamp_ms = self.clock_ms
+        return last_offset
+
+    def _apply_prepared(self, records: Sequence[RecordAndVersion], last_offset: int) -> None:
         base_offset = last_offset - len(records) + 1
         require(
             base_offset > self.offset_control.last_scheduled_offset,
             f"raft placed a batch at {base_offset}, at or before the last one scheduled "
             f"({self.offset_control.last_scheduled_offset})",
         )
-        # ...the records are applied there before raft may write them: a record the controller
-        # itself cannot apply is a bug that must be found before the record is replicated (the
-        # prepared batch is then never scheduled).
+
         def fault(record: object, offset: int, error: Exception) -> Exception:
             return ControllerFault(
                 f"Unable to apply {type(record).__name__} record at offset {offset} "
@@ -304,11 +316,7 @@ class EventHandling:
                 offset += len(part)
         else:
             self._replay_records([record for record, _ in records], base_offset, fault)
-        self._raft.schedule_prepared_append()
         self.offset_control.handle_schedule_append(last_offset)
-        self.last_applied_offset = last_offset
-        self.last_applied_timestamp_ms = self.clock_ms
-        return last_offset
 
     def read(self, operation: Callable[[int], R]) -> R:
         """Run a read against the stable state: `operation` gets the offset to read at."""

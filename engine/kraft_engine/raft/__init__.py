@@ -29,7 +29,8 @@ only through methods that take `now_ms` and return an `Output`:
   the same write in two steps (Kafka's prepareAppend / schedulePreparedAppend). Raft reserves the
   offsets and holds the batch back from the log until it is scheduled, so the quorum controller
   can apply the records exactly where they land before they may be replicated;
-  `next_append_offset` is where the next batch would start.
+  `next_append_offset` is where the next batch would start. `prepare_appends(batches, ...)`
+  reserves several batches in one call, all or none, released by one schedule.
 - `resign(epoch, *, now_ms)`, `shutdown(timeout_ms, *, now_ms)` (`Output.shutdown_complete`).
 - `create_snapshot(end_offset=, records=, last_contained_log_timestamp_ms=, now_ms=)`: freeze a
   snapshot at a committed offset (`kraft_engine.errors.SnapshotError` otherwise); retention then cleans the log prefix

@@ -17,7 +17,7 @@ What stays here is the role loop, the public API and the wiring between the part
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -356,9 +356,16 @@ class RaftNode:
         records before they commit must apply them where this says they land. Raises
         NotLeaderError like `append`; one prepared append at a time.
         """
+        return self.prepare_appends([records], epoch=epoch, now_ms=now_ms)[0]
+
+    def prepare_appends(self, batches: Sequence[list[bytes]], *, epoch: int, now_ms: int) -> list[int]:
+        """`prepare_append` for several batches at once, all or none, held back together until
+        `schedule_prepared_append`; the last offset of each. Kafka's controller prepares each
+        batch of a write in turn and schedules them once; here each call onto raft's loop is a
+        thread hop, so one write's batches come in one call."""
         accumulator = self._leader_accumulator(epoch)
         require(not accumulator.holding, "a prepared append is already waiting to be scheduled")
-        return accumulator.append(records, now_ms=now_ms, hold=True)
+        return accumulator.append_groups(batches, now_ms=now_ms, hold=True)
 
     def schedule_prepared_append(self) -> None:
         """Let the prepared records reach the log (Kafka's `schedulePreparedAppend`); they are

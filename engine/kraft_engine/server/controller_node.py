@@ -409,6 +409,7 @@ class ControllerNode:
                     "snapshots": [[s.offset, s.epoch] for s in raft.log.snapshot_ids()],
                     "applied_offset": self._applied_offset(driver),
                     "loop_stall_ms_max": round(self.loop_stall.max_stall_ms, 1),
+                    "last_large_write": self._last_large_write(),
                 },
             )
 
@@ -419,6 +420,11 @@ class ControllerNode:
             http.route("POST", "/kraftwerk/test/append", self._test_append)
             http.route("GET", "/kraftwerk/test/entries", self._test_entries)
         return http
+
+    def _last_large_write(self) -> dict[str, Any] | None:
+        """The controller's latest write of at least 10,000 records, step by step (wall-clock ms)."""
+        write = None if self.controller is None else self.controller.service.last_large_write
+        return None if write is None else write.as_dict()
 
     def _applied_offset(self, driver: RaftDriver) -> int:
         """The next offset the state machine has not applied (committed image offset + 1)."""

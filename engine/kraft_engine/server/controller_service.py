@@ -26,6 +26,11 @@ Kafka's QuorumController gets from its KafkaEventQueue thread and its RaftClient
   leader changes) included, so no batch is ever "placed elsewhere" (docs/controller-offsets.md).
   A refused append makes the controller renounce (reverting what it applied) and the raft layer
   is asked to resign that epoch.
+- All the batches of one write (a fence at 100k partitions is eleven) are reserved in one call
+  and released in one: two hops onto the raft loop per write, however many batches.
+- A write of at least `LARGE_WRITE_RECORDS` records is timed step by step (due, began, reserved,
+  released, committed: `LargeWrite`), logged, and shown in `/kraftwerk/status` as
+  `last_large_write`, so the time from a session's expiry to its committed fence explains itself.
 - Heartbeat contact times are recorded when the request arrives, before it is queued, so a busy
   controller never fences a live broker.
 - Every committed batch and snapshot also feeds a `MetadataLoader`, whose image serves reads that
@@ -60,7 +65,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 from kio.schema.errors import ErrorCode
@@ -118,8 +123,9 @@ class RaftPort(Protocol):
     def holds_leadership(self, epoch: int) -> bool:
         """Raft is the Leader of `epoch` (a Resigned node names itself leader but is not)."""
 
-    def prepare_append(self, records: list[bytes], *, epoch: int) -> int:
-        """Reserve offsets for one batch as leader of `epoch`; the last one. Raises NotLeaderError."""
+    def prepare_appends(self, batches: list[list[bytes]], *, epoch: int) -> list[int]:
+        """Reserve offsets for `batches` as leader of `epoch`, all or none; the last of each.
+        Raises NotLeaderError."""
 
     def schedule_prepared_append(self) -> None: ...
 
@@ -151,6 +157,8 @@ class RaftAppends:
         #: instead of decoding them again (Kafka's leader, too, hands its listener the records it
         #: appended from memory). Only the controller thread touches it.
         self.own_batches: dict[int, tuple[int, int, Sequence[Any]]] = {}
+        #: The current event's appends, reset by the service before each event.
+        self.timing = _AppendTiming()
 
     def call_through(self, on_raft_loop: Callable[[Callable[[], Any]], Any]) -> None:
         self._call = on_raft_loop
@@ -158,21 +166,75 @@ class RaftAppends:
     def next_append_offset(self) -> int:
         return int(self._call(lambda: self._raft.next_append_offset))
 
-    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
-        values = encode_records(records)
+    def prepare_appends(self, *, epoch: int, batches: Sequence[Sequence[RecordAndVersion]]) -> list[int]:
+        values = [encode_records(records) for records in batches]
+        count = sum(map(len, values))
         try:
-            last_offset = int(self._call(lambda: self._raft.prepare_append(values, epoch=epoch)))
+            last_offsets = list(self._call(lambda: self._raft.prepare_appends(values, epoch=epoch)))
         except NotLeaderError as error:
-            logger.info("Append of %d records in epoch %d refused by raft (%s): renouncing", len(values), epoch, error)
+            logger.info("Append of %d records in epoch %d refused by raft (%s): renouncing", count, epoch, error)
             raise AppendRefused(str(error)) from error
         except RaftError as error:
-            logger.warning("Append of %d records in epoch %d failed (%s): renouncing", len(values), epoch, error)
+            logger.warning("Append of %d records in epoch %d failed (%s): renouncing", count, epoch, error)
             raise AppendRefused(str(error)) from error
-        self.own_batches[last_offset - len(values) + 1] = (epoch, last_offset, records_only(records))
-        return last_offset
+        for records, encoded, last_offset in zip(batches, values, last_offsets, strict=True):
+            self.own_batches[last_offset - len(encoded) + 1] = (epoch, last_offset, records_only(records))
+        self.timing.reserved(records=count, batches=len(values), last_offset=last_offsets[-1])
+        return last_offsets
 
     def schedule_prepared_append(self) -> None:
         self._call(self._raft.schedule_prepared_append)
+        self.timing.released()
+
+
+@dataclass(slots=True)
+class LargeWrite:
+    """When the controller's latest large write (at least `LARGE_WRITE_RECORDS` records in one
+    event) went through each step, in wall-clock ms: what `/kraftwerk/status` shows as
+    `last_large_write` and the controller logs, so a slow fence explains itself."""
+
+    name: str
+    records: int
+    batches: int
+    last_offset: int
+    due_ms: int | None  # the periodic task's deadline (a fence: the session's expiry), if one
+    started_ms: int  # the event (or the periodic tasks) began
+    reserved_ms: int  # raft took all its batches (one call)
+    released_ms: int  # applied, and let go to the log
+    committed_ms: int | None = None  # raft delivered its last batch as committed (raft's loop)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: A write event appending at least this many records is timed step by step (`LargeWrite`).
+LARGE_WRITE_RECORDS = 10_000
+
+
+class _AppendTiming:
+    """What `RaftAppends` saw of the current event's appends (the controller thread only)."""
+
+    __slots__ = ("batches", "last_offset", "records", "released_ns", "reserved_ns")
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.batches = 0
+        self.last_offset = -1
+        self.reserved_ns = 0
+        self.released_ns = 0
+
+    def reserved(self, *, records: int, batches: int, last_offset: int) -> None:
+        self.records += records
+        self.batches += batches
+        self.last_offset = last_offset
+        self.reserved_ns = time.monotonic_ns()
+
+    def released(self) -> None:
+        self.released_ns = time.monotonic_ns()
+
+    def reset(self) -> None:
+        self.records = self.batches = self.reserved_ns = self.released_ns = 0
+        self.last_offset = -1
 
 
 class ControllerStopped(ServerError):
@@ -318,9 +380,15 @@ class ControllerService:
         port = controller.raft_port
         # This controller's own batches, reserved through the port and not yet committed.
         self._own_batches: dict[int, tuple[int, int, Sequence[Any]]] = {}
+        self._append_timing: _AppendTiming | None = None
         if isinstance(port, RaftAppends):
             port.call_through(self._on_raft_loop)
             self._own_batches = port.own_batches
+            self._append_timing = port.timing
+        #: The latest large write's steps (`LargeWrite`); written by the controller thread, its
+        #: commit time by raft's loop.
+        self.last_large_write: LargeWrite | None = None
+        self._delivered_offset = -1  # the last committed offset raft delivered (raft's loop writes it)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -367,6 +435,13 @@ class ControllerService:
         """Queue a raft listener event; it runs on the controller thread in the order delivered."""
         with self._group_lock:
             if isinstance(event, CommittedBatch):
+                self._delivered_offset = event.last_offset
+                write = self.last_large_write
+                if write is not None and write.committed_ms is None and event.last_offset >= write.last_offset:
+                    write.committed_ms = self._clock_ms()
+                    logger.info("Controller %d: the %d records of %s up to offset %d committed %d ms after it began",
+                                self.controller.node_id, write.records, write.name, write.last_offset,
+                                write.committed_ms - write.started_ms)
                 # Consecutive commits the controller has not started on become one event, so the
                 # loader folds them into one delta and one new image (an image per batch would
                 # dominate a catch-up).
@@ -470,19 +545,54 @@ class ControllerService:
                 event = self._next_event()
                 if event is _STOP:
                     return
-                # The controller's clock moves on every wake-up, and due periodic tasks run first.
-                self.controller.tick(self._clock_ms())
-                self._perform_effects()
+                # The controller's clock moves on every wake-up, and due periodic tasks run first
+                # (a fence among them: bulk work, so without the collector, as an event).
+                due_ms = self.controller.next_deadline_ms()
+                with self._timed("periodic tasks", due_ms=due_ms), collector_paused():
+                    self.controller.tick(self._clock_ms())
+                    self._perform_effects()
                 if event is not None:
                     started_ns = time.monotonic_ns()
                     self._metrics.queue_time_ms.observe((started_ns - event.enqueued_ns) / 1e6)
-                    with collector_paused():
+                    with self._timed(event.name, due_ms=None), collector_paused():
                         event.run()
                         self._perform_effects()
                     self._metrics.processing_time_ms.observe((time.monotonic_ns() - started_ns) / 1e6)
                 self._maybe_snapshot()
         except BaseException as error:  # a fault: nothing the controller holds can be trusted now
             self._fatal(error)
+
+    @contextlib.contextmanager
+    def _timed(self, name: str, *, due_ms: int | None) -> Iterator[None]:
+        """Time the block's appends step by step when they are a large write (`LargeWrite`)."""
+        timing = self._append_timing
+        if timing is None:
+            yield
+            return
+        timing.reset()
+        started_ns, started_ms = time.monotonic_ns(), self._clock_ms()
+        yield
+        if timing.records < LARGE_WRITE_RECORDS:
+            return
+
+        def at_ms(ns: int) -> int:
+            return started_ms + (ns - started_ns) // 1_000_000
+
+        write = LargeWrite(name=name, records=timing.records, batches=timing.batches, last_offset=timing.last_offset,
+                           due_ms=due_ms, started_ms=started_ms, reserved_ms=at_ms(timing.reserved_ns),
+                           released_ms=at_ms(timing.released_ns))
+        self.last_large_write = write
+        if write.committed_ms is None and self._delivered_offset >= write.last_offset:
+            # Committed before this thread got here (raft's loop saw no large write to time): the
+            # commit time is at most now.
+            write.committed_ms = self._clock_ms()
+        logger.info(
+            "Controller %d: %s appended %d records in %d batches ending at offset %d; began %s, raft reserved "
+            "them %d ms in, applied and released %d ms in",
+            self.controller.node_id, name, write.records, write.batches, write.last_offset,
+            "on time" if due_ms is None else f"{started_ms - due_ms} ms after it was due",
+            write.reserved_ms - started_ms, write.released_ms - started_ms,
+        )
 
     def _next_event(self) -> _Event | None:
         deadline_ms = self.controller.next_deadline_ms()

@@ -344,12 +344,14 @@ class RaftDriver:
     def next_append_offset(self) -> int:
         return self.raft.next_append_offset
 
-    def prepare_append(self, records: list[bytes], *, epoch: int) -> int:
-        """RaftPort.prepare_append: reserve offsets for one batch as leader of `epoch` (held back
-        from the log until `schedule_prepared_append`); its last offset. Raises NotLeaderError."""
-        offset = self.raft.prepare_append(records, epoch=epoch, now_ms=self._clock_ms())
-        self._metrics.append_records.record(len(records))
-        return offset
+    def prepare_appends(self, batches: list[list[bytes]], *, epoch: int) -> list[int]:
+        """RaftPort.prepare_appends: reserve offsets for `batches` as leader of `epoch`, all or
+        none, held back from the log until `schedule_prepared_append`; the last offset of each.
+        Raises NotLeaderError."""
+        offsets = self.raft.prepare_appends(batches, epoch=epoch, now_ms=self._clock_ms())
+        for records in batches:
+            self._metrics.append_records.record(len(records))
+        return offsets
 
     def schedule_prepared_append(self) -> None:
         self.raft.schedule_prepared_append()

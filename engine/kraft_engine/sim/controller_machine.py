@@ -71,23 +71,24 @@ class SimRaftAppends:
     def next_append_offset(self) -> int:
         return self._machine.node().raft.next_append_offset
 
-    def prepare_append(self, *, epoch: int, records: Sequence[RecordAndVersion]) -> int:
+    def prepare_appends(self, *, epoch: int, batches: Sequence[Sequence[RecordAndVersion]]) -> list[int]:
         node = self._machine.node()
         if epoch not in self._machine.led_epochs:
             raise Violation(
                 "ControllerWrite",
                 f"controller {self._machine.node_id} wrote in epoch {epoch}, which its raft node never led",
             )
-        values = encode_records(records)
+        values = [encode_records(records) for records in batches]
         now_ms = self._machine.now_ms()
         try:
-            last_offset = node.raft.prepare_append(values, epoch=epoch, now_ms=now_ms)
+            last_offsets = node.raft.prepare_appends(values, epoch=epoch, now_ms=now_ms)
         except (NotLeaderError, RaftError) as error:
             raise AppendRefused(str(error)) from error
         written = self._machine.cluster.record_written_ms
-        for offset in range(last_offset - len(values) + 1, last_offset + 1):
-            written[epoch, offset] = now_ms
-        return last_offset
+        for encoded, last_offset in zip(values, last_offsets, strict=True):
+            for offset in range(last_offset - len(encoded) + 1, last_offset + 1):
+                written[epoch, offset] = now_ms
+        return last_offsets
 
     def schedule_prepared_append(self) -> None:
         self._machine.cluster.drive(self._machine.node(), lambda raft, _: raft.schedule_prepared_append())
