@@ -92,8 +92,9 @@ def test_a_leader_that_counts_itself_before_its_flush_is_caught(monkeypatch: pyt
 
     drain = Fetching.drain_accumulator
 
-    def counts_itself_before_flush(self: Fetching, state: LeaderState, now_ms: int) -> None:
-        drain(self, state, now_ms)
+    def counts_itself_before_flush(self: Fetching, state: LeaderState, now_ms: int, *,
+                                   max_bytes: int | None = None) -> None:
+        drain(self, state, now_ms, max_bytes=max_bytes)
         leader = self._ctx.quorum.state
         if isinstance(leader, LeaderState) and leader.update_local_state(self._ctx.log.end_offset().offset):
             self._on_leader_hwm_advanced(leader, now_ms)

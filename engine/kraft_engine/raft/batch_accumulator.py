@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from kraft_engine.invariant import require
 from kraft_engine.raft.errors import BufferFullError, RecordBatchTooLargeError
 from kraft_engine.records.control import ControlRecord
 
@@ -66,13 +65,23 @@ class BatchAccumulator:
         linger_ms: int,
         max_batch_size_bytes: int,
         max_number_of_batches: int,
+        preferred_batch_size_bytes: int | None = None,
     ) -> None:
         self.epoch = epoch
         self._next_offset = next_offset
         self._linger_ms = linger_ms
         self._max_batch_size_bytes = max_batch_size_bytes
-        self._max_number_of_batches = max_number_of_batches
+        # A batch is closed once the next group would take it past this (a group larger than it
+        # still gets a batch of its own, up to the maximum): a follower then takes a large write
+        # in Fetch-sized steps, and the leader builds it one step per poll, instead of one
+        # multi-megabyte batch that holds both sides' loops at once.
+        self._preferred_batch_size_bytes = min(preferred_batch_size_bytes or max_batch_size_bytes,
+                                               max_batch_size_bytes)
+        # What the buffer may hold (Kafka's MAX_NUMBER_OF_BATCHES full batches), counted in bytes,
+        # so that closing batches early never refuses a write a buffer of full batches would take.
+        self._capacity_bytes = max_number_of_batches * max_batch_size_bytes
         self._completed: list[PendingBatch] = []
+        self._completed_bytes = 0
         self._current: PendingBatch | None = None
         self._drain_deadline_ms: int | None = None
         # The first offset of a prepared append not yet released: nothing from it on drains.
@@ -102,22 +111,28 @@ class BatchAccumulator:
         sizes = [self._group_size(values) for values in groups]
         # Where the groups would go, checked before anything is accepted.
         current = self._current.size_bytes if self._current is not None else None
-        completed = len(self._completed)
+        waiting = buffered = self._completed_bytes + (current or 0)
         for size in sizes:
-            if current is not None and current + size > self._max_batch_size_bytes:
-                completed += 1
-                current = None
-            if current is None:
-                if completed >= self._max_number_of_batches:
-                    raise BufferFullError(f"{completed} batches are already waiting to be written")
+            if current is None or self._closes(current, size):
                 current = _BATCH_OVERHEAD_BYTES
+                buffered += _BATCH_OVERHEAD_BYTES
             current += size
+            buffered += size
+            if buffered > self._capacity_bytes:
+                raise BufferFullError(
+                    f"{waiting} bytes are waiting to be written; {sum(sizes)} more exceed the buffer's "
+                    f"{self._capacity_bytes}"
+                )
         if hold and self._hold_from_offset is None and groups:
             self._hold_from_offset = self._next_offset
         last_offsets = []
         for values, size in zip(groups, sizes, strict=True):
             last_offsets.append(self._place(values, size=size, now_ms=now_ms))
         return last_offsets
+
+    def _closes(self, batch_size: int, group_size: int) -> bool:
+        """Whether a group of `group_size` bytes starts a new batch after one of `batch_size`."""
+        return batch_size > _BATCH_OVERHEAD_BYTES and batch_size + group_size > self._preferred_batch_size_bytes
 
     def _group_size(self, values: list[bytes]) -> int:
         if not values:
@@ -131,11 +146,10 @@ class BatchAccumulator:
 
     def _place(self, values: list[bytes], *, size: int, now_ms: int) -> int:
         current = self._current
-        if current is not None and current.size_bytes + size > self._max_batch_size_bytes:
+        if current is not None and self._closes(current.size_bytes, size):
             self._complete_current()
             current = None
         if current is None:
-            require(len(self._completed) < self._max_number_of_batches, "a checked append found the buffer full")
             current = PendingBatch(base_offset=self._next_offset, append_time_ms=now_ms)
             self._current = current
         current.values.extend(values)
@@ -150,6 +164,7 @@ class BatchAccumulator:
         self._complete_current()
         batch = PendingBatch(base_offset=self._next_offset, append_time_ms=now_ms, control_records=list(records))
         self._completed.append(batch)
+        self._completed_bytes += batch.size_bytes
         self._next_offset += len(records)
         self._drain_deadline_ms = now_ms
         return self._next_offset - 1
@@ -161,6 +176,7 @@ class BatchAccumulator:
     def _complete_current(self) -> None:
         if self._current is not None:
             self._completed.append(self._current)
+            self._completed_bytes += self._current.size_bytes
             self._current = None
 
     def is_empty(self) -> bool:
@@ -180,18 +196,27 @@ class BatchAccumulator:
             return 0
         return self._drain_deadline_ms
 
-    def drain(self) -> list[PendingBatch]:
+    def drain(self, *, max_bytes: int | None = None) -> list[PendingBatch]:
         """Everything accepted so far, in offset order; while a prepared append is held, only
-        the completed batches that end before it (the rest never reach the log unreleased)."""
+        the completed batches that end before it (the rest never reach the log unreleased).
+        With `max_bytes`, only as many batches as fit in it (at least one): the rest wait for the
+        next drain, which is due at once (`drain_deadline_ms`)."""
         hold = self._hold_from_offset
-        if hold is not None:
-            ready = 0
-            while ready < len(self._completed) and self._completed[ready].last_offset < hold:
-                ready += 1
-            drained = self._completed[:ready]
-            del self._completed[:ready]
-            return drained
-        self._complete_current()
-        drained, self._completed = self._completed, []
-        self._drain_deadline_ms = None
+        if hold is None:
+            self._complete_current()
+        completed = self._completed
+        ready = size = 0
+        while ready < len(completed):
+            batch = completed[ready]
+            if hold is not None and batch.last_offset >= hold:
+                break
+            if max_bytes is not None and ready and size + batch.size_bytes > max_bytes:
+                break
+            size += batch.size_bytes
+            ready += 1
+        drained = completed[:ready]
+        del completed[:ready]
+        self._completed_bytes -= size
+        if hold is None and not completed:
+            self._drain_deadline_ms = None
         return drained

@@ -70,10 +70,11 @@ class Fetching:
     # ==========================================================================================
     # Leader: appending
     # ==========================================================================================
-    def drain_accumulator(self, state: LeaderState, now_ms: int) -> None:
-        """Write the accumulator's ready batches to the log and hand them to the parked Fetches."""
+    def drain_accumulator(self, state: LeaderState, now_ms: int, *, max_bytes: int | None = None) -> None:
+        """Write the accumulator's ready batches to the log and hand them to the parked Fetches;
+        with `max_bytes`, only that much of them (the next poll writes the rest)."""
         ctx = self._ctx
-        batches = state.accumulator.drain()
+        batches = state.accumulator.drain(max_bytes=max_bytes)
         if not batches:
             return
         chunks = []

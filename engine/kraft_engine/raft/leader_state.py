@@ -76,6 +76,7 @@ class LeaderState:
             linger_ms=config.append_linger_ms,
             max_batch_size_bytes=config.max_batch_size_bytes,
             max_number_of_batches=config.max_number_of_batches,
+            preferred_batch_size_bytes=config.fetch_max_bytes,
         )
         self.resign_requested = False
         self._refresh_check_quorum(now_ms)

@@ -525,7 +525,9 @@ class RaftNode:
             self._resign(state, now_ms)
             return
         if state.accumulator.needs_drain(now_ms):
-            self._fetching.drain_accumulator(state, now_ms)
+            # One Fetch's worth per poll: a large write (a fence at 100k partitions is ~5 MB)
+            # reaches the log and the followers in steps, with Fetches answered in between.
+            self._fetching.drain_accumulator(state, now_ms, max_bytes=self._ctx.config.fetch_max_bytes)
         state.expire_observers(now_ms=now_ms)
         self._elections.send_begin_quorum_epoch(state, now_ms)
 
