@@ -793,11 +793,13 @@ class ControllerService:
         self._last_snapshot_ms = self._clock_ms()
         # Encoding the image is the expensive part and the image is immutable: a worker thread
         # does it, so neither the controller nor raft waits for it.
-        self._snapshot_thread = threading.Thread(
+        # Published once started: whoever reads the attribute (close, a test) may join it at once.
+        thread = threading.Thread(
             target=self._write_snapshot, args=(image,), name=f"controller-{self.controller.node_id}-snapshot",
             daemon=True,
         )
-        self._snapshot_thread.start()
+        thread.start()
+        self._snapshot_thread = thread
 
     def _write_snapshot(self, image: MetadataImage) -> None:
         started_ns = time.monotonic_ns()
