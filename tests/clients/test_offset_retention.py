@@ -1,7 +1,10 @@
 """Offset retention on a real broker: a simple group's committed offsets expire
 `offsets.retention.minutes` after their commit (Kafka's rule for groups without a protocol
 type), the coordinator writes tombstones for them and for the group, and a broker restarted with
-kill -9 after that reloads `__consumer_offsets` without them."""
+kill -9 after that reloads `__consumer_offsets` without them. A consumer group's offsets follow
+Kafka's other two rules (KIP-211): while the group is Stable, only the offsets of topics no member
+subscribes to expire (a minute after their commit); once it is Empty, all of them expire a minute
+after it became Empty, and the group goes with them."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 from broker_processes import BrokerCluster, start_cluster
 from group_members import TIMEOUT_S, committed_and_ends, create_topic, produce
+from group_workload import PARTITIONS
 from quorum_processes import kraft, wait_for
 
 pytestmark = [pytest.mark.process]
@@ -72,3 +76,62 @@ def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_re
 def _retention_passed(committed_at: float) -> bool:
     """Whether offsets.retention.minutes (1) has passed since just before the commit was sent."""
     return time.monotonic() - committed_at >= 60
+
+
+@pytest.mark.timeout(900)
+def test_a_consumer_groups_offsets_expire_when_unsubscribed_or_a_minute_after_the_group_is_empty(
+        one_broker: BrokerCluster) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    bootstrap = one_broker.broker_bootstrap()
+    subscribed, unsubscribed, group = "subscribed-orders", "unsubscribed-orders", "consumer-group"
+    for topic in (subscribed, unsubscribed):
+        create_topic(bootstrap, topic, replication_factor=1)
+        produce("confluent-kafka", bootstrap, topic, range(20))
+    # A session long enough that a loaded machine never drops the member: the group stays Stable.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 60000, "heartbeat.interval.ms": 2000,
+                         "max.poll.interval.ms": 600000})
+    try:
+        consumer.subscribe([subscribed])
+        read: list[object] = []
+
+        def read_all() -> bool:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                read.append(message)
+            return len(read) == 20
+        wait_for(read_all, timeout_s=TIMEOUT_S, what="the consumer to read its topic", interval_s=0)
+        before_commits = time.monotonic()
+        consumer.commit(asynchronous=False)
+        consumer.commit(offsets=[TopicPartition(unsubscribed, p, 3) for p in range(PARTITIONS)], asynchronous=False)
+        after_commits = time.monotonic()
+
+        def unsubscribed_expired() -> bool:
+            consumer.poll(0.2)
+            offsets, _ = committed_and_ends(bootstrap, unsubscribed, group)
+            return all(o < 0 for o in offsets.values())
+        wait_for(unsubscribed_expired, timeout_s=60 + TIMEOUT_S, what="the unsubscribed offsets to expire",
+                 interval_s=2)
+        assert time.monotonic() - before_commits >= 60, "expired before offsets.retention.minutes passed"
+
+        def a_minute_past_the_commits() -> bool:
+            consumer.poll(0.5)
+            return time.monotonic() - after_commits >= 65  # the retention check runs every second
+        wait_for(a_minute_past_the_commits, timeout_s=70 + TIMEOUT_S, what="a minute past the commits", interval_s=0)
+        committed, ends = committed_and_ends(bootstrap, subscribed, group)
+        assert committed == ends, "a Stable group's subscribed offsets do not expire"
+    finally:
+        left_at = time.monotonic()
+        consumer.close()
+
+    committed, ends = committed_and_ends(bootstrap, subscribed, group)
+    assert committed == ends or time.monotonic() - left_at >= 60, (committed, ends)
+
+    def subscribed_expired() -> bool:
+        offsets, _ = committed_and_ends(bootstrap, subscribed, group)
+        return all(o < 0 for o in offsets.values())
+    wait_for(subscribed_expired, timeout_s=60 + TIMEOUT_S, what="the Empty group's offsets to expire", interval_s=2)
+    assert time.monotonic() - left_at >= 60, "expired before a minute passed since the group became Empty"
+    assert group not in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", timeout_s=TIMEOUT_S,
+                              check=True).stdout.split()

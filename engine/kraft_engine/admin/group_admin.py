@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
-from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_groups.v6.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_groups.v4.request import ListGroupsRequest
@@ -64,6 +64,9 @@ class GroupSummary:
     protocol: str
     members: tuple[GroupMember, ...]
     coordinator: tuple[int, str, int]  # (node id, host, port)
+    # GROUP_ID_NOT_FOUND's message, for a group the coordinator does not know (DescribeGroups v6,
+    # KIP-1043; Kafka's Admin then fails the group with GroupIdNotFoundException).
+    not_found: str | None = None
 
 
 class GroupAdmin(RecordClient):
@@ -127,9 +130,12 @@ class GroupAdmin(RecordClient):
                         client_host=str(m.client_host),
                         assignment=_assigned_partitions(bytes(m.member_assignment)) if consumer else ())
             for m in described.members)
+        not_found = None
+        if code == ErrorCode.group_id_not_found:
+            not_found = str(described.error_message or "The group id does not exist.")
         return GroupSummary(group_id=group, state=str(described.group_state) if code == ErrorCode.none else "Dead",
                             protocol_type=str(described.protocol_type), protocol=str(described.protocol_data),
-                            members=members, coordinator=node)
+                            members=members, coordinator=node, not_found=not_found)
 
     async def committed(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of the group (OffsetFetch for all topics)."""

@@ -10,10 +10,12 @@ Kafka's flags and output (ConsumerGroupCommand):
         [--dry-run | --execute] [--export]
     --bootstrap-server B --delete (--group G ... | --all-groups)
     --bootstrap-server B --delete-offsets --group G --topic T[:P,...] ...
+    --validate-regex REGEX
 
 `--describe` prints Kafka's tables (column widths grow with the longest value, missing values as
-"-"), and on stderr the notes Kafka prints for an Empty or rebalancing group; a group that does
-not exist is an error. `--reset-offsets` prints the plan (GROUP TOPIC PARTITION NEW-OFFSET), or
+"-"), groups in sorted order, and on stderr the notes Kafka prints for an Empty or rebalancing
+group; a group that does not exist fails the command with Kafka's GroupIdNotFoundException line
+before anything is printed. `--reset-offsets` prints the plan (GROUP TOPIC PARTITION NEW-OFFSET), or
 with `--export` Kafka's CSV (`topic,partition,offset`, with the group first when several groups
 are reset), which `--from-file` reads back; with `--execute` it commits the plan. As in Kafka, only
 a group with no active members is reset; `--to-offset` and `--shift-by` are clamped to each
@@ -22,7 +24,9 @@ is); `--to-datetime` (UTC unless the time names its zone, as Kafka's Utils.getDa
 `--by-duration` (ISO-8601, before now) take the first offset at or after that time, the log end
 where no record is that late (with Kafka's "Warn: Partition ... is empty" line). `--command-config` gives the admin client's security keys.
 `--delete-offsets` deletes one group's committed offsets of the topics (or topic:partitions)
-named, with OffsetDelete, and prints Kafka's TOPIC PARTITION STATUS table.
+named, with OffsetDelete, and prints Kafka's TOPIC PARTITION STATUS table. `--validate-regex`
+checks a consumer-group topic regex (KIP-848) as Kafka 4.1 does, against RE2J's syntax
+(`kraft_engine.re2_syntax`), needs no server and prints Kafka's line either way.
 
 Kafka 4.1's tool reports what goes wrong while it acts (a group that is not inactive for a reset,
 a group that cannot be deleted, a partition whose offsets cannot be deleted) as `\nError: ...` on
@@ -51,6 +55,7 @@ from kraft_engine.cli.main import CliError
 from kraft_engine.cli.reassign_partitions import java_hash_set_order
 from kraft_engine.cli.tool_inputs import bootstrap_servers, command_config_security
 from kraft_engine.protocol.security import ClientSecurity
+from kraft_engine.re2_syntax import re2j_syntax_error
 from kraft_engine.records.group_records import java_string_hash
 
 __all__ = ["iso_duration_ms", "kafka_date_time_ms", "register"]
@@ -62,7 +67,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("consumer-groups", help="List, describe, reset and delete consumer groups "
                                    "(kafka-consumer-groups)",
                                    description="Lists, describes, resets the offsets of and deletes consumer groups.")
-    parser.add_argument("--bootstrap-server", required=True, help="REQUIRED: The server(s) to connect to.")
+    parser.add_argument("--bootstrap-server", help="The server(s) to connect to. REQUIRED for all options except "
+                                                   "for --validate-regex.")
     actions = parser.add_mutually_exclusive_group(required=True)
     actions.add_argument("--list", action="store_true", help="List all consumer groups.")
     actions.add_argument("--describe", action="store_true", help="Describe consumer group and list offset lag.")
@@ -70,6 +76,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions.add_argument("--delete", action="store_true", help="Pass in groups to delete topic partition offsets.")
     actions.add_argument("--delete-offsets", action="store_true", help="Delete offsets of consumer group. Supports "
                          "one consumer group at the time, and multiple topics.")
+    actions.add_argument("--validate-regex", metavar="regex", help="Validate that the syntax of the provided regular "
+                         "expression is valid according to the RE2 format.")
     parser.add_argument("--command-config",
                         help="Property file containing configs to be passed to Admin Client and Consumer.")
     parser.add_argument("--group", action="append", default=[], help="The consumer group we wish to act on.")
@@ -101,6 +109,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.validate_regex is not None:
+        return _validate_regex(args.validate_regex)
+    if args.bootstrap_server is None:
+        raise CliError('Missing required argument "[bootstrap-server]"')
     bootstrap = bootstrap_servers(args.bootstrap_server)
     action = 'describe' if args.describe else 'reset-offsets' if args.reset_offsets else 'delete'
     if args.delete_offsets:
@@ -120,6 +132,16 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
 
 
+def _validate_regex(pattern: str) -> int:
+    """Kafka's validateRegex: RE2J's verdict and, for a refusal, its description; exit 0 either way."""
+    error = re2j_syntax_error(pattern)
+    if error is None:
+        print(f"The regular expression `{pattern}` is valid.")
+    else:
+        print(f"The regular expression `{pattern}` is invalid: {error.description}.")
+    return 0
+
+
 async def _act(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, security: ClientSecurity | None) -> int:
     async with GroupAdmin(bootstrap, timeout_ms=args.timeout, client_id="kraft-consumer-groups",
                           security=security) as admin:
@@ -129,10 +151,7 @@ async def _act(args: argparse.Namespace, bootstrap: list[tuple[str, int]], *, se
             return await _delete_offsets(admin, args.group[0], args.topic)
         groups = list(args.group) if not args.all_groups else [g for g, _, _ in await admin.list_groups()]
         if args.describe:
-            rc = 0
-            for group in groups:
-                rc = max(rc, await _describe(admin, group, args))
-            return rc
+            return await _describe_groups(admin, groups, args)
         if args.reset_offsets:
             return await _reset(admin, groups, args)
         return await _delete(admin, groups)
@@ -152,9 +171,34 @@ async def _list(admin: GroupAdmin, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _describe_groups(admin: GroupAdmin, groups: list[str], args: argparse.Namespace) -> int:
+    """Kafka's describeGroups: every group is described before anything is printed; a group the
+    coordinator does not know fails the whole command (Kafka's Admin raises GroupIdNotFoundException
+    for the first such group of its HashMap), reported on stdout with status 0; the groups then
+    print in TreeMap order."""
+    summaries = {}
+    for group in _java_order(groups):
+        summary = await admin.describe(group)
+        if summary.not_found is not None:
+            _print_error("Executing consumer group command failed due to "
+                         f"org.apache.kafka.common.errors.GroupIdNotFoundException: {summary.not_found}")
+            return 0
+        summaries[group] = summary
+    for group in sorted(summaries, key=_java_string_order):
+        await _describe(admin, summaries[group], args)
+    return 0
+
+
+def _java_string_order(text: str) -> bytes:
+    """The order of Java's String.compareTo (UTF-16 code units)."""
+    return text.encode("utf-16-be", "surrogatepass")
+
+
 def _missing(summary: GroupSummary) -> bool:
+    """Kafka's shouldPrintMemberState for a group described as Dead (no longer a missing group:
+    DescribeGroups v6 answers GROUP_ID_NOT_FOUND for that)."""
     if summary.state == "Dead":
-        print(f"Error: Consumer group '{summary.group_id}' does not exist.", file=sys.stderr)
+        _print_error(f"Consumer group '{summary.group_id}' does not exist.")
         return True
     return False
 
@@ -166,10 +210,10 @@ def _notes(summary: GroupSummary) -> None:
         print(f"\nWarning: Consumer group '{summary.group_id}' is rebalancing.", file=sys.stderr)
 
 
-async def _describe(admin: GroupAdmin, group: str, args: argparse.Namespace) -> int:
-    summary = await admin.describe(group)
+async def _describe(admin: GroupAdmin, summary: GroupSummary, args: argparse.Namespace) -> int:
+    group = summary.group_id
     if _missing(summary):
-        return 1
+        return 0
     if args.state is not None:
         node_id, host, port = summary.coordinator
         coordinator = f"{host}:{port}  ({node_id})"
