@@ -9,7 +9,7 @@ after it became Empty, and the group goes with them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,12 +53,7 @@ def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_re
                    check=True).stdout.split()
     assert group in listed or _retention_passed(committed_at), listed
 
-    def expired() -> bool:
-        offsets, _ = committed_and_ends(bootstrap, topic, group)
-        return all(o < 0 for o in offsets.values())
-
-    wait_for(expired, timeout_s=60 + TIMEOUT_S, what="the offsets to expire", interval_s=2)
-    assert time.monotonic() - committed_at >= 60, "expired before offsets.retention.minutes passed"
+    _wait_expired(bootstrap, topic, group, since=committed_at)
     assert group not in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", timeout_s=TIMEOUT_S,
                               check=True).stdout.split()
 
@@ -71,6 +66,18 @@ def test_a_simple_groups_offsets_expire_after_retention_and_stay_gone_after_a_re
     one_broker.wait_ready([broker])
     offsets, _ = committed_and_ends(bootstrap, topic, group)
     assert all(o < 0 for o in offsets.values()), "the tombstones were written: a reload does not bring them back"
+
+
+def _wait_expired(bootstrap: str, topic: str, group: str, *, since: float,
+                  meanwhile: Callable[[], object] = lambda: None) -> None:
+    """Wait until the group has no committed offset of the topic, then check that
+    offsets.retention.minutes (1) had passed since `since` (taken before the clock started)."""
+    def expired() -> bool:
+        meanwhile()
+        offsets, _ = committed_and_ends(bootstrap, topic, group)
+        return all(o < 0 for o in offsets.values())
+    wait_for(expired, timeout_s=60 + TIMEOUT_S, what=f"the offsets of {topic} to expire", interval_s=2)
+    assert time.monotonic() - since >= 60, "expired before offsets.retention.minutes passed"
 
 
 def _retention_passed(committed_at: float) -> bool:
@@ -107,13 +114,7 @@ def test_a_consumer_groups_offsets_expire_when_unsubscribed_or_a_minute_after_th
         consumer.commit(offsets=[TopicPartition(unsubscribed, p, 3) for p in range(PARTITIONS)], asynchronous=False)
         after_commits = time.monotonic()
 
-        def unsubscribed_expired() -> bool:
-            consumer.poll(0.2)
-            offsets, _ = committed_and_ends(bootstrap, unsubscribed, group)
-            return all(o < 0 for o in offsets.values())
-        wait_for(unsubscribed_expired, timeout_s=60 + TIMEOUT_S, what="the unsubscribed offsets to expire",
-                 interval_s=2)
-        assert time.monotonic() - before_commits >= 60, "expired before offsets.retention.minutes passed"
+        _wait_expired(bootstrap, unsubscribed, group, since=before_commits, meanwhile=lambda: consumer.poll(0.2))
 
         def a_minute_past_the_commits() -> bool:
             consumer.poll(0.5)
@@ -128,10 +129,6 @@ def test_a_consumer_groups_offsets_expire_when_unsubscribed_or_a_minute_after_th
     committed, ends = committed_and_ends(bootstrap, subscribed, group)
     assert committed == ends or time.monotonic() - left_at >= 60, (committed, ends)
 
-    def subscribed_expired() -> bool:
-        offsets, _ = committed_and_ends(bootstrap, subscribed, group)
-        return all(o < 0 for o in offsets.values())
-    wait_for(subscribed_expired, timeout_s=60 + TIMEOUT_S, what="the Empty group's offsets to expire", interval_s=2)
-    assert time.monotonic() - left_at >= 60, "expired before a minute passed since the group became Empty"
+    _wait_expired(bootstrap, subscribed, group, since=left_at)  # a minute after the group became Empty
     assert group not in kraft("consumer-groups", "--bootstrap-server", bootstrap, "--list", timeout_s=TIMEOUT_S,
                               check=True).stdout.split()
