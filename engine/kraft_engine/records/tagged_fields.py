@@ -34,6 +34,8 @@ from kio.serial.readers import (
 from kio.serial.writers import write_unsigned_varint
 from kio.static.primitive import uvarint
 
+from kraft_engine.errors import RecordsError
+
 __all__ = ["UnknownTagsError", "tolerant_reader", "without_unknown_tagged_fields"]
 
 Reader = Callable[[Any, int], tuple[Any, int]]
@@ -43,7 +45,7 @@ _Copy = Callable[[memoryview, int, io.BytesIO], tuple[int, int]]
 _NULL_MARKER = -1
 
 
-class UnknownTagsError(ValueError):
+class UnknownTagsError(RecordsError, ValueError):
     """The bytes do not walk as the entity (truncated or corrupt)."""
 
 
