@@ -1,6 +1,7 @@
 """Property tests of the roll (hypothesis) over random cluster states: whatever the pods, the
 quorum, the brokers, the partitions and the roll's recorded state, the planner never proposes
-- a broker restart that breaks URP = 0 or the min-ISR rule, unless that broker is already down;
+- a broker restart that breaks URP = 0 or the min-ISR rule, or one while no quorum leader is
+  observed (the broker could not register again), unless that broker is already down;
 - a controller restart that leaves fewer caught-up voters than a majority, unless it is down;
 - two disruptions at once: at most one restart, and none while the node restarted before has
   not recovered;
@@ -161,6 +162,9 @@ def violations(cluster: KRaftCluster, observed: Observed, now: int) -> list[str]
             continue  # already down: no gate
         details = observed.cluster.partition_details if observed.cluster else None
         if node_id in BROKERS:
+            quorum = observed.cluster.quorum if observed.cluster else None
+            if quorum is None or quorum.leader_id < 0:
+                found.append(f"restart of broker {node_id} with no quorum leader: it could not register again")
             if details is None:
                 found.append(f"restart of broker {node_id} with the partitions unknown")
             else:

@@ -8,10 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from kraft_operator.model import PAUSE_ANNOTATION, ConditionStatus, ConditionType, KRaftCluster
-from kraft_operator.plan import Observed, RestartNode
+from kraft_operator.plan import Observed, PodPhase, RestartNode, plan
 from kraft_operator.plan.runbooks import RUNBOOKS, render_index, render_page
 
-from .sim import bootstrap, step, target_revisions
+from .sim import LAYOUT, RULES, bootstrap, publish, step, target_revisions
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
 
@@ -73,6 +73,36 @@ def test_quorum_loss_opens_a_runbook_naming_the_down_voters_and_closes_when_they
     assert reasons.index("RunbookOpened") < reasons.index("RunbookClosed")
 
 
+def test_quorum_loss_stays_open_while_crash_looping_voters_show_running_between_restarts() -> None:
+    """Voters that crash-loop are running for a moment after each restart (a process that has not
+    failed yet): with no leader observed the runbook stays open, its detection time kept, and it
+    never closes and reopens. Only a leader closes it."""
+    cluster, sim = bootstrap(8)
+    rng = random.Random(0)
+    for node_id in (1, 2):
+        sim.crash(node_id, crash_loops=1000)
+    for _ in range(30):
+        cluster, result = step(cluster, sim, rng)
+        if any(r.name == "quorum-loss" for r in result.status.runbooks):
+            break
+    else:
+        raise AssertionError("no quorum-loss runbook opened")
+    opened = next(r for r in result.status.runbooks if r.name == "quorum-loss")
+    events = []
+    for _ in range(5):
+        observed = sim.observe(cluster)
+        flicker = replace(observed, nodes={i: replace(f, phase=PodPhase.RUNNING, ready=True) if i in (1, 2) else f
+                                           for i, f in observed.nodes.items()})
+        result = plan(cluster, observed=flicker, layout=LAYOUT, rules=RULES, rng=rng, now_ms=sim.now_ms)
+        cluster = publish(cluster, result)
+        events += [e.reason for e in result.events]
+        books = [r for r in result.status.runbooks if r.name == "quorum-loss"]
+        assert books and books[0].detected_at == opened.detected_at, result.status.runbooks
+        assert "down: none now (they run, and elect no leader)" in books[0].evidence[0]
+        sim.tick()
+    assert "RunbookClosed" not in events and "RunbookOpened" not in events
+
+
 def test_a_lost_controller_volume_opens_the_controller_disk_loss_runbook() -> None:
     cluster, sim = bootstrap(9)
     rng = random.Random(0)
@@ -116,6 +146,31 @@ def test_a_roll_blocked_longer_than_configured_raises_the_stuck_roll_runbook() -
         if result.status.operation is None:
             break
     assert result.status.runbooks == [] and sim.violations == []
+
+
+def test_the_stuck_roll_runbook_stays_open_while_a_crash_looping_broker_keeps_the_bootstrap_busy() -> None:
+    """A crash-looping node is restarted by the bootstrap at every reconcile, which holds the roll
+    where it is: the roll is no less stuck, so its runbook stays open (not closed and reopened)."""
+    cluster, sim = bootstrap(21)
+    rng = random.Random(0)
+    sim.partitions[0].min_isr = 3
+    lifecycle = cluster.spec.lifecycle.model_copy(update={"stuck_roll_after_seconds": 10})
+    spec = cluster.spec.model_copy(update={"config": {"log.retention.hours": "3"}, "lifecycle": lifecycle})
+    cluster = cluster.model_copy(update={"spec": spec})
+    for _ in range(80):
+        cluster, result = step(cluster, sim, rng)
+        if result.status.runbooks:
+            break
+    assert [r.name for r in result.status.runbooks] == ["stuck-roll"]
+    detected = result.status.runbooks[0].detected_at
+    sim.crash(5, crash_loops=1000)
+    reasons = []
+    for _ in range(10):
+        cluster, result = step(cluster, sim, rng)
+        reasons += [e.reason for e in result.events]
+        books = [r for r in result.status.runbooks if r.name == "stuck-roll"]
+        assert books and books[0].detected_at == detected, result.status.runbooks
+    assert "StartNode" in reasons and "RunbookClosed" not in reasons
 
 
 def test_a_broker_refused_for_its_cluster_id_opens_broker_cannot_register() -> None:

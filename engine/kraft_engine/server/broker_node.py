@@ -567,6 +567,11 @@ class BrokerNode:
                 "node_id": self.config.node_id, "cluster_id": self.cluster_id, "broker_state": self.lifecycle.state.name,
                 "broker_epoch": self.lifecycle.broker_epoch, "metadata_offset": self.loader.last_applied_offset,
                 "partitions": partitions,
+                # Each log directory with the id in its meta.properties: a directory the broker
+                # formatted itself at its start (a JBOD volume added later) has no format Job to
+                # report it, and Kafka's DescribeLogDirs carries no id; the operator reads it here.
+                "log_dirs": [{"path": str(path), "directory_id": to_kafka_str(directory_id)}
+                             for directory_id, path in sorted(self.log_dirs.items(), key=lambda d: str(d[1]))],
                 "offline_log_dirs": [] if replicas is None else sorted(str(d) for d in replicas.offline_dirs),
                 "offline_replicas": [] if replicas is None else sorted(f"{t}-{i}" for t, i in replicas.offline_partitions),
                 "loop_stall_ms_max": round(self.loop_stall.max_stall_ms, 1),

@@ -13,7 +13,8 @@ Routes:
                                       (leader itself, or a follower whose last successful Fetch
                                       is within controller.quorum.fetch.timeout.ms and whose
                                       log end reached the high watermark); 503 otherwise
-    GET  /kraftwerk/status            this node's raft view as JSON (role, epoch, leader, ...)
+    GET  /kraftwerk/status            this node's raft view as JSON (role, epoch, leader, ...); a
+                                      broker's also lists its log directories with their ids
 
 Only with `kraftwerk.test.state.machine.enable=true` (the append-only test store):
 

@@ -4,7 +4,8 @@ Asked of the cluster itself (DescribeQuorum, DescribeCluster, Metadata and Descr
 observer gathered them), never of pod readiness alone: Strimzi #12649 and Redpanda #1873 are rolls
 that outran log recovery because they trusted readiness.
 
-- A broker may restart only while cluster-wide UnderReplicatedPartitions = 0, and while no
+- A broker may restart only while the quorum has a leader (a restarted broker must register
+  again), while cluster-wide UnderReplicatedPartitions = 0, and while no
   partition would drop below its topic's effective `min.insync.replicas` without it (the min-ISR
   rule: for every partition with this broker in its ISR, |ISR| - 1 >= min ISR).
 - A controller may restart only while the voters other than it that are caught up (the leader, or
@@ -150,19 +151,29 @@ def removal_gate(
 
 
 def broker_gate(broker_id: int, *, cluster: ClusterFacts | None) -> list[BlockerStatus]:
-    """What keeps broker `broker_id` from restarting: any under-replicated partition (URP must be
-    0), and every partition it is in the ISR of that would drop below min ISR without it."""
+    """What keeps broker `broker_id` from restarting: no quorum leader (a broker restarted then
+    cannot register again, so it would stay out until the quorum is back), any under-replicated
+    partition (URP must be 0), and every partition it is in the ISR of that would drop below min
+    ISR without it. A partition that breaks both rules says both."""
+    quorum = cluster.quorum if cluster is not None else None
+    blockers = []
+    if quorum is None or quorum.leader_id < 0:
+        blockers.append(BlockerStatus(
+            kind="cluster", message=f"no quorum leader observed: broker {broker_id} restarted now could not "
+            "register again until the controllers have a leader"))
     details = cluster.partition_details if cluster is not None else None
     if details is None:
-        return [BlockerStatus(kind="cluster", message="no partition metadata observed: URP and ISRs are unknown")]
-    blockers = []
+        return [*blockers, BlockerStatus(kind="cluster",
+                                         message="no partition metadata observed: URP and ISRs are unknown")]
     for p in details:
-        short = len(p.isr) < len(p.replicas)
+        missing = [r for r in p.replicas if r not in p.isr]
         at_min = broker_id in p.isr and len(p.isr) - 1 < p.min_isr
-        if not (short or at_min):
+        if not (missing or at_min):
             continue
-        why = "is under-replicated" if short else f"would drop below min.insync.replicas={p.min_isr} without broker {broker_id}"
-        blockers.append(_partition_blocker(p, f"{p.topic}-{p.partition} {why}"))
+        why = [f"is under-replicated (replica(s) {missing} out of its ISR; URP must be 0)"] if missing else []
+        if at_min:
+            why.append(f"would drop below min.insync.replicas={p.min_isr} without broker {broker_id}")
+        blockers.append(_partition_blocker(p, f"{p.topic}-{p.partition} {' and '.join(why)}"))
     return blockers
 
 

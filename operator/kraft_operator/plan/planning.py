@@ -445,8 +445,12 @@ class _Planner:
                 return None
             if self.spec.paused:
                 previous = previous.model_copy(update={"step": "paused"})
+            # A roll held while the bootstrap restarts a crash-looping node is still held: a
+            # stuck-roll runbook it had raised stays open (not closed and reopened every reconcile).
+            stuck = next((tuple(r.evidence) for r in self.previous.runbooks if r.name == "stuck-roll"), ()) if (
+                self.previous is not None) else ()
             return RollDecision(operation=previous, last_manual_roll=self.previous.last_manual_roll
-                                if self.previous is not None else None)
+                                if self.previous is not None else None, stuck=stuck)
         decision = plan_roll(spec=self.spec, nodes=self.nodes, observed=self.observed, previous=self.previous,
                              revisions=self.revisions, annotations=self.annotations, now_ms=self.now_ms,
                              now_text=self.builder.now_text, paused=self.spec.paused)

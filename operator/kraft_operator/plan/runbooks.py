@@ -92,7 +92,8 @@ RUNBOOKS: tuple[RunbookDefinition, ...] = (
         situation="No majority of the controller quorum's voters is reachable: the cluster's metadata cannot change "
         "(no topic changes, no leader elections, brokers cannot register).",
         detection="A quorum was observed before, and now DescribeQuorum gets no leader while fewer than a majority of "
-        "the voters' pods run.",
+        "the voters' pods run. Once open it stays open while no leader is observed, whatever the pods do in between "
+        "(a crash-looping pod runs for a moment after each restart).",
         closes="A quorum leader is observed again.",
         steps=(
             StepDefinition("restart-voters", "Start every voter pod that is down (the operator starts failed and "
@@ -336,12 +337,16 @@ def detect_runbooks(
     voter_ids = [v.id for v in previous.quorum.voters] if previous.quorum is not None else []
     voter_nodes = [n for n in controllers if n.ref.node_id in voter_ids] or controllers
     up = [n for n in voter_nodes if running(n)]
-    if previous.quorum is not None and (quorum is None or quorum.leader_id < 0) and len(up) * 2 <= len(voter_nodes):
+    # Once open it stays open until a leader is observed (its `closes`): voters that crash-loop
+    # show as running for a moment between their restarts, which must not close and reopen it.
+    was_open = any(r.name == "quorum-loss" for r in previous.runbooks)
+    if previous.quorum is not None and (quorum is None or quorum.leader_id < 0) and (
+            len(up) * 2 <= len(voter_nodes) or was_open):
         down = [n for n in voter_nodes if not running(n)]
         phases = ", ".join(
             f"{n.ref.node_id} ({(observed.nodes[n.ref.node_id].phase if n.ref.node_id in observed.nodes else PodPhase.ABSENT).value})"
             for n in down
-        )
+        ) or "none now (they run, and elect no leader)"
         evidence = [
             f"voters {sorted(n.ref.node_id for n in voter_nodes)}; down: {phases}",
             f"{len(up)} of {len(voter_nodes)} voters run; a majority is {len(voter_nodes) // 2 + 1}",

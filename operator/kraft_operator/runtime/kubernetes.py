@@ -29,7 +29,9 @@ the pods:
 - a format Job per node (and per set of directories to format) running `kraft storage format`
   through `kraft_operator.runtime.format_job`, which reports each directory's id in the container's
   termination message. Once the node starts, those ids are also written on its PVCs, so the facts
-  survive the Job's pod;
+  survive the Job's pod. A volume added to a formatted engine broker is formatted by the broker
+  itself at its start: its id is read from the broker's `/kraftwerk/status` and written on the
+  claim the same way (Kafka's DescribeLogDirs carries no directory id);
 - a pool with `implementation: apache-kafka` runs Apache Kafka's own node from the jars the image
   carries (`kafka.Kafka` with the same rendered server.properties; its format Job runs Kafka's
   StorageTool). Kafka has no /readyz. A broker's pod is Ready once its first listener accepts
@@ -53,8 +55,9 @@ import json
 import math
 import os
 import time
+import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client as k8s
@@ -108,6 +111,7 @@ __all__ = [
     "claim_name",
     "headless_service_name",
     "pod_name",
+    "read_log_dir_ids",
 ]
 
 LABEL_CLUSTER = "kraftwerk.io/cluster"
@@ -127,6 +131,8 @@ KAFKA_CLASSPATH = f"{KAFKA_LIBS}/*"
 IMAGE_KAFKA_VERSION = "4.1.0"
 # how long past its grace period a deleted pod may take to go (the kubelet's SIGKILL, volume detach)
 _POD_GONE_SLACK_S = 120.0
+# how long to wait for an engine broker's /kraftwerk/status (its log directories' ids)
+_STATUS_TIMEOUT_S = 2.0
 
 CONFIG_DIR = "/etc/kraftwerk"
 CONFIG_PATH = f"{CONFIG_DIR}/server.properties"
@@ -331,6 +337,7 @@ class KubernetesRuntime:
             facts = entry(config_map.metadata.labels or {})
             if facts is not None and config_map.data and "server.properties" in config_map.data:
                 facts["config"] = parse_properties(config_map.data["server.properties"])
+        unreported: dict[int, list[tuple[Any, VolumeFacts]]] = {}  # bound claims no format Job reported
         for claim in claims.items:
             labels = claim.metadata.labels or {}
             facts = entry(labels)
@@ -339,14 +346,54 @@ class KubernetesRuntime:
             volume_id = int(labels[LABEL_VOLUME_ID])
             node = NodeRef(namespace, cluster.metadata.name, labels[LABEL_POOL], facts["node_id"])
             path = self._layout.volume_path(node, volume_id=volume_id)
-            facts["volumes"].append(_volume_facts(claim, volume_id=volume_id, path=path, node_id=facts["node_id"],
-                                                  job=job_facts.get(facts["node_id"]),
-                                                  job_cluster_id=formatted_ids.get(facts["node_id"])))
+            volume = _volume_facts(claim, volume_id=volume_id, path=path, node_id=facts["node_id"],
+                                   job=job_facts.get(facts["node_id"]), job_cluster_id=formatted_ids.get(facts["node_id"]))
+            facts["volumes"].append(volume)
+            if volume.directory_id is None and claim.status is not None and claim.status.phase == "Bound":
+                unreported.setdefault(facts["node_id"], []).append((claim, volume))
+        await self._read_broker_directory_ids(cluster, pods.items, nodes, unreported)
         observed_nodes = {
             node_id: NodeFacts(**{**facts, "volumes": tuple(sorted(facts["volumes"], key=lambda v: v.volume_id))})
             for node_id, facts in nodes.items()
         }
         return Observed(nodes=observed_nodes, format_jobs=job_facts)
+
+    async def _read_broker_directory_ids(
+        self, cluster: KRaftCluster, pods: list[Any], nodes: dict[int, dict[str, Any]],
+        unreported: Mapping[int, list[tuple[Any, VolumeFacts]]],
+    ) -> None:
+        """The directory ids of volumes an engine broker formatted itself at its start (a JBOD
+        volume added to a formatted broker): no format Job reported them and Kafka's
+        DescribeLogDirs carries no id, so the broker's own `/kraftwerk/status` is asked (its log
+        directories with the ids in their meta.properties), once it runs and is ready. They are
+        written on the claims, as a format Job's report is, and count from this observation on.
+        Apache Kafka's brokers have no such endpoint: their added volumes stay without an id."""
+        engine_brokers = {p.name for p in cluster.spec.node_pools
+                          if Role.BROKER in p.roles and p.implementation is Implementation.KRAFTWERK}
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            if (labels.get(LABEL_POOL) not in engine_brokers or LABEL_NODE_ID not in labels
+                    or labels.get("app.kubernetes.io/component") == "format"):
+                continue
+            node_id = int(labels[LABEL_NODE_ID])
+            waiting = unreported.get(node_id)
+            facts = nodes.get(node_id)
+            if not waiting or facts is None or not facts.get("ready") or not pod.status.pod_ip:
+                continue
+            reported = await read_log_dir_ids(f"http://{pod.status.pod_ip}:{METRICS_PORT}/kraftwerk/status",
+                                              timeout_s=_STATUS_TIMEOUT_S)
+            if reported is None:
+                continue
+            cluster_id, ids = reported
+            for claim, volume in waiting:
+                directory_id = ids.get(volume.path.rstrip("/"))
+                if directory_id is None:
+                    continue
+                await self._call(self._core.patch_namespaced_persistent_volume_claim, claim.metadata.name,
+                                 claim.metadata.namespace, {"metadata": {"annotations": {
+                                     ANNOTATION_DIRECTORY_ID: directory_id, ANNOTATION_CLUSTER_ID: cluster_id}}})
+                found = replace(volume, directory_id=directory_id, cluster_id=cluster_id, node_id=node_id)
+                facts["volumes"] = [found if v is volume else v for v in facts["volumes"]]
 
     async def _label_racks(self, cluster: KRaftCluster, pods: list[Any]) -> None:
         """Give every scheduled broker pod of a rack-aware pool its node's topology label, as the
@@ -763,6 +810,24 @@ def _add_rack_init(spec: dict[str, Any]) -> None:
         {"name": "pod-info", "downwardAPI": {"items": [{"path": "annotations",
                                                         "fieldRef": {"fieldPath": "metadata.annotations"}}]}},
     ]
+
+
+async def read_log_dir_ids(url: str, *, timeout_s: float) -> tuple[str, dict[str, str]] | None:
+    """(cluster id, log directory path -> directory id) from an engine broker's `/kraftwerk/status`
+    at `url`; None when it does not answer in time or answers without them."""
+    def fetch() -> Any:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return json.loads(answer.read())
+
+    try:
+        status = await asyncio.to_thread(fetch)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(status, dict) or not isinstance(status.get("cluster_id"), str):
+        return None
+    ids = {str(d["path"]).rstrip("/"): str(d["directory_id"]) for d in status.get("log_dirs") or []
+           if isinstance(d, dict) and d.get("path") and d.get("directory_id")}
+    return status["cluster_id"], ids
 
 
 def _namespace(cluster: KRaftCluster) -> str:
