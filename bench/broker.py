@@ -20,9 +20,10 @@ Each figure gets an ours/Kafka ratio. The goals the issue sets (consume ≥ 0.9x
 p99 within 2x, RSS below Kafka's) are marked met or not. Timing on a shared machine is noisy: the
 load average is printed before and after. Prints figures; never passes or fails.
 
-`--profile DIR` samples our brokers with py-spy (when installed) during the consume passes and
-prints where their busy time goes (the frames with the most samples of their own, and the
-broker's main paths with what they include); the raw samples stay in DIR.
+`--profile DIR` samples our brokers with py-spy (when installed) during the produce run and
+during the consume passes, and prints for each where their busy time goes (the frames with the
+most samples of their own, and the broker's main paths with what they include); the raw samples
+stay in DIR/produce and DIR/consume.
 
     .venv/bin/python bench/broker.py [--records 50000] [--rate 500] [--latency-s 10] [--only ours]
         [--consume-passes 5] [--profile DIR]
@@ -326,13 +327,18 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
                   flush=True)
             _create_topic(bootstrap)
             stalls_before = _loop_stalls(runtime.cluster_dir(cluster))
-            _produce_throughput(bootstrap, records=args.records, record_bytes=args.record_bytes, figures=figures)
-            print(f"[{name}] produce {figures.produce_mb_s:.1f} MB/s   load {load_average()}", flush=True)
             pids = [pid for _, pid in brokers]
+            profiling = args.profile if name == "ours" else None
+            with _Profile(profiling and str(Path(profiling) / "produce"), pids=pids,
+                          phase="the produce run") as profile:
+                _produce_throughput(bootstrap, records=args.records, record_bytes=args.record_bytes, figures=figures)
+            print(f"[{name}] produce {figures.produce_mb_s:.1f} MB/s   load {load_average()}", flush=True)
+            profile.report()
             # The first group creates __consumer_offsets (50 partitions opened on every broker):
             # a cluster's one-time cost, kept out of the consume figures.
             _consume_pass(bootstrap, records=min(args.records, 1000))
-            with _Profile(args.profile if name == "ours" else None, pids=pids) as profile:
+            with _Profile(profiling and str(Path(profiling) / "consume"), pids=pids,
+                          phase="the consume passes") as profile:
                 _consume_throughput(bootstrap, records=args.records, passes=args.consume_passes, pids=pids,
                                     figures=figures)
             print(f"[{name}] consume {figures.consume_mb_s:.1f} MB/s (median of {args.consume_passes}),"
@@ -352,9 +358,10 @@ class _Profile:
     """py-spy sampling the given processes while the block runs (nothing without a directory or
     without py-spy); `report` prints where the busy samples went."""
 
-    def __init__(self, directory: str | None, *, pids: list[int]) -> None:
+    def __init__(self, directory: str | None, *, pids: list[int], phase: str) -> None:
         self._directory = None if directory is None else Path(directory)
         self._pids = pids
+        self._phase = phase
         self._spies: list[subprocess.Popen[bytes]] = []
         self._outputs: list[Path] = []
         self._spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
@@ -405,7 +412,7 @@ class _Profile:
                     within[name] += count
         if not busy:
             return
-        print(f"[ours] py-spy during the consume passes: {busy} busy samples, {idle} idle (waiting in epoll"
+        print(f"[ours] py-spy during {self._phase}: {busy} busy samples, {idle} idle (waiting in epoll"
               f" or for work), raw samples in {self._directory}")
         print("  most samples of their own:")
         for name, count in own.most_common(top):

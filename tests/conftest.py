@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from failing_disks import FailingDisk
 from hypothesis import settings
 from kafka_python_sockets import close_failed_sockets
 from xdist_scheduling import ModuleScheduling
@@ -76,6 +77,41 @@ def small_tmpfs(tmp_path: Path) -> Iterator[SmallTmpfs]:
     finally:
         for target in reversed(mounted):
             subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def failing_disk(tmp_path: Path) -> Iterator[Callable[[int], FailingDisk]]:
+    """`failing_disk(size_bytes)`: a `FailingDisk` of that size. Skips, with the reason, where no
+    loop device can be set up or mounted (not root, no loop driver or free loop device, no
+    mkfs.ext4). Everything is unmounted and detached at the end."""
+    made: list[FailingDisk] = []
+
+    def make(size_bytes: int) -> FailingDisk:
+        image = tmp_path / f"disk-{len(made)}.img"
+        target = tmp_path / f"disk-{len(made)}"
+        target.mkdir()
+        with image.open("wb") as f:
+            f.truncate(size_bytes)
+        attached = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True,
+                                  check=False, timeout=60)
+        if attached.returncode != 0:
+            pytest.skip(f"cannot set up a loop device here (needs root and the loop driver): {attached.stderr.strip()}")
+        disk = FailingDisk(path=target, image=image, device=attached.stdout.strip())
+        made.append(disk)
+        for command in (["mkfs.ext4", "-q", "-F", disk.device],
+                        ["mount", "-o", "noatime,errors=continue", disk.device, str(target)]):
+            result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+            if result.returncode != 0:
+                pytest.skip(f"cannot make an ext4 file system on {disk.device} here ({command[0]}): {result.stderr.strip()}")
+        (target / "lost+found").rmdir()  # not a log directory's entry
+        return disk
+
+    try:
+        yield make
+    finally:
+        for disk in reversed(made):
+            subprocess.run(["umount", "-l", str(disk.path)], capture_output=True, check=False, timeout=120)
+            subprocess.run(["losetup", "--detach", disk.device], capture_output=True, check=False, timeout=60)
 
 
 @pytest.fixture

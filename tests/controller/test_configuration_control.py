@@ -104,6 +104,23 @@ def test_invalid_values_are_refused_naming_the_key_and_nothing_is_written() -> N
     assert h.written == [] and h.controller.configuration_control.configs(TOPIC, "orders") == {}
 
 
+def test_a_min_compaction_lag_above_the_max_is_refused_as_kafkas_log_config_refuses_it() -> None:
+    h = Harness().unfenced(1)
+    conflict = "conflict topic config setting min.compaction.lag.ms ({}) > max.compaction.lag.ms ({})"
+    refused = h.create_topic("table", configs={"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"})
+    assert (refused.error_code, refused.error_message) == (  # type: ignore[attr-defined]
+        ErrorCode.invalid_config, conflict.format(5000, 1000))
+    h.create_topic("orders", configs={"max.compaction.lag.ms": "1000"})
+    assert _alter(h, (TOPIC, "orders", [("min.compaction.lag.ms", SET, "2000")])) == [
+        (ErrorCode.invalid_config, conflict.format(2000, 1000))]
+    # Against the broker-level lag it inherits once its own is deleted (Kafka's default: Long.MAX_VALUE).
+    assert _alter(h, (TOPIC, "orders", [("min.compaction.lag.ms", SET, "2000"), ("max.compaction.lag.ms", DELETE, None)])) == [
+        (ErrorCode.none, None)]
+    assert _alter(h, (TOPIC, "orders", [("max.compaction.lag.ms", SET, "0")])) == [
+        (ErrorCode.invalid_config, "Invalid value 0 for configuration max.compaction.lag.ms: Value must be at least 1")]
+    assert h.controller.configuration_control.configs(TOPIC, "orders") == {"min.compaction.lag.ms": "2000"}
+
+
 def test_resource_refusals_are_per_resource() -> None:
     h = Harness().unfenced(1)
     h.create_topic("orders")

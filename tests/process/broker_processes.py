@@ -26,6 +26,10 @@ BROKER_TIMEOUTS = {
     # Kafka's 60 s would leave `-delete` directories for a minute where tests check a deleted or
     # moved replica is gone; test_broker_cleanup_delays.py runs with delays of its own.
     "log.segment.delete.delay.ms": "0",
+    # The recovery-point and log-start checkpoints every 5 s, as the broker wrote them before it
+    # read Kafka's intervals (60 s each): the restart tests were written against that cadence.
+    "log.flush.offset.checkpoint.interval.ms": "5000",
+    "log.flush.start.offset.checkpoint.interval.ms": "5000",
 }
 
 

@@ -1,5 +1,6 @@
 """Kafka's cleanup delays on real broker processes: `file.delete.delay.ms` for segments, the
-broker's `log.segment.delete.delay.ms` for a deleted topic's replicas, and `min.compaction.lag.ms`.
+broker's `log.segment.delete.delay.ms` for a deleted topic's replicas, and `min.compaction.lag.ms`
+and `max.compaction.lag.ms`.
 
 Kafka never unlinks a segment the moment retention or DeleteRecords drops it: the files are
 renamed `.deleted` and unlinked after the topic's `file.delete.delay.ms`, so a fetch that located
@@ -116,19 +117,7 @@ def test_records_younger_than_min_compaction_lag_are_not_compacted(brokers: Brok
     create_topic(brokers, topic, partitions=1, replication_factor=3,
                  configs={"cleanup.policy": "compact", "segment.bytes": "1048576",
                           "min.compaction.lag.ms": str(_HOUR_MS)})
-    send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", linger_ms=0,
-                         request_timeout_ms=30000)
-    written: dict[bytes, bytes] = {}
-    try:
-        now_ms = int(time.time() * 1000)
-        for i in range(400):
-            key, value = f"key-{i % 25}".encode(), f"value-{i}-".encode() + random.randbytes(_VALUE_BYTES)
-            stamp = now_ms - 2 * _HOUR_MS if i < 200 else now_ms
-            metadata = send.send(topic, key=key, value=value, partition=0, timestamp_ms=stamp).get(timeout=60)
-            assert metadata.offset == i
-            written[key] = value
-    finally:
-        send.close()
+    written = _write_keyed(brokers, topic, count=400)
     segments = sorted(brokers.partitions(101)[(topic, 0)]["segments"])
     assert len(segments) >= 3 and segments[1] < 200, segments  # the first segment holds old records only
     first_segment_bytes = segments[1] * (_VALUE_BYTES + 80)  # at least what its records take
@@ -142,3 +131,44 @@ def test_records_younger_than_min_compaction_lag_are_not_compacted(brokers: Brok
     assert latest == written
     assert set(range(200, 400)) <= set(offsets)  # every recent record, superseded ones too
     assert len([o for o in offsets if o < segments[1]]) == 25  # the old segment: one record per key
+
+
+def test_records_older_than_max_compaction_lag_are_compacted_whatever_the_dirty_ratio(brokers: BrokerCluster) -> None:
+    """`max.compaction.lag.ms` (KIP-354): a topic whose `min.cleanable.dirty.ratio` of 1.0 never
+    lets it be cleaned for dirtiness (Kafka cleans a log dirtier than the ratio, strictly) is
+    cleaned once a dirty record is older than the lag; and the active segment of old records
+    rolls when a record arrives more than the lag after its first one (Kafka's maxSegmentMs), so
+    all of them are cleaned, not only the first segment's."""
+    topic = "overdue"
+    create_topic(brokers, topic, partitions=1, replication_factor=3,
+                 configs={"cleanup.policy": "compact", "segment.bytes": "1048576", "min.cleanable.dirty.ratio": "1.0",
+                          "max.compaction.lag.ms": str(_HOUR_MS)})
+    written = _write_keyed(brokers, topic, count=201)  # 200 stamped two hours ago (two segments), one now
+    segments = sorted(brokers.partitions(101)[(topic, 0)]["segments"])
+    assert segments[-1] == 200 and len(segments) >= 3, segments  # the recent record rolled the old active segment
+    # Both old segments shrink to one record per key (25 of 200) on every replica.
+    wait_for(lambda: all(_replica_bytes(brokers, n, topic) < 30 * (_VALUE_BYTES + 80) for n in brokers.brokers),
+             timeout_s=90, what="every replica to compact the records older than max.compaction.lag.ms")
+    latest, offsets = _latest_by_key(brokers, topic)
+    assert latest == written
+    assert len([o for o in offsets if o < 200]) == 25 and 200 in offsets
+    assert "below its dirty ratio" in brokers.nodes[101].log_path.read_text()
+
+
+def _write_keyed(brokers: BrokerCluster, topic: str, *, count: int) -> dict[bytes, bytes]:
+    """`count` records of 25 keys to partition 0, one at a time: the first 200 stamped two hours
+    ago, the rest now; each key's latest value."""
+    send = KafkaProducer(bootstrap_servers=brokers.broker_bootstrap(), acks="all", linger_ms=0,
+                         request_timeout_ms=30000)
+    written: dict[bytes, bytes] = {}
+    try:
+        now_ms = int(time.time() * 1000)
+        for i in range(count):
+            key, value = f"key-{i % 25}".encode(), f"value-{i}-".encode() + random.randbytes(_VALUE_BYTES)
+            stamp = now_ms - 2 * _HOUR_MS if i < 200 else now_ms
+            metadata = send.send(topic, key=key, value=value, partition=0, timestamp_ms=stamp).get(timeout=60)
+            assert metadata.offset == i
+            written[key] = value
+    finally:
+        send.close()
+    return written

@@ -64,7 +64,7 @@ def _permissions_bind(tmp_path: Path) -> str | None:
     return None
 
 
-def _log_dir_errors(cluster: BrokerCluster, broker: int) -> dict[str, str | None]:
+def log_dir_errors(cluster: BrokerCluster, broker: int) -> dict[str, str | None]:
     """Each log directory of `broker` and its error, from `kraft log-dirs --describe` (Kafka's JSON)."""
     out = kraft_tool("log-dirs", "--describe", "--bootstrap-server", cluster.broker_bootstrap([102, 103]),
                      "--broker-list", str(broker), check=True).stdout
@@ -142,7 +142,7 @@ def test_a_log_directory_made_unreadable_goes_offline_alone_and_its_partitions_m
             log = cluster.nodes[101].log_path.read_text()
             assert "Permission denied" in log and "Reporting offline log directories" in log
             wait_offline_directory_moved(cluster, _TOPIC, offline=on_b, online=elsewhere)
-            errors = _log_dir_errors(cluster, 101)
+            errors = log_dir_errors(cluster, 101)
             assert errors == {str(data_b): "org.apache.kafka.common.errors.KafkaStorageException",
                               str(data_b.parent / "data-a"): None}, errors
             workload.wait_for_more(300, what="300 more records acknowledged with data-b offline")

@@ -423,6 +423,10 @@ def test_broker_keys_have_kafkas_defaults() -> None:
     assert config.broker_rack is None
     assert config.log_segment_delete_delay_ms == 60000
     assert config.log_cleaner_min_compaction_lag_ms == 0
+    assert config.log_cleaner_max_compaction_lag_ms == 2**63 - 1
+    assert (config.replica_high_watermark_checkpoint_interval_ms, config.log_flush_offset_checkpoint_interval_ms,
+            config.log_flush_start_offset_checkpoint_interval_ms) == (5000, 60000, 60000)
+    assert config.internal_metadata_delete_delay_millis == 60000
     assert config.unknown_keys == ()
 
 
@@ -431,7 +435,9 @@ def test_broker_keys_are_read() -> None:
         "num.partitions": "6", "default.replication.factor": "3", "min.insync.replicas": "2",
         "replica.lag.time.max.ms": "10000", "unclean.leader.election.enable": "true",
         "offsets.topic.replication.factor": "1", "log.retention.bytes": "1000000", "broker.rack": "rack-a",
-        "log.segment.bytes": "2097152",
+        "log.segment.bytes": "2097152", "replica.high.watermark.checkpoint.interval.ms": "1000",
+        "log.flush.offset.checkpoint.interval.ms": "0", "log.flush.start.offset.checkpoint.interval.ms": "7000",
+        "log.cleaner.max.compaction.lag.ms": "3600000", "internal.metadata.delete.delay.millis": "0",
     }))
     assert (config.num_partitions, config.default_replication_factor, config.min_insync_replicas) == (6, 3, 2)
     assert config.replica_lag_time_max_ms == 10000
@@ -440,6 +446,9 @@ def test_broker_keys_are_read() -> None:
     assert config.log_retention_bytes == 1000000
     assert config.broker_rack == "rack-a"
     assert config.log_segment_bytes == 2097152
+    assert (config.replica_high_watermark_checkpoint_interval_ms, config.log_flush_offset_checkpoint_interval_ms,
+            config.log_flush_start_offset_checkpoint_interval_ms) == (1000, 0, 7000)
+    assert (config.log_cleaner_max_compaction_lag_ms, config.internal_metadata_delete_delay_millis) == (3600000, 0)
     assert config.unknown_keys == ()
 
 
@@ -482,6 +491,10 @@ def test_log_roll_ms_wins_over_hours_and_compression_type_is_one_of_kafkas() -> 
         ("compression.zstd.level", "high", "Not a number"),
         ("log.segment.delete.delay.ms", "-1", "Value must be at least 0"),
         ("log.cleaner.min.compaction.lag.ms", "soon", "Not a number"),
+        ("log.cleaner.max.compaction.lag.ms", "0", "Value must be at least 1"),
+        ("log.flush.offset.checkpoint.interval.ms", "-1", "Value must be at least 0"),
+        ("replica.high.watermark.checkpoint.interval.ms", "-5", "Value must be at least 0"),
+        ("internal.metadata.delete.delay.millis", "-1", "Value must be at least 0"),
     ],
 )
 def test_bad_broker_values_name_the_key(key: str, value: str, reason: str) -> None:

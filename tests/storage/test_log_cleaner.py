@@ -12,7 +12,12 @@ from crc32c import crc32c
 
 from kraft_engine.records.batches import build_batch, decode_records, read_batch_header
 from kraft_engine.records.compression import CODEC_ZSTD, compress, decompress
-from kraft_engine.storage.log_cleaner import clean_log, compaction_upper_bound, dirty_ratio
+from kraft_engine.storage.log_cleaner import (
+    clean_log,
+    compaction_upper_bound,
+    dirty_ratio,
+    max_compaction_delay_ms,
+)
 from kraft_engine.storage.partition_log import LogError, PartitionLog
 
 T0 = 1_700_000_000_000
@@ -146,6 +151,34 @@ def test_min_compaction_lag_keeps_records_younger_than_the_lag_out_of_cleaning(l
     assert contents(log) == {6: (b"a", b"4"), 7: (b"b", b"4"), 8: (b"c", b"1")}
     with pytest.raises(ValueError, match=r"min\.compaction\.lag\.ms must be at least 0, got -1"):
         compaction_upper_bound(log, first_dirty_offset=0, upper_bound=end, now_ms=now_ms, min_compaction_lag_ms=-1)
+
+
+def test_max_compaction_delay_is_how_long_the_oldest_dirty_sealed_segment_is_past_the_lag(log: PartitionLog) -> None:
+    hour_ms = 3_600_000
+    # Sealed segments whose first batches are stamped T0, T0 + 1 h and T0 + 2 h; then the active one.
+    for hours in (0, 1, 2):
+        log.append_as_leader(keyed([(b"a", b"%d" % hours), (b"b", b"x")], timestamp_ms=T0 + hours * hour_ms), epoch=0)
+    log.append_as_leader(keyed([(b"c", b"1")], timestamp_ms=T0 - 10 * hour_ms), epoch=0)  # active: never counted
+
+    def delay(*, first_dirty: int, now_ms: int, lag_ms: int = hour_ms) -> int:
+        return max_compaction_delay_ms(log, first_dirty_offset=first_dirty, now_ms=now_ms, max_compaction_lag_ms=lag_ms)
+
+    assert delay(first_dirty=0, now_ms=T0 + hour_ms) == 0  # the oldest is exactly the lag old: not past it
+    assert delay(first_dirty=0, now_ms=T0 + hour_ms + 5) == 5
+    assert delay(first_dirty=0, now_ms=T0 + 3 * hour_ms) == 2 * hour_ms
+    # Cleaned up to offset 2: the first segment is clean, the oldest dirty one starts at T0 + 1 h.
+    assert delay(first_dirty=2, now_ms=T0 + 3 * hour_ms) == hour_ms
+    assert delay(first_dirty=6, now_ms=T0 + 3 * hour_ms) == 0  # only the active segment is dirty
+    assert delay(first_dirty=0, now_ms=T0 + 3 * hour_ms, lag_ms=2**63 - 1) == 0  # Kafka's default: never
+    with pytest.raises(ValueError, match=r"max\.compaction\.lag\.ms must be at least 1, got 0"):
+        delay(first_dirty=0, now_ms=T0, lag_ms=0)
+
+
+def test_a_dirty_segment_stamped_zero_never_forces_cleaning(log: PartitionLog) -> None:
+    # Kafka's maxCompactionDelay ignores first-batch timestamps of 0 or less (no timestamp).
+    log.append_as_leader(keyed([(b"a", b"1")], timestamp_ms=0), epoch=0)
+    log.append_as_leader(keyed([(b"a", b"2")] * 8, timestamp_ms=0), epoch=0)
+    assert max_compaction_delay_ms(log, first_dirty_offset=0, now_ms=T0, max_compaction_lag_ms=1) == 0
 
 
 def test_a_compressed_batch_is_rebuilt_in_its_codec_around_the_survivors(log: PartitionLog) -> None:

@@ -6,6 +6,7 @@ operations and compares everything the core can observe.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,53 @@ def test_prepared_snapshots_never_stored_or_stored_with_other_bytes_leave_nothin
         assert _part_files(tmp_path) == []
         log.prepare_snapshot(first, snapshot_bytes(2))
     assert _part_files(tmp_path) == []  # close drops what was never stored
+
+
+def _deleted(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".deleted"))
+
+
+def test_deleted_snapshots_and_segments_wait_out_the_delete_delay_as_kafkas_metadata_log_does(tmp_path: Path) -> None:
+    """Kafka's KafkaMetadataLog renames a deleted snapshot `.checkpoint.deleted` and trimmed
+    segments `.deleted`, and unlinks them after `internal.metadata.delete.delay.millis`."""
+    old, new = OffsetAndEpoch(epoch=1, offset=2), OffsetAndEpoch(epoch=1, offset=4)
+    log, _ = FileMetadataLog.open(tmp_path, segment_bytes=100, delete_delay_ms=60_000)
+    with log:
+        for offset in range(0, 6, 2):
+            log.append(data_batch(offset, 1, 2))
+        log.store_snapshot(old, snapshot_bytes(1))
+        log.store_snapshot(new, snapshot_bytes(1))
+        log.delete_before(4)
+        log.delete_snapshot(old)
+        waiting = ["00000000000000000000.index.deleted", "00000000000000000000.log.deleted",
+                   "00000000000000000002-0000000001.checkpoint.deleted",
+                   "00000000000000000002.index.deleted", "00000000000000000002.log.deleted"]
+        assert _deleted(tmp_path) == waiting and sorted(log.files_awaiting_deletion) == waiting
+        assert log.snapshot_ids() == [new] and on_disk(tmp_path) == [new]
+        assert log.delete_due_files() == []  # a minute has not passed
+        assert _deleted(tmp_path) == waiting
+    # Closed with files still waiting: the next open removes them.
+    log, report = FileMetadataLog.open(tmp_path, segment_bytes=100, delete_delay_ms=60_000)
+    with log:
+        assert _deleted(tmp_path) == [] and set(waiting) <= set(report.removed_files)
+        assert log.snapshot_ids() == [new] and log.log_start_offset == 4
+
+
+def test_deleted_metadata_files_are_unlinked_once_the_delay_passed_and_at_once_without_one(tmp_path: Path) -> None:
+    for delay_ms in (50, 0):
+        directory = tmp_path / f"delay-{delay_ms}"
+        log, _ = FileMetadataLog.open(directory, segment_bytes=100, delete_delay_ms=delay_ms)
+        with log:
+            for offset in range(0, 6, 2):
+                log.append(data_batch(offset, 1, 2))
+            log.store_snapshot(OffsetAndEpoch(epoch=1, offset=2), snapshot_bytes(1))
+            log.store_snapshot(OffsetAndEpoch(epoch=1, offset=4), snapshot_bytes(1))
+            log.delete_before(4)
+            log.delete_snapshot(OffsetAndEpoch(epoch=1, offset=2))
+            if delay_ms:
+                assert len(_deleted(directory)) == 5
+                time.sleep(0.2)
+                assert len(log.delete_due_files()) == 5
+            assert _deleted(directory) == [] and log.files_awaiting_deletion == []
+    with pytest.raises(ValueError, match="delete delay must be at least 0, got -1"):
+        FileMetadataLog.open(tmp_path / "refused", delete_delay_ms=-1)

@@ -48,6 +48,8 @@ __all__ = ["ConfigurationControlManager", "OpType"]
 
 _UNCLEAN = "unclean.leader.election.enable"
 _MIN_ISR = "min.insync.replicas"
+_MIN_COMPACTION_LAG = "min.compaction.lag.ms"
+_MAX_COMPACTION_LAG = "max.compaction.lag.ms"
 
 
 class OpType(enum.IntEnum):
@@ -233,12 +235,31 @@ class ConfigurationControlManager:
         """CreateTopics' check of its configs: known names, valid values, and a min.insync.replicas
         the replication factor can ever satisfy."""
         self._validate_values(ConfigResourceType.TOPIC, configs)
+        self._check_compaction_lags(configs)
         min_isr = configs.get(_MIN_ISR)
         if min_isr is not None and int(min_isr) > replication_factor:
             raise ControllerApiError(
                 ErrorCode.invalid_config,
                 f"Invalid value {min_isr} for configuration {_MIN_ISR}: min.insync.replicas must be no "
                 f"greater than the replication factor ({replication_factor})",
+            )
+
+    def _check_compaction_lags(self, topic_configs: Mapping[str, str]) -> None:
+        """Kafka's LogConfig.validateValues: a topic's min.compaction.lag.ms (its own or the one
+        it inherits) may not exceed its max.compaction.lag.ms."""
+        layers = dict(self._layers(None))
+        layers["topic"] = topic_configs
+        lags = []
+        for name in (_MIN_COMPACTION_LAG, _MAX_COMPACTION_LAG):
+            value, _, _ = resolve_topic_config(TOPIC_CONFIGS[name], **layers)
+            try:
+                lags.append(int(value or "0"))
+            except ValueError:
+                return  # the value check names the bad key
+        if lags[0] > lags[1]:
+            raise ControllerApiError(
+                ErrorCode.invalid_config,
+                f"conflict topic config setting {_MIN_COMPACTION_LAG} ({lags[0]}) > {_MAX_COMPACTION_LAG} ({lags[1]})",
             )
 
     # -- IncrementalAlterConfigs -----------------------------------------------------------
@@ -342,6 +363,8 @@ class ConfigurationControlManager:
                 ), 0))
         self._validate_values(resource_type, after)
         self._check_exists(resource_type, resource_name)
+        if resource_type == ConfigResourceType.TOPIC:
+            self._check_compaction_lags(after)
         if resource_type == ConfigResourceType.TOPIC and _MIN_ISR in after:
             replication_factor = min_replication_factor(resource_name)
             if replication_factor is not None and int(after[_MIN_ISR]) > replication_factor:

@@ -212,7 +212,8 @@ class BrokerNode:
         except QuorumStateError as e:
             raise StartupError(str(e)) from None
         try:
-            log, report = FileMetadataLog.open(directory, segment_bytes=config.metadata_log_segment_bytes)
+            log, report = FileMetadataLog.open(directory, segment_bytes=config.metadata_log_segment_bytes,
+                                               delete_delay_ms=config.internal_metadata_delete_delay_millis)
         except (LogError, SnapshotError, OSError) as e:
             raise StartupError(f"cannot open the metadata log in {directory}: {e}") from None
         for line in report.describe():

@@ -134,6 +134,8 @@ class KafkaConfig(BaseModel):
     log_dirs: tuple[str, ...]
     metadata_log_dir: str
     metadata_log_segment_bytes: int = _DEFAULT_SEGMENT_BYTES
+    # Kafka's internal key: how long a deleted metadata snapshot or segment waits before unlinking.
+    internal_metadata_delete_delay_millis: int = 60_000
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     metadata_log_max_snapshot_interval_ms: int = 60 * 60 * 1000
     metadata_max_retention_bytes: int = 100 * 1024 * 1024
@@ -195,8 +197,14 @@ class KafkaConfig(BaseModel):
     log_cleaner_backoff_ms: int = 15_000
     log_cleaner_delete_retention_ms: int = 86_400_000
     log_cleaner_min_compaction_lag_ms: int = 0
+    log_cleaner_max_compaction_lag_ms: int = _LONG_MAX
     log_segment_delete_delay_ms: int = 60_000
     log_flush_interval_messages: int = _LONG_MAX
+    # How often each offset checkpoint is written (Kafka's defaults; 0 = only at shutdown and
+    # when an operation writes them, where Kafka's scheduler would run the task once).
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
     initial_broker_registration_timeout_ms: int = 60_000
     broker_rack: str | None = None
     originals: dict[str, str] = Field(default_factory=dict)
@@ -266,6 +274,7 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "controller.quorum.fetch.max.bytes": ("controller_quorum_fetch_max_bytes", 1, _INT_MAX),
     "controller.quorum.fetch.snapshot.max.bytes": ("controller_quorum_fetch_snapshot_max_bytes", 1, _INT_MAX),
     "metadata.log.segment.bytes": ("metadata_log_segment_bytes", _LOG_OVERHEAD_BYTES, _INT_MAX),
+    "internal.metadata.delete.delay.millis": ("internal_metadata_delete_delay_millis", 0, _LONG_MAX),
     "metadata.log.max.record.bytes.between.snapshots": (
         "metadata_log_max_record_bytes_between_snapshots",
         1,
@@ -318,8 +327,12 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", 0, _LONG_MAX),
     "log.cleaner.delete.retention.ms": ("log_cleaner_delete_retention_ms", 0, _LONG_MAX),
     "log.cleaner.min.compaction.lag.ms": ("log_cleaner_min_compaction_lag_ms", 0, _LONG_MAX),
+    "log.cleaner.max.compaction.lag.ms": ("log_cleaner_max_compaction_lag_ms", 1, _LONG_MAX),
     "log.segment.delete.delay.ms": ("log_segment_delete_delay_ms", 0, _LONG_MAX),
     "log.flush.interval.messages": ("log_flush_interval_messages", 1, _LONG_MAX),
+    "replica.high.watermark.checkpoint.interval.ms": ("replica_high_watermark_checkpoint_interval_ms", 0, _LONG_MAX),
+    "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", 0, _INT_MAX),
+    "log.flush.start.offset.checkpoint.interval.ms": ("log_flush_start_offset_checkpoint_interval_ms", 0, _INT_MAX),
     "initial.broker.registration.timeout.ms": ("initial_broker_registration_timeout_ms", 0, _INT_MAX),
 }
 # log.retention.ms wins over .minutes, which wins over .hours (Kafka's logRetentionTimeMillis).

@@ -189,6 +189,7 @@ class ControllerNode:
             log, report = FileMetadataLog.open(
                 directory,
                 segment_bytes=config.metadata_log_segment_bytes,
+                delete_delay_ms=config.internal_metadata_delete_delay_millis,
                 check=lambda log: check_snapshots(log, recovery=recovery),
             )
         except StorageIOError as e:

@@ -463,6 +463,7 @@ class RaftDriver:
             if now_ms >= self._deadline_ms:
                 try:
                     self._perform(self.raft.poll(now_ms))
+                    self.log.delete_due_files()  # snapshots and segments the core deleted a while ago
                 except Exception as error:
                     self._fail(error, where="the poll loop")
                     return

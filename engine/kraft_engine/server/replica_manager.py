@@ -20,8 +20,11 @@ loop. What it keeps true:
 - ISR changes go through AlterPartition to the active controller with the partition epoch; the
   answer (or, for stale or failed answers, the next metadata) installs the committed ISR.
 - High watermarks are checkpointed per log directory in Kafka's `replication-offset-checkpoint`
-  (the recovery point in `recovery-point-offset-checkpoint`, the log start offset in
-  `log-start-offset-checkpoint`) every 5 s and at shutdown, so a restart resumes from them.
+  every `replica.high.watermark.checkpoint.interval.ms` (with `cleaner-offset-checkpoint`), the
+  recovery point in `recovery-point-offset-checkpoint` every
+  `log.flush.offset.checkpoint.interval.ms` and the log start offset in
+  `log-start-offset-checkpoint` every `log.flush.start.offset.checkpoint.interval.ms` (Kafka's
+  5 s, 60 s, 60 s), and all of them at shutdown, so a restart resumes from them.
 - Retention (Kafka's LogManager cleanup): every `log.retention.check.interval.ms`, each hosted
   replica of a topic whose `cleanup.policy` includes `delete` drops the segments its
   `retention.ms` / `retention.bytes` (broker defaults `log.retention.*`) expire, below its high
@@ -132,6 +135,7 @@ from kraft_engine.storage.log_cleaner import (
     clean_log,
     compaction_upper_bound,
     dirty_ratio,
+    max_compaction_delay_ms,
 )
 from kraft_engine.storage.partition_log import LogError, PartitionLog, partition_directory_name
 from kraft_engine.storage.partition_metadata import (
@@ -170,7 +174,9 @@ class ReplicaReadError(StorageError):
 HIGH_WATERMARK_CHECKPOINT_FILE_NAME = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE_NAME = ".kafka_cleanshutdown"
 _PRODUCER_SNAPSHOTS_KEPT = 2
-_CHECKPOINT_INTERVAL_S = 5.0
+# The checkpoint files written together, each group on its own interval (`_checkpoint_intervals_s`).
+_ALL_CHECKPOINTS = frozenset({HIGH_WATERMARK_CHECKPOINT_FILE_NAME, CLEANER_OFFSET_CHECKPOINT_FILE_NAME,
+                              RECOVERY_POINT_CHECKPOINT_FILE_NAME, LOG_START_OFFSET_CHECKPOINT_FILE_NAME})
 _ISR_CHECK_MIN_S = 0.25
 _ALTER_PARTITION_TIMEOUT_MS = 10_000
 _REBUILD_CHUNK_BYTES = 1024 * 1024
@@ -311,7 +317,8 @@ class ReplicaManager:
         self._cleaner_points: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = threading.Lock()
         self._checkpoints_taken = 0  # numbers each directory checkpoint taken, in the loop's order
-        self._checkpoints_written: dict[Path, int] = {}  # the newest written per directory
+        # The newest written per directory and file.
+        self._checkpoints_written: dict[tuple[Path, str], int] = {}
         self._uncleanable: set[Partition] = set()  # cleaning failed: Kafka's uncleanable partitions
         # Directories a clean shutdown left marked: their logs open without recovery. The marker
         # goes before anything is written, so a crash from here on means full recovery again.
@@ -1262,9 +1269,10 @@ class ReplicaManager:
         try:
             yield
         except _DIRECTORY_FAILURES as error:
-            self.fail_directory(partition.log_dir, error)
-            raise ReplicaReadError(f"reading {partition.topic}-{partition.index} in {partition.log_dir} failed: "
-                                   f"{error}") from error
+            failure = ReplicaReadError(f"reading {partition.topic}-{partition.index} in {partition.log_dir} failed: "
+                                       f"{error}")
+            self.fail_directory(partition.log_dir, failure)  # its log line says it was a read
+            raise failure from error
 
     # -- follower side -------------------------------------------------------------------------
     def follower_throttled(self, partition: Partition, *, now_ms: int) -> bool:
@@ -1367,12 +1375,15 @@ class ReplicaManager:
     # -- background ----------------------------------------------------------------------------
     async def _run_background(self) -> None:
         loop = asyncio.get_running_loop()
-        last_checkpoint = last_retention = last_cleaning = loop.time()
+        last_retention = last_cleaning = loop.time()
         cleaner_s = self.config.log_cleaner_backoff_ms / 1000
         retention_s = self.config.log_retention_check_interval_ms / 1000
-        interval = min(max(_ISR_CHECK_MIN_S, self.config.replica_lag_time_max_ms / 2000), retention_s, cleaner_s)
+        checkpoints = self._checkpoint_intervals_s()
+        last_written = dict.fromkeys(checkpoints, loop.time())
+        interval = min(max(_ISR_CHECK_MIN_S, self.config.replica_lag_time_max_ms / 2000), retention_s, cleaner_s,
+                       *checkpoints.values())
         while True:
-            await asyncio.sleep(min(interval, _CHECKPOINT_INTERVAL_S))
+            await asyncio.sleep(interval)
             try:
                 self._check_isr_shrinks()
                 self._delete_due_files()
@@ -1382,11 +1393,26 @@ class ReplicaManager:
                 if self.config.log_cleaner_enable and loop.time() - last_cleaning >= cleaner_s:
                     await self.clean_compacted_logs()
                     last_cleaning = loop.time()
-                if loop.time() - last_checkpoint >= _CHECKPOINT_INTERVAL_S:
-                    last_checkpoint = loop.time()
-                    await self._write_checkpoints_off_loop()
+                due = [files for files, every_s in checkpoints.items() if loop.time() - last_written[files] >= every_s]
+                if due:
+                    for files in due:
+                        last_written[files] = loop.time()
+                    await self._write_checkpoints_off_loop(files=frozenset().union(*due))
             except OSError as error:
                 logger.error("Replica manager background work failed: %s", error)
+
+    def _checkpoint_intervals_s(self) -> dict[frozenset[str], float]:
+        """Each group of checkpoint files written together and how often (Kafka's three
+        scheduler tasks; the cleaner's offsets go with the high watermarks). An interval of 0
+        leaves its files to shutdown and to the operations that write them."""
+        config = self.config
+        intervals = {
+            frozenset({HIGH_WATERMARK_CHECKPOINT_FILE_NAME, CLEANER_OFFSET_CHECKPOINT_FILE_NAME}):
+                config.replica_high_watermark_checkpoint_interval_ms,
+            frozenset({RECOVERY_POINT_CHECKPOINT_FILE_NAME}): config.log_flush_offset_checkpoint_interval_ms,
+            frozenset({LOG_START_OFFSET_CHECKPOINT_FILE_NAME}): config.log_flush_start_offset_checkpoint_interval_ms,
+        }
+        return {files: every_ms / 1000 for files, every_ms in intervals.items() if every_ms > 0}
 
     def topic_config(self, topic: str, key: str) -> str | None:
         return self._image().configs.configs(ConfigResource(ConfigResourceType.TOPIC, topic)).get(key)
@@ -1445,11 +1471,18 @@ class ReplicaManager:
 
     def _configure_rolls(self, topic: str, log: PartitionLog) -> None:
         """The topic's segment.bytes / segment.ms / segment.jitter.ms over the broker's log.* keys,
-        and its file.delete.delay.ms over the broker's log.segment.delete.delay.ms."""
+        and its file.delete.delay.ms over the broker's log.segment.delete.delay.ms. A compacted
+        topic's active segment rolls after `max.compaction.lag.ms` at the latest (Kafka's
+        LogConfig.maxSegmentMs), so its records reach the cleaner in time."""
+        segment_ms = self.topic_config_int(topic, "segment.ms", self.config.log_roll_ms)
+        if "compact" in (self.topic_config(topic, "cleanup.policy") or "delete").split(","):
+            max_lag_ms = self.topic_setting_int(topic, "max.compaction.lag.ms")
+            if max_lag_ms > 0:
+                segment_ms = min(segment_ms, max_lag_ms)
         try:
             log.configure_rolls(
                 segment_bytes=self.topic_config_int(topic, "segment.bytes", self.config.log_segment_bytes),
-                segment_ms=self.topic_config_int(topic, "segment.ms", self.config.log_roll_ms),
+                segment_ms=segment_ms,
                 segment_jitter_ms=self.topic_config_int(topic, "segment.jitter.ms", self.config.log_roll_jitter_ms),
             )
         except ValueError as error:
@@ -1494,6 +1527,9 @@ class ReplicaManager:
                 upper = compaction_upper_bound(
                     log, first_dirty_offset=first_dirty, upper_bound=partition.high_watermark, now_ms=now_ms,
                     min_compaction_lag_ms=self.topic_setting_int(partition.topic, "min.compaction.lag.ms"))
+                overdue_ms = max_compaction_delay_ms(
+                    log, first_dirty_offset=first_dirty, now_ms=now_ms,
+                    max_compaction_lag_ms=self.topic_setting_int(partition.topic, "max.compaction.lag.ms"))
             except ValueError as error:
                 logger.warning("Not cleaning %s-%d: %s", partition.topic, partition.index, error)
                 continue
@@ -1502,8 +1538,13 @@ class ReplicaManager:
                 continue
             ratio = dirty_ratio(log, first_dirty_offset=first_dirty, upper_bound=upper)
             wanted = self._topic_config_float(partition.topic, "min.cleanable.dirty.ratio", _MIN_CLEANABLE_DIRTY_RATIO)
-            if ratio <= 0 or ratio < wanted:
+            # Kafka's grabFilthiestCompactedLog: dirtier than the ratio (strictly), or a record past
+            # max.compaction.lag.ms with something to clean.
+            if ratio <= 0 or (ratio <= wanted and overdue_ms <= 0):
                 continue
+            if overdue_ms > 0 and ratio <= wanted:
+                logger.info("Cleaning %s-%d below its dirty ratio (%.2f): a dirty record is %d ms past "
+                            "max.compaction.lag.ms", partition.topic, partition.index, ratio, overdue_ms)
             try:
                 result = clean_log(log, first_dirty_offset=first_dirty, upper_bound=upper, now_ms=now_ms,
                                    delete_retention_ms=self.topic_config_int(partition.topic, "delete.retention.ms",
@@ -1540,18 +1581,18 @@ class ReplicaManager:
             except _DIRECTORY_FAILURES as error:
                 self.fail_directory(directory, error)
 
-    async def _write_checkpoints_off_loop(self) -> None:
-        """The periodic checkpoints: their contents taken on the loop, their files written and
-        fsynced on a worker thread (eight fsyncs per directory every few seconds stalled every
-        Fetch and Produce of the broker behind them, 100 ms and more on a busy disk; Kafka's
-        scheduler thread writes them apart from its request handlers too)."""
-        for directory, write in self._checkpoint_writes():
+    async def _write_checkpoints_off_loop(self, *, files: frozenset[str] = _ALL_CHECKPOINTS) -> None:
+        """The periodic checkpoints (those named in `files`): their contents taken on the loop,
+        their files written and fsynced on a worker thread (eight fsyncs per directory every few
+        seconds stalled every Fetch and Produce of the broker behind them, 100 ms and more on a
+        busy disk; Kafka's scheduler thread writes them apart from its request handlers too)."""
+        for directory, write in self._checkpoint_writes(files):
             try:
                 await asyncio.to_thread(write)
             except _DIRECTORY_FAILURES as error:
                 self.fail_directory(directory, error)
 
-    def _checkpoint_writes(self) -> list[tuple[Path, Callable[[], None]]]:
+    def _checkpoint_writes(self, files: frozenset[str] = _ALL_CHECKPOINTS) -> list[tuple[Path, Callable[[], None]]]:
         # Kafka snapshots producer state when a segment rolls: replay after a crash then starts
         # from the newest segment. Rare, and in the partition's own directory, which a deletion on
         # the loop may remove: written here, on the loop.
@@ -1564,36 +1605,38 @@ class ReplicaManager:
                     self.fail_directory(partition.log_dir, error)
                     continue
                 partition.snapshot_segment_base = active_base
-        return [(directory, self._directory_checkpoints(directory)) for directory in self._online_dirs()]
+        return [(directory, self._directory_checkpoints(directory, files)) for directory in self._online_dirs()]
 
     def _write_directory_checkpoints(self, directory: Path) -> None:
         self._directory_checkpoints(directory)()
 
-    def _directory_checkpoints(self, directory: Path) -> Callable[[], None]:
-        """Kafka's per-directory offset checkpoints of the replicas that directory holds, taken
-        now; the returned function writes them. One writer at a time (the periodic one on its
-        thread may overlap one on the loop), and never over newer ones: a DeleteRecords answered
-        after its checkpoint was written must not see an older one taken before it land later."""
-        hwms = {k: p.high_watermark for k, p in self.partitions.items() if p.log_dir == directory}
-        points = {k: p.log.flushed_offset for k, p in self.partitions.items() if p.log_dir == directory}
-        starts = {k: p.log.log_start_offset for k, p in self.partitions.items() if p.log_dir == directory}
-        dirty = {k: p.first_dirty_offset for k, p in self.partitions.items() if p.log_dir == directory}
-        self._cleaner_points[directory] = dirty
-        self._hwm_checkpoints[directory] = hwms
-        self._recovery_points[directory] = points
-        self._log_starts[directory] = starts
+    def _directory_checkpoints(self, directory: Path, files: frozenset[str] = _ALL_CHECKPOINTS) -> Callable[[], None]:
+        """Kafka's per-directory offset checkpoints (those named in `files`) of the replicas that
+        directory holds, taken now; the returned function writes them. One writer at a time (the
+        periodic one on its thread may overlap one on the loop), and never over newer ones: a
+        DeleteRecords answered after its checkpoint was written must not see an older one taken
+        before it land later."""
+        hosted = [(k, p) for k, p in self.partitions.items() if p.log_dir == directory]
+        tables: dict[str, tuple[dict[Path, dict[tuple[str, int], int]], Callable[[Partition], int]]] = {
+            HIGH_WATERMARK_CHECKPOINT_FILE_NAME: (self._hwm_checkpoints, lambda p: p.high_watermark),
+            RECOVERY_POINT_CHECKPOINT_FILE_NAME: (self._recovery_points, lambda p: p.log.flushed_offset),
+            LOG_START_OFFSET_CHECKPOINT_FILE_NAME: (self._log_starts, lambda p: p.log.log_start_offset),
+            CLEANER_OFFSET_CHECKPOINT_FILE_NAME: (self._cleaner_points, lambda p: p.first_dirty_offset),
+        }
+        contents: dict[str, dict[tuple[str, int], int]] = {}
+        for name in sorted(files):
+            table, value = tables[name]
+            contents[name] = table[directory] = {k: value(p) for k, p in hosted}
         self._checkpoints_taken += 1
         taken = self._checkpoints_taken
 
         def write() -> None:
             with self._checkpoint_lock:
-                if self._checkpoints_written.get(directory, 0) > taken:
-                    return
-                self._checkpoints_written[directory] = taken
-                write_offset_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT_FILE_NAME, hwms)
-                write_offset_checkpoint(directory / RECOVERY_POINT_CHECKPOINT_FILE_NAME, points)
-                write_offset_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT_FILE_NAME, starts)
-                write_offset_checkpoint(directory / CLEANER_OFFSET_CHECKPOINT_FILE_NAME, dirty)
+                for name, entries in contents.items():
+                    if self._checkpoints_written.get((directory, name), 0) > taken:
+                        continue
+                    self._checkpoints_written[(directory, name)] = taken
+                    write_offset_checkpoint(directory / name, entries)
 
         return write
 

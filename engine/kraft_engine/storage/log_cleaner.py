@@ -24,10 +24,14 @@ One pass, as Kafka's cleaner does it:
 `min.compaction.lag.ms` holds records back from cleaning for that long after they were written
 (`compaction_upper_bound`): the cleanable section ends at the first dirty segment holding a batch
 younger than that by its max timestamp, as Kafka's LogCleanerManager.cleanableOffsets ends it.
+`max.compaction.lag.ms` (KIP-354) bounds how long a record may stay uncompacted: once a dirty
+sealed segment's first batch is older than that (`max_compaction_delay_ms` > 0), the log is
+cleaned whatever its dirty ratio, and the active segment of a compacted topic rolls after that
+long (Kafka's LogConfig.maxSegmentMs) so its records become cleanable.
 
 Deviations from Kafka: segments are not merged into larger groups, the offset map is not bounded,
-`max.compaction.lag.ms` is not read (a dirty log waits for `min.cleanable.dirty.ratio`), and the
-tombstone horizon is the record's own timestamp rather than the batch's delete horizon (KIP-534).
+and the tombstone horizon is the record's own timestamp rather than the batch's delete horizon
+(KIP-534).
 """
 
 from __future__ import annotations
@@ -42,7 +46,14 @@ from kraft_engine.records.compression import CODEC_NONE, compress, decompress
 from kraft_engine.records.record_fields import RecordFields, read_record_fields
 from kraft_engine.storage.partition_log import PartitionLog
 
-__all__ = ["CLEANER_OFFSET_CHECKPOINT_FILE_NAME", "CleaningResult", "clean_log", "compaction_upper_bound", "dirty_ratio"]
+__all__ = [
+    "CLEANER_OFFSET_CHECKPOINT_FILE_NAME",
+    "CleaningResult",
+    "clean_log",
+    "compaction_upper_bound",
+    "dirty_ratio",
+    "max_compaction_delay_ms",
+]
 
 CLEANER_OFFSET_CHECKPOINT_FILE_NAME = "cleaner-offset-checkpoint"
 _LOG_APPEND_TIME_MASK = 0x08
@@ -77,6 +88,23 @@ def compaction_upper_bound(
         if end > first_dirty_offset and log.segment_largest_timestamp_ms(base) > now_ms - min_compaction_lag_ms:
             return min(base, upper_bound)
     return upper_bound
+
+
+def max_compaction_delay_ms(
+    log: PartitionLog, *, first_dirty_offset: int, now_ms: int, max_compaction_lag_ms: int
+) -> int:
+    """How long past `max.compaction.lag.ms` the oldest dirty record waits (Kafka's
+    LogCleanerManager.maxCompactionDelay): the oldest first-batch timestamp of the sealed
+    segments from the one holding `first_dirty_offset` on (timestamps of 0 or less ignored),
+    measured against `now_ms - max_compaction_lag_ms`; 0 when none is that old. Above 0 the log
+    must be cleaned now, whatever its dirty ratio."""
+    if max_compaction_lag_ms < 1:
+        raise ValueError(f"max.compaction.lag.ms must be at least 1, got {max_compaction_lag_ms}")
+    sealed = log.cleanable_segments(upper_bound=log.log_end_offset)
+    stamps = [t for t in (log.segment_first_batch_timestamp_ms(base) for base, end in sealed if end > first_dirty_offset)
+              if t > 0]
+    clean_until_ms = now_ms - max_compaction_lag_ms
+    return clean_until_ms - min(stamps) if stamps and min(stamps) < clean_until_ms else 0
 
 
 def dirty_ratio(log: PartitionLog, *, first_dirty_offset: int, upper_bound: int) -> float:

@@ -16,6 +16,14 @@ segment's base offset. `delete_before` removes whole segments only, so a restart
 committed offsets between that base and the snapshot the log had been trimmed to; they are valid
 data, and the next retention pass trims them again.
 
+Deletion waits, as in Kafka's KafkaMetadataLog: a snapshot the core deletes is renamed
+`<id>.checkpoint.deleted` at once (it is no longer listed) and unlinked after
+`delete_delay_ms` (Kafka's internal `internal.metadata.delete.delay.millis`, 60 s), and trimmed
+segments wait as `.deleted` files the same time (the segments' `file.delete.delay.ms`). The
+owner calls `delete_due_files` now and then; a restart removes what is left at once. Kafka waits
+so that a response already built over the file's channel can still be sent; this log reads the
+bytes it answers with, so here the delay only keeps Kafka's on-disk behaviour.
+
 The core asks for the snapshot list on every poll and every Fetch it serves, so the list is read
 from the directory once, on open, and then kept in step by `store_snapshot` and
 `delete_snapshot` (re-read from the directory if either fails part-way). While the log is open
@@ -42,8 +50,8 @@ from kraft_engine.storage.snapshots import (
     DownloadedSnapshotWriter,
     SnapshotId,
     SnapshotReader,
-    delete_snapshot,
     list_snapshots,
+    mark_snapshot_for_deletion,
 )
 
 __all__ = ["FileMetadataLog", "holds_metadata_log"]
@@ -68,9 +76,12 @@ def _snapshot_id(value: OffsetAndEpoch) -> SnapshotId:
 class FileMetadataLog:
     """A `kraft_engine.raft.log.RaftLog` stored in one partition directory."""
 
-    def __init__(self, log: PartitionLog) -> None:
+    def __init__(self, log: PartitionLog, *, delete_delay_ms: int = 0) -> None:
+        if delete_delay_ms < 0:
+            raise ValueError(f"the metadata log's delete delay must be at least 0, got {delete_delay_ms}")
         self._log = log
         self.directory = log.directory
+        log.configure_deletes(file_delete_delay_ms=delete_delay_ms)
         self._snapshots: list[OffsetAndEpoch] = []
         self._snapshot_sizes: dict[OffsetAndEpoch, int] = {}
         # Snapshots written ahead by `prepare_snapshot` (another thread), by id: their bytes, to
@@ -85,15 +96,17 @@ class FileMetadataLog:
         directory: Path,
         *,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        delete_delay_ms: int = 0,
         check: Callable[[FileMetadataLog], None] | None = None,
     ) -> tuple[FileMetadataLog, RecoveryReport]:
-        """Open and recover; `segment_bytes` is Kafka's `metadata.log.segment.bytes`.
+        """Open and recover; `segment_bytes` is Kafka's `metadata.log.segment.bytes`,
+        `delete_delay_ms` its `internal.metadata.delete.delay.millis` (see the module docstring).
 
         `check` sees the recovered log before the log is cut to a snapshot beyond its end: a
         node that refuses a damaged snapshot must refuse before that cut, not after it."""
         log, report = PartitionLog.open(directory, segment_bytes=segment_bytes)
         try:
-            metadata_log = cls(log)
+            metadata_log = cls(log, delete_delay_ms=delete_delay_ms)
             if check is not None:
                 check(metadata_log)
             snapshots = metadata_log._snapshots
@@ -264,13 +277,23 @@ class FileMetadataLog:
 
     def delete_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
         try:
-            delete_snapshot(self.directory, _snapshot_id(snapshot_id))
+            doomed = mark_snapshot_for_deletion(self.directory, _snapshot_id(snapshot_id))
+            self._log.delete_later([] if doomed is None else [doomed])
         except BaseException:
             self._reload_snapshots()
             raise
         if snapshot_id in self._snapshots:
             self._snapshots.remove(snapshot_id)
         self._snapshot_sizes.pop(snapshot_id, None)
+
+    def delete_due_files(self) -> list[str]:
+        """Unlink the deleted snapshots and segments whose delay has passed; their names."""
+        return self._log.delete_due_files()
+
+    @property
+    def files_awaiting_deletion(self) -> list[str]:
+        """Names of the `.deleted` snapshot and segment files not yet unlinked."""
+        return self._log.files_awaiting_deletion
 
     def close(self) -> None:
         with self._prepared_lock:

@@ -995,7 +995,11 @@ class PartitionLog:
         the closed segments' files are renamed `.deleted` now and unlinked after
         `file.delete.delay.ms`, so a read that found them a moment ago is not cut off, and a
         crash in between leaves only `.deleted` files, which the next open removes."""
-        renamed = _rename_for_deletion(self.directory, segments)
+        self.delete_later(_rename_for_deletion(self.directory, segments))
+
+    def delete_later(self, renamed: list[Path]) -> None:
+        """Unlink files already renamed `.deleted` once `file.delete.delay.ms` has passed (at
+        once when it is 0): this log's segments, or the snapshots beside them (`delete_due_files`)."""
         if not renamed:
             return
         if self._file_delete_delay_ms == 0:
@@ -1276,6 +1280,11 @@ class PartitionLog:
     def segment_largest_timestamp_ms(self, base_offset: int) -> int:
         """The largest batch max timestamp in the segment (-1 when it has none)."""
         return self._segment_at(base_offset).largest_timestamp_ms()
+
+    def segment_first_batch_timestamp_ms(self, base_offset: int) -> int:
+        """The max timestamp of the segment's first batch (-1 when it has none): what Kafka's
+        LogSegment.getFirstBatchTimestamp reads, for `segment.ms` and `max.compaction.lag.ms`."""
+        return self._segment_at(base_offset).rolling_based_timestamp_ms()
 
     def segment_batches(self, base_offset: int) -> Iterator[bytes]:
         """Every batch of one segment, in order, read a chunk at a time."""

@@ -15,7 +15,9 @@ Lifecycle, as in Kafka:
   before that leaves a `.part` file, which `clean_snapshot_leftovers` (called when the log
   directory is opened) removes.
 - Deleting renames to `<id>.checkpoint.deleted`, fsyncs the directory, then unlinks, so a crash
-  never leaves a half-deleted snapshot that looks valid.
+  never leaves a half-deleted snapshot that looks valid. `mark_snapshot_for_deletion` does only
+  the rename, for a caller that unlinks later (Kafka's metadata log waits
+  `internal.metadata.delete.delay.millis`).
 
 API:
 
@@ -26,7 +28,8 @@ API:
     SnapshotReader(dir, snapshot_id): .size_bytes, .read(position, max_bytes) (FetchSnapshot
         slices), .batches() (validated: CRC, offsets, header first, footer last),
         .last_contained_log_timestamp_ms
-    list_snapshots(dir), latest_snapshot(dir), delete_snapshot(dir, id), clean_snapshot_leftovers(dir)
+    list_snapshots(dir), latest_snapshot(dir), delete_snapshot(dir, id),
+    mark_snapshot_for_deletion(dir, id), clean_snapshot_leftovers(dir)
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ __all__ = [
     "delete_snapshot",
     "latest_snapshot",
     "list_snapshots",
+    "mark_snapshot_for_deletion",
     "snapshot_file_name",
 ]
 
@@ -123,17 +127,27 @@ def clean_snapshot_leftovers(directory: Path) -> list[str]:
 
 def delete_snapshot(directory: Path, snapshot_id: SnapshotId) -> bool:
     """Rename to `.checkpoint.deleted`, fsync the directory, unlink. False when it did not exist."""
+    doomed = mark_snapshot_for_deletion(directory, snapshot_id)
+    if doomed is None:
+        return False
+    with storage_io("deleting", doomed):
+        doomed.unlink()
+    return True
+
+
+def mark_snapshot_for_deletion(directory: Path, snapshot_id: SnapshotId) -> Path | None:
+    """Rename to `.checkpoint.deleted` and fsync the directory (Kafka's Snapshots.markForDelete):
+    no longer a snapshot, its file unlinked later by the caller (or removed by
+    `clean_snapshot_leftovers` at the next open). The new path; None when it did not exist."""
     path = directory / snapshot_file_name(snapshot_id)
     doomed = path.with_name(path.name + ".deleted")
     with storage_io("renaming for deletion", path):
         try:
             os.replace(path, doomed)
         except FileNotFoundError:
-            return False
+            return None
     fsync_dir(directory)
-    with storage_io("deleting", doomed):
-        doomed.unlink()
-    return True
+    return doomed
 
 
 class _PartFile:
