@@ -282,6 +282,14 @@ class RaftNode:
     def next_deadline_ms(self, now_ms: int) -> int:
         return self._next_deadline(now_ms)
 
+    @property
+    def drain_deadline_ms(self) -> int | None:
+        """When the leader's buffered appends are due in the log (None: nothing buffered, or not
+        leader). An `append` changes no other deadline, so a driver that polls by
+        `next_deadline_ms` only needs to move its wake-up earlier to this after one."""
+        state = self._quorum.state
+        return state.accumulator.drain_deadline_ms() if isinstance(state, LeaderState) else None
+
     # ==========================================================================================
     # Entry points
     # ==========================================================================================

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kraft_engine.records.batches import build_batch, decode_records, validate_batch
+from kraft_engine.records.batches import UnsupportedBatchError, build_batch, decode_records, validate_batch
 from kraft_engine.records.control import ControlRecord, decode_control_batch
 
 __all__ = ["LogBatch", "OffsetAndEpoch", "build_data_batch", "parse_batches"]
@@ -42,10 +42,28 @@ class LogBatch:
     is_control: bool
     # The batch's max timestamp: Kafka's Batch.appendTimestamp().
     append_timestamp_ms: int
-    # Values of the data records (empty for a control batch).
-    records: tuple[bytes, ...]
     control_records: tuple[ControlRecord, ...]
     raw: bytes = field(repr=False)
+    # The data records' values, decoded from `raw` on the first read of `records`.
+    _values: tuple[bytes, ...] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def records(self) -> tuple[bytes, ...]:
+        """Values of the data records (empty for a control batch).
+
+        Decoded on first read, not by `parse_batches`: of the three parses a fetched batch went
+        through on raft's loop (the Fetch response, the log append, the listener's read-back)
+        only the listener's needs the records; the other two need offsets, epoch and control
+        records. Decoding them all was a fifth of a follower's loop time in bench/quorum.py at
+        64 writers. The batch's CRC was checked when it was parsed, so the bytes are the
+        leader's own (Kafka's follower appends on the CRC check alone, too)."""
+        values = self._values
+        if values is None:
+            values = () if self.is_control else tuple(
+                r.value if r.value is not None else b"" for r in decode_records(self.raw)
+            )
+            object.__setattr__(self, "_values", values)  # a cache of what `raw` holds
+        return values
 
     @property
     def next_offset(self) -> int:
@@ -62,19 +80,23 @@ def build_data_batch(values: list[bytes], *, base_offset: int, epoch: int, times
 
 
 def parse_batches(data: bytes | bytearray | memoryview) -> list[LogBatch]:
-    """Parse concatenated whole batches; raises ValueError on a corrupt or partial batch."""
+    """Parse concatenated whole batches; raises ValueError on a corrupt (CRC, framing) or partial
+    batch, or a compressed one. Data records are decoded when `LogBatch.records` is first read."""
     batches: list[LogBatch] = []
     view = memoryview(data)
     position = 0
     while position < len(view):
         header = validate_batch(view, position)
         raw = bytes(view[position : position + header.size_bytes])
-        values: tuple[bytes, ...] = ()
         controls: tuple[ControlRecord, ...] = ()
         if header.is_control:
             controls = tuple(decoded.record for decoded in decode_control_batch(raw))
-        else:
-            values = tuple(r.value if r.value is not None else b"" for r in decode_records(raw))
+        elif header.compression_codec != 0:
+            # Refused here, as when the records were decoded here: only `records` would see it.
+            raise UnsupportedBatchError(
+                f"batch at offset {header.base_offset} uses compression codec {header.compression_codec}; "
+                "only uncompressed batches are supported"
+            )
         batches.append(
             LogBatch(
                 base_offset=header.base_offset,
@@ -82,7 +104,6 @@ def parse_batches(data: bytes | bytearray | memoryview) -> list[LogBatch]:
                 epoch=header.partition_leader_epoch,
                 is_control=header.is_control,
                 append_timestamp_ms=header.max_timestamp,
-                records=values,
                 control_records=controls,
                 raw=raw,
             )
