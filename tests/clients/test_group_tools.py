@@ -177,8 +177,37 @@ def test_kafka_consumer_groups_describe_prints_what_ours_prints(group_state: dic
             ours = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", "--group", group, *flags)
             assert _table(ours.stdout) == _table(theirs.stdout), (flags, ours.stdout, theirs.stdout)
             consumer.poll()
+        # Several groups: all described before anything prints, printed in sorted order (Kafka's
+        # TreeMap; asked here in the other order); one group that does not exist fails the whole
+        # command, as Kafka's Admin fails it, on stdout with status 0.
+        other = "another-tool-group"
+        kraft("consumer-groups", "--bootstrap-server", bootstrap, "--reset-offsets", "--group", other, "--topic",
+              topic, "--to-earliest", "--execute")
+        printed = {}
+        for groups, flags in (((group, other), ()), ((group, other), ("--members",)), ((group, other), ("--state",)),
+                              ((group, "no-such-group"), ())):
+            asked = [flag for g in groups for flag in ("--group", g)]
+            theirs = kafka("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+                           bootstrap, "--describe", *asked, *flags)
+            ours = kraft("consumer-groups", "--bootstrap-server", bootstrap, "--describe", *asked, *flags)
+            assert (ours.returncode, theirs.returncode) == (0, 0), theirs.stderr
+            assert _tables(ours.stdout) == _tables(theirs.stdout), (groups, flags, ours.stdout, theirs.stdout)
+            printed[(groups[1], *flags)] = _tables(ours.stdout)
+            consumer.poll()
+        assert [rows[0].split()[0] for _, rows in printed[(other,)]] == [other, group]
+        assert [rows[0].split()[0] for _, rows in printed[(other, "--state")]] == [other, group]
+        assert printed[("no-such-group",)] == [(
+            "Error: Executing consumer group command failed due to org.apache.kafka.common.errors."
+            "GroupIdNotFoundException: Group no-such-group not found.", [])]
     finally:
         consumer.close()
+
+
+def _tables(output: str) -> list[tuple[str, list[str]]]:
+    """Each group's block (they are separated by a blank line): its first line, and its other
+    lines as a sorted list (see `_table`)."""
+    return [(lines[0], sorted(lines[1:])) for block in output.strip("\n").split("\n\n")
+            for lines in (block.split("\n"),)]
 
 
 def test_console_consumer_group_resumes_from_its_committed_offsets(group_state: dict[str, str]) -> None:

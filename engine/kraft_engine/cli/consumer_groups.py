@@ -221,15 +221,15 @@ async def _describe(admin: GroupAdmin, summary: GroupSummary, args: argparse.Nam
         coordinator_width = max(25, len(coordinator))
         row = f"\n{{:<{group_width}}} {{:<{coordinator_width}}} {{:<20}} {{:<20}} {{}}"
         sys.stdout.write(row.format("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"))
-        sys.stdout.write(row.format(group, coordinator, summary.protocol, summary.state, len(summary.members)))
+        sys.stdout.write(row.format(group, coordinator, summary.protocol or "-", summary.state, len(summary.members)))
         print()
         return 0
     if args.members:
         _notes(summary)
-        if not summary.members:
-            return 0
+        # Kafka sizes the columns by the rows: a group without members prints the bare header.
         with_instance = any(m.group_instance_id for m in summary.members)
-        widths = [max([15, len(group)]), max([15, *(len(m.member_id) for m in summary.members)])]
+        widths = [max([15, *(len(group) for _ in summary.members)]),
+                  max([15, *(len(m.member_id) for m in summary.members)])]
         instance_width = max([17, *(len(m.group_instance_id or "-") for m in summary.members)])
         host_width = max([15, *(len(m.client_host) for m in summary.members)])
         client_width = max([15, *(len(m.client_id) for m in summary.members)])
