@@ -206,3 +206,18 @@ def test_batches_the_write_buffer_cannot_hold_are_refused_whole() -> None:
     node.append([b"after"], epoch=node.epoch, now_ms=cluster.now_ms)
     cluster.advance(1)
     assert cluster[1].committed_values == [b"after"]
+
+
+def test_a_held_append_does_not_hold_back_the_batches_completed_before_it() -> None:
+    # The rest of a large write keeps going out while the next write is being applied: only what
+    # comes from the held append on waits for its schedule. (Batches close at one Fetch's worth.)
+    cluster = Cluster([1], config=RaftConfig(append_linger_ms=1000, fetch_max_bytes=200))
+    node = cluster.node(1)
+    cluster.advance(1)
+    node.append([b"a" * 150], epoch=node.epoch, now_ms=cluster.now_ms)
+    node.prepare_append([b"b" * 150], epoch=node.epoch, now_ms=cluster.now_ms)  # its own batch: the first closes
+    cluster.advance(10)  # well inside the linger: only a completed batch goes out
+    assert cluster[1].committed_values == [b"a" * 150]
+    node.schedule_prepared_append()
+    cluster.advance(1000)
+    assert cluster[1].committed_values == [b"a" * 150, b"b" * 150]

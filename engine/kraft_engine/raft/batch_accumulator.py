@@ -182,18 +182,24 @@ class BatchAccumulator:
     def is_empty(self) -> bool:
         return self._current is None and not self._completed
 
+    def _completed_before_hold(self) -> bool:
+        """A completed batch may be written now: a held append never holds back what is before it
+        (the rest of a large write still going out while the next write is being applied)."""
+        hold = self._hold_from_offset
+        return bool(self._completed) and (hold is None or self._completed[0].last_offset < hold)
+
     def needs_drain(self, now_ms: int) -> bool:
+        if self._completed_before_hold():
+            return True
         if self._hold_from_offset is not None:
             return False
-        if self._completed:
-            return True
         return self._drain_deadline_ms is not None and now_ms >= self._drain_deadline_ms
 
     def drain_deadline_ms(self) -> int | None:
+        if self._completed_before_hold():
+            return 0
         if self._hold_from_offset is not None:
             return None
-        if self._completed:
-            return 0
         return self._drain_deadline_ms
 
     def drain(self, *, max_bytes: int | None = None) -> list[PendingBatch]:
