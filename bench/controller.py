@@ -556,7 +556,7 @@ async def bench_system(system: Quorum, *, topics: int, partitions: int, failover
                       f"partition changes before it; epochs {sorted(seen.epochs)}, leader epoch {epoch_before} -> "
                       f"{after.leader_epoch}", flush=True)
                 large_write = None
-                if system.name == "kraftwerk":
+                if system.name == "kraftwerk" and int(after.leader_id) in system.http_ports:
                     large_write = (system.status(int(after.leader_id)) or {}).get("last_large_write")
                     if large_write is not None and large_write["last_offset"] != seen.fence_offset:
                         large_write = None  # not the fence's (the fence record is the last of its write)
