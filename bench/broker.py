@@ -20,13 +20,20 @@ Each figure gets an ours/Kafka ratio. The goals the issue sets (consume ≥ 0.9x
 p99 within 2x, RSS below Kafka's) are marked met or not. Timing on a shared machine is noisy: the
 load average is printed before and after. Prints figures; never passes or fails.
 
+`--tls` measures what TLS costs instead: each implementation's cluster is brought up with
+`spec.tls` (mTLS between nodes, the authorizer on) and two client listeners, PLAINTEXT and SSL
+(mTLS with a user's certificate the operator issued from the clients CA); produce and consume
+throughput over each (a topic each), printed as mTLS/plaintext ratios per implementation and
+ours/Kafka per listener. Replication between brokers is mTLS in both (the REPLICATION listener),
+so the ratio is the clients' path alone. Prints figures; asserts nothing.
+
 `--profile DIR` samples our brokers with py-spy (when installed) during the produce run and
 during the consume passes, and prints for each where their busy time goes (the frames with the
 most samples of their own, and the broker's main paths with what they include); the raw samples
 stay in DIR/produce and DIR/consume.
 
     .venv/bin/python bench/broker.py [--records 50000] [--rate 500] [--latency-s 10] [--only ours]
-        [--consume-passes 5] [--profile DIR]
+        [--consume-passes 5] [--profile DIR] [--tls]
 """
 
 from __future__ import annotations
@@ -46,8 +53,10 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 from _util import load_average, process_cpu_s, rss_mib
@@ -85,6 +94,7 @@ spec:
 """
 _TOPIC = "bench"
 _MB = 1024 * 1024
+_F = TypeVar("_F")
 
 
 @dataclass
@@ -103,21 +113,26 @@ class Figures:
     notes: list[str] = field(default_factory=list)
 
 
-async def _bring_up(runtime: LocalRuntime, cluster: KRaftCluster) -> KRaftCluster:
+async def _bring_up(runtime: LocalRuntime, cluster: KRaftCluster,
+                    also: Callable[[], bool] = lambda: True) -> KRaftCluster:
+    """Reconcile until Ready with nothing left to do and `also()` holds."""
     reconciler = Reconciler(runtime, rng=random.Random(7), metrics=OperatorMetrics())
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         result = await reconciler.reconcile(cluster)
         cluster = cluster.model_copy(update={"status": result.status})
         condition = result.status.condition(ConditionType.READY)
-        if condition is not None and condition.status is ConditionStatus.TRUE and not result.actions:
+        if condition is not None and condition.status is ConditionStatus.TRUE and not result.actions and also():
             return cluster
+        degraded = result.status.condition(ConditionType.DEGRADED)
+        if degraded is not None and degraded.reason == "InvalidSpec":
+            raise RuntimeError(f"the bench's spec is refused: {degraded.message}")
         await asyncio.sleep(0.5)
     raise RuntimeError("the cluster did not become Ready within 600 s")
 
 
-def _brokers(cluster_dir: Path) -> list[tuple[str, int]]:
-    """(bootstrap address, pid) of every broker node, from its server.properties and pid file."""
+def _brokers(cluster_dir: Path, listener: str = "PLAINTEXT") -> list[tuple[str, int]]:
+    """(address of `listener`, pid) of every broker node, from its server.properties and pid file."""
     found = []
     for node_dir in sorted(cluster_dir.glob("node-*")):
         config = node_dir / "server.properties"
@@ -126,8 +141,8 @@ def _brokers(cluster_dir: Path) -> list[tuple[str, int]]:
         props = parse_properties(config.read_text(encoding="utf-8"))
         if "broker" not in props.get("process.roles", ""):
             continue
-        listener = next(e for e in props["listeners"].split(",") if e.startswith("PLAINTEXT://"))
-        found.append((listener.removeprefix("PLAINTEXT://"), int((node_dir / "pid").read_text().strip())))
+        endpoint = next(e for e in props["listeners"].split(",") if e.startswith(f"{listener}://"))
+        found.append((endpoint.removeprefix(f"{listener}://"), int((node_dir / "pid").read_text().strip())))
     return found
 
 
@@ -181,20 +196,22 @@ def _print_loop_stalls(name: str, before: list[tuple[float, dict[float, float]]]
               f" produce and checkpoints): {'; '.join(parts)}", flush=True)
 
 
-def _create_topic(bootstrap: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(_TOPIC, 3, 3)], request_timeout=60).values():
+def _create_topic(bootstrap: str, *, topic: str = _TOPIC, client: Mapping[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
+    for future in admin.create_topics([NewTopic(topic, 3, 3)], request_timeout=60).values():
         future.result(timeout=120)
     time.sleep(2)  # leaders settle on every broker
 
 
-def _producer(bootstrap: str) -> Producer:
+def _producer(bootstrap: str, client: Mapping[str, str] | None = None) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                     "batch.size": 64 * 1024, "linger.ms": 5, "queue.buffering.max.kbytes": 64 * 1024})
+                     "batch.size": 64 * 1024, "linger.ms": 5, "queue.buffering.max.kbytes": 64 * 1024,
+                     **(client or {})})
 
 
-def _produce_throughput(bootstrap: str, *, records: int, record_bytes: int, figures: Figures) -> None:
-    producer = _producer(bootstrap)
+def _produce_throughput(bootstrap: str, *, records: int, record_bytes: int, figures: Figures, topic: str = _TOPIC,
+                        client: Mapping[str, str] | None = None) -> None:
+    producer = _producer(bootstrap, client)
     value = os.urandom(record_bytes)
     errors: list[str] = []
 
@@ -206,7 +223,7 @@ def _produce_throughput(bootstrap: str, *, records: int, record_bytes: int, figu
     for _ in range(records):
         while True:
             try:
-                producer.produce(_TOPIC, value=value, on_delivery=delivered)
+                producer.produce(topic, value=value, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -219,15 +236,17 @@ def _produce_throughput(bootstrap: str, *, records: int, record_bytes: int, figu
     figures.produce_mb_s = records * record_bytes / _MB / elapsed
 
 
-def _consume_pass(bootstrap: str, *, records: int) -> tuple[int, int, float]:
+def _consume_pass(bootstrap: str, *, records: int, topic: str = _TOPIC,
+                  client: Mapping[str, str] | None = None) -> tuple[int, int, float]:
     """(records, bytes, seconds from the first record to the last) of one group of one reading the
     topic from the start."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "fetch.max.bytes": 50 * _MB, "max.partition.fetch.bytes": 10 * _MB,
-                         "queued.max.messages.kbytes": 2_000_000, "queued.min.messages": 10_000_000})
+                         "queued.max.messages.kbytes": 2_000_000, "queued.min.messages": 10_000_000,
+                         **(client or {})})
     try:
-        consumer.subscribe([_TOPIC])
+        consumer.subscribe([topic])
         got = size = 0
         started = None
         deadline = time.monotonic() + 300
@@ -244,12 +263,13 @@ def _consume_pass(bootstrap: str, *, records: int) -> tuple[int, int, float]:
         consumer.close()
 
 
-def _consume_throughput(bootstrap: str, *, records: int, passes: int, pids: list[int], figures: Figures) -> None:
+def _consume_throughput(bootstrap: str, *, records: int, passes: int, pids: list[int], figures: Figures,
+                        topic: str = _TOPIC, client: Mapping[str, str] | None = None) -> None:
     rates: list[tuple[float, float]] = []
     cpu_before = [process_cpu_s(pid) for pid in pids]
     served = 0
     for _ in range(passes):
-        got, size, elapsed = _consume_pass(bootstrap, records=records)
+        got, size, elapsed = _consume_pass(bootstrap, records=records, topic=topic, client=client)
         served += size
         if got < records:
             figures.notes.append(f"a consume pass read only {got} of {records}")
@@ -352,6 +372,128 @@ def run(name: str, implementation: str, args: argparse.Namespace) -> Figures:
         finally:
             runtime.stop_all(timeout_s=60)
     return figures
+
+
+_TLS_SPEC = _SPEC.replace("""  listeners:
+    - {{name: PLAINTEXT, port: 9092}}
+""", """  listeners:
+    - {{name: PLAINTEXT, port: 9092}}
+    - {{name: MTLS, port: 9094, protocol: SSL}}
+  tls: {{}}
+  users:
+    - name: bench
+      authentication: tls
+      acls:
+        - resource: {{type: topic, name: bench, patternType: prefix}}
+          operations: [All]
+        - resource: {{type: group, name: bench, patternType: prefix}}
+          operations: [All]
+""")
+_TLS_TOPICS = {"PLAINTEXT": "bench-plaintext", "MTLS": "bench-mtls"}
+
+
+@dataclass
+class TlsFigures:
+    """Produce and consume over each client listener of one secured cluster."""
+
+    by_listener: dict[str, Figures] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _secret_files(state: str, name: str) -> Path:
+    return Path(state) / "default" / "_secrets" / name
+
+
+def _anonymous_acls(replication: str, operator_secret: Path) -> None:
+    """ACLs for `User:ANONYMOUS` (the PLAINTEXT listener's principal) on the bench topics and
+    groups, made as the operator (a super user) over its mTLS REPLICATION listener: with spec.tls
+    the authorizer is on, and the operator only manages its own users' ACLs."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    keystore = (operator_secret / "keystore.pem").read_text(encoding="utf-8")
+    start = keystore.index("-----BEGIN CERTIFICATE-----")
+    admin = AdminClient({"bootstrap.servers": replication, "security.protocol": "SSL",
+                         "ssl.key.pem": keystore[:start], "ssl.certificate.pem": keystore[start:],
+                         "ssl.ca.location": str(operator_secret / "truststore.pem")})
+    bindings = [AclBinding(resource, "bench", ResourcePatternType.PREFIXED, "User:ANONYMOUS", "*", AclOperation.ALL,
+                           AclPermissionType.ALLOW) for resource in (ResourceType.TOPIC, ResourceType.GROUP)]
+    for future in admin.create_acls(bindings, request_timeout=60).values():
+        future.result(timeout=120)
+    time.sleep(2)  # every broker replays the ACLs
+
+
+def run_tls(name: str, implementation: str, args: argparse.Namespace) -> TlsFigures:
+    """One secured cluster (spec.tls: mTLS between nodes, the authorizer on) with a PLAINTEXT and an
+    SSL (mTLS, a user's certificate from the clients CA) client listener: produce and consume
+    throughput over each. Replication between brokers is mTLS in both cases (the REPLICATION
+    listener), so the ratio is what TLS costs on the clients' path alone."""
+    figures = TlsFigures()
+    cluster_name = f"bench-{name}-tls"
+    with tempfile.TemporaryDirectory(prefix=f"bench-broker-{name}-tls-") as state:
+        runtime = LocalRuntime(state)
+        spec = _TLS_SPEC.format(name=f"{name}-tls", implementation=implementation)
+        cluster = KRaftCluster.model_validate(yaml.safe_load(spec))
+        user = _secret_files(state, f"{cluster_name}-user-bench")
+        try:
+            started = time.monotonic()
+            cluster = asyncio.run(_bring_up(runtime, cluster, also=(user / "user.crt").exists))
+            cluster_dir = runtime.cluster_dir(cluster)
+            pids = [pid for _, pid in _brokers(cluster_dir)]
+            print(f"[{name} TLS] Ready in {time.monotonic() - started:.0f} s   load {load_average()}", flush=True)
+            replication = ",".join(a for a, _ in _brokers(cluster_dir, "REPLICATION"))
+            _anonymous_acls(replication, _secret_files(state, f"{cluster_name}-operator-tls"))
+            clients: dict[str, dict[str, str]] = {
+                "PLAINTEXT": {},
+                "MTLS": {"security.protocol": "SSL", "ssl.ca.location": str(user / "ca.crt"),
+                         "ssl.certificate.location": str(user / "user.crt"),
+                         "ssl.key.location": str(user / "user.key")},
+            }
+            for listener, client in clients.items():
+                bootstrap = ",".join(a for a, _ in _brokers(cluster_dir, listener))
+                topic = _TLS_TOPICS[listener]
+                measured = figures.by_listener[listener] = Figures()
+                _create_topic(bootstrap, topic=topic, client=client)
+                _produce_throughput(bootstrap, records=args.records, record_bytes=args.record_bytes,
+                                    figures=measured, topic=topic, client=client)
+                # The first group creates __consumer_offsets: kept out of the figures, as above.
+                _consume_pass(bootstrap, records=min(args.records, 1000), topic=topic, client=client)
+                _consume_throughput(bootstrap, records=args.records, passes=args.consume_passes, pids=pids,
+                                    figures=measured, topic=topic, client=client)
+                print(f"[{name} {listener}] produce {measured.produce_mb_s:.1f} MB/s, consume"
+                      f" {measured.consume_mb_s:.1f} MB/s (median of {args.consume_passes}), brokers' CPU"
+                      f" {measured.broker_cpu_s_per_gib:.2f} s/GiB   load {load_average()}", flush=True)
+        finally:
+            runtime.stop_all(timeout_s=60)
+    return figures
+
+
+def _tls_table(ours: TlsFigures, theirs: TlsFigures | None) -> None:
+    rows = [("produce MB/s (acks=all, RF 3)", "produce_mb_s"), ("consume MB/s (median)", "consume_mb_s"),
+            ("consume MB/s, best pass", "consume_best_mb_s"), ("brokers' CPU s per GiB served", "broker_cpu_s_per_gib")]
+    print(f"\n{'TLS cost (mTLS vs PLAINTEXT listener)':<38}{'plain':>9}{'mTLS':>9}{'mTLS/plain':>12}")
+    for name, figures in (("ours", ours), ("Kafka 4.1", theirs)):
+        if figures is None or set(figures.by_listener) != {"PLAINTEXT", "MTLS"}:
+            continue
+        for label, attribute in rows:
+            plain = getattr(figures.by_listener["PLAINTEXT"], attribute)
+            tls = getattr(figures.by_listener["MTLS"], attribute)
+            print(f"{name + ': ' + label:<38}{plain:>9.1f}{tls:>9.1f}{_ratio(tls, plain):>12}")
+    if theirs is not None and set(theirs.by_listener) == set(ours.by_listener) == {"PLAINTEXT", "MTLS"}:
+        print(f"\n{'ours/Kafka':<38}{'plain':>9}{'mTLS':>9}")
+        for label, attribute in rows:
+            mine = [getattr(ours.by_listener[lst], attribute) for lst in ("PLAINTEXT", "MTLS")]
+            kafka = [getattr(theirs.by_listener[lst], attribute) for lst in ("PLAINTEXT", "MTLS")]
+            print(f"{label:<38}{_ratio(mine[0], kafka[0]):>9}{_ratio(mine[1], kafka[1]):>9}")
+    for name, figures in (("ours", ours), ("Kafka", theirs)):
+        for listener, measured in (figures.by_listener.items() if figures is not None else ()):
+            for note in measured.notes:
+                print(f"{name} {listener}: {note}")
 
 
 class _Profile:
@@ -480,19 +622,31 @@ def main() -> None:
     parser.add_argument("--only", choices=("ours", "kafka"))
     parser.add_argument("--consume-passes", type=int, default=5)
     parser.add_argument("--profile", metavar="DIR", help="sample our brokers with py-spy while they serve the consumers")
+    parser.add_argument("--tls", action="store_true",
+                        help="the TLS cost instead: produce and consume over an mTLS and a PLAINTEXT listener of one"
+                             " secured cluster each, ours and Kafka's")
     args = parser.parse_args()
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs); {args.records} records of {args.record_bytes} B",
           flush=True)
-    ours = run("ours", "kraftwerk", args) if args.only != "kafka" else Figures()
+    if args.tls:
+        _both(args, run_tls, TlsFigures, _tls_table)
+    else:
+        _both(args, run, Figures, _table)
+    print(f"\nload average at end: {load_average()}")
+    sys.stdout.flush()
+
+
+def _both(args: argparse.Namespace, measure: Callable[[str, str, argparse.Namespace], _F],
+          empty: Callable[[], _F], table: Callable[[_F, _F | None], None]) -> None:
+    """Ours (unless `--only kafka`), then Kafka's (unless `--only ours`, or without jars), then the table."""
+    ours = measure("ours", "kraftwerk", args) if args.only != "kafka" else empty()
     theirs = None
     if args.only != "ours":
         if kafka_classpath() is None:
             print("Kafka 4.1 skipped: no jars (scripts/fetch-kafka-jars) or no java")
         else:
-            theirs = run("kafka", "apache-kafka", args)
-    _table(ours, theirs)
-    print(f"\nload average at end: {load_average()}")
-    sys.stdout.flush()
+            theirs = measure("kafka", "apache-kafka", args)
+    table(ours, theirs)
 
 
 if __name__ == "__main__":
