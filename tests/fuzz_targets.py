@@ -25,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["SCRATCH_ENV", "TARGETS", "broken_meta_properties_target", "run", "seeds", "served_requests"]
 
@@ -173,9 +174,18 @@ def batches_target(data: bytes) -> None:
     except ValueError:  # CorruptBatchError, ControlRecordError, ... (every records error is one)
         return
     for batch in batches:
-        for value in batch.records:
+        for value in _records_or_refused(batch):
             with contextlib.suppress(MetadataRecordError, ValueError):
                 decode_metadata_record(value)
+
+
+def _records_or_refused(batch: Any) -> tuple[bytes, ...]:
+    """A batch's record values, or none when the reader refuses them: `LogBatch.records` decodes
+    them on first read (not at parse), so its refusal (CorruptBatchError, a ValueError) comes there."""
+    try:
+        return tuple(batch.records)
+    except ValueError:
+        return ()
 
 
 def snapshot_target(data: bytes) -> None:
@@ -202,7 +212,7 @@ def snapshot_target(data: bytes) -> None:
         except ValueError:  # a batch whose records do not decode: CorruptBatchError
             continue
         for batch in batches:
-            for value in batch.records:
+            for value in _records_or_refused(batch):
                 with contextlib.suppress(MetadataRecordError, ValueError):
                     decode_metadata_record(value)
 
