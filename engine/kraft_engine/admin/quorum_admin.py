@@ -31,6 +31,7 @@ from kraft_engine.protocol import (
     request_class,
 )
 from kraft_engine.protocol.security import ClientSecurity
+from kraft_engine.protocol.version_bridging import bridge
 from kraft_engine.raft import Endpoint, ReplicaKey
 from kraft_engine.raft import messages as raft_messages
 
@@ -139,19 +140,27 @@ class QuorumAdmin:
             self._connections[address] = connection
         return connection
 
-    async def _send(self, address: tuple[str, int], request: Any) -> Any | None:
+    async def _send(self, address: tuple[str, int], request: Any, *, timeout_ms: int | None = None,
+                    downgrade: bool = False) -> Any | None:
         """One exchange; None when the node is unreachable (the caller tries elsewhere).
 
         A node that refuses the connection gets one attempt, not the whole request timeout of
         reconnects: as in Kafka's admin client a disconnect fails the call at once, and the
-        caller looks up the active controller again (after a failover, a new one)."""
+        caller looks up the active controller again (after a failover, a new one).
+        `downgrade`: a request newer than the peer serves goes at the highest version it does
+        (copied field by field; the caller vouches that the fields it drops change nothing)."""
         connection = self._connection(address)
         try:
             if not connection.connected:
                 deadline = asyncio.get_running_loop().time() + self._config.socket_connection_setup_timeout_ms / 1000
                 if not await connection.try_connect(deadline=deadline):
                     return None
-            return await connection.send(request, timeout_ms=self._config.request_timeout_ms)
+            if downgrade:
+                api_key = int(type(request).__api_key__)
+                version = connection.negotiated_version(api_key)
+                if version < int(type(request).__version__):
+                    request = bridge(request, request_class(api_key, version))
+            return await connection.send(request, timeout_ms=timeout_ms or self._config.request_timeout_ms)
         except (KafkaProtocolError, OSError):
             with contextlib.suppress(Exception):
                 await connection.disconnect()
@@ -255,7 +264,12 @@ class QuorumAdmin:
             leader = await self._leader_address()
             if leader is None:
                 return None
-            response = await self._send(leader, request)
+            # The leader answers once the new voter set is committed, or at the request's own
+            # timeout: wait that long, not a request timeout's 5 s. Kafka 4.1 serves AddRaftVoter
+            # v0 only, whose leader always answers once committed, as v1's AckWhenCommitted=true
+            # (the one field v0 lacks) asks.
+            response = await self._send(leader, request, timeout_ms=self.timeout_ms + self._config.request_timeout_ms,
+                                        downgrade=True)
             if response is None:
                 return None
             code = ErrorCode(response.error_code)
