@@ -1,7 +1,9 @@
 """Apache Kafka 4.1's own nodes as processes on loopback: three combined (broker and controller)
-nodes of a dynamic quorum, formatted by Kafka's StorageTool with `--initial-controllers`, for the
-pipeline's scenario on logs Kafka wrote. Our `kraft` tools (run in this process) ask Kafka's nodes
-what they know: the quorum's status and the partitions' leaders and ISRs.
+nodes of a dynamic quorum, formatted by Kafka's StorageTool with `--initial-controllers` (at a
+chosen metadata.version if asked), and controller-only nodes added later (formatted with
+`--no-initial-controllers`, to join the quorum as observers and then voters), for the pipeline's
+scenario on logs Kafka wrote. Our `kraft` tools (run in this process) ask Kafka's nodes what they
+know: the quorum's status and the partitions' leaders and ISRs.
 
 Each node keeps Kafka's own layout: `log.dirs` holds the topics' partition directories beside
 `__cluster_metadata-0` and `meta.properties`.
@@ -34,10 +36,15 @@ class KafkaNode:
     node_id: int
     port: int
     controller_port: int
-    directory_id: str
+    directory_id: str | None  # chosen here for the initial voters; StorageTool's for nodes added later
     root: Path
     process: subprocess.Popen[bytes] | None = None
     output: IO[bytes] | None = None
+    roles: str = "broker,controller"
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles.split(",")
 
     @property
     def data_dir(self) -> Path:
@@ -61,37 +68,67 @@ class KafkaCluster:
                                             controller_port=ports[2 * index + 1],
                                             directory_id=to_kafka_str(random_uuid()), root=self.root / f"kafka-{node_id}")
 
-    def format(self) -> None:
-        """Each node's config, then Kafka's StorageTool on all three at once (a JVM start each)."""
-        initial = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}:{n.directory_id}" for n in self.nodes.values())
-        bootstrap = ",".join(f"{HOST}:{n.controller_port}" for n in self.nodes.values())
-        formats = []
-        for node in self.nodes.values():
-            node.root.mkdir(parents=True)
-            properties = {
-                "process.roles": "broker,controller",
-                "node.id": str(node.node_id),
-                "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-                "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-                "controller.listener.names": "CONTROLLER",
+    def _write_config(self, node: KafkaNode) -> None:
+        node.root.mkdir(parents=True)
+        controller = f"CONTROLLER://{HOST}:{node.controller_port}"
+        listeners = f"PLAINTEXT://{HOST}:{node.port},{controller}" if node.is_broker else controller
+        properties = {
+            "process.roles": node.roles,
+            "node.id": str(node.node_id),
+            "listeners": listeners,
+            "advertised.listeners": listeners,
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "controller.quorum.bootstrap.servers": ",".join(f"{HOST}:{n.controller_port}" for n in self.nodes.values()
+                                                            if n.node_id in NODES),
+            "log.dirs": str(node.data_dir),
+        }
+        if node.is_broker:
+            properties |= {
                 "inter.broker.listener.name": "PLAINTEXT",
-                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                "controller.quorum.bootstrap.servers": bootstrap,
-                "log.dirs": str(node.data_dir),
                 "offsets.topic.replication.factor": "3",
                 "replica.lag.time.max.ms": "10000",
                 # the preferred leader is elected back soon after its broker returns
                 "leader.imbalance.check.interval.seconds": "5",
             }
-            node.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()), encoding="utf-8")
-            formats.append(subprocess.Popen(
-                _java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(node.config_path),
-                      "--initial-controllers", initial, "--ignore-formatted"),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-        for process in formats:
-            out, _ = process.communicate(timeout=WAIT_S)
-            if process.returncode != 0:
-                raise AssertionError(f"Kafka's StorageTool failed: {out.decode(errors='replace')}")
+        node.config_path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()), encoding="utf-8")
+
+    def _format(self, nodes: list[KafkaNode], *flags: str) -> None:
+        """Kafka's StorageTool on each of `nodes` at once (a JVM start each)."""
+        formats = [subprocess.Popen(
+            _java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(node.config_path), *flags,
+                  "--ignore-formatted"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for node in nodes]
+        try:
+            for process in formats:
+                out, _ = process.communicate(timeout=WAIT_S)
+                if process.returncode != 0:
+                    raise AssertionError(f"Kafka's StorageTool failed: {out.decode(errors='replace')}")
+        finally:
+            for process in formats:
+                if process.poll() is None:
+                    process.kill()
+                    process.communicate()
+
+    def format(self, *, release_version: str | None = None) -> None:
+        """Each node's config, then Kafka's StorageTool on all three, at `release_version` (Kafka's
+        `--release-version`, the metadata.version the cluster starts at) or Kafka's default."""
+        initial = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}:{n.directory_id}" for n in self.nodes.values())
+        for node in self.nodes.values():
+            self._write_config(node)
+        release = ("--release-version", release_version) if release_version is not None else ()
+        self._format(list(self.nodes.values()), "--initial-controllers", initial, *release)
+
+    def add_controller_node(self, node_id: int) -> KafkaNode:
+        """A controller-only node, formatted to join the running cluster: it starts as an observer
+        of the quorum, until `kafka-metadata-quorum add-controller` makes it a voter."""
+        (port,) = free_loopback_ports(1)
+        node = KafkaNode(node_id=node_id, port=-1, controller_port=port, directory_id=None,
+                         root=self.root / f"kafka-{node_id}", roles="controller")
+        self.nodes[node_id] = node
+        self._write_config(node)
+        self._format([node], "--no-initial-controllers")
+        return node
 
     def start(self, node_id: int) -> None:
         node = self.nodes[node_id]
@@ -136,7 +173,7 @@ class KafkaCluster:
         return ",".join(f"{HOST}:{self.nodes[i].controller_port}" for i in node_ids or self.running())
 
     def brokers(self, node_ids: list[int] | None = None) -> str:
-        return ",".join(f"{HOST}:{self.nodes[i].port}" for i in node_ids or self.running())
+        return ",".join(f"{HOST}:{self.nodes[i].port}" for i in node_ids or self.running() if self.nodes[i].is_broker)
 
     def quorum_status(self) -> dict[str, Any]:
         """`kafka-metadata-quorum describe --status` as JSON, asked of the running controllers."""

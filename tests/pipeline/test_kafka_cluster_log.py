@@ -1,8 +1,12 @@
 """The pipeline on the metadata logs Apache Kafka 4.1's own nodes wrote: three combined (broker and
-controller) Kafka nodes of a dynamic quorum, a topic created with a chosen assignment, the node that
-leads the quorum and partition 0 killed with SIGKILL (a new controller elected, its broker fenced,
-ISRs shrink, partition 0's leader moves) and restarted (a new incarnation registers, is unfenced,
-ISRs expand, and Kafka's own preferred-leader balancing gives partition 0 back to it).
+controller) Kafka nodes of a dynamic quorum, formatted at metadata.version 4.0-IV3; a topic created
+with a chosen assignment, the node that leads the quorum and partition 0 killed with SIGKILL (a new
+controller elected, its broker fenced, ISRs shrink, partition 0's leader moves) and restarted (a
+new incarnation registers, is unfenced, ISRs expand, and Kafka's own preferred-leader balancing
+gives partition 0 back to it); then, as in our own cluster's scenario, metadata.version upgraded to
+the highest Kafka's controllers support (`kraft features upgrade`), a partition moved with `kraft
+reassign-partitions` (one replica added, one removed), and a controller-only Kafka node added to the
+quorum and removed again (`kraft metadata-quorum add-controller` / `remove-controller`).
 
 The pipeline reads the three nodes' directories as Kafka left them (topic partition directories
 beside `__cluster_metadata-0`) and finds each of those events between the high watermarks Kafka's
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator
+import json
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +30,20 @@ import pytest
 from interop.kafka_jars import needs_jars
 from kafka_cluster import NODES, WAIT_S, KafkaCluster
 from pyspark.sql import SparkSession
-from quorum_processes import kraft_tool, wait_for
+from quorum_processes import directory_of, kraft_tool, voter_ids, wait_for
 from replay import check_events_against_replay, check_history_against_replay, straight_replay
 
+from kraft_engine.records import metadata_version
 from kraft_pipeline.job import TABLES, run
 
 pytestmark = [pytest.mark.kafka_jars, pytest.mark.process, pytest.mark.timeout(2400), needs_jars]
 
 TOPIC = "kafka-pipeline-demo"
+MOVING = "kafka-pipeline-moved"  # its one partition is reassigned
+# The level Kafka's StorageTool formats at: below Kafka 4.1's highest, and a dynamic quorum
+# (kraft.version 1) needs 3.9-IV0 or later.
+FORMATTED = "4.0-IV3"
+NEW_CONTROLLER = 4  # a controller-only node, added to the quorum and removed again
 
 
 @dataclasses.dataclass
@@ -41,6 +53,7 @@ class Run:
     killed: int  # led the quorum and partition 0 when it was killed
     others: list[int]
     marks: dict[str, int]
+    upgraded: str  # the metadata.version it was upgraded to
 
 
 def metadata_dir(root: Path, node_id: int) -> Path:
@@ -53,7 +66,7 @@ def kafka_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     cluster = KafkaCluster(root=root)
     marks: dict[str, int] = {}
     try:
-        cluster.format()
+        cluster.format(release_version=FORMATTED)
         for node_id in NODES:
             cluster.start(node_id)
         killed = cluster.quorum_leader()
@@ -62,17 +75,7 @@ def kafka_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         assignment = f"{killed}:{others[0]}:{others[1]},{others[0]}:{others[1]}:{killed}"
 
         marks["before_create"] = cluster.leader_hwm()
-
-        def created() -> bool:
-            # refused until all three brokers registered; an attempt whose answer was lost under
-            # load may have created it, which the next attempt hears as "already exists"
-            answer = kraft_tool("topics", "--bootstrap-server", cluster.brokers(), "--create", "--topic", TOPIC,
-                                "--replica-assignment", assignment)
-            assert answer.returncode == 0 or "already exists" in answer.stdout + answer.stderr, (
-                answer.stdout + answer.stderr)
-            return True
-
-        wait_for(created, timeout_s=WAIT_S, interval_s=2, what=f"Kafka to create {TOPIC}")
+        create_topic(cluster, TOPIC, assignment)
         cluster.wait_partitions(TOPIC, {0: (killed, set(NODES)), 1: (others[0], set(NODES))},
                                 what="both partitions led by their preferred replica with a full ISR")
         marks["after_create"] = cluster.leader_hwm()
@@ -90,9 +93,109 @@ def kafka_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         cluster.wait_partitions(TOPIC, {0: (killed, set(NODES)), 1: (others[0], set(NODES))},
                                 what=f"node {killed} back in both ISRs and leading partition 0 again")
         marks["after_restart"] = cluster.leader_hwm()
+
+        upgraded = highest_metadata_version(cluster)
+        marks["before_upgrade"] = cluster.leader_hwm()
+        # answered once committed; each attempt waits 10 s, and a loaded machine's JVMs can take
+        # longer (a retry after the upgrade committed is answered as done: the level is reached)
+        kraft_tool("features", "--bootstrap-controller", cluster.controllers(), "--timeout-ms", str(WAIT_S * 1000),
+                   "upgrade", "--metadata", upgraded, check=True)
+        marks["after_upgrade"] = cluster.leader_hwm()
+
+        create_topic(cluster, MOVING, f"{others[0]}:{others[1]}")
+        cluster.wait_partitions(MOVING, {0: (others[0], {others[0], others[1]})}, what=f"{MOVING} in sync")
+        marks["before_reassign"] = cluster.leader_hwm()
+        reassign(cluster, root=root, target=[others[1], killed])
+        # the target's first replica leads once the removed one (the old leader) is gone
+        cluster.wait_partitions(MOVING, {0: (others[1], {others[1], killed})}, what=f"{MOVING} on its new replicas")
+        marks["after_reassign"] = cluster.leader_hwm()
+
+        marks["before_add_controller"] = cluster.leader_hwm()
+        add_and_remove_controller(cluster, marks)
     finally:
         cluster.stop_all()
-    yield Run(root=root, cluster_id=cluster.cluster_id, killed=killed, others=others, marks=marks)
+    yield Run(root=root, cluster_id=cluster.cluster_id, killed=killed, others=others, marks=marks, upgraded=upgraded)
+
+
+def create_topic(cluster: KafkaCluster, topic: str, assignment: str) -> None:
+    def created() -> bool:
+        # refused until all three brokers registered; an attempt whose answer was lost under
+        # load may have created it, which the next attempt hears as "already exists"
+        answer = kraft_tool("topics", "--bootstrap-server", cluster.brokers(), "--create", "--topic", topic,
+                            "--replica-assignment", assignment)
+        assert answer.returncode == 0 or "already exists" in answer.stdout + answer.stderr, (
+            answer.stdout + answer.stderr)
+        return True
+
+    wait_for(created, timeout_s=WAIT_S, interval_s=2, what=f"Kafka to create {topic}")
+
+
+def highest_metadata_version(cluster: KafkaCluster) -> str:
+    """The highest metadata.version Kafka's controllers support, as `kafka-features describe` shows it."""
+    answer = kraft_tool("features", "--bootstrap-controller", cluster.controllers(), "describe", check=True).stdout
+    found = re.search(r"Feature: metadata\.version\tSupportedMinVersion: \S+\tSupportedMaxVersion: (\S+)", answer)
+    assert found is not None, answer
+    assert metadata_version.from_version_string(found[1]) > metadata_version.from_version_string(FORMATTED), answer
+    return found[1]
+
+
+def reassign(cluster: KafkaCluster, *, root: Path, target: list[int]) -> None:
+    """MOVING's partition 0 onto `target` with `kafka-reassign-partitions --execute`, waited for with `--verify`."""
+    plan = root / "reassignment.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": MOVING, "partition": 0, "replicas": target, "log_dirs": ["any"] * len(target)}]}))
+    command = ("reassign-partitions", "--bootstrap-server", cluster.brokers(), "--reassignment-json-file", str(plan))
+    kraft_tool(*command, "--execute", check=True)
+
+    def reassigned() -> bool:
+        # Kafka's verify line; a timeout reports the tool's last answer
+        answer = kraft_tool(*command, "--verify", check=True).stdout
+        assert f"Reassignment of partition {MOVING}-0 is completed." in answer, answer
+        return True
+
+    wait_for(reassigned, timeout_s=WAIT_S, interval_s=1, what="the reassignment to finish")
+
+
+def add_and_remove_controller(cluster: KafkaCluster, marks: dict[str, int]) -> None:
+    """A controller-only node joins as an observer, is added to the voters once caught up, and removed."""
+    voters = list(NODES)
+    node = cluster.add_controller_node(NEW_CONTROLLER)
+    cluster.start(NEW_CONTROLLER)
+
+    def status() -> dict[str, Any]:
+        answer = kraft_tool("metadata-quorum", "--bootstrap-controller", cluster.controllers(voters), "--output",
+                            "json", "describe", "--status", check=True)
+        return dict(json.loads(answer.stdout))
+
+    def caught_up() -> bool:
+        answer = kraft_tool("metadata-quorum", "--bootstrap-controller", cluster.controllers(voters), "--output",
+                            "json", "describe", "--replication", check=True)
+        return any(r["nodeId"] == NEW_CONTROLLER and r["status"] == "Observer" and r["lag"] == 0
+                   for r in json.loads(answer.stdout))
+
+    wait_for(caught_up, timeout_s=WAIT_S, interval_s=1, what=f"controller {NEW_CONTROLLER} to catch up as an observer")
+
+    def becomes(wanted: list[int], *command: str) -> Callable[[], bool]:
+        def attempt() -> bool:
+            if voter_ids(status()) == wanted:
+                return True
+            # Kafka's leader refuses (REQUEST_TIMED_OUT) while the new voter is not caught up at
+            # that moment, or the previous voter change is not yet committed in its epoch; the
+            # next round first sees whether an attempt whose answer was lost got through
+            answer = kraft_tool("metadata-quorum", "--bootstrap-controller", cluster.controllers(voters), *command)
+            assert answer.returncode == 0, answer.stdout + answer.stderr
+            return voter_ids(status()) == wanted
+
+        return attempt
+
+    wait_for(becomes([*voters, NEW_CONTROLLER], "add-controller", "--config", str(node.config_path)),
+             timeout_s=WAIT_S, interval_s=2, what=f"controller {NEW_CONTROLLER} to be a voter")
+    marks["after_add_controller"] = cluster.leader_hwm()
+    directory = directory_of(status(), NEW_CONTROLLER)
+    wait_for(becomes(voters, "remove-controller", "--controller-id", str(NEW_CONTROLLER),
+                     "--controller-directory-id", directory),
+             timeout_s=WAIT_S, interval_s=2, what=f"controller {NEW_CONTROLLER} to be removed")
+    marks["after_remove_controller"] = cluster.leader_hwm()
 
 
 def tree_digest(directory: Path) -> dict[str, str]:
@@ -124,7 +227,7 @@ def test_kafkas_node_directories_are_read_as_they_are_and_left_unchanged(kafka_r
     events = kafka_tables.tables["events"]
     assert {e["cluster_id"] for e in events} == {kafka_run.cluster_id}
     subjects = {c["subject"] for c in kafka_tables.tables["dr_checks"] if c["check"] == "segment_continuity"}
-    assert subjects == {f"node {n}" for n in NODES}
+    assert subjects == {f"node {n}" for n in (*NODES, NEW_CONTROLLER)}
 
 
 def test_kafkas_events_are_found_between_the_marks(kafka_run: Run, kafka_tables: Output) -> None:
@@ -163,9 +266,50 @@ def test_kafkas_events_are_found_between_the_marks(kafka_run: Run, kafka_tables:
     back = between("leader_changed", "before_restart", "after_restart", topic=TOPIC, partition=0)
     assert back and back[-1]["leader"] == killed
 
-    # Kafka's bootstrap: metadata.version and the quorum's voters
+    # Kafka's bootstrap: metadata.version and the quorum's voters (until the fourth joins)
     assert [e for e in events if e["event"] == "feature_level_changed" and e["name"] == "metadata.version"]
-    assert all(sorted(e["voters"]) == list(NODES) for e in events if e["event"] == "controller_elected")
+    assert all(sorted(e["voters"]) == list(NODES) for e in events
+               if e["event"] == "controller_elected" and e["offset"] < marks["before_add_controller"])
+
+
+def test_kafkas_upgrade_reassignment_and_voter_changes_are_found_between_their_marks(
+    kafka_run: Run, kafka_tables: Output
+) -> None:
+    events = kafka_tables.tables["events"]
+    marks, killed, others = kafka_run.marks, kafka_run.killed, kafka_run.others
+
+    def between(kind: str, low: str, high: str) -> list[dict[str, Any]]:
+        return sorted((e for e in events if e["event"] == kind and marks[low] <= e["offset"] < marks[high]),
+                      key=lambda e: e["offset"])
+
+    # metadata.version: the level Kafka's StorageTool formatted at first, then one change to the upgrade's
+    levels = [e["value"] for e in sorted(events, key=lambda e: e["offset"])
+              if e["event"] == "feature_level_changed" and e["name"] == "metadata.version"]
+    assert levels[0] == str(metadata_version.from_version_string(FORMATTED).feature_level), levels
+    upgrade = [e["value"] for e in between("feature_level_changed", "before_upgrade", "after_upgrade")
+               if e["name"] == "metadata.version"]
+    assert upgrade == [str(metadata_version.from_version_string(kafka_run.upgraded).feature_level)], upgrade
+
+    # the reassignment: others[1] kept, the killed node added, others[0] removed
+    moving = [e for e in events if e.get("topic") == MOVING]
+    (started,) = [e for e in between("reassignment_started", "before_reassign", "after_reassign") if e in moving]
+    assert started["partition"] == 0 and set(started["replicas"]) == {*others, killed}
+    (finished,) = [e for e in between("reassignment_finished", "before_reassign", "after_reassign") if e in moving]
+    assert finished["partition"] == 0 and sorted(finished["replicas"]) == sorted([others[1], killed])
+    assert finished["offset"] > started["offset"]
+    assert [e for e in events if e["event"] == "reassignment_cancelled"] == []
+
+    # the voter change: the controller-only node added, then removed
+    added = between("voters_changed", "before_add_controller", "after_add_controller")
+    assert [sorted(e["voters"]) for e in added] == [[*NODES, NEW_CONTROLLER]]
+    removed = between("voters_changed", "after_add_controller", "after_remove_controller")
+    assert [sorted(e["voters"]) for e in removed] == [list(NODES)]
+
+    # under-replicated while it moved (three replicas, two in sync), and not after
+    urp = sorted(kafka_tables.tables["urp_history"], key=lambda r: r["offset"])
+    during = [r for r in urp if started["offset"] <= r["offset"] < finished["offset"]]
+    assert during and max(r["under_replicated"] for r in during) == 1
+    assert [r for r in urp if r["offset"] <= finished["offset"]][-1]["under_replicated"] == 0
 
 
 def test_kafkas_log_gives_the_tables_a_straight_replay_gives(kafka_run: Run, kafka_tables: Output) -> None:
