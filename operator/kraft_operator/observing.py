@@ -15,6 +15,7 @@ have no answer yet, and that is not a failure.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 
 from kraft_engine.admin import ReplicaDescription
@@ -108,12 +109,14 @@ async def observe_cluster(
         if controllers:
             try:
                 described = await admin.describe_quorum()
+                answered_at_ms = time.time_ns() // 1_000_000
                 quorum = QuorumFacts(
                     leader_id=described.leader_id,
                     leader_epoch=described.leader_epoch,
                     high_watermark=described.high_watermark,
                     voters=tuple(_replica(r, described.nodes) for r in described.voters),
                     observers=tuple(_replica(r, described.nodes) for r in described.observers),
+                    answered_at_ms=answered_at_ms,
                 )
             except AdminError as e:
                 errors.append(str(e))

@@ -6,13 +6,16 @@ timeout: these tests run on a loaded machine."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
+import selectors
 import signal
 import socket
 import subprocess
 import textwrap
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,12 +25,36 @@ from typing import Any
 import yaml
 
 from kraft_engine.storage.java_properties import parse_properties
+from kraft_operator.admin import ClusterAdmin
 
 from .local_state import written_status
 from .test_roll_process import _wait, start_up
-from .workload import terminate
+from .workload import acked_count, lost_records, terminate
 
-__all__ = ["LiveCluster", "create_topic", "describe_partition", "ready", "settled"]
+__all__ = ["LiveCluster", "assert_in_order", "create_topic", "ready", "settled", "three_and_three"]
+
+
+def three_and_three(name: str, *, config: dict[str, str] | None = None, lifecycle: dict[str, int] | None = None) -> str:
+    """The spec of a cluster of three engine controllers and three engine brokers, one volume each,
+    min.insync.replicas 2, a 60 s grace period; `config` and `lifecycle` add to those."""
+    pool = {"storage": {"volumes": [{"id": 0, "size": "1Gi"}]}, "replicas": 3}
+    return yaml.safe_dump({
+        "apiVersion": "kraftwerk.io/v1alpha1", "kind": "KRaftCluster", "metadata": {"name": name},
+        "spec": {"nodePools": [{"name": "controllers", "roles": ["controller"], **pool},
+                               {"name": "brokers", "roles": ["broker"], **pool}],
+                 "lifecycle": {"terminationGracePeriodSeconds": 60, **(lifecycle or {})},
+                 "config": {"min.insync.replicas": "2", **(config or {})}},
+    })
+
+
+def assert_in_order(output: str, steps: list[tuple[str, str]]) -> None:
+    """The operator's event lines (`<type> <reason> <message>`) hold each (reason, message pattern)
+    of `steps`, in this order."""
+    at = 0
+    for reason, text in steps:
+        found = re.compile(rf"^\w+\s+{reason}\s+.*{text}", re.M).search(output, at)
+        assert found is not None, (reason, output[at:][-4000:])
+        at = found.end()
 
 
 def ready(status: dict | None) -> bool:
@@ -116,6 +143,41 @@ class LiveCluster:
             found.append(next(x for x in listeners if x.startswith("CONTROLLER://")).split("//", 1)[1])
         return ",".join(found)
 
+    def partition(self, topic: str, partition: int = 0, *, brokers: tuple[int, ...] = (3, 4, 5)) -> dict[str, Any]:
+        """{"leader", "replicas", "isr"} of one partition, from the Metadata of the first of
+        `brokers` that answers (only brokers that serve: a stalled or dead one is left out)."""
+        async def ask() -> dict[str, Any]:
+            addresses = [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in self.bootstrap(list(brokers))
+                                                                .split(","))]
+            async with ClusterAdmin(brokers=addresses, timeout_ms=10_000) as admin:
+                metadata = await admin.metadata()
+            found = next(p for t in metadata.topics if t.name == topic for p in t.partitions if p.partition == partition)
+            return {"leader": found.leader_id, "replicas": sorted(found.replicas), "isr": sorted(found.isr)}
+
+        return asyncio.run(ask())
+
+    def ready_with_topic(self, topic: str) -> str:
+        """Wait until the cluster is settled with three brokers, create `topic` (one partition on
+        brokers 3, 4, 5, led by 3, min.insync.replicas 2) and wait until it is in sync; returns the
+        brokers' bootstrap."""
+        self.wait("Ready with three brokers", lambda: settled(s := self.status()) and s["brokers"] == "3/3",
+                  timeout_s=600)
+        bootstrap = self.bootstrap([3, 4, 5])
+        create_topic(bootstrap, topic, assignments={0: [3, 4, 5]}, min_isr=2)
+        self.wait(f"{topic}-0 led by 3, in sync on 3-5",
+                  lambda: (p := self.partition(topic))["leader"] == 3 and p["isr"] == [3, 4, 5], timeout_s=120)
+        return bootstrap
+
+    def more_acks(self, what: str, *, count: int = 20) -> None:
+        """Wait until the producer has `count` more records acknowledged."""
+        before = acked_count(self.acks)
+        self.wait(what, lambda: acked_count(self.acks) >= before + count, timeout_s=120)
+
+    def outcome(self, stored: dict[int, bytes]) -> tuple[int, list[dict], list[str]]:
+        """(records acknowledged, those not read back in `stored`, the producer's failed sends)."""
+        acked, lost = lost_records(self.acks, stored)
+        return acked, lost, [line for line in self.acks.read_text().splitlines() if '"error"' in line]
+
     def signal(self, node_id: int, signum: int) -> None:
         pid = self.live_pid(node_id)
         assert pid is not None, f"node {node_id} has no running process"
@@ -133,6 +195,8 @@ class LiveCluster:
         at once (a node that crash-loops, as a pod in CrashLoopBackOff does) until the block ends.
         The operator may start a node again between the kill and the bind: it is killed again."""
         held: list[socket.socket] = []
+        stop = threading.Event()
+        refuser = threading.Thread(target=_refuse, args=(held, stop), daemon=True)
         try:
             deadline = time.monotonic() + timeout_s
             for node_id in node_ids:
@@ -147,10 +211,28 @@ class LiveCluster:
                         held += bound
                         break
                     time.sleep(0.2)
+            refuser.start()
             yield
         finally:
+            stop.set()
+            if refuser.is_alive():
+                refuser.join()
             for sock in held:
                 sock.close()
+
+
+def _refuse(held: list[socket.socket], stop: threading.Event) -> None:
+    """Close every connection made to the held ports at once: a client of the dead node sees it
+    refused, as it would be, rather than waiting for an answer that never comes."""
+    with selectors.DefaultSelector() as selector:
+        for sock in held:
+            sock.setblocking(False)
+            selector.register(sock, selectors.EVENT_READ)
+        while not stop.is_set():
+            for key, _ in selector.select(timeout=0.2):
+                with contextlib.suppress(OSError):
+                    connection, _ = key.fileobj.accept()
+                    connection.close()
 
 
 def _listen_on(ports: list[int]) -> list[socket.socket] | None:
@@ -181,20 +263,5 @@ def create_topic(bootstrap: str, topic: str, *, assignments: dict[int, list[int]
         try:
             admin.create_topics([NewTopic(topic, replica_assignments=assignments,
                                           topic_configs={"min.insync.replicas": str(min_isr)})])
-        finally:
-            admin.close()
-
-
-def describe_partition(bootstrap: str, topic: str, partition: int = 0) -> dict[str, Any]:
-    """{"leader", "leader_epoch", "replicas", "isr"} of one partition, as kafka-python's admin reads it (Metadata)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from kafka.admin import KafkaAdminClient
-
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
-        try:
-            found = next(p for p in admin.describe_topics([topic])[0]["partitions"] if p["partition_index"] == partition)
-            return {"leader": found["leader_id"], "leader_epoch": found["leader_epoch"],
-                    "replicas": sorted(found["replica_nodes"]), "isr": sorted(found["isr_nodes"])}
         finally:
             admin.close()

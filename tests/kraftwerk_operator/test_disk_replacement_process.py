@@ -12,7 +12,6 @@ a running majority."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import textwrap
@@ -25,6 +24,7 @@ import yaml
 from kraft_operator.model import APPROVE_ANNOTATION
 
 from .builders import THREE_CONTROLLERS
+from .live_cluster import assert_in_order
 from .test_quorum_change_process import _status, current_voters
 from .test_roll_process import _ready, _wait, kraftwerk_up
 
@@ -89,14 +89,11 @@ def test_a_lost_controller_disk_is_reformatted_with_approval_and_its_voter_swapp
     assert new_id in voters_line and old_id not in voters_line, voters_line
     # Never fewer than a majority of the set's voters: two of three, or both of the two during the swap.
     assert all(len(v) >= 2 for v in voter_sets if v), voter_sets
-    at = 0
-    for step, text in (("FormatStorage", f"node {lost}: format .* as a controller that joins the quorum later"),
-                       ("StartNode", f"node {lost}"),
-                       ("RemoveVoter", f"node {lost}: RemoveRaftVoter for its lost disk \\(directory id {old_id}\\)"),
-                       ("AddVoter", f"node {lost}: AddRaftVoter \\(directory id {new_id}\\)")):
-        found = re.compile(rf"^\w+\s+{step}\s+.*{text}", re.M).search(output, at)
-        assert found is not None, (step, output[at:][-4000:])
-        at = found.end()
+    assert_in_order(output, [
+        ("FormatStorage", f"node {lost}: format .* as a controller that joins the quorum later"),
+        ("StartNode", f"node {lost}"),
+        ("RemoveVoter", f"node {lost}: RemoveRaftVoter for its lost disk \\(directory id {old_id}\\)"),
+        ("AddVoter", f"node {lost}: AddRaftVoter \\(directory id {new_id}\\)")])
     format_log = (nodes / f"node-{lost}" / "format.log").read_text()
     # First formatted as an initial controller, then the new disk as one that joins.
     assert 0 <= format_log.find("--initial-controllers") < format_log.find("--no-initial-controllers"), format_log

@@ -22,29 +22,12 @@ import pytest
 
 from kraft_operator.runtime.local import MANUAL_ROLL_FILE
 
-from .live_cluster import LiveCluster, create_topic, describe_partition, settled
-from .workload import acked_count, lost_records, producing, read_partition
+from .live_cluster import LiveCluster, settled, three_and_three
+from .workload import acked_count, producing, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
-CLUSTER = """
-apiVersion: kraftwerk.io/v1alpha1
-kind: KRaftCluster
-metadata: {name: quorumloss}
-spec:
-  nodePools:
-    - name: controllers
-      roles: [controller]
-      replicas: 3
-      storage: {volumes: [{id: 0, size: 1Gi}]}
-    - name: brokers
-      roles: [broker]
-      replicas: 3
-      storage: {volumes: [{id: 0, size: 1Gi}]}
-  lifecycle: {terminationGracePeriodSeconds: 60}
-  config:
-    min.insync.replicas: "2"
-"""
+CLUSTER = three_and_three("quorumloss")
 
 TOPIC = "during"
 UNSAFE = ("RestartNode", "StopNode", "FormatStorage", "ReplaceVolume", "RemoveVoter", "AddVoter", "UnregisterBroker")
@@ -55,12 +38,7 @@ def test_two_of_three_controllers_lost_the_runbook_says_so_nothing_unsafe_is_don
 ) -> None:
     cluster = LiveCluster(tmp_path, CLUSTER, name="quorumloss")
     with cluster.running("--demo-topic", ""):
-        status = cluster.wait("Ready with three brokers", lambda: settled(s := cluster.status()) and s["brokers"] == "3/3"
-                              and s, timeout_s=600)
-        bootstrap = cluster.bootstrap([3, 4, 5])
-        create_topic(bootstrap, TOPIC, assignments={0: [3, 4, 5]}, min_isr=2)
-        cluster.wait("during-0 in sync on 3-5", lambda: describe_partition(bootstrap, TOPIC)["isr"] == [3, 4, 5],
-                     timeout_s=120)
+        bootstrap = cluster.ready_with_topic(TOPIC)
         status = cluster.wait("a settled quorum", lambda: settled(s := cluster.status()) and s, timeout_s=120)
         leader = status["quorum"]["leaderId"]
         lost = sorted([leader, next(i for i in (0, 1, 2) if i != leader)])
@@ -69,7 +47,7 @@ def test_two_of_three_controllers_lost_the_runbook_says_so_nothing_unsafe_is_don
         starts_before = len(cluster.events("StartNode"))
         seen: list[dict] = []
         with producing(bootstrap, TOPIC, cluster.acks):
-            cluster.wait("the producer's first acks", lambda: acked_count(cluster.acks) >= 20, timeout_s=120)
+            cluster.more_acks("the producer's first acks")
             with cluster.kept_down(lost):
 
                 def named() -> dict | None:
@@ -113,11 +91,9 @@ def test_two_of_three_controllers_lost_the_runbook_says_so_nothing_unsafe_is_don
                 return settled(cluster.status()) and cluster.pid(3) != broker_pids[3]
 
             cluster.wait("a leader again, the runbook closed, broker 3 restarted", recovered, timeout_s=600)
-            before_end = acked_count(cluster.acks)
-            cluster.wait("acks after the recovery", lambda: acked_count(cluster.acks) >= before_end + 20, timeout_s=120)
+            cluster.more_acks("acks after the recovery")
         stored = read_partition(bootstrap, TOPIC)
-    acked, missing = lost_records(cluster.acks, stored)
-    failed = [line for line in cluster.acks.read_text().splitlines() if '"error"' in line]
+    acked, missing, failed = cluster.outcome(stored)
     assert acked > 40 and missing == [], f"{len(missing)} acknowledged record(s) not read back, first {missing[:5]}"
     output = cluster.log.read_text()
     opened = [e for e in cluster.events("RunbookOpened") if e.startswith("Quorum loss")]

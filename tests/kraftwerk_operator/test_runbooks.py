@@ -148,9 +148,9 @@ def test_a_roll_blocked_longer_than_configured_raises_the_stuck_roll_runbook() -
     assert result.status.runbooks == [] and sim.violations == []
 
 
-def test_the_stuck_roll_runbook_stays_open_while_a_crash_looping_broker_keeps_the_bootstrap_busy() -> None:
-    """A crash-looping node is restarted by the bootstrap at every reconcile, which holds the roll
-    where it is: the roll is no less stuck, so its runbook stays open (not closed and reopened)."""
+def test_the_stuck_roll_runbook_stays_open_while_a_broker_crash_loops() -> None:
+    """A crash-looping broker is started again by the bootstrap at every reconcile; the roll, held
+    at min ISR, is no less stuck for it: its runbook stays open (not closed and reopened)."""
     cluster, sim = bootstrap(21)
     rng = random.Random(0)
     sim.partitions[0].min_isr = 3

@@ -21,33 +21,15 @@ from kraft_engine.kafka_uuid import to_kafka_str
 from kraft_engine.storage.meta_properties import read_meta_properties
 from kraft_operator.runtime.kubernetes import read_log_dir_ids
 
-from .live_cluster import LiveCluster, create_topic, describe_partition, settled
+from .live_cluster import LiveCluster, settled, three_and_three
 from .test_quorum_change_process import current_voters
-from .workload import acked_count, lost_records, producing, read_partition
+from .workload import producing, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
-CLUSTER = """
-apiVersion: kraftwerk.io/v1alpha1
-kind: KRaftCluster
-metadata: {name: voters}
-spec:
-  nodePools:
-    - name: controllers
-      roles: [controller]
-      replicas: 3
-      storage: {volumes: [{id: 0, size: 1Gi}]}
-    - name: brokers
-      roles: [broker]
-      replicas: 3
-      storage: {volumes: [{id: 0, size: 1Gi}]}
-  lifecycle: {terminationGracePeriodSeconds: 60}
-  config:
-    min.insync.replicas: "2"
-    # three times Kafka's default: a controller stalled by a loaded machine must not look like a
-    # lost leader (the test asserts that no election happens but for the leader's own removal)
-    controller.quorum.fetch.timeout.ms: "6000"
-"""
+# Three times Kafka's default fetch timeout: a controller stalled by a loaded machine must not look
+# like a lost leader (the test asserts that no election happens but for the leader's own removal).
+CLUSTER = three_and_three("voters", config={"controller.quorum.fetch.timeout.ms": "6000"})
 
 TOPIC = "steady"
 
@@ -75,12 +57,7 @@ def test_controllers_three_to_five_to_three_with_brokers_under_a_live_producer(t
         return check
 
     with cluster.running("--demo-topic", ""):
-        cluster.wait("Ready with three brokers", lambda: settled(s := cluster.status()) and s["brokers"] == "3/3",
-                     timeout_s=600)
-        bootstrap = cluster.bootstrap([3, 4, 5])
-        create_topic(bootstrap, TOPIC, assignments={0: [3, 4, 5]}, min_isr=2)
-        cluster.wait("the topic in sync on brokers 3-5", lambda: describe_partition(bootstrap, TOPIC)["isr"] == [3, 4, 5],
-                     timeout_s=120)
+        bootstrap = cluster.ready_with_topic(TOPIC)
         start = cluster.wait("three voters", voters_are(3), timeout_s=120)
         for broker in (3, 4, 5):
             # What the Kubernetes runtime reads for a volume a broker formatted itself: the broker's
@@ -92,24 +69,21 @@ def test_controllers_three_to_five_to_three_with_brokers_under_a_live_producer(t
             assert meta.directory_id is not None
             assert answer == (start["clusterId"], {str(data): to_kafka_str(meta.directory_id)}), answer
         pids = {i: cluster.pid(i) for i in range(6)}
-        partition_before = describe_partition(bootstrap, TOPIC)
+        partition_before = cluster.partition(TOPIC)
         with producing(bootstrap, TOPIC, cluster.acks):
-            cluster.wait("the producer's first acks", lambda: acked_count(cluster.acks) >= 20, timeout_s=120)
+            cluster.more_acks("the producer's first acks")
             cluster.edit(_controllers(5))
             grown = cluster.wait("five voters", voters_are(5), timeout_s=900)
             added = sorted({v["id"] for v in grown["quorum"]["voters"]} - {0, 1, 2})
-            during = acked_count(cluster.acks)
-            cluster.wait("acks with five voters", lambda: acked_count(cluster.acks) >= during + 20, timeout_s=120)
+            cluster.more_acks("acks with five voters")
             cluster.edit(_controllers(3))
             shrunk = cluster.wait("three voters again", voters_are(3), timeout_s=900)
-            before_end = acked_count(cluster.acks)
-            cluster.wait("acks after the change", lambda: acked_count(cluster.acks) >= before_end + 20, timeout_s=120)
+            cluster.more_acks("acks after the change")
         stored = read_partition(bootstrap, TOPIC)
-        partition_after = describe_partition(bootstrap, TOPIC)
+        partition_after = cluster.partition(TOPIC)
         voters_line = current_voters(cluster.controllers([0]))
         still = {i: cluster.pid(i) for i in range(6)}
-    acked, lost = lost_records(cluster.acks, stored)
-    failed = [line for line in cluster.acks.read_text().splitlines() if '"error"' in line]
+    acked, lost, failed = cluster.outcome(stored)
     assert failed == [], failed[:5]
     assert acked > 60 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
     # Two controllers joined and left again, one at a time, and nothing restarted for it.

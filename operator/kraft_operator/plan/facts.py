@@ -145,13 +145,15 @@ class ReplicaFacts:
 
 @dataclass(frozen=True, slots=True)
 class QuorumFacts:
-    """DescribeQuorum's answer from the leader."""
+    """DescribeQuorum's answer from the leader. `answered_at_ms`: when it came (wall clock), the
+    moment its replicas' last caught-up times are to be measured from (None: the plan's now)."""
 
     leader_id: int
     leader_epoch: int
     high_watermark: int
     voters: tuple[ReplicaFacts, ...] = ()
     observers: tuple[ReplicaFacts, ...] = ()
+    answered_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

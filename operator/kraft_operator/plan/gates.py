@@ -64,7 +64,14 @@ def voter_caught_up(
         return True
     if replica.last_caught_up_timestamp_ms < 0 or replica.last_caught_up_timestamp_ms <= since_ms:
         return False
-    return now_ms - replica.last_caught_up_timestamp_ms <= fetch_timeout_ms
+    return _answered_ms(quorum, now_ms) - replica.last_caught_up_timestamp_ms <= fetch_timeout_ms
+
+
+def _answered_ms(quorum: QuorumFacts, now_ms: int) -> int:
+    """When the leader gave its account of the replicas: a voter's lag is how old its catch-up was
+    then. Measured from the plan's now instead, a slow observation (seconds on a loaded machine)
+    made every follower look behind, and the controller gate never opened."""
+    return min(now_ms, quorum.answered_at_ms) if quorum.answered_at_ms is not None else now_ms
 
 
 def running_since(nodes: Mapping[int, NodeFacts]) -> dict[int, int]:
@@ -90,7 +97,8 @@ def _leader_end(quorum: QuorumFacts) -> int:
 
 def _voter_blocker(replica: ReplicaFacts, *, quorum: QuorumFacts, now_ms: int, running: bool = True) -> BlockerStatus:
     lag = max(0, _leader_end(quorum) - replica.log_end_offset)
-    ago = now_ms - replica.last_caught_up_timestamp_ms if replica.last_caught_up_timestamp_ms >= 0 else None
+    ago = (_answered_ms(quorum, now_ms) - replica.last_caught_up_timestamp_ms
+           if replica.last_caught_up_timestamp_ms >= 0 else None)
     since = f"last caught up {ago} ms ago" if ago is not None else "never caught up"
     if not running:
         since += ", its pod is not running and ready"

@@ -224,6 +224,10 @@ class _Planner:
         self.offline_dirs: list[str] = []  # Degraded too, without blocking: a broker's offline log dir
         self.waiting: list[str] = []  # Progressing: something is on its way
         self.brokers_waiting_for_quorum: list[int] = []
+        # A node whose process exited, started again (a crash loop): what the bootstrap does and says
+        # for it does not hold a roll of the others back (`_roll`).
+        self.crash_restarts: list[PlannedAction] = []
+        self.crash_problems: list[str] = []
         self.step = ""
         self.annotations: dict[str, str] = {}
         self.now_ms = 0
@@ -437,8 +441,15 @@ class _Planner:
 
     def _roll(self) -> RollDecision | None:
         """The rolling restart, once the bootstrap has nothing left to do; while it has, a roll under
-        way keeps its recorded state (None: the status is left as `_finish` builds it)."""
-        busy = bool(self.actions or self.waiting or self.blocked or self.brokers_waiting_for_quorum)
+        way keeps its recorded state (None: the status is left as `_finish` builds it).
+
+        A node that crash-loops (its process exits, the bootstrap starts it again at every
+        reconcile, as a kubelet restarts a container) does not hold the roll: the roll's gates count
+        it as down, and a roll frozen until it comes back would wait on a dead node, the deadlock
+        Koperator #533 describes."""
+        actions = [a for a in self.actions if a not in self.crash_restarts]
+        blocked = [b for b in self.blocked if b not in self.crash_problems]
+        busy = bool(actions or self.waiting or blocked or self.brokers_waiting_for_quorum)
         if busy or len(self.revisions) != len(self.nodes):
             previous = self.previous.operation if self.previous is not None else None
             if previous is None or previous.roll is None:
@@ -682,25 +693,27 @@ class _Planner:
         node_id = node.ref.node_id
         if facts.phase in (PodPhase.RUNNING, PodPhase.PENDING):
             return
-        if facts.phase is PodPhase.FAILED or facts.phase is PodPhase.SUCCEEDED:
+        exited = facts.phase is PodPhase.FAILED or facts.phase is PodPhase.SUCCEEDED
+        if exited:
             code = f" with code {facts.exit_code}" if facts.exit_code is not None else ""
             detail = f": {facts.message}" if facts.message else ""
             self.blocked.append(f"node {node_id} exited{code}{detail}; restarting it")
+            self.crash_problems.append(self.blocked[-1])
         if not node.is_controller and (quorum is None or quorum.leader_id < 0):
             self.step = self.step or "await-quorum"
             self.brokers_waiting_for_quorum.append(node_id)
             return
-        self._act(
-            StartNode(
-                node=node.ref,
-                implementation=node.implementation,
-                roles=node.roles,
-                revision=self.revisions.get(node_id, ""),
-                reason=f"node {node_id}: start it ({node.implementation.value}, "
-                f"{','.join(sorted(r.value for r in node.roles))})",
-            ),
-            step="start",
+        start = StartNode(
+            node=node.ref,
+            implementation=node.implementation,
+            roles=node.roles,
+            revision=self.revisions.get(node_id, ""),
+            reason=f"node {node_id}: start it ({node.implementation.value}, "
+            f"{','.join(sorted(r.value for r in node.roles))})",
         )
+        self._act(start, step="start")
+        if exited:
+            self.crash_restarts.append(start)
 
     def _log_dir(self, node_id: int, path: str) -> LogDirFacts | None:
         """The broker's own account of its directory `path` (DescribeLogDirs), if it gave one."""

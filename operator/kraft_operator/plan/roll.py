@@ -255,6 +255,18 @@ class _Roll:
                 # The world changed since the gate opened: back to gating.
         candidates = [n for n in self.nodes if self.why(n) is not None]
         if not candidates:
+            absent = [n for n in self.nodes if (f := self.observed.nodes.get(n.ref.node_id)) is None
+                      or f.phase is not PodPhase.RUNNING]
+            if absent and self.prev_op is not None:
+                # A node that is down (a crash loop the bootstrap restarts) has not run the roll's
+                # target yet: the roll is done only once it runs (and, in a manual roll, restarted).
+                blockers = [BlockerStatus(kind="node", node_id=n.ref.node_id,
+                                          message=f"node {n.ref.node_id} is not running; the roll ends once it runs")
+                            for n in absent]
+                since = prev.blocked_since if prev is not None and prev.current is None and prev.blocked_since \
+                    else self.now_text
+                return self._waiting(current=None, phase="gating", blockers=blockers, since=since, restarted_at=None,
+                                     what="; ".join(b.message for b in blockers), candidates=[])
             return self._finished()
         blocked: list[BlockerStatus] = []
         for tier in self.tiers(candidates):
