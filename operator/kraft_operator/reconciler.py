@@ -100,6 +100,7 @@ class Reconciler:
     # only then), and the TLS material in use (the operator's admin identity among it).
     _settled: dict[tuple[str, str], bool] = field(default_factory=dict)
     _tls: dict[tuple[str, str], TlsState] = field(default_factory=dict)
+    _switched: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     def admin_security(self, cluster: KRaftCluster) -> ClientSecurity | None:
         """The operator's TLS identity for this cluster (None: plaintext, or not made yet)."""
@@ -119,6 +120,7 @@ class Reconciler:
         except (TlsError, CertificateError, OSError) as e:
             return observed, f"TLS material: {e}"
         self._tls[_key(cluster)] = state
+        self._switched[_key(cluster)] = state.switched
         return replace(observed, tls_revisions=state.revisions), ""
 
     async def reconcile(self, cluster: KRaftCluster) -> Plan:
@@ -132,6 +134,10 @@ class Reconciler:
         observed = replace(observed, cluster=facts)
         result = plan(cluster, observed=observed, layout=layout, rules=self.rules, rng=self.rng, now_ms=self.clock_ms())
         failed = False
+        switched = self._switched.pop(_key(cluster), ())
+        if switched:
+            events = tuple(Event(EventType.NORMAL, "CertificateAuthoritySwitch", step) for step in switched)
+            result = replace(result, events=(*events, *result.events))
         if tls_problem:
             result = _action_failed(result, tls_problem)
             failed = True
@@ -160,7 +166,10 @@ class Reconciler:
                     break
         if self.act and not failed and security is not None and facts is not None and facts.brokers:
             result, failed = await self._reconcile_users(cluster, result, observed=observed)
-        self._settled[_key(cluster)] = (not failed and not result.actions and result.status.operation is None
+        # Settled (a CA switch may take its next step): the cluster answered, and its plan found
+        # nothing to do, no operation running, every pod running.
+        self._settled[_key(cluster)] = (not failed and facts is not None and not result.actions
+                                        and result.status.operation is None
                                         and all(n.phase is PodPhase.RUNNING for n in observed.nodes.values()))
         self.metrics.record(
             namespace=cluster.metadata.namespace or "default",

@@ -4,10 +4,13 @@ Runs at the start of every reconcile of a cluster with `spec.tls` (the planner t
 node's material as part of its revision, so whatever changed here rolls the node through the
 normal gated roll):
 
-- the cluster CA and the clients CA: the user's own (`secretName`: read, checked, never renewed),
-  or generated into `<cluster>-cluster-ca` / `<cluster>-clients-ca` and replaced when they expire
-  within their renewal window, in three steps each waiting for the cluster to settle
-  (`plan.security.ca_switch_step`): trust both, then certificates from the new CA, then drop the old;
+- the cluster CA and the clients CA, the one in use kept in `<cluster>-cluster-ca` /
+  `<cluster>-clients-ca`: generated there and replaced when it expires within its renewal window,
+  or the user's own (`secretName`: read, checked, never renewed by the operator; copied into the
+  operator's Secret, since a switch issues from the previous CA after the user's Secret moved on)
+  and replaced when the user's Secret holds another one. Either replacement goes in three steps,
+  each waiting for the cluster to settle (`plan.security.ca_switch_step`): trust both, then
+  certificates from the new CA, then drop the old;
 - every desired node's Secret `<cluster>-node-<id>-tls` (its PEM keystore with the node subject and
   the layout's host names as SANs, the trusted cluster CAs, and on brokers the trusted clients CAs
   and the keystores of listeners that bring their own certificate), re-issued when missing, due
@@ -53,6 +56,11 @@ __all__ = ["CaState", "TlsError", "TlsState", "ensure_tls", "reissue_needed"]
 _CA_CERT, _CA_KEY = "ca.crt", "ca.key"
 _PREVIOUS_CERT, _PREVIOUS_KEY = "previous-ca.crt", "previous-ca.key"
 _PHASE = "switch-phase"
+_SWITCH_STEPS = {
+    CaSwitchPhase.TRUST_BOTH: "switch to a new CA, step 1 of 3: trust-both (nodes trust the old and the new CA)",
+    CaSwitchPhase.NEW_CERTIFICATES: "switch to a new CA, step 2 of 3: new-certificates (issued by the new CA)",
+    CaSwitchPhase.NONE: "switch to a new CA, step 3 of 3: the old CA is dropped from the truststores",
+}
 
 
 class TlsError(RuntimeActionError):
@@ -66,6 +74,8 @@ class CaState:
     issuing: KeyPair
     trusted: tuple[str, ...]
     phase: CaSwitchPhase
+    # the step this pass took, in words (an event), or None
+    switched: str | None = None
 
     @property
     def trusted_pem(self) -> str:
@@ -79,39 +89,65 @@ class TlsState:
     revisions: dict[int, str]
     admin_security: ClientSecurity
 
+    @property
+    def switched(self) -> tuple[str, ...]:
+        """The CA switch steps this pass took, in words."""
+        return tuple(ca.switched for ca in (self.cluster_ca, self.clients_ca) if ca.switched is not None)
+
+
+async def _brought_ca(cluster: KRaftCluster, *, secrets: SecretStore, secret_name: str, field: str) -> KeyPair:
+    """The CA the user brings in `secretName` (`ca.crt` and `ca.key`), checked."""
+    data = await secrets.read(cluster.metadata.namespace or "default", secret_name)
+    if data is None or _CA_CERT not in data or _CA_KEY not in data:
+        raise TlsError(f"{field}.secretName: Secret {secret_name} must hold {_CA_CERT} and {_CA_KEY}")
+    pair = KeyPair(data[_CA_CERT], data[_CA_KEY])
+    try:
+        certs.check_ca(pair)
+    except CertificateError as e:
+        raise TlsError(f"{field}.secretName: Secret {secret_name}: {e}") from None
+    return pair
+
+
+def _same_certificate(a: str, b: str) -> bool:
+    return a.strip() == b.strip()
+
 
 async def _ca(
     cluster: KRaftCluster, *, secrets: SecretStore, spec: CertificateAuthoritySpec, own_secret: str, field: str,
     common_name: str, now_ms: int, settled: bool,
 ) -> CaState:
+    """The CA in use, kept in the operator's own Secret `own_secret` (with the previous one while a
+    switch runs). A generated CA is replaced when due; a CA the user brings is never renewed by the
+    operator, but when the user's Secret holds another CA than the one in use (the user renewed or
+    replaced it, or brought one where the operator's had been), the new one comes in through the
+    same staged switch: a node rolled in between trusts both, so the quorum never splits."""
     namespace = cluster.metadata.namespace or "default"
+    brought = None
     if spec.secret_name is not None:
-        data = await secrets.read(namespace, spec.secret_name)
-        if data is None or _CA_CERT not in data or _CA_KEY not in data:
-            raise TlsError(f"{field}.secretName: Secret {spec.secret_name} must hold {_CA_CERT} and {_CA_KEY}")
-        pair = KeyPair(data[_CA_CERT], data[_CA_KEY])
-        try:
-            certs.check_ca(pair)
-        except CertificateError as e:
-            raise TlsError(f"{field}.secretName: Secret {spec.secret_name}: {e}") from None
-        return CaState(issuing=pair, trusted=(pair.certificate_pem,), phase=CaSwitchPhase.NONE)
+        brought = await _brought_ca(cluster, secrets=secrets, secret_name=spec.secret_name, field=field)
     data = await secrets.read(namespace, own_secret)
     if data is None or _CA_CERT not in data or _CA_KEY not in data:
-        pair = certs.generate_ca(common_name=common_name, organization=ORGANIZATION,
-                                 validity_days=spec.validity_days, now_ms=now_ms)
+        pair = brought or certs.generate_ca(common_name=common_name, organization=ORGANIZATION,
+                                            validity_days=spec.validity_days, now_ms=now_ms)
         data = {_CA_CERT: pair.certificate_pem, _CA_KEY: pair.key_pem, _PHASE: CaSwitchPhase.NONE.value}
         await secrets.write(namespace, own_secret, data, cluster=cluster)
     try:
         phase = CaSwitchPhase(data.get(_PHASE, CaSwitchPhase.NONE.value).strip())
     except ValueError:
         raise TlsError(f"Secret {own_secret}: {_PHASE} {data.get(_PHASE)!r} is not a phase") from None
-    due = certificate_due(not_after_ms=certs.not_after_ms(data[_CA_CERT]), now_ms=now_ms,
-                          renewal_days=spec.renewal_days)
+    if brought is not None:
+        # a new CA from the user waits for a switch in progress to end before it starts its own
+        due = not _same_certificate(brought.certificate_pem, data[_CA_CERT])
+    else:
+        due = certificate_due(not_after_ms=certs.not_after_ms(data[_CA_CERT]), now_ms=now_ms,
+                              renewal_days=spec.renewal_days)
     following = ca_switch_step(phase=phase, ca_due=due, settled=settled)
+    switched = None
     if following is not phase:
+        switched = f"{field.removeprefix('spec.tls.')}: {_SWITCH_STEPS[following]}"
         if following is CaSwitchPhase.TRUST_BOTH:
-            fresh = certs.generate_ca(common_name=common_name, organization=ORGANIZATION,
-                                      validity_days=spec.validity_days, now_ms=now_ms)
+            fresh = brought or certs.generate_ca(common_name=common_name, organization=ORGANIZATION,
+                                                 validity_days=spec.validity_days, now_ms=now_ms)
             data = {_CA_CERT: fresh.certificate_pem, _CA_KEY: fresh.key_pem, _PREVIOUS_CERT: data[_CA_CERT],
                     _PREVIOUS_KEY: data[_CA_KEY]}
         elif following is CaSwitchPhase.NONE:
@@ -124,7 +160,7 @@ async def _ca(
     issuing = current if previous is None or issuing_ca_is_new(phase) else previous
     trusted = tuple(trusted_in(phase, current=current.certificate_pem,
                                previous=previous.certificate_pem if previous is not None else None))
-    return CaState(issuing=issuing, trusted=trusted, phase=phase)
+    return CaState(issuing=issuing, trusted=trusted, phase=phase, switched=switched)
 
 
 def reissue_needed(

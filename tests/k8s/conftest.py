@@ -59,10 +59,13 @@ def operator_ns(kube: Kube) -> Iterator[str]:
     # upgrade of the chart does (kubectl apply of its crds/ first)
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", f"{CHART}/crds/")
     repository, tag = _image_ref()
-    kube.helm("install", RELEASE, str(CHART), "--namespace", ns, "--wait", "--timeout", "5m",
-              "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-              "--set", "image.pullPolicy=Never", "--set", "logLevel=debug")
-    yield ns
-    kube.kubectl("-n", ns, "delete", "kraftclusters", "--all", "--wait=true", "--timeout=120s", check=False)
-    kube.helm("uninstall", RELEASE, "--namespace", ns, "--wait", check=False)
-    kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    try:
+        kube.helm("install", RELEASE, str(CHART), "--namespace", ns, "--wait", "--timeout", "5m",
+                  "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+                  "--set", "image.pullPolicy=Never", "--set", "logLevel=debug")
+        yield ns
+    finally:
+        # also after a failed install: its release, cluster-scoped grants and namespace go
+        kube.kubectl("-n", ns, "delete", "kraftclusters", "--all", "--wait=true", "--timeout=120s", check=False)
+        kube.helm("uninstall", RELEASE, "--namespace", ns, "--wait", check=False)
+        kube.kubectl("delete", "namespace", ns, "--wait=false", check=False)

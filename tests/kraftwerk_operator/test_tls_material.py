@@ -173,7 +173,77 @@ def test_a_ca_brought_by_the_user_issues_the_node_certificates(tmp_path: Path) -
     node = _read(runtime, "sec-node-2-tls")
     assert certs.is_issued_by(_keystore_certificate(node["keystore.pem"]), mine.certificate_pem)
     assert node["truststore.pem"] == mine.certificate_pem
-    assert asyncio.run(runtime.secrets.read("default", "sec-cluster-ca")) is None  # none generated
+    # none generated: the operator's Secret keeps a copy of the CA in use (a later switch issues from it)
+    assert _read(runtime, "sec-cluster-ca")["ca.crt"] == mine.certificate_pem
+
+
+def _walk_switch(runtime: LocalRuntime, cluster, *, old_ca: str, new_ca: str) -> None:
+    """The three steps of a CA switch from `old_ca` to `new_ca`, each taken only once settled."""
+    step1 = _ensure(runtime, cluster, settled=True)
+    assert step1.cluster_ca.phase is CaSwitchPhase.TRUST_BOTH
+    node = _read(runtime, "sec-node-1-tls")
+    assert old_ca in node["truststore.pem"] and new_ca in node["truststore.pem"]
+    assert certs.is_issued_by(_keystore_certificate(node["keystore.pem"]), old_ca)
+    assert _ensure(runtime, cluster, settled=False).cluster_ca.phase is CaSwitchPhase.TRUST_BOTH
+    step2 = _ensure(runtime, cluster, settled=True)
+    assert step2.cluster_ca.phase is CaSwitchPhase.NEW_CERTIFICATES
+    node = _read(runtime, "sec-node-1-tls")
+    assert certs.is_issued_by(_keystore_certificate(node["keystore.pem"]), new_ca)
+    assert old_ca in node["truststore.pem"]
+    step3 = _ensure(runtime, cluster, settled=True)
+    assert step3.cluster_ca.phase is CaSwitchPhase.NONE
+    assert _read(runtime, "sec-node-1-tls")["truststore.pem"] == new_ca
+    assert _ensure(runtime, cluster, settled=True).revisions == step3.revisions  # nothing more to do
+
+
+def test_a_ca_the_user_renews_or_brings_later_comes_in_through_the_same_staged_switch(tmp_path: Path) -> None:
+    runtime = LocalRuntime(tmp_path)
+    generated = cluster_from(SPEC)
+    _ensure(runtime, generated)
+    operators = _read(runtime, "sec-cluster-ca")["ca.crt"]
+    # The user brings a CA where the operator's had been: nodes trust both before any certificate
+    # from it is presented, and the operator's is dropped last.
+    mine = certs.generate_ca(common_name="my-ca", organization="example", validity_days=365, now_ms=NOW_MS)
+    asyncio.run(runtime.secrets.write("default", "my-ca", {"ca.crt": mine.certificate_pem, "ca.key": mine.key_pem},
+                                      cluster=generated))
+    brought = cluster_from(SPEC, tls={"clusterCa": {"secretName": "my-ca"}})
+    _walk_switch(runtime, brought, old_ca=operators, new_ca=mine.certificate_pem)
+    # The user renews their CA in place (a new key pair in the same Secret): staged again.
+    renewed = certs.generate_ca(common_name="my-ca-2", organization="example", validity_days=365, now_ms=NOW_MS)
+    asyncio.run(runtime.secrets.write("default", "my-ca", {"ca.crt": renewed.certificate_pem,
+                                                           "ca.key": renewed.key_pem}, cluster=brought))
+    _walk_switch(runtime, brought, old_ca=mine.certificate_pem, new_ca=renewed.certificate_pem)
+    # A user CA is never renewed by the operator, however close its end.
+    late = NOW_MS + 364 * DAY_MS
+    assert _ensure(runtime, brought, now_ms=late, settled=True).cluster_ca.phase is CaSwitchPhase.NONE
+    assert _read(runtime, "sec-cluster-ca")["ca.crt"] == renewed.certificate_pem
+
+
+def test_fault_a_brought_ca_adopted_at_once_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken variant (the user's new CA issues at once, as before this switch existed): the
+    walk's first step finds a node certificate from the new CA while nodes trust only the old."""
+    from kraft_operator import tls_material
+
+    runtime = LocalRuntime(tmp_path)
+    mine = certs.generate_ca(common_name="my-ca", organization="example", validity_days=365, now_ms=NOW_MS)
+    brought = cluster_from(SPEC, tls={"clusterCa": {"secretName": "my-ca"}})
+    asyncio.run(runtime.secrets.write("default", "my-ca", {"ca.crt": mine.certificate_pem, "ca.key": mine.key_pem},
+                                      cluster=brought))
+    _ensure(runtime, brought)
+    renewed = certs.generate_ca(common_name="my-ca-2", organization="example", validity_days=365, now_ms=NOW_MS)
+    asyncio.run(runtime.secrets.write("default", "my-ca", {"ca.crt": renewed.certificate_pem,
+                                                           "ca.key": renewed.key_pem}, cluster=brought))
+    monkeypatch.setattr(tls_material, "_same_certificate", lambda a, b: True)  # never sees the change...
+    real_read = runtime.secrets.read
+
+    async def adopt_at_once(namespace: str, name: str):  # ...and issues from the user's Secret directly
+        if name == "sec-cluster-ca":
+            return {"ca.crt": renewed.certificate_pem, "ca.key": renewed.key_pem, "switch-phase": "none"}
+        return await real_read(namespace, name)
+
+    monkeypatch.setattr(runtime.secrets, "read", adopt_at_once)
+    with pytest.raises(AssertionError):
+        _walk_switch(runtime, brought, old_ca=mine.certificate_pem, new_ca=renewed.certificate_pem)
 
 
 def test_a_listener_brings_its_own_certificate(tmp_path: Path) -> None:
