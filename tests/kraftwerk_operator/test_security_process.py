@@ -5,8 +5,10 @@ and an SSL (client certificate) listener for applications, and two users the ope
 Real clients use nothing but what the operator wrote into each user's Secret (the local runtime's
 Secrets are files): kafka-python with alice's password and bob's certificate, and our own client
 with the Secret's `client.properties`. Then the renewal window is widened so every certificate is
-due: the operator re-issues them and rolls the nodes; and the users are removed: their Secrets go,
-alice's password and bob's ACLs no longer get them in.
+due: the operator re-issues them and rolls the nodes; the cluster CA's window is widened so the
+CA is due: it is replaced live (trust both, new certificates, old dropped: three rolls) while
+alice's client keeps producing, and so is a CA the user brings in its place; and the users are
+removed: their Secrets go, alice's password and bob's ACLs no longer get them in.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ spec:
       authentication: scram-sha-512
       acls:
         - resource: {type: topic, name: orders}
+          operations: [Create, Write, Read, Describe]
+        - resource: {type: topic, name: secure-, patternType: prefix}
           operations: [Create, Write, Read, Describe]
     - name: bob
       authentication: tls
@@ -239,6 +243,155 @@ def test_certificates_inside_the_renewal_window_are_renewed_through_a_rolling_re
     assert alice is not None
     _wait(secured, "alice served after the roll", lambda: _metadata_everywhere(
         secured, alice["client.properties"], "SCRAM", "orders") == {"NONE"}, timeout_s=120)
+
+
+SECURE_CLIENT = Path(__file__).resolve().parents[1] / "k8s" / "secure_client.py"
+
+
+class _Workload:
+    """tests/k8s/secure_client.py's workload as alice, in its own process: it produces one record
+    at a time until stopped, makes a new producer from her Secret's files when a send fails, and
+    at the end reads every acknowledged record back."""
+
+    def __init__(self, world: dict, topic: str) -> None:
+        import subprocess
+        import sys
+
+        self.stop_file = world["root"] / f"{topic}.stop"
+        self.output = world["root"] / f"{topic}.out"
+        with self.output.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, str(SECURE_CLIENT), "workload", ",".join(_bootstrap(world, "SCRAM")), topic,
+                 str(self.stop_file), str(_secret_dir(world, "sec-user-alice"))], stdout=out, stderr=subprocess.STDOUT)
+        self.world = world
+        _wait(world, "the workload to acknowledge records", lambda: self.acked() >= 20, timeout_s=300)
+
+    def acked(self) -> int:
+        counts = [int(line.split()[1]) for line in self.output.read_text().splitlines() if line.startswith("acked ")]
+        return counts[-1] if counts else 0
+
+    def __enter__(self) -> _Workload:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process.poll() is None:  # a test that failed before stop(): no process left behind
+            terminate(self.process, timeout_s=30)
+
+    def stop(self) -> dict:
+        self.stop_file.touch()
+        try:
+            self.process.wait(timeout=400)
+        finally:
+            if self.process.poll() is None:
+                terminate(self.process, timeout_s=30)
+        lines = [line for line in self.output.read_text().splitlines() if line.startswith("{")]
+        assert lines and self.process.returncode == 0, self.output.read_text()[-3000:]
+        report = json.loads(lines[-1])
+        assert report["lostCount"] == 0 and report["acknowledged"] > 0, report
+        return report
+
+
+def _ca_secret(world: dict) -> dict[str, str]:
+    directory = _secret_dir(world, "sec-cluster-ca")
+    return {f.name: f.read_text() for f in directory.iterdir() if f.is_file() and not f.name.startswith(".")}
+
+
+def _restarts_since(world: dict, offset: int) -> dict[int, int]:
+    """How many times the operator restarted each node since `offset` in `kraftwerk up`'s output."""
+    restarts = dict.fromkeys((0, 1, 2), 0)
+    for line in world["log"].read_text()[offset:].splitlines():
+        if line.startswith("Normal ") and line.split()[1] == "RestartNode":  # the event lines `up` prints
+            restarts[int(line.split("node ", 1)[1].split(":", 1)[0])] += 1
+    return restarts
+
+
+def _walked(phases: list[str]) -> bool:
+    """The switch's phases as polled from the operator's CA Secret: its three steps in order (the
+    first poll may come after the operator already took the first)."""
+    return phases in (["none", "trust-both", "new-certificates", "none"], ["trust-both", "new-certificates", "none"])
+
+
+def _switch_and_watch(world: dict, change, *, new_ca_of) -> tuple[list[str], dict[int, int], str]:
+    """Apply `change` to the spec, then follow the cluster CA switch it starts to its end (the
+    third roll done): (the phases seen, how many times the operator restarted each node meanwhile,
+    the CA in use at the end)."""
+    old = _ca_secret(world)["ca.crt"]
+    phases: list[str] = []
+    offset = len(world["log"].read_text())
+    _edit(world, change)
+
+    def switched() -> str | None:
+        data = _ca_secret(world)
+        phase = data.get("switch-phase", "none")
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        if phase != "none" or data["ca.crt"] == old or not new_ca_of(data["ca.crt"]):
+            return None
+        # the status is saved before the events of its pass are printed: once the last restart is
+        # printed, a Ready status without an operation comes after it
+        if min(_restarts_since(world, offset).values()) < 3 or not _ready(world["state"]):
+            return None
+        return data["ca.crt"]
+
+    ca = _wait(world, "the cluster CA switch to end", switched, timeout_s=1500)
+    steps = [line.split("clusterCa: ", 1)[1] for line in world["log"].read_text()[offset:].splitlines()
+             if "CertificateAuthoritySwitch" in line]
+    assert [step.split(":", 1)[0] for step in steps] == [
+        "switch to a new CA, step 1 of 3", "switch to a new CA, step 2 of 3", "switch to a new CA, step 3 of 3"], steps
+    return phases, _restarts_since(world, offset), ca
+
+
+def _assert_switched_to(world: dict, ca: str, *, old: str, topic: str) -> None:
+    for node in (0, 1, 2):
+        certificate = _node_certificate(world, node)
+        assert certs.is_issued_by(certificate, ca) and not certs.is_issued_by(certificate, old)
+        assert (_secret_dir(world, f"sec-node-{node}-tls") / "truststore.pem").read_text() == ca
+    assert "previous-ca.crt" not in _ca_secret(world)
+    alice = _secret(world, "alice")
+    assert alice is not None and alice["ca.crt"] == ca
+    _wait(world, "alice served with the new CA alone", lambda: _metadata_everywhere(
+        world, alice["client.properties"], "SCRAM", topic) == {"NONE"}, timeout_s=120)
+
+
+def test_a_due_cluster_ca_is_replaced_live_in_three_rolls_while_a_client_keeps_producing(secured: dict) -> None:
+    _wait(secured, "settled", lambda: _ready(secured["state"]), timeout_s=300)
+    old = _ca_secret(secured)["ca.crt"]
+    with _Workload(secured, "secure-ca-switch") as workload:
+        # The CA was made for 1000 days; a 1500-day window makes it due (its successor, for 2000, is not).
+        phases, restarts, ca = _switch_and_watch(
+            secured, lambda spec: spec["tls"]["clusterCa"].update(validityDays=2000, renewalDays=1500),
+            new_ca_of=lambda pem: certs.not_after_ms(pem) > certs.not_after_ms(old))
+        assert _walked(phases), phases
+        # three rolls: each node restarted three times (trust both, new certificate, old CA dropped)
+        assert restarts == {0: 3, 1: 3, 2: 3}, restarts
+        _assert_switched_to(secured, ca, old=old, topic="secure-ca-switch")
+        acked = workload.acked()
+        _wait(secured, "the workload to go on after the switch", lambda: workload.acked() >= acked + 20,
+              timeout_s=300)
+        workload.stop()
+
+
+def test_a_ca_the_user_brings_comes_in_through_the_same_staged_switch(secured: dict) -> None:
+    """The user's CA (`clusterCa.secretName`) where the operator's had been: a new CA from the
+    user's Secret, staged as a renewal is. (The user renewing it in place later takes the same
+    path, a user CA other than the one in use: `test_tls_material` walks it, and the Kubernetes
+    tier runs it on a cluster.)"""
+    _wait(secured, "settled", lambda: _ready(secured["state"]), timeout_s=300)
+    old = _ca_secret(secured)["ca.crt"]
+    pair = certs.generate_ca(common_name="my-ca", organization="example", validity_days=3000,
+                             now_ms=int(time.time() * 1000))
+    mine = _secret_dir(secured, "my-ca")
+    mine.mkdir(mode=0o700)
+    (mine / "ca.key").write_text(pair.key_pem)
+    (mine / "ca.crt").write_text(pair.certificate_pem)
+    with _Workload(secured, "secure-byo-ca") as workload:
+        phases, restarts, ca = _switch_and_watch(
+            secured, lambda spec: spec["tls"]["clusterCa"].update(secretName="my-ca"),
+            new_ca_of=lambda pem: pem == pair.certificate_pem)
+        assert _walked(phases), phases
+        assert restarts == {0: 3, 1: 3, 2: 3}, restarts
+        _assert_switched_to(secured, ca, old=old, topic="secure-byo-ca")
+        workload.stop()
 
 
 def test_a_removed_user_loses_its_secret_its_credentials_and_its_acls(secured: dict) -> None:
