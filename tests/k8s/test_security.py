@@ -376,18 +376,21 @@ def test_a_removed_users_secret_goes_and_the_same_credentials_are_refused(kube: 
         kube.kubectl("-n", ns, "create", "secret", "generic", f"kept-{user}",
                      *(f"--from-literal={key}={value}" for key, value in data.items()))
     phase, report = _run_client(kube, ns, secret="kept-alice",
-                                args=["check", SCRAM_BOOTSTRAP, "secure-orders", "10", "/credentials"])
+                                args=["check", SCRAM_BOOTSTRAP, "secure-kept", "10", "/credentials", "--create"])
     assert phase == "Succeeded" and report["same"], report  # the copy works while alice exists
     kube.kubectl("-n", ns, "patch", "kc", NAME, "--type=merge", "-p", json.dumps({"spec": {"users": []}}))
     wait_until("both users' Secrets deleted", lambda: _secret(kube, ns, f"{NAME}-user-alice") is None
                and _secret(kube, ns, f"{NAME}-user-bob") is None, timeout_s=300, every_s=2)
     # each broker applies the deletions from its metadata log: the client retries until refused
     phase, report = _run_client(kube, ns, secret="kept-alice",
-                                args=["refused", SCRAM_BOOTSTRAP, "secure-orders", "/credentials"])
-    assert phase == "Succeeded" and "SaslAuthenticationFailed" in report["error"], report
+                                args=["refused", SCRAM_BOOTSTRAP, "secure-kept", "/credentials"])
+    # kafka-python 3 reports brokers that all refuse its SASL login as a bootstrap that never
+    # completes (it logs each SaslAuthenticationFailedError); bob's check below shows them serving
+    assert phase == "Succeeded" and ("SaslAuthenticationFailed" in report["error"]
+                                     or "Unable to bootstrap" in report["error"]), report
     # a certificate cannot be recalled: bob still authenticates, but no ACL lets him write
     phase, report = _run_client(kube, ns, secret="kept-bob",
-                                args=["refused", MTLS_BOOTSTRAP, "secure-orders", "/credentials"])
+                                args=["refused", MTLS_BOOTSTRAP, "secure-kept", "/credentials"])
     assert phase == "Succeeded" and "TopicAuthorizationFailed" in report["error"], report
     reasons = [e["message"] for e in kube.json("-n", ns, "get", "events", "--field-selector",
                                                  f"involvedObject.name={NAME},reason=UserReconciled")["items"]]
