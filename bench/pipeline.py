@@ -11,8 +11,15 @@ reassignment started and cancelled. Its committed batches are written as segment
 `--segment-bytes`, named by base offset as Kafka names them) into three controllers' directories,
 as a quorum's three copies of the log, behind a LeaderChangeMessage at offset 0.
 
+A fleet generated into `--keep-dir` is kept with a marker beside it and reused by later runs with
+the same size, rounds and segment size (generating the issue's fleet takes a minute of CPU).
+
 For each fleet size and each `local[N]` the job runs in a fresh SparkSession (the JVM's start is
-timed too: it is part of a run). Printed per run: log files, records decoded (every node's copy,
+timed too: it is part of a run); for each `--standalone-cores N`, on a Spark standalone cluster
+started for it on loopback (`kraft_pipeline.standalone`: a master and one worker of N cores, the
+job's executor given N cores), the driver in this process. While a run goes, a line after each
+table is computed and written says how far it has got (wall and CPU seconds so far), so a run
+stopped before its end still tells how far it got. Printed per run: log files, records decoded (every node's copy,
 snapshots included), events derived, wall time, records/s, files/s, events/s and records/s per
 core. Beside them, the pipeline's own per-file decoder alone (no Spark, one thread: what each
 Spark task runs), which separates the decoding cost from Spark's. With Apache Kafka's jars (`scripts/fetch-kafka-jars`), the same segments go through Kafka's
@@ -27,22 +34,27 @@ more about the others than about the run, its CPU time does not. Records per CPU
 per-core rate to hold against Kafka's single-threaded decoder.
 
 Usage: .venv/bin/python bench/pipeline.py [--fleets 1x1000,4x1000,8x2000] [--cores 1,2] [--rounds 10]
-       the issue's fleet: --fleets 20x10000 --rounds 2 --cores 2 --baseline-clusters 1
+           [--standalone-cores 1,2] [--keep-dir DIR]
+       the issue's fleet: --fleets 20x10000 --rounds 2 --cores 2,1 --standalone-cores 2,1
+           --baseline-clusters 1 --keep-dir /tmp/pipeline-bench
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 from controller import MemoryLog, kafka_classpath  # bench/controller.py: the same append port and jars
@@ -203,6 +215,21 @@ def generate_fleet(root: Path, *, clusters: int, partitions: int, rounds: int, s
     )
 
 
+def cached_fleet(root: Path, *, clusters: int, partitions: int, rounds: int, segment_bytes: int) -> tuple[Path, int, bool]:
+    """The fleet's directory under `root`, generated unless a complete earlier one is there (its
+    marker, written last, beside it); the records per copy, and whether it was generated now."""
+    fleet = root / f"fleet-{clusters}x{partitions}-r{rounds}-s{segment_bytes}"
+    marker = fleet.with_name(fleet.name + ".generated.json")
+    if marker.is_file() and fleet.is_dir():
+        return fleet, int(json.loads(marker.read_text())["records_per_copy"]), False
+    marker.unlink(missing_ok=True)
+    shutil.rmtree(fleet, ignore_errors=True)  # a generation stopped half-way
+    per_copy = generate_fleet(fleet, clusters=clusters, partitions=partitions, rounds=rounds,
+                              segment_bytes=segment_bytes)
+    marker.write_text(json.dumps({"records_per_copy": per_copy}))
+    return fleet, per_copy, True
+
+
 def load() -> str:
     return ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -233,8 +260,12 @@ class TreeCpu:
         self._stop.set()
         self._thread.join()
         self._sample()
-        spent = sum(cpu_s - self._base.get(key, 0.0) for key, cpu_s in self._seen.items())
-        self.cpu_s = (time.process_time() - self._own_start) + spent
+        self.cpu_s = self.so_far_s()
+
+    def so_far_s(self) -> float:
+        """The CPU seconds counted up to the last sample (at most a second old while running)."""
+        spent = sum(cpu_s - self._base.get(key, 0.0) for key, cpu_s in dict(self._seen).items())
+        return (time.process_time() - self._own_start) + spent
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
@@ -266,16 +297,22 @@ class TreeCpu:
             stack.extend(children.get(pid, ()))
 
 
-def run_pipeline(fleet: Path, *, cores: int) -> dict[str, float]:
+def run_pipeline(fleet: Path, *, master: str, label: str, cores: int,
+                 conf: Mapping[str, str] | None = None) -> dict[str, float]:
     from kraft_pipeline.job import run
     from kraft_pipeline.session import build_session
 
-    output = fleet.parent / f"out-{fleet.name}-{cores}"
+    output = fleet.parent / f"out-{fleet.name}-{label.replace(' ', '-')}"
     started, spark = time.perf_counter(), None
     try:
         with TreeCpu() as cpu:
-            spark = build_session(master=f"local[{cores}]", app_name="bench-pipeline", shuffle_partitions=2 * cores)
-            tables = run(inputs=[str(fleet)], output=str(output), spark=spark)
+
+            def progress(step: str) -> None:
+                print(f"      {label}: {step} at {time.perf_counter() - started:.0f} s wall, "
+                      f"{cpu.so_far_s():.0f} CPU s (load {load()})", flush=True)
+
+            spark = build_session(master=master, app_name="bench-pipeline", shuffle_partitions=2 * cores, conf=conf)
+            tables = run(inputs=[str(fleet)], output=str(output), spark=spark, progress=progress)
             wall_s = time.perf_counter() - started
         records = tables.records.count()  # cached by the run
         events = tables.events.count()  # materialised by the run
@@ -284,6 +321,26 @@ def run_pipeline(fleet: Path, *, cores: int) -> dict[str, float]:
             spark.stop()
     shutil.rmtree(output, ignore_errors=True)
     return {"wall_s": wall_s, "cpu_s": cpu.cpu_s, "records": records, "events": events}
+
+
+def run_standalone(fleet: Path, *, cores: int, executor_memory: str) -> dict[str, float]:
+    """The job on a standalone cluster started for it: a master and one worker of `cores` cores,
+    the job's one executor given all of them; the cluster's processes (children of this one)
+    count in the CPU seconds from the run's start."""
+    from kraft_pipeline.standalone import PATIENCE, StandaloneCluster
+
+    root = Path(tempfile.mkdtemp(prefix="kraft-bench-standalone-"))
+    cluster = StandaloneCluster(root, workers=1, cores=cores, memory=executor_memory)
+    try:
+        cluster.start()
+        cluster.wait_alive(timeout_s=600)
+        conf = {**PATIENCE, "spark.executor.memory": executor_memory, "spark.executor.cores": str(cores),
+                "spark.cores.max": str(cores)}
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        return run_pipeline(fleet, master=cluster.url, label=f"standalone {cores} core(s)", cores=cores, conf=conf)
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def run_decoder(inputs: Sequence[Path]) -> dict[str, float]:
@@ -335,46 +392,56 @@ def main() -> None:
     parser.add_argument("--baseline-clusters", type=int, default=None,
                         help="run the two single-threaded decoders (decode_file, kafka-dump-log) on the first N "
                              "clusters only (a rate, and the whole fleet takes them long); default: all")
+    parser.add_argument("--standalone-cores", default="",
+                        help="comma-separated executor core counts for runs on a standalone cluster started for "
+                             "each ('' for none)")
+    parser.add_argument("--executor-memory", default="4g", help="the standalone executor's heap (and its worker's memory)")
     args = parser.parse_args()
     # read when PySpark launches its JVM (once per process, at the first session)
     os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {args.driver_memory} pyspark-shell"
     root = args.keep_dir or Path(tempfile.mkdtemp(prefix="kraft-bench-pipeline-"))
+    root.mkdir(parents=True, exist_ok=True)
     classpath = kafka_classpath()
     rows: list[list[str]] = []
+
+    def report(fleet: str, run: str, *, files: int, cores: int, measure: Callable[[], dict[str, float]]) -> None:
+        before = load()
+        print(f"    {run}: started (load {before})", flush=True)
+        figures = measure()
+        rows.append(_row(fleet, run, files=files, figures=figures, cores=cores, load_before=before))
+        print("    " + " | ".join(rows[-1]), flush=True)
+
     try:
         for size in args.fleets.split(","):
             clusters, partitions = (int(v) for v in size.lower().split("x"))
-            fleet = root / f"fleet-{clusters}x{partitions}"
-            print(f"--- {clusters} cluster(s) x {partitions} partitions: generating (load {load()})", flush=True)
+            name = f"{clusters}x{partitions}"
+            print(f"--- {clusters} cluster(s) x {partitions} partitions (load {load()})", flush=True)
             started = time.perf_counter()
-            per_copy = generate_fleet(fleet, clusters=clusters, partitions=partitions, rounds=args.rounds,
-                                      segment_bytes=args.segment_bytes)
+            fleet, per_copy, generated = cached_fleet(root, clusters=clusters, partitions=partitions,
+                                                      rounds=args.rounds, segment_bytes=args.segment_bytes)
             files = sorted(fleet.rglob("*.log"))
             print(f"    {per_copy} records per copy, {len(files)} segment files, "
-                  f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB, generated in "
-                  f"{time.perf_counter() - started:.1f} s", flush=True)
-            for cores in (int(c) for c in args.cores.split(",") if c.strip()):
-                before = load()
-                figures = run_pipeline(fleet, cores=cores)
-                rows.append(_row(f"{clusters}x{partitions}", f"pipeline local[{cores}]", files=len(files),
-                                 figures=figures, cores=cores, load_before=before))
-                print("    " + " | ".join(rows[-1]), flush=True)
+                  f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB, "
+                  + (f"generated in {time.perf_counter() - started:.1f} s" if generated else f"reused from {fleet}"),
+                  flush=True)
+            # the single-threaded decoders first: short, and the rate the pipeline is held against
             baseline = [fleet / f"cluster-{n}" for n in range(min(args.baseline_clusters or clusters, clusters))]
             baseline_files = sorted(f for cluster in baseline for f in cluster.rglob("*.log"))
             label = "" if len(baseline) == clusters else f" ({len(baseline)} of the clusters)"
-            before = load()
-            figures = run_decoder(baseline)
-            rows.append(_row(f"{clusters}x{partitions}", f"decode_file, no Spark (1 thread){label}",
-                             files=len(baseline_files), figures=figures, cores=1, load_before=before))
-            print("    " + " | ".join(rows[-1]), flush=True)
+            report(name, f"decode_file, no Spark (1 thread){label}", files=len(baseline_files), cores=1,
+                   measure=partial(run_decoder, baseline))
             if classpath is not None:
-                before = load()
-                figures = run_dump_log(baseline_files, classpath)
-                rows.append(_row(f"{clusters}x{partitions}", f"kafka-dump-log (1 thread){label}",
-                                 files=len(baseline_files), figures=figures, cores=1, load_before=before))
-                print("    " + " | ".join(rows[-1]), flush=True)
+                report(name, f"kafka-dump-log (1 thread){label}", files=len(baseline_files), cores=1,
+                       measure=partial(run_dump_log, baseline_files, classpath))
             else:
                 print("    kafka-dump-log: skipped (no Kafka jars in .kafka-jars/: scripts/fetch-kafka-jars)")
+            for cores in (int(c) for c in args.cores.split(",") if c.strip()):
+                report(name, f"pipeline local[{cores}]", files=len(files), cores=cores,
+                       measure=partial(run_pipeline, fleet, master=f"local[{cores}]", label=f"local[{cores}]",
+                                       cores=cores))
+            for cores in (int(c) for c in args.standalone_cores.split(",") if c.strip()):
+                report(name, f"pipeline standalone, {cores} executor core(s)", files=len(files), cores=cores,
+                       measure=partial(run_standalone, fleet, cores=cores, executor_memory=args.executor_memory))
             if args.keep_dir is None:
                 shutil.rmtree(fleet, ignore_errors=True)
     finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
@@ -29,8 +30,14 @@ JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def build_session(
-    *, master: str | None = None, app_name: str = "kraftwerk-pipeline", shuffle_partitions: int = 8
+    *,
+    master: str | None = None,
+    app_name: str = "kraftwerk-pipeline",
+    shuffle_partitions: int = 8,
+    conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
+    """The session (an existing one if this process has one running); `conf` adds Spark settings
+    (executor memory and cores for a cluster, say), and may override the ones set here."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Loopback unless told otherwise: a laptop's or CI machine's hostname may resolve anywhere.
@@ -38,7 +45,7 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    spark = (
+    builder = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -47,8 +54,10 @@ def build_session(
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
         .config("spark.executor.extraJavaOptions", JAVA_OPTIONS)
-        .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session

@@ -2,7 +2,7 @@
 
 A master and two one-core workers are started on loopback from the PySpark distribution's own
 launch classes (`spark-class org.apache.spark.deploy.master.Master` and `...worker.Worker`), as
-`sbin/start-master.sh` and `start-worker.sh` would. `kraftwerk pipeline run --master spark://...`
+`sbin/start-master.sh` and `start-worker.sh` would (`kraft_pipeline.standalone`). `kraftwerk pipeline run --master spark://...`
 runs in a fresh process (its driver, the workers' executors and their Python workers are all
 separate processes), and every table and the report are compared with the same input run in local
 mode. The input is two clusters: the hand-built log that walks through every kind of event, on
@@ -15,95 +15,19 @@ could declare a slow process dead raised to minutes.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyspark
 import pytest
 from fleets import TORN_CLUSTER_ID, WHOLE_CLUSTER_ID, whole_and_torn
 from pyspark.sql import SparkSession
-from quorum_processes import wait_for
 
-from kraft_engine.loopback_ports import HOST, free_loopback_ports
 from kraft_pipeline.job import REPORT_NAME, TABLES, run
+from kraft_pipeline.standalone import PATIENCE, StandaloneCluster
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1800)]
-
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
-# Nothing here may call a slow process dead: heartbeats and RPCs wait minutes on a loaded machine.
-PATIENCE = {
-    "spark.network.timeout": "600s",
-    "spark.executor.heartbeatInterval": "60s",
-    "spark.rpc.askTimeout": "600s",
-    "spark.worker.timeout": "600",
-}
-
-
-def _java_options(conf: dict[str, str]) -> str:
-    return " ".join(f"-D{k}={v}" for k, v in conf.items())
-
-
-class Standalone:
-    """A master and its workers, each a `spark-class` process in its own process group."""
-
-    def __init__(self, root: Path, *, workers: int) -> None:
-        self.root = root
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.port, self.ui_port, *self.worker_ui_ports = free_loopback_ports(2 + workers)
-        self.url = f"spark://{HOST}:{self.port}"
-        self.env = {
-            **os.environ,
-            "SPARK_HOME": str(SPARK_HOME),
-            "SPARK_LOCAL_IP": HOST,
-            "SPARK_LOG_DIR": str(root),
-            "SPARK_MASTER_OPTS": _java_options(PATIENCE),
-            "SPARK_WORKER_OPTS": _java_options(PATIENCE),
-            "PYSPARK_PYTHON": sys.executable,
-        }
-
-    def _spark_class(self, name: str, *args: str) -> None:
-        log = (self.root / f"{name}.log").open("wb")
-        self.processes.append(subprocess.Popen(
-            [str(SPARK_HOME / "bin" / "spark-class"), *args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        ))
-        log.close()
-
-    def start(self) -> None:
-        self._spark_class("master", "org.apache.spark.deploy.master.Master", "--host", HOST,
-                          "--port", str(self.port), "--webui-port", str(self.ui_port))
-        for index, ui_port in enumerate(self.worker_ui_ports):
-            work_dir = self.root / f"work-{index}"
-            work_dir.mkdir()
-            self._spark_class(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", "--host", HOST,
-                              "--cores", "1", "--memory", "1g", "--work-dir", str(work_dir),
-                              "--webui-port", str(ui_port), self.url)
-
-    def alive_workers(self) -> int | None:
-        try:
-            with urllib.request.urlopen(f"http://{HOST}:{self.ui_port}/json/", timeout=10) as answer:
-                state = json.load(answer)
-        except OSError:
-            return None
-        return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
-
-    def stop(self) -> None:
-        for process in reversed(self.processes):  # workers first: each stops its executors
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=60)
-
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -111,12 +35,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    standalone = Standalone(Path(tmp_path_factory.mktemp("spark-standalone")), workers=2)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    standalone = StandaloneCluster(Path(tmp_path_factory.mktemp("spark-standalone")), workers=2)
     try:
         standalone.start()
-        wait_for(lambda: standalone.alive_workers() == 2 or None, timeout_s=180, interval_s=1,
-                 what="two workers registered with the standalone master")
+        standalone.wait_alive(timeout_s=180)
         yield standalone
     finally:
         standalone.stop()
@@ -131,7 +54,7 @@ def rows(spark: SparkSession, path: Path) -> list[str]:
 
 
 def test_the_standalone_cluster_writes_what_local_mode_writes(
-    fleet: Path, cluster: Standalone, spark: SparkSession, tmp_path: Path
+    fleet: Path, cluster: StandaloneCluster, spark: SparkSession, tmp_path: Path
 ) -> None:
     local = tmp_path / "local"
     run(inputs=[str(fleet)], output=str(local), spark=spark)
