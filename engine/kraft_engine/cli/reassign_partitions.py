@@ -423,18 +423,35 @@ def _exception_message(code: ErrorCode) -> str:
 
 
 async def _alter_configs(admin: BrokerAdmin, changes: dict[tuple[int, str], list[tuple[str, int, str | None]]]) -> None:
-    """IncrementalAlterConfigs; any refusal is an error, as Kafka's `all().get()` makes it."""
+    """IncrementalAlterConfigs; any refusal is an error, as Kafka's `all().get()` makes it.
+
+    As Kafka's Admin does, one broker's own configs go to that broker (Kafka's brokers refuse
+    another's: "Unexpected broker id, expected 1, but received 2"), everything else (topics, the
+    cluster-wide broker default) in one request to any broker."""
     if not changes:
         return
-    response = await admin.send_to_any(IncrementalAlterConfigsRequest(resources=tuple(
-        AlterConfigsResource(resource_type=i8(kind), resource_name=name, configs=tuple(
-            AlterableConfig(name=key, config_operation=i8(op), value=value) for key, op, value in ops))
-        for (kind, name), ops in changes.items()), validate_only=False))
-    for answer in response.responses:
-        code = ErrorCode(answer.error_code)
-        if code != ErrorCode.none:
-            raise CliError(f"{answer.error_message or code.name.upper()} "
-                           f"(altering the configs of {answer.resource_name or 'the cluster default'})")
+    own = {key: ops for key, ops in changes.items() if key[0] == _BROKER and key[1]}
+    addresses = await _addresses(admin) if own else {}
+    parts: list[tuple[tuple[str, int] | None, dict[tuple[int, str], list[tuple[str, int, str | None]]]]] = []
+    if rest := {key: ops for key, ops in changes.items() if key not in own}:
+        parts.append((None, rest))
+    # a broker the metadata does not list: any broker answers for it, as it would for a typo
+    parts += [(addresses.get(int(name)), {(kind, name): ops}) for (kind, name), ops in own.items()]
+    for address, part in parts:
+        request = IncrementalAlterConfigsRequest(resources=tuple(
+            AlterConfigsResource(resource_type=i8(kind), resource_name=name, configs=tuple(
+                AlterableConfig(name=key, config_operation=i8(op), value=value) for key, op, value in ops))
+            for (kind, name), ops in part.items()), validate_only=False)
+        response = await (admin.send_to_any(request) if address is None else admin.send_to(address, request))
+        if response is None:
+            names = ", ".join(name for _, name in part)
+            raise CliError(f"Broker at {address[0]}:{address[1]} could not be reached (altering the configs of {names})"
+                           if address is not None else f"No broker answered (altering the configs of {names})")
+        for answer in response.responses:
+            code = ErrorCode(answer.error_code)
+            if code != ErrorCode.none:
+                raise CliError(f"{answer.error_message or code.name.upper()} "
+                               f"(altering the configs of {answer.resource_name or 'the cluster default'})")
 
 
 async def _until_in_force(admin: BrokerAdmin, brokers: Iterable[int], wanted: dict[str, str]) -> None:
