@@ -215,13 +215,14 @@ class _AppendTiming:
     """What `RaftAppends` saw of the current event's appends (the controller thread only)."""
 
     __slots__ = ("batches", "last_offset", "records", "released_ns", "reserved_ns")
+    records: int
+    batches: int
+    last_offset: int
+    reserved_ns: int
+    released_ns: int
 
     def __init__(self) -> None:
-        self.records = 0
-        self.batches = 0
-        self.last_offset = -1
-        self.reserved_ns = 0
-        self.released_ns = 0
+        self.reset()
 
     def reserved(self, *, records: int, batches: int, last_offset: int) -> None:
         self.records += records
