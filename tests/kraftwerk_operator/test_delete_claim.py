@@ -46,4 +46,10 @@ def test_the_local_runtime_deletes_only_the_named_volumes(tmp_path: Path) -> Non
     assert (node_dir / "data-0" / "topic-0" / "00000000000000000000.log").read_bytes() == b"records"
     assert not (node_dir / "data-1").exists()
     assert "volume(s) [1] deleted (deleteClaim: true), [0] kept" in (node_dir / "server.log").read_text()
+    # Nothing named: nothing deleted, and the node's log says so (it said "[] deleted" before).
+    asyncio.run(runtime.apply(cluster, StopNode(node=NodeRef("ns", "demo", "brokers", 6),
+                                                implementation=Implementation.KRAFTWERK, grace_period_ms=1000,
+                                                reason="test", delete_volumes=())))
+    assert (node_dir / "data-0" / "topic-0" / "00000000000000000000.log").read_bytes() == b"records"
+    assert (node_dir / "server.log").read_text().splitlines()[-1].endswith("volume(s) [0] kept (deleteClaim: false)")
     asyncio.run(runtime.close())

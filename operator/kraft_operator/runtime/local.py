@@ -308,8 +308,9 @@ class LocalRuntime:
                 shutil.rmtree(node_dir / f"data-{volume_id}", ignore_errors=True)
             kept = sorted(int(d.name.removeprefix("data-")) for d in node_dir.glob("data-*")
                           if d.name.removeprefix("data-").isdigit())
-            _note(node_dir, f"removed from the cluster: stopped for good; volume(s) {list(action.delete_volumes)} "
-                  f"deleted (deleteClaim: true), {kept} kept")
+            deleted = (f"volume(s) {list(action.delete_volumes)} deleted (deleteClaim: true), {kept} kept"
+                       if action.delete_volumes else f"volume(s) {kept} kept (deleteClaim: false)")
+            _note(node_dir, f"removed from the cluster: stopped for good; {deleted}")
         elif isinstance(action, ReplaceVolume):
             # A broker's failed log directory: its controlled shutdown, then a new, empty directory
             # in its place. Whatever the old one still holds is kept aside, never deleted.
