@@ -58,6 +58,7 @@ from kraft_engine.server.loop_stall import LoopStallMonitor
 from kraft_engine.server.node_security import node_listener_security, scram_lookup
 from kraft_engine.server.raft_apis import register_raft_apis
 from kraft_engine.server.raft_driver import (
+    AppendResult,
     RaftDriver,
     RaftFatalError,
     open_raft_node,
@@ -433,25 +434,31 @@ class ControllerNode:
             return driver.store.next_offset
         return 0 if self.controller is None else self.controller.service.image.offset + 1
 
-    async def _test_append(self, query: dict[str, list[str]], body: bytes) -> HttpResponse:
+    def _test_append(self, query: dict[str, list[str]], body: bytes) -> asyncio.Future[HttpResponse]:
+        """The test store's append, answered after commit. A plain function returning a future,
+        answered from the commit's callback: no task per request on the leader's loop (see
+        `RaftDriver.append_committed`)."""
+        answer: asyncio.Future[HttpResponse] = asyncio.get_running_loop().create_future()
         driver = self.driver
         if driver is None:
-            return HttpResponse.json(503, {"error": "starting"})
+            answer.set_result(HttpResponse.json(503, {"error": "starting"}))
+            return answer
         try:
             document = json.loads(body)
             values = [str(v).encode() for v in document["values"]]
         except (ValueError, KeyError, TypeError) as e:
-            return HttpResponse.json(400, {"error": f'expected {{"values": [...]}}: {e}'})
+            answer.set_result(HttpResponse.json(400, {"error": f'expected {{"values": [...]}}: {e}'}))
+            return answer
         if not values:
-            return HttpResponse.json(400, {"error": "no values"})
+            answer.set_result(HttpResponse.json(400, {"error": "no values"}))
+            return answer
         try:
-            result = await driver.append_and_wait(values, timeout_ms=_APPEND_TIMEOUT_MS)
+            committed = driver.append_committed(values, timeout_ms=_APPEND_TIMEOUT_MS)
         except NotLeaderError as e:
-            return HttpResponse.json(421, {"error": "NOT_LEADER", "message": str(e), "leader_id": e.leader_id,
-                                           "epoch": e.epoch})
-        except TimeoutError as e:
-            return HttpResponse.json(504, {"error": "TIMEOUT", "message": str(e)})
-        return HttpResponse.json(200, {"offset": result.offset, "epoch": result.epoch})
+            answer.set_result(_not_leader(e))
+            return answer
+        committed.add_done_callback(lambda done: _answer_append(done, answer))
+        return answer
 
     async def _test_entries(self, query: dict[str, list[str]], body: bytes) -> HttpResponse:
         driver = self.driver
@@ -473,6 +480,32 @@ class ControllerNode:
                 "entries": [[offset, value.decode("utf-8", "replace")] for offset, value in entries],
             },
         )
+
+
+def _not_leader(error: NotLeaderError) -> HttpResponse:
+    return HttpResponse.json(421, {"error": "NOT_LEADER", "message": str(error), "leader_id": error.leader_id,
+                                   "epoch": error.epoch})
+
+
+def _answer_append(committed: asyncio.Future[AppendResult], answer: asyncio.Future[HttpResponse]) -> None:
+    if answer.done():  # the client went away (its connection's answer was cancelled)
+        if not committed.cancelled():
+            committed.exception()  # retrieved: nobody else will
+        return
+    if committed.cancelled():
+        answer.cancel()
+        return
+    error = committed.exception()
+    if isinstance(error, NotLeaderError):
+        answer.set_result(_not_leader(error))
+    elif isinstance(error, TimeoutError):
+        answer.set_result(HttpResponse.json(504, {"error": "TIMEOUT", "message": str(error)}))
+    elif error is not None:
+        answer.set_exception(error)
+    else:
+        result = committed.result()
+        # What json.dumps({"offset": ..., "epoch": ...}) writes, without building a dict per commit.
+        answer.set_result(HttpResponse(200, b'{"offset": %d, "epoch": %d}\n' % (result.offset, result.epoch)))
 
 
 def _readiness(driver: RaftDriver, *, fetch_timeout_ms: int) -> tuple[bool, str]:

@@ -39,6 +39,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import heapq
+import itertools
 import logging
 import random
 import time
@@ -190,6 +192,8 @@ class _Waiter:
     offset: int
     epoch: int
     future: asyncio.Future[AppendResult]
+    deadline: float  # the event loop's clock
+    timeout_ms: int
 
 
 class RaftDriver:
@@ -217,7 +221,12 @@ class RaftDriver:
         self._inbound: dict[int, asyncio.Future[Any]] = {}
         self._next_inbound_token = 1
         self._tasks: set[asyncio.Task[None]] = set()
-        self._waiters: list[_Waiter] = []
+        # Appends waiting for their commit: a heap by offset (then arrival), so a committed batch
+        # resolves exactly the waiters at its head, in order, without scanning the others; one
+        # timer for the earliest deadline expires them (no timer per append).
+        self._waiters: list[tuple[int, int, _Waiter]] = []
+        self._waiter_arrivals = itertools.count()
+        self._waiter_expiry: asyncio.TimerHandle | None = None
         self._deadline_ms = 0
         self._wake = asyncio.Event()
         self._poll_task: asyncio.Task[None] | None = None
@@ -279,7 +288,10 @@ class RaftDriver:
             await connection.close()
         self._connections.clear()
         await self.refusals.close()
-        for waiter in self._waiters:
+        if self._waiter_expiry is not None:
+            self._waiter_expiry.cancel()
+            self._waiter_expiry = None
+        for _, _, waiter in self._waiters:
             if not waiter.future.done():
                 waiter.future.set_exception(NotLeaderError("the node is shutting down", leader_id=None, epoch=waiter.epoch))
         self._waiters.clear()
@@ -441,18 +453,56 @@ class RaftDriver:
 
     async def append_and_wait(self, values: list[bytes], *, timeout_ms: int) -> AppendResult:
         """Append one batch as leader and wait until it is committed (or lost)."""
+        return await self.append_committed(values, timeout_ms=timeout_ms)
+
+    def append_committed(self, values: list[bytes], *, timeout_ms: int) -> asyncio.Future[AppendResult]:
+        """Append one batch as leader; a future of its commit. It fails with NotLeaderError when
+        the batch is lost to another leader, TimeoutError when not committed within `timeout_ms`.
+        Raises NotLeaderError at once when this node is not the leader.
+
+        A future rather than a coroutine: the test store's HTTP route answers from its callback,
+        so a request costs no task of its own (see `http_endpoint`)."""
         raft = self.raft
         epoch = raft.epoch
         if raft.role is not Role.LEADER:
             raise NotLeaderError(f"node {raft.node_id} is not the leader", leader_id=raft.leader_id, epoch=epoch)
         offset = self.append(values, epoch=epoch)  # NotLeaderError names the leader as the node knew it
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._waiters.append(_Waiter(offset=offset, epoch=epoch, future=future))
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                return await future
-        except TimeoutError:
-            raise TimeoutError(f"offset {offset} of epoch {epoch} was not committed within {timeout_ms} ms") from None
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[AppendResult] = loop.create_future()
+        deadline = loop.time() + timeout_ms / 1000
+        waiter = _Waiter(offset=offset, epoch=epoch, future=future, deadline=deadline, timeout_ms=timeout_ms)
+        heapq.heappush(self._waiters, (offset, next(self._waiter_arrivals), waiter))
+        expiry = self._waiter_expiry
+        if expiry is None or deadline < expiry.when():
+            if expiry is not None:
+                expiry.cancel()
+            self._waiter_expiry = loop.call_at(deadline, self._expire_waiters, deadline)
+        return future
+
+    def _expire_waiters(self, due: float) -> None:
+        """The earliest waiter's deadline passed: time out every waiter past its own, and arm the
+        timer again for the earliest of the rest."""
+        self._waiter_expiry = None
+        loop = asyncio.get_running_loop()
+        now = max(loop.time(), due)
+        kept = []
+        earliest: float | None = None
+        for entry in self._waiters:
+            waiter = entry[2]
+            if waiter.future.done():
+                continue  # its requester gave up (cancelled)
+            if waiter.deadline <= now:
+                waiter.future.set_exception(TimeoutError(
+                    f"offset {waiter.offset} of epoch {waiter.epoch} was not committed within {waiter.timeout_ms} ms"
+                ))
+                continue
+            kept.append(entry)
+            if earliest is None or waiter.deadline < earliest:
+                earliest = waiter.deadline
+        heapq.heapify(kept)
+        self._waiters = kept
+        if earliest is not None:
+            self._waiter_expiry = loop.call_at(earliest, self._expire_waiters, earliest)
 
     # -- polling -------------------------------------------------------------------------------
     def _rearm(self, deadline_ms: int) -> None:
@@ -600,26 +650,33 @@ class RaftDriver:
         if isinstance(event, SnapshotLoad):
             if self.store is not None:
                 self.store.load_snapshot(event)
-            for waiter in list(self._waiters):
-                if waiter.offset < event.snapshot_id.offset:
-                    self._finish_waiter(waiter, committed=None)
+            waiters = self._waiters
+            while waiters and waiters[0][0] < event.snapshot_id.offset:
+                self._finish_waiter(heapq.heappop(waiters)[2], committed=None)
         elif isinstance(event, CommittedBatch):
             if self.store is not None:
                 self.store.apply(event)
             if self.raft.role is Role.LEADER and event.epoch == self.raft.epoch:
                 self._metrics.commit_latency_ms.record(max(0, now_ms - event.append_timestamp_ms))
-            for waiter in list(self._waiters):
-                if event.base_offset <= waiter.offset <= event.last_offset:
-                    self._finish_waiter(waiter, committed=event.epoch)
+            waiters = self._waiters
+            while waiters and waiters[0][0] <= event.last_offset:
+                waiter = heapq.heappop(waiters)[2]
+                self._finish_waiter(waiter, committed=event.epoch if waiter.offset >= event.base_offset else None)
         else:
-            for waiter in list(self._waiters):
+            kept = []
+            log_end_offset = self.raft.log_end_offset
+            for entry in self._waiters:
+                waiter = entry[2]
                 # Our own appends can only still commit if they were in our log; a new leader's
                 # commit of the offset will tell (its epoch is then compared above).
-                if event.leader.epoch > waiter.epoch and self.raft.log_end_offset <= waiter.offset:
+                if event.leader.epoch > waiter.epoch and log_end_offset <= waiter.offset:
                     self._finish_waiter(waiter, committed=None)
+                else:
+                    kept.append(entry)
+            heapq.heapify(kept)
+            self._waiters = kept
 
     def _finish_waiter(self, waiter: _Waiter, *, committed: int | None) -> None:
-        self._waiters.remove(waiter)
         if waiter.future.done():
             return
         if committed == waiter.epoch:

@@ -53,37 +53,56 @@ _WINDOW_S = 60.0
 
 
 class WindowedStat:
-    """Observations over the last `window_s` seconds: avg, max, and sum per second."""
+    """Observations over the last `window_s` seconds: avg, max, and sum per second.
 
-    def __init__(self, *, window_s: float = _WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+    Kept per bucket of `bucket_s` seconds (count, sum, max), not per observation: the leader
+    records one per append, thousands a second, and a window of single samples was a deque of
+    hundreds of thousands of tuples that every append grew and trimmed. A bucket is forgotten once
+    all of it is older than the window, so an observation counts for up to `bucket_s` longer."""
+
+    def __init__(self, *, window_s: float = _WINDOW_S, bucket_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._window_s = window_s
+        self._bucket_s = bucket_s
         self._clock = clock
-        self._samples: deque[tuple[float, float]] = deque()
+        # [start, count, sum, max] per bucket, oldest first.
+        self._buckets: deque[list[float]] = deque()
         self.total = 0.0
 
     def record(self, value: float) -> None:
-        self._samples.append((self._clock(), value))
+        now = self._clock()
         self.total += value
-        self._expire()
+        buckets = self._buckets
+        if buckets:
+            current = buckets[-1]
+            if now < current[0] + self._bucket_s:
+                current[1] += 1
+                current[2] += value
+                current[3] = max(current[3], value)
+                return
+        buckets.append([now, 1, value, value])
+        self._expire(now)
 
-    def _expire(self) -> None:
-        horizon = self._clock() - self._window_s
-        while self._samples and self._samples[0][0] < horizon:
-            self._samples.popleft()
+    def _expire(self, now: float) -> None:
+        horizon = now - self._window_s - self._bucket_s
+        buckets = self._buckets
+        while buckets and buckets[0][0] <= horizon:
+            buckets.popleft()
 
     def avg(self) -> float:
-        self._expire()
-        if not self._samples:
+        self._expire(self._clock())
+        count = sum(b[1] for b in self._buckets)
+        if not count:
             return math.nan
-        return sum(v for _, v in self._samples) / len(self._samples)
+        return sum(b[2] for b in self._buckets) / count
 
     def max(self) -> float:
-        self._expire()
-        return max((v for _, v in self._samples), default=math.nan)
+        self._expire(self._clock())
+        return max((b[3] for b in self._buckets), default=math.nan)
 
     def rate_per_s(self) -> float:
-        self._expire()
-        return sum(v for _, v in self._samples) / self._window_s
+        self._expire(self._clock())
+        return sum(b[2] for b in self._buckets) / self._window_s
 
 
 class RaftMetrics:
