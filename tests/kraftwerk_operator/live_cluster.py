@@ -1,8 +1,9 @@
 """A KRaftCluster run by `kraftwerk up` on engine processes, as the lifecycle process tests under a
 live producer drive it: the spec file edited as a user would, the status the local runtime writes,
 the nodes' processes (pids, signals, ports held so one cannot start again), a topic placed on chosen
-brokers, and the operator's event lines. Every wait is for a settled state, with a generous
-timeout: these tests run on a loaded machine."""
+brokers, the operator's event lines, and the scenario's live workload with its checker
+(`workload`: a producer, a consumer in a group, `lifecycle_checker`). Every wait is for a settled
+state, with a generous timeout: these tests run on a loaded machine."""
 
 from __future__ import annotations
 
@@ -27,23 +28,26 @@ import yaml
 from kraft_engine.storage.java_properties import parse_properties
 from kraft_operator.admin import ClusterAdmin
 
+from .lifecycle_checker import LifecycleChecker
 from .local_state import written_status
 from .test_roll_process import _wait, start_up
-from .workload import acked_count, lost_records, terminate
+from .workload import acked_count, consuming, lost_records, producing, seen_count, terminate, unseen_records
 
 __all__ = ["LiveCluster", "assert_in_order", "create_topic", "ready", "settled", "three_and_three"]
 
 
 def three_and_three(name: str, *, config: dict[str, str] | None = None, lifecycle: dict[str, int] | None = None) -> str:
     """The spec of a cluster of three engine controllers and three engine brokers, one volume each,
-    min.insync.replicas 2, a 60 s grace period; `config` and `lifecycle` add to those."""
+    min.insync.replicas 2, a 60 s grace period, one partition for the consumer groups' offsets (the
+    workload's group needs no more, and fewer partitions keep the rolls' recovery short); `config`
+    and `lifecycle` add to those."""
     pool = {"storage": {"volumes": [{"id": 0, "size": "1Gi"}]}, "replicas": 3}
     return yaml.safe_dump({
         "apiVersion": "kraftwerk.io/v1alpha1", "kind": "KRaftCluster", "metadata": {"name": name},
         "spec": {"nodePools": [{"name": "controllers", "roles": ["controller"], **pool},
                                {"name": "brokers", "roles": ["broker"], **pool}],
                  "lifecycle": {"terminationGracePeriodSeconds": 60, **(lifecycle or {})},
-                 "config": {"min.insync.replicas": "2", **(config or {})}},
+                 "config": {"min.insync.replicas": "2", "offsets.topic.num.partitions": "1", **(config or {})}},
     })
 
 
@@ -78,7 +82,9 @@ class LiveCluster:
         self.state = (tmp_path / "state").resolve()  # as the local runtime names its files
         self.log = tmp_path / "up.log"
         self.acks = tmp_path / "acks.jsonl"
+        self.seen = tmp_path / "seen.jsonl"
         self.up: subprocess.Popen | None = None
+        self.checker: LifecycleChecker | None = None
 
     @contextlib.contextmanager
     def running(self, *extra: str) -> Iterator[LiveCluster]:
@@ -88,6 +94,32 @@ class LiveCluster:
             yield self
         finally:
             terminate(self.up, timeout_s=120)
+
+    @contextlib.contextmanager
+    def workload(self, bootstrap: str, topic: str, *, partition: int = 0, min_isr: int = 2) -> Iterator[LifecycleChecker]:
+        """The scenario's live workload, checked. From here on the lifecycle checker samples the
+        cluster (`kept_down` and `signal` tell it what the test takes down itself); a producer
+        (acks=all, idempotence) writes `topic`'s `partition` into `self.acks`; a consumer in group
+        `<name>-readers` reads `topic` along into `self.seen` (the block starts once it has
+        delivered a record: the group and its coordinator exist). When the block ends without an
+        error the producer stops, the consumer reads on until it has delivered every acknowledged
+        record, and the checker must have found neither two nodes down at once nor a partition under
+        `min_isr` because of the operator. `outcome` then checks the records by offset."""
+        checker = LifecycleChecker(self, min_isr=min_isr)
+        self.checker = checker
+        checker.start()
+        try:
+            with consuming(bootstrap, topic, self.seen, group=f"{self.name}-readers"):
+                with producing(bootstrap, topic, self.acks, partition=partition):
+                    self.wait("the group's consumer reading", lambda: seen_count(self.seen) > 0, timeout_s=180)
+                    yield checker
+                self.wait("the group's consumer to deliver every acknowledged record",
+                          lambda: not unseen_records(self.acks, self.seen, partition=partition), timeout_s=300)
+        finally:
+            found = checker.stop()
+            self.checker = None
+        assert found == [], found[:10]
+        assert len([s for s in checker.samples if s.partitions]) >= 5, checker.summary()
 
     # -- what the operator wrote ---------------------------------------------------------------------
     def status(self) -> dict | None:
@@ -179,9 +211,16 @@ class LiveCluster:
         return acked, lost, [line for line in self.acks.read_text().splitlines() if '"error"' in line]
 
     def signal(self, node_id: int, signum: int) -> None:
+        """Signal the node's process. The checker (if a workload runs) is told: SIGCONT lets a
+        stopped node go; SIGKILL or SIGTERM takes it down once; any other signal (SIGSTOP) holds it
+        until SIGCONT."""
         pid = self.live_pid(node_id)
         assert pid is not None, f"node {node_id} has no running process"
+        if self.checker is not None and signum != signal.SIGCONT:
+            self.checker.hold([node_id])
         os.kill(pid, signum)
+        if self.checker is not None and signum in (signal.SIGCONT, signal.SIGKILL, signal.SIGTERM):
+            self.checker.release([node_id])
 
     def ports(self, node_id: int) -> list[int]:
         """Every port the local runtime gives node `node_id` (`runtime.local`: base + 10*id + slot)."""
@@ -197,6 +236,8 @@ class LiveCluster:
         held: list[socket.socket] = []
         stop = threading.Event()
         refuser = threading.Thread(target=_refuse, args=(held, stop), daemon=True)
+        if self.checker is not None:
+            self.checker.hold(node_ids)
         try:
             deadline = time.monotonic() + timeout_s
             for node_id in node_ids:
@@ -219,6 +260,8 @@ class LiveCluster:
                 refuser.join()
             for sock in held:
                 sock.close()
+            if self.checker is not None:
+                self.checker.release(node_ids)
 
 
 def _refuse(held: list[socket.socket], stop: threading.Event) -> None:

@@ -23,7 +23,7 @@ from kraft_operator.model import APPROVE_ANNOTATION
 from .live_cluster import LiveCluster, assert_in_order, ready, settled, three_and_three
 from .test_disk_replacement_process import APPROVAL
 from .test_quorum_change_process import current_voters
-from .workload import producing, read_partition
+from .workload import read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -44,7 +44,7 @@ def test_a_lost_controller_disk_is_replaced_with_approval_under_a_live_producer(
         old_id = next(v["directoryId"] for v in status["quorum"]["voters"] if v["id"] == lost)
         others = [i for i in range(6) if i != lost]
         pids = {i: cluster.pid(i) for i in others}
-        with producing(bootstrap, TOPIC, cluster.acks):
+        with cluster.workload(bootstrap, TOPIC) as checker:
             cluster.more_acks("the producer's first acks")
             shutil.rmtree(cluster.node_dir(lost) / "data-0")  # the disk is gone ...
             cluster.signal(lost, signal.SIGKILL)  # ... with its node
@@ -93,3 +93,4 @@ def test_a_lost_controller_disk_is_replaced_with_approval_under_a_live_producer(
         ("StartNode", f"node {lost}"),
         ("RemoveVoter", f"node {lost}: RemoveRaftVoter for its lost disk \\(directory id {old_id}\\)"),
         ("AddVoter", f"node {lost}: AddRaftVoter \\(directory id {new_id}\\)")])
+    print(f"acks {acked}, the checker: {checker.summary()}")

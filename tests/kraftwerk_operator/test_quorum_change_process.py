@@ -26,15 +26,22 @@ def _status(state: Path) -> dict | None:
     return written_status(state, "demo", namespace="ns")
 
 
-def current_voters(bootstrap: str) -> str:
-    """The CurrentVoters line of the engine's own `kraft metadata-quorum describe --status`."""
+def quorum_status(bootstrap: str) -> dict[str, str]:
+    """The engine's own `kraft metadata-quorum describe --status`, by field (LeaderId, LeaderEpoch,
+    CurrentVoters, ...)."""
     described = subprocess.run(
         [*KRAFTWERK[:2], "import sys; from kraft_engine.cli.main import main; sys.exit(main())",
          "metadata-quorum", "--bootstrap-controller", bootstrap, "describe", "--status"],
         capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
     )
     assert described.returncode == 0, described.stdout + described.stderr
-    return next(line for line in described.stdout.splitlines() if line.startswith("CurrentVoters:"))
+    return {key.strip(): value.strip() for key, sep, value in (line.partition(":") for line in described.stdout.splitlines())
+            if sep}
+
+
+def current_voters(bootstrap: str) -> str:
+    """The CurrentVoters line of the engine's own `kraft metadata-quorum describe --status`."""
+    return "CurrentVoters: " + quorum_status(bootstrap)["CurrentVoters"]
 
 
 def test_controllers_three_to_five_join_the_voter_set(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import pytest
 from kraft_operator.runtime.local import MANUAL_ROLL_FILE
 
 from .live_cluster import LiveCluster, settled, three_and_three
-from .workload import acked_count, producing, read_partition
+from .workload import acked_count, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -39,7 +39,7 @@ def test_a_roll_waits_at_min_isr_says_why_and_proceeds_once_the_isr_is_back(tmp_
     with cluster.running("--demo-topic", ""):
         bootstrap = cluster.ready_with_topic(TOPIC)
         pids = {i: cluster.pid(i) for i in range(6)}
-        with producing(bootstrap, TOPIC, cluster.acks):
+        with cluster.workload(bootstrap, TOPIC) as checker:
             cluster.more_acks("the producer's first acks")
             cluster.signal(5, signal.SIGSTOP)
             try:
@@ -90,3 +90,4 @@ def test_a_roll_waits_at_min_isr_says_why_and_proceeds_once_the_isr_is_back(tmp_
     assert sorted(restarts) == [3, 4, 5], restarts  # each broker once
     assert still == {i: pids[i] for i in range(3)}  # the controllers were not part of it
     assert cluster.events("RollFinished")
+    print(f"acks {acked}, the checker: {checker.summary()}")

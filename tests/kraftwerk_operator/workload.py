@@ -1,6 +1,11 @@
 """A live workload for the operator's process tests: a kafka-python producer (acks=all, idempotence)
-in its own process writing one partition while a lifecycle operation runs, and the check that every
-record it saw acknowledged is read back afterwards."""
+in its own process writing one partition while a lifecycle operation runs, a kafka-python consumer
+in a consumer group (its own process too) reading the topic along, and the checks that every record
+the producer saw acknowledged is read back afterwards by offset (`lost_records`) and was delivered
+to the group's consumer (`unseen_records`).
+
+`LiveCluster.workload` runs both with the lifecycle checker; `producing` and `consuming` are the
+pieces."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCER = REPO / "tests" / "process" / "kafka_python_producer.py"
+CONSUMER = REPO / "tests" / "process" / "kafka_python_consumer.py"
 
 
 @contextmanager
@@ -28,6 +34,19 @@ def producing(bootstrap: str, topic: str, acks: Path, *, partition: int = 0) -> 
         yield producer
     finally:
         terminate(producer, timeout_s=60)
+
+
+@contextmanager
+def consuming(bootstrap: str, topic: str, seen: Path, *, group: str) -> Iterator[subprocess.Popen]:
+    """A consumer in group `group` (subscribed to `topic`, from the earliest offset) runs until the
+    block ends, writing one line per record delivered into `seen`."""
+    with seen.open("w") as out:
+        consumer = subprocess.Popen([sys.executable, str(CONSUMER), bootstrap, topic, group],
+                                    stdout=out, stderr=subprocess.DEVNULL, cwd=REPO)
+    try:
+        yield consumer
+    finally:
+        terminate(consumer, timeout_s=60)
 
 
 def terminate(process: subprocess.Popen, *, timeout_s: float) -> None:
@@ -72,3 +91,19 @@ def lost_records(acks: Path, stored: dict[int, bytes]) -> tuple[int, list[dict]]
     """(how many were acknowledged, those not read back with their value)."""
     acked = [json.loads(line) for line in acks.read_text().splitlines() if '"offset"' in line]
     return len(acked), [a for a in acked if stored.get(a["offset"]) != f"v-{a['i']}".encode()]
+
+
+def seen_count(seen: Path) -> int:
+    return seen.read_text().count('"offset"') if seen.exists() else 0
+
+
+def unseen_records(acks: Path, seen: Path, *, partition: int = 0) -> list[dict]:
+    """The acknowledged records of `partition` the group's consumer has not delivered with their value."""
+    delivered = set()
+    for line in seen.read_text().splitlines() if seen.exists() else ():
+        if line.endswith("}"):  # the last line may be half written
+            record = json.loads(line)
+            if record["partition"] == partition:
+                delivered.add((record["offset"], record["value"]))
+    acked = [json.loads(line) for line in acks.read_text().splitlines() if '"offset"' in line]
+    return [a for a in acked if (a["offset"], f"v-{a['i']}") not in delivered]
