@@ -12,6 +12,7 @@ Register once per session with `register(spark)`.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,7 +49,10 @@ class _Reader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from kraft_pipeline.log_files import find_log_files
 
-        return [InputPartition(file) for file in find_log_files(self.paths)]
+        # A segment's copies on the cluster's nodes one after another: a worker that decoded a
+        # batch decodes its copy's identical bytes no more (log_files._DecodedBatches).
+        files = sorted(find_log_files(self.paths), key=lambda f: (f.cluster_id, os.path.basename(f.path), f.node_id))
+        return [InputPartition(file) for file in files]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: this runs in the executor's Python worker.

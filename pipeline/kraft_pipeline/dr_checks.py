@@ -266,12 +266,15 @@ def _node_fold(table: pa.Table) -> pa.Table:
 
 def _log_agreement(records: DataFrame) -> tuple[DataFrame, DataFrame]:
     """The agreement check, and each cluster's committed end (the last majority-held offset)."""
-    copies = records.where((F.col("file_kind") == "segment") & F.col("batch_sha256").isNotNull()).select(
-        "cluster_id", "node_id", "batch_base_offset", "batch_last_offset", "batch_sha256"
-    ).distinct()
-    nodes = records.where(F.col("file_kind") == "segment").groupBy("cluster_id").agg(
-        F.countDistinct("node_id").alias("nodes")
+    # Each node's batches, one row per batch (a fleet's records are read once for both below).
+    batches = (
+        records.where(F.col("file_kind") == "segment")
+        .select("cluster_id", "node_id", "batch_base_offset", "batch_last_offset", "batch_sha256")
+        .distinct()
+        .cache()
     )
+    copies = batches.where(F.col("batch_sha256").isNotNull())
+    nodes = batches.groupBy("cluster_id").agg(F.countDistinct("node_id").alias("nodes"))
     held = copies.groupBy("cluster_id", "batch_base_offset", "batch_last_offset", "batch_sha256").agg(
         F.count("*").alias("holders")
     ).join(nodes, "cluster_id")
@@ -421,26 +424,56 @@ def _voters(records: DataFrame, log: DataFrame) -> DataFrame:
 def dr_checks(records: DataFrame, log: DataFrame) -> DataFrame:
     """Every check of every cluster in `records` (all rows, problems included)."""
     agreement, committed_end = _log_agreement(records)
+    snapshots = records.where(F.col("file_kind") == "snapshot").cache()  # small: read once, used thrice
     # A segment's records matter to the per-node checks only below the node's last snapshot (the
-    # replays end there); past it they are left out, not shipped to the Python worker and back.
+    # replays end there); past it the node's fold needs one row per batch (its offsets, epoch and
+    # time), not one per record: those batches are summed up here, not shipped to the Python worker.
     replay_ends = F.broadcast(
-        records.where(F.col("file_kind") == "snapshot")
-        .groupBy("cluster_id", "node_id")
-        .agg(F.max("snapshot_end_offset").alias("replay_end"))
+        snapshots.groupBy("cluster_id", "node_id").agg(F.max("snapshot_end_offset").alias("replay_end"))
     )
-    replayed = (F.col("file_kind") != "segment") | (F.col("offset") < F.col("replay_end"))
+    rows = records.join(replay_ends, ["cluster_id", "node_id"], "left")
+    whole = (
+        (F.col("file_kind") != "segment") | F.col("problem").isNotNull() | (F.col("offset") < F.col("replay_end"))
+    )
     # The typed struct does not go to the Python worker (Spark's Arrow writer pays for each of its
     # ~200 nested fields on every row): the stored bytes do, and the engine decodes them again.
-    per_node = records.join(replay_ends, ["cluster_id", "node_id"], "left").select(
+    columns = [
         "cluster_id", "node_id", "file", "file_kind", "snapshot_end_offset", "snapshot_epoch", "offset",
         "batch_base_offset", "batch_last_offset", "leader_epoch", "batch_timestamp_ms", "is_control",
-        "record_type", F.when(replayed, F.col("record_value")).alias("record_value"),
-        F.col("record.SnapshotHeaderRecord.last_contained_log_timestamp").alias("snapshot_time_ms"), "problem",
-    ).groupBy("cluster_id", "node_id").applyInArrow(_node_fold, from_arrow_schema(CHECK_SCHEMA))
-    per_node = per_node.cache()
+        "record_type", "record_value", "snapshot_time_ms", "problem",
+    ]
+    full = rows.where(whole).select(
+        *columns[:-2],
+        F.col("record.SnapshotHeaderRecord.last_contained_log_timestamp").alias("snapshot_time_ms"),
+        "problem",
+    )
+    summed = (
+        rows.where(~whole | whole.isNull())
+        .groupBy("cluster_id", "node_id", "file", "batch_base_offset")
+        .agg(
+            F.first("file_kind").alias("file_kind"),
+            F.lit(None).cast("long").alias("snapshot_end_offset"),
+            F.lit(None).cast("int").alias("snapshot_epoch"),
+            F.min("offset").alias("offset"),
+            F.first("batch_last_offset").alias("batch_last_offset"),
+            F.first("leader_epoch").alias("leader_epoch"),
+            F.first("batch_timestamp_ms").alias("batch_timestamp_ms"),
+            F.first("is_control").alias("is_control"),
+            F.lit(None).cast("string").alias("record_type"),
+            F.lit(None).cast("binary").alias("record_value"),
+            F.lit(None).cast("long").alias("snapshot_time_ms"),
+            F.lit(None).cast("string").alias("problem"),
+        )
+    )
+    per_node = (
+        full.unionByName(summed.select(*columns))
+        .groupBy("cluster_id", "node_id")
+        .applyInArrow(_node_fold, from_arrow_schema(CHECK_SCHEMA))
+        .cache()
+    )
     return (
         agreement.unionByName(per_node)
         .unionByName(_rebuildable(per_node, committed_end))
-        .unionByName(_snapshot_age(records, log))
-        .unionByName(_voters(records, log))
+        .unionByName(_snapshot_age(snapshots, log))
+        .unionByName(_voters(snapshots, log))
     )

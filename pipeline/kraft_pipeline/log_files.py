@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ from kraft_engine.storage.meta_properties import (
     MetaProperties,
     MetaPropertiesError,
 )
-from kraft_pipeline.record_schema import RECORD_STRUCT, record_struct_value
+from kraft_pipeline.record_schema import RECORD_STRUCT, record_struct_array
 
 __all__ = [
     "LogFile",
@@ -157,38 +158,56 @@ def find_log_files(paths: list[str]) -> list[LogFile]:
     return sorted(found.values(), key=lambda f: (f.cluster_id, f.node_id, f.path))
 
 
+# The columns one file's rows share, and those set row by row (`record` apart: see flush).
+_FILE_COLUMNS = ("cluster_id", "node_id", "file", "file_kind", "snapshot_end_offset", "snapshot_epoch")
+_ROW_COLUMNS = tuple(n for n in ROW_SCHEMA.names if n not in _FILE_COLUMNS and n != "record")
+
+
 class _Rows:
-    """Rows of one file, flushed to Arrow record batches of ROWS_PER_BATCH."""
+    """Rows of one file, kept column by column and flushed to Arrow record batches of
+    ROWS_PER_BATCH (no dict per row: Arrow builds each column from one list)."""
 
     def __init__(self, file: LogFile) -> None:
         self.file = file
         name = classify_log_file(Path(file.path).name)
-        self.kind = name.kind.value if name is not None else "unknown"
         is_snapshot = name is not None and name.kind is LogFileKind.SNAPSHOT
-        self.snapshot_end_offset = name.offset if name is not None and is_snapshot else None
-        self.snapshot_epoch = name.epoch if name is not None and is_snapshot else None
-        self.rows: list[dict[str, Any]] = []
+        self.shared: dict[str, Any] = {
+            "cluster_id": file.cluster_id,
+            "node_id": file.node_id,
+            "file": file.path,
+            "file_kind": name.kind.value if name is not None else "unknown",
+            "snapshot_end_offset": name.offset if name is not None and is_snapshot else None,
+            "snapshot_epoch": name.epoch if name is not None and is_snapshot else None,
+        }
+        self._clear()
 
-    def add(self, **values: Any) -> None:
-        self.rows.append(
-            {
-                "cluster_id": self.file.cluster_id,
-                "node_id": self.file.node_id,
-                "file": self.file.path,
-                "file_kind": self.kind,
-                "snapshot_end_offset": self.snapshot_end_offset,
-                "snapshot_epoch": self.snapshot_epoch,
-                **values,
-            }
-        )
+    def _clear(self) -> None:
+        self.columns: dict[str, list[Any]] = {name: [] for name in _ROW_COLUMNS}
+        self.records: list[tuple[str, object] | None] = []
+
+    def add(self, *, record: tuple[str, object] | None = None, **values: Any) -> None:
+        for name, column in self.columns.items():
+            column.append(values.get(name))
+        self.records.append(record)
+
+    def __len__(self) -> int:
+        return len(self.records)
 
     def full(self) -> bool:
-        return len(self.rows) >= ROWS_PER_BATCH
+        return len(self.records) >= ROWS_PER_BATCH
 
     def flush(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pylist(self.rows, schema=ROW_SCHEMA)
-        self.rows = []
-        return batch
+        length = len(self.records)
+        arrays = []
+        for field in ROW_SCHEMA:
+            if field.name in self.shared:
+                arrays.append(pa.array([self.shared[field.name]] * length, type=field.type))
+            elif field.name == "record":
+                arrays.append(record_struct_array(self.records))
+            else:
+                arrays.append(pa.array(self.columns[field.name], type=field.type))
+        self._clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=ROW_SCHEMA)
 
 
 def decode_file(file: LogFile) -> Iterator[pa.RecordBatch]:
@@ -223,7 +242,7 @@ def decode_bytes(file: LogFile, data: bytes, *, read_problem: str | None = None)
             )
             break
         header = item.header
-        batch = {
+        batch: dict[str, Any] = {
             "position": item.position,
             "batch_base_offset": header.base_offset,
             "batch_last_offset": header.last_offset,
@@ -248,11 +267,54 @@ def decode_bytes(file: LogFile, data: bytes, *, read_problem: str | None = None)
             _add_records(rows, batch=batch, item=item)
         if rows.full():
             yield rows.flush()
-    if rows.rows:
+    if len(rows):
         yield rows.flush()
 
 
+class _DecodedBatches:
+    """The records of batches this process decoded lately, by the SHA-256 of the batch's bytes.
+
+    Every node keeps a copy of its cluster's log, the same batches byte for byte: identical bytes
+    decode to identical records, so a copy's batch is decoded once per process, not once per node
+    (the data source lists a segment's copies one after another, and a Python worker takes task
+    after task). Only batches whose every record decoded are kept (a problem row names its file).
+    Bounded by a number of records, the oldest batches forgotten first."""
+
+    def __init__(self, records_max: int) -> None:
+        self.records_max = records_max
+        self._batches: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._records = 0
+
+    def get(self, sha256: str) -> list[dict[str, Any]] | None:
+        return self._batches.get(sha256)
+
+    def put(self, sha256: str, records: list[dict[str, Any]]) -> None:
+        if len(records) > self.records_max or sha256 in self._batches:
+            return
+        self._batches[sha256] = records
+        self._records += len(records)
+        while self._records > self.records_max:
+            _, forgotten = self._batches.popitem(last=False)
+            self._records -= len(forgotten)
+
+
+_DECODED = _DecodedBatches(records_max=1 << 18)
+
+
 def _add_records(rows: _Rows, *, batch: dict[str, Any], item: ScannedBatch) -> None:
+    decoded = _DECODED.get(batch["batch_sha256"])
+    if decoded is None:
+        decoded = _decode_records(rows, batch=batch, item=item)
+        if decoded is None:
+            return
+        _DECODED.put(batch["batch_sha256"], decoded)
+    for values in decoded:
+        rows.add(**batch, **values)
+
+
+def _decode_records(rows: _Rows, *, batch: dict[str, Any], item: ScannedBatch) -> list[dict[str, Any]] | None:
+    """The values of each record's row, or None when some record (or the batch) did not decode:
+    then every row, problems included, is added here."""
     file, header, raw = rows.file, item.header, item.raw
     try:
         records = read_batch_records(header, raw)
@@ -263,7 +325,9 @@ def _add_records(rows: _Rows, *, batch: dict[str, Any], item: ScannedBatch) -> N
             problem=f"{file.path}: records of the batch at offset {header.base_offset} do not decode: {e}",
             raw=raw,
         )
-        return
+        return None
+    decoded: list[dict[str, Any]] = []
+    problems: list[dict[str, Any]] = []
     for record in records:
         try:
             entity: object
@@ -276,18 +340,24 @@ def _add_records(rows: _Rows, *, batch: dict[str, Any], item: ScannedBatch) -> N
                 entity, version = decode_metadata_record(record.value)
                 type_name = record_type_of(entity).name
         except (MetadataRecordError, ControlRecordError, ValueError) as e:
-            rows.add(
-                **batch,
-                offset=record.offset,
-                problem=f"{file.path}: record at offset {record.offset} does not decode: {e}",
-                raw=record.value,
-            )
+            values: dict[str, Any] = {
+                "offset": record.offset,
+                "problem": f"{file.path}: record at offset {record.offset} does not decode: {e}",
+                "raw": record.value,
+            }
+            decoded.append(values)
+            problems.append(values)
             continue
-        rows.add(
-            **batch,
-            offset=record.offset,
-            record_type=type_name,
-            record_version=version,
-            record=record_struct_value(type_name, entity),
-            record_value=record.value,
-        )
+        good: dict[str, Any] = {
+            "offset": record.offset,
+            "record_type": type_name,
+            "record_version": version,
+            "record": (type_name, entity),
+            "record_value": record.value,
+        }
+        decoded.append(good)
+    if not problems:
+        return decoded
+    for values in decoded:
+        rows.add(**batch, **values)
+    return None

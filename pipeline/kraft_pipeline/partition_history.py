@@ -4,7 +4,7 @@ A partition's state changes only by PartitionRecord (creation, or a full restate
 PartitionChangeRecord, replayed in offset order with Kafka's rule that an absent field (null, or
 the "no change" sentinel) keeps its value, and ends with its topic's RemoveTopicRecord. That rule
 is the engine's own `PartitionRegistration.from_record` / `.merge`, so the pipeline replays exactly
-as a broker's metadata image does; only the grouping (one task per topic, records in offset order)
+as a broker's metadata image does; only the grouping (topics in groups, each topic's records in offset order)
 is Spark's. Each interval says where it starts and ends (offset and batch time), and the state:
 leader, leader epoch, partition epoch, replicas, ISR, replicas being added and removed, ELR.
 """
@@ -49,6 +49,9 @@ HISTORY_SCHEMA = pa.schema(
     ]
 )
 _TYPES = ("PartitionRecord", "PartitionChangeRecord", "RemoveTopicRecord")
+# Groups of topics per cluster the replay is split into: enough for every core of a cluster's
+# executors to have some, few enough that each call into Python holds many topics.
+_TOPIC_GROUPS = 16
 
 
 def _state(registration: PartitionRegistration) -> dict[str, Any]:
@@ -66,38 +69,38 @@ def _state(registration: PartitionRegistration) -> dict[str, Any]:
     }
 
 
-def _fold_topic(table: pa.Table) -> pa.Table:
-    """One topic's partition records in offset order -> its partitions' intervals."""
+def _fold(table: pa.Table) -> pa.Table:
+    """Some topics' partition records -> their partitions' intervals, each topic's in offset order."""
     rows = sorted(table.to_pylist(), key=lambda r: r["offset"])
-    current: dict[int, tuple[PartitionRegistration, dict[str, Any]]] = {}
+    current: dict[tuple[str, int], tuple[PartitionRegistration, dict[str, Any]]] = {}
     out: list[dict[str, Any]] = []
 
-    def close(partition: int, *, row: dict[str, Any]) -> None:
-        if partition in current:
-            _, interval = current.pop(partition)
+    def close(key: tuple[str, int], *, row: dict[str, Any]) -> None:
+        if key in current:
+            _, interval = current.pop(key)
             interval.update(end_offset=row["offset"], end_ms=row["batch_timestamp_ms"], ended_by=row["record_type"])
             out.append(interval)
 
     for row in rows:
-        kind = row["record_type"]
+        kind, topic_id = row["record_type"], row["topic_id"]
         if kind == "RemoveTopicRecord":
-            for partition in sorted(current):
-                close(partition, row=row)
+            for key in sorted(k for k in current if k[0] == topic_id):
+                close(key, row=row)
             continue
         record = record_from_struct_value(kind, row["record"])
         if isinstance(record, PartitionRecord):
             registration = PartitionRegistration.from_record(record)
         elif isinstance(record, PartitionChangeRecord):
-            if record.partition_id not in current:
+            if (topic_id, record.partition_id) not in current:
                 continue  # a change to a partition the log never created here (trimmed log)
-            registration = current[record.partition_id][0].merge(record)
+            registration = current[topic_id, record.partition_id][0].merge(record)
         else:
             continue
         partition = int(record.partition_id)
-        close(partition, row=row)
+        close((topic_id, partition), row=row)
         interval = {
             "cluster_id": row["cluster_id"],
-            "topic_id": row["topic_id"],
+            "topic_id": topic_id,
             "partition": partition,
             "start_offset": row["offset"],
             "start_ms": row["batch_timestamp_ms"],
@@ -107,13 +110,17 @@ def _fold_topic(table: pa.Table) -> pa.Table:
             "started_by": kind,
             **_state(registration),
         }
-        current[partition] = (registration, interval)
+        current[topic_id, partition] = (registration, interval)
     out.extend(interval for _, interval in current.values())
     return pa.Table.from_pylist(out, schema=HISTORY_SCHEMA)
 
 
 def partition_history(log: DataFrame) -> DataFrame:
-    """Intervals of every partition in the canonical log (see canonical_log)."""
+    """Intervals of every partition in the canonical log (see canonical_log).
+
+    Topics are folded in groups of a cluster's topics (by a hash of the topic id), not one group
+    per topic: a fleet has tens of thousands of topics, and each group is a call into Python with
+    its own Arrow tables."""
     records = log.where(F.col("record_type").isin(*_TYPES)).select(
         "cluster_id",
         "offset",
@@ -128,4 +135,9 @@ def partition_history(log: DataFrame) -> DataFrame:
     )
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return records.groupBy("cluster_id", "topic_id").applyInArrow(_fold_topic, from_arrow_schema(HISTORY_SCHEMA))
+    bucket = F.pmod(F.xxhash64("topic_id"), F.lit(_TOPIC_GROUPS)).alias("topic_group")
+    return (
+        records.withColumn("topic_group", bucket)
+        .groupBy("cluster_id", "topic_group")
+        .applyInArrow(_fold, from_arrow_schema(HISTORY_SCHEMA))
+    )

@@ -15,7 +15,7 @@ import functools
 import types
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +33,7 @@ __all__ = [
     "RECORD_CLASSES",
     "RECORD_STRUCT",
     "record_from_struct_value",
-    "record_struct_value",
+    "record_struct_array",
 ]
 
 CONTROL_RECORD_CLASSES: tuple[type[Any], ...] = (
@@ -173,9 +173,28 @@ def _converter(cls: Any) -> _Convert:
     return convert
 
 
-def record_struct_value(type_name: str, entity: object) -> dict[str, Any]:
-    """The `record` column's value for one decoded record of `type_name`."""
-    return {type_name: _converter(type(entity))(entity)}
+def record_struct_array(records: Sequence[tuple[str, object] | None]) -> pa.StructArray:
+    """The `record` column of rows holding these decoded records ((type name, record), or None
+    for a row without one), built a record type at a time: one child array per type present,
+    nulls for the others, never a dict of every type per row."""
+    rows_of: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        if record is not None:
+            rows_of.setdefault(record[0], []).append(index)
+    length = len(records)
+    children = []
+    for field in RECORD_STRUCT:
+        indexes = rows_of.get(field.name)
+        if indexes is None:
+            children.append(pa.nulls(length, field.type))
+            continue
+        values: list[Any] = [None] * length
+        for index in indexes:
+            entity = records[index][1]  # type: ignore[index]
+            values[index] = _converter(type(entity))(entity)
+        children.append(pa.array(values, type=field.type))
+    missing = pa.array([record is None for record in records], type=pa.bool_())
+    return pa.StructArray.from_arrays(children, fields=list(RECORD_STRUCT), mask=missing)
 
 
 def _field_builder(hint: Any) -> _Convert | None:
@@ -222,5 +241,5 @@ def _builder(cls: Any) -> _Convert:
 
 def record_from_struct_value(type_name: str, value: dict[str, Any]) -> object:
     """The engine's record object back from a row's `record` column (the inverse of
-    record_struct_value), so derivations replay records with the engine's own code."""
+    a `record_struct_array` value), so derivations replay records with the engine's own code."""
     return _builder(RECORD_CLASSES[type_name])(value[type_name])
