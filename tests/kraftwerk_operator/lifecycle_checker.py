@@ -21,9 +21,11 @@ replicas and ISR from the brokers' Metadata through the operator's admin client.
   stopped node of a scale-down does, is down no more). A controlled restart's gap without a
   process is too short to sample; the recovery after it is what the operator must wait for.
 The test names what it disrupts itself: `hold(ids)` before it kills, stops or keeps nodes down,
-`release(ids)` when it lets them go; a released node stays excused until it is seen disturbed (down,
-or out of an ISR) and then back (serving, and in the ISR of every partition it is a replica of, in
-three samples in a row by the same process).
+`release(ids)` when it lets them go; a released node stays excused until it has been seen disturbed
+(down, or out of an ISR, while held or after) and then back (serving, and in the ISR of every
+partition it is a replica of, in three samples in a row by the same process: a node kept down
+crash-loops, and each of its starts runs for a moment). Each sample is traced as one JSON line in
+`checker.jsonl` beside the operator's log (what it was judged on), for a failure to be read.
 `LiveCluster.workload` runs one per scenario; `kept_down` and `signal` hold and release for the
 test.
 """
@@ -31,6 +33,7 @@ test.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
@@ -101,6 +104,7 @@ class LifecycleChecker:
         self.samples: list[Sample] = []
         self._lock = threading.Lock()
         self._held: set[int] = set()
+        self._held_down: set[int] = set()  # held nodes seen disturbed (down, or out of an ISR) meanwhile
         # node -> (seen disturbed since it was held, the pid seen back, samples in a row seen back)
         self._releasing: dict[int, tuple[bool, int | None, int]] = {}
         self._seen_up: set[int] = set()
@@ -126,7 +130,8 @@ class LifecycleChecker:
             for node_id in node_ids:
                 if node_id in self._held:
                     self._held.discard(node_id)
-                    self._releasing[node_id] = (False, None, 0)
+                    self._releasing[node_id] = (node_id in self._held_down, None, 0)
+                    self._held_down.discard(node_id)
 
     # -- the sampling ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -202,6 +207,9 @@ class LifecycleChecker:
             gone = {i for i in members if i in self._seen_up
                     and (i not in alive or members[i].get("phase") != "Running")}
             down = frozenset(gone | (set(self._disrupted) & set(members)))
+            for node_id in self._held:
+                if node_id in down or any(node_id in p.replicas and node_id not in p.isr for p in partitions or ()):
+                    self._held_down.add(node_id)
             for node_id, (disturbed, pid, streak) in list(self._releasing.items()):
                 out_of_isr = any(node_id in p.replicas and node_id not in p.isr for p in partitions or ())
                 if node_id in down or out_of_isr or node_id not in alive:
@@ -214,7 +222,19 @@ class LifecycleChecker:
                     else:
                         del self._releasing[node_id]  # back: from now on it counts as any other node
             excused = frozenset(self._held | set(self._releasing))
-        return Sample(time.monotonic() - self._started, down, excused, partitions)
+            sample = Sample(time.monotonic() - self._started, down, excused, partitions)
+            self._trace(sample, alive=alive, phases={i: members[i].get("phase") for i in members},
+                        disrupted=sorted(self._disrupted), held=sorted(self._held),
+                        releasing={i: list(r) for i, r in self._releasing.items()})
+        return sample
+
+    def _trace(self, sample: Sample, **facts: object) -> None:
+        """One line per sample in `checker.jsonl` beside the operator's log: what it was judged on."""
+        line = {"at_s": round(sample.at_s, 1), "down": sorted(sample.down), "excused": sorted(sample.excused),
+                **{k: sorted(v) if isinstance(v, set) else v for k, v in facts.items()},
+                "under_min_isr": [p.name for p in sample.partitions or () if len(p.isr) < p.min_isr]}
+        with (self.cluster.log.parent / "checker.jsonl").open("a") as out:
+            out.write(json.dumps(line) + "\n")
 
     def _partitions(self, brokers: list[int]) -> tuple[PartitionSample, ...] | None:
         addresses = []

@@ -23,7 +23,7 @@ import pytest
 from kraft_operator.runtime.local import MANUAL_ROLL_FILE
 
 from .live_cluster import LiveCluster, settled, three_and_three
-from .workload import acked_count, producing, read_partition
+from .workload import acked_count, read_partition
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1500)]
 
@@ -46,7 +46,7 @@ def test_two_of_three_controllers_lost_the_runbook_says_so_nothing_unsafe_is_don
         unsafe_before = {reason: len(cluster.events(reason)) for reason in UNSAFE}
         starts_before = len(cluster.events("StartNode"))
         seen: list[dict] = []
-        with producing(bootstrap, TOPIC, cluster.acks):
+        with cluster.workload(bootstrap, TOPIC) as checker:
             cluster.more_acks("the producer's first acks")
             with cluster.kept_down(lost):
 
@@ -103,4 +103,4 @@ def test_two_of_three_controllers_lost_the_runbook_says_so_nothing_unsafe_is_don
     restart = re.search(r"^\w+\s+RestartNode\s+node 3:", output, re.M)
     closed_at = re.search(r"^\w+\s+RunbookClosed\s+quorum-loss", output, re.M)
     assert restart is not None and closed_at is not None and closed_at.start() < restart.start(), output[-4000:]
-    print(f"acks {acked} ({acks_during_loss} during the quorum loss), failed {len(failed)}")
+    print(f"acks {acked} ({acks_during_loss} during the quorum loss), failed {len(failed)}, the checker: {checker.summary()}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from kraft_engine.storage.java_properties import parse_properties
 
 from .local_state import written_status
 from .test_up_process import KRAFTWERK, REPO
-from .workload import acked_count, lost_records, producing, read_partition, terminate
+from .workload import acked_count, lost_records, read_partition, terminate
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(1200)]
 
@@ -45,6 +44,7 @@ spec:
   config:
     min.insync.replicas: "2"
     offsets.topic.replication.factor: "3"
+    offsets.topic.num.partitions: "1"
 """
 
 
@@ -92,12 +92,13 @@ def kraftwerk_up(spec: Path, state: Path, log: Path) -> Iterator[subprocess.Pope
 
 
 def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tmp_path: Path) -> None:
-    spec = tmp_path / "rolling.yaml"
-    spec.write_text(textwrap.dedent(CLUSTER))
-    state = tmp_path / "state"
-    log = tmp_path / "up.log"
-    acks = tmp_path / "acks.jsonl"
-    with kraftwerk_up(spec, state, log) as up:
+    from .live_cluster import LiveCluster  # it imports this module's `_wait` and `start_up`
+
+    cluster = LiveCluster(tmp_path, CLUSTER, name="rolling")
+    spec, state, log, acks = cluster.spec, cluster.state, cluster.log, cluster.acks
+    with cluster.running() as running:
+        up = running.up
+        assert up is not None
         status = _wait("Ready with the demo topic",
                        lambda: (s := _status(state)) is not None and _ready(s) and (s.get("partitions") or {}).get("total", 0) >= 3
                        and s, timeout_s=600, up=up, log=log)
@@ -107,8 +108,9 @@ def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tm
         bootstrap = ",".join(
             parse_properties((state / "default" / "rolling" / f"node-{i}" / "server.properties").read_text())
             ["advertised.listeners"].split("//", 1)[1] for i in (3, 4, 5))
+        # The producer, a consumer in a group and the lifecycle checker all through the roll.
         workload = contextlib.ExitStack()
-        workload.enter_context(producing(bootstrap, "demo", acks))
+        checker = workload.enter_context(cluster.workload(bootstrap, "demo"))
         _wait("the producer's first acks", lambda: acked_count(acks) >= 20, timeout_s=120, up=up, log=log)
         # `kubectl apply` of a changed config: every node's server.properties changes.
         changed = yaml.safe_load(spec.read_text())
@@ -155,3 +157,4 @@ def test_a_config_change_rolls_every_node_once_controllers_first_with_sigterm(tm
     # The roll waited for each node's recovery as the cluster reported it.
     assert "to recover after its restart" in output
     assert "RollFinished" in output
+    print(f"acks {acked}, restarts {restarts}, the checker: {checker.summary()}")
