@@ -29,11 +29,19 @@ _OFFSET = struct.Struct(">q")
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRequest:
-    """What the driver passes to `RaftNode.create_snapshot` when the store asks for one."""
+    """A snapshot of the store as of `end_offset`: what the driver builds (off raft's loop) and
+    stores. `entries` is a copy of the store's entries taken when it was asked for, so that the
+    records can be encoded on another thread while the store keeps applying."""
 
     end_offset: int
-    records: list[bytes]
+    entries: list[tuple[int, bytes]]
     last_contained_log_timestamp_ms: int
+
+    @property
+    def records(self) -> list[bytes]:
+        """The snapshot's data records: `offset || value` per entry (see the module docstring)."""
+        pack = _OFFSET.pack
+        return [pack(offset) + value for offset, value in self.entries]
 
 
 class AppendOnlyStore:
@@ -96,6 +104,6 @@ class AppendOnlyStore:
         self._bytes_since_snapshot = 0
         return SnapshotRequest(
             end_offset=self.next_offset,
-            records=[_OFFSET.pack(offset) + value for offset, value in self._entries],
+            entries=self._entries[:],  # pointers only: the records are encoded where they are built
             last_contained_log_timestamp_ms=self._last_timestamp_ms,
         )

@@ -241,7 +241,7 @@ class _HttpConnection(asyncio.Protocol):
             if len(buffer) > _MAX_HEAD_BYTES:
                 return HttpResponse.json(400, {"error": "request head too large"})
             return None
-        lines = buffer[:end].decode("latin-1").splitlines()
+        lines = bytes(buffer[:end]).splitlines()
         # Blank lines before a request line are skipped (RFC 9112 2.2).
         while lines and not lines[0].strip():
             lines.pop(0)
@@ -253,12 +253,18 @@ class _HttpConnection(asyncio.Protocol):
             return HttpResponse.json(400, {"error": "malformed request line"})
         if len(lines) - 1 > _MAX_HEADER_LINES:
             return HttpResponse.json(400, {"error": "too many header lines"})
-        headers: dict[str, str] = {}
+        # Only two headers matter here; the rest are read past, not collected.
+        length_value = b"0"
+        connection = b""
         for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length_value = value
+            elif name == b"connection":
+                connection = value
         try:
-            length = int(headers.get("content-length", "0"))
+            length = int(length_value)
         except ValueError:
             length = -1
         if length < 0 or length > _MAX_BODY_BYTES:
@@ -268,10 +274,14 @@ class _HttpConnection(asyncio.Protocol):
             return None
         body = bytes(buffer[body_start : body_start + length])
         del buffer[: body_start + length]
-        method, target, version = parts
-        self._keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-        url = urlsplit(target)
-        return self._endpoint._handler(method, url.path), parse_qs(url.query), body, f"{method} {url.path}"
+        method, target, version = (part.decode("latin-1") for part in parts)
+        self._keep_alive = version == "HTTP/1.1" and connection.strip().lower() != b"close"
+        if "?" in target or "#" in target or not target.startswith("/"):
+            url = urlsplit(target)
+            path, query = url.path, parse_qs(url.query)
+        else:
+            path, query = target, {}
+        return self._endpoint._handler(method, path), query, body, f"{method} {path}"
 
     def _write(self, response: HttpResponse) -> None:
         transport = self._transport

@@ -86,7 +86,7 @@ from kraft_engine.raft import (
 )
 from kraft_engine.records.batches import iter_batches, remember_batches
 from kraft_engine.records.log_batch import OffsetAndEpoch
-from kraft_engine.server.append_only_store import AppendOnlyStore
+from kraft_engine.server.append_only_store import AppendOnlyStore, SnapshotRequest
 from kraft_engine.server.cluster_id_refusals import ClusterIdRefusals, is_inconsistent_cluster_id
 from kraft_engine.server.config import KafkaConfig
 from kraft_engine.server.node_security import controller_client_security
@@ -107,6 +107,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _FETCH_API_KEY = 1
+# How long closing waits for the test store's snapshot being written (then it is abandoned).
+_STORE_SNAPSHOT_CLOSE_WAIT_S = 30
 # A Fetch response smaller than this is decoded on the loop as it is: a thread hop costs more.
 _DECODE_OFF_LOOP_MIN_BYTES = 64 * 1024
 
@@ -240,6 +242,8 @@ class RaftDriver:
         self._fsync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-fsync")
         self._flush_wanted: LogFlush | None = None
         self._flushing = False
+        # The test store's snapshot being written off the loop (one at a time).
+        self._store_snapshot: asyncio.Task[None] | None = None
         #: Wall-clock ms of the last Fetch answered without error by the leader (followers).
         self.last_fetch_success_ms: int | None = None
         #: Set once, by the first fatal fault (see the module docstring); the node then exits.
@@ -274,6 +278,12 @@ class RaftDriver:
 
     async def close(self) -> None:
         """Stop polling, drop outbound work, fail waiters, flush and close the log."""
+        snapshot = self._store_snapshot
+        if snapshot is not None and self.fatal_error is None and not self._stopped:
+            # A snapshot the test store asked for is finished first, as when it was written on
+            # the loop at the commit that made it due.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(snapshot), timeout=_STORE_SNAPSHOT_CLOSE_WAIT_S)
         self._stopped = True
         if self._poll_task is not None:
             self._poll_task.cancel()
@@ -692,20 +702,47 @@ class RaftDriver:
 
     def _maybe_snapshot(self) -> None:
         # Without the stand-in store the state machine (the quorum controller) snapshots itself.
-        request = None if self.store is None else self.store.snapshot_due()
+        if self.store is None or self._store_snapshot is not None:
+            return  # one at a time: the store asks again at its next commit
+        request = self.store.snapshot_due()
         if request is None:
             return
         try:
-            snapshot_id = self.raft.create_snapshot(
-                end_offset=request.end_offset,
-                records=request.records,
-                last_contained_log_timestamp_ms=request.last_contained_log_timestamp_ms,
-                now_ms=self._clock_ms(),
-            )
+            builder = self.raft.snapshot_builder(end_offset=request.end_offset)
         except SnapshotError as e:
             logger.warning("Skipping snapshot at offset %d: %s", request.end_offset, e)
             return
-        logger.info("Created snapshot %s", snapshot_id)
+        if isinstance(builder, OffsetAndEpoch):
+            return  # that snapshot exists already
+        self._store_snapshot = self._spawn(self._write_store_snapshot(builder, request), where="writing a snapshot")
+
+    async def _write_store_snapshot(self, builder: SnapshotBuilder, request: SnapshotRequest) -> None:
+        """The test store's snapshot, written as the quorum controller writes its own: the records
+        encoded and the file written, checked and fsynced on a worker thread; on raft's loop only
+        the rename (`store_snapshot`). The store holds every entry it ever committed, so each
+        snapshot is larger than the last: on the loop, one of bench/quorum.py's 1 KiB runs held
+        the leader (and each follower) for the encoding and the fsync of tens of megabytes."""
+        snapshot_id = builder.snapshot_id
+        try:
+            data = await asyncio.to_thread(self._build_store_snapshot, builder, request)
+            if self._stopped:
+                self.discard_prepared_snapshot(snapshot_id)
+                return
+            self.store_snapshot(snapshot_id, data)
+            logger.info("Created snapshot %s", snapshot_id)
+        except SnapshotError as e:
+            self.discard_prepared_snapshot(snapshot_id)
+            logger.warning("Skipping snapshot at offset %d: %s", request.end_offset, e)
+        finally:
+            self._store_snapshot = None
+
+    def _build_store_snapshot(self, builder: SnapshotBuilder, request: SnapshotRequest) -> bytes:
+        """On a worker thread: the snapshot's bytes, and its file prepared (best effort)."""
+        data = builder.build(records=request.records,
+                             last_contained_log_timestamp_ms=request.last_contained_log_timestamp_ms,
+                             now_ms=self._clock_ms())
+        self.prepare_snapshot(snapshot_id=builder.snapshot_id, data=data)
+        return data
 
     def _observe_role(self) -> None:
         role = self.raft.role
@@ -727,10 +764,11 @@ class RaftDriver:
         self._last_role = role
 
     # -- outbound requests ---------------------------------------------------------------------
-    def _spawn(self, coroutine: Any, *, where: str = "an outbound request") -> None:
+    def _spawn(self, coroutine: Any, *, where: str = "an outbound request") -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._task_done(done, where=where))
+        return task
 
     def _connection(self, host: str, port: int) -> KafkaConnection:
         connection = self._connections.get((host, port))
