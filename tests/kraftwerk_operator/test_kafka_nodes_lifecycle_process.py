@@ -1,8 +1,10 @@
 """The lifecycle operations on Apache Kafka 4.1's own nodes: `kraftwerk up` runs three Kafka
 controllers and three Kafka brokers from the jars (`scripts/fetch-kafka-jars`; skipped without them
-or without java), formatted at metadata.version 4.0-IV3. A kafka-python producer (acks=all,
-idempotence) in its own process writes `life-0` (replicas 3, 4, 5, min.insync.replicas 2) all along,
-and one cluster walks the sequence a user's cluster would:
+or without java), formatted at metadata.version 4.0-IV3. The shared live workload runs all along
+(`LiveCluster.workload`): a kafka-python producer (acks=all, idempotence) writing `life-0` (replicas
+3, 4, 5, min.insync.replicas 2), a kafka-python consumer in a group reading it, and the lifecycle
+checker (no two nodes down at once, no partition under min ISR, because of the operator). One
+cluster walks the sequence a user's cluster would:
 
 1. A roll held at min ISR: a topic `pinned` (replicas 3, 4, 5, min.insync.replicas 3) sits at its
    min ISR, and the spec's config changes. The roll restarts the three controllers one at a time
@@ -11,15 +13,19 @@ and one cluster walks the sequence a user's cluster would:
    nothing restarts while it holds. Once the user lowers the topic's min.insync.replicas to 2
    (IncrementalAlterConfigs), the roll restarts the three brokers one at a time. Every node is
    restarted exactly once, controllers first, each by SIGTERM (Kafka's controlled shutdown) and
-   none killed; a sampler sees no two nodes' processes gone at once.
+   none killed.
 2. metadata.version 4.0-IV3 -> 4.1-IV1 after the roll: UpdateFeatures on Kafka's active controller,
    no restart; Kafka's own `kafka-features describe` reports the new level.
 3. KIP-853 on Kafka's controllers: three -> four (the new one formatted by Kafka's StorageTool with
    `--no-initial-controllers`, caught up as an observer, then AddRaftVoter) -> three
    (RemoveRaftVoter, then its process stops); Kafka's own `kafka-metadata-quorum describe --status`
    lists the voters.
+4. Downgrades: 4.1-IV1 -> 3.9-IV0 (across 4.0-IV1, a level that changed the metadata format) is
+   refused in status with the sentence Kafka's controller refuses it with (asked with Kafka's own
+   `kafka-features downgrade`); 4.1-IV1 -> 4.0-IV3 is sent as a safe downgrade and Kafka accepts it.
 
-Every acknowledged record is read back by offset at the end. The figures (phase times, acks) are
+Every acknowledged record is read back by offset at the end, and the group's consumer delivered
+each. The figures (phase times, acks) are
 printed for docs/issue-13-checklist.md, not asserted.
 
 Why no stalled follower holds the roll here, as it does on engine nodes: that needs
@@ -33,7 +39,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -45,7 +50,7 @@ from kraft_operator.runtime.kafka_java import kafka_server_command
 from kraft_operator.runtime.local import kafka_classpath
 
 from .live_cluster import LiveCluster, create_topic, settled, three_and_three
-from .workload import producing, read_partition
+from .workload import read_partition
 
 pytestmark = [
     pytest.mark.process,
@@ -76,7 +81,13 @@ def _kafka_tool(main_class: str, *args: str, ok: bool = True) -> str:
     found = kafka_classpath()
     assert found is not None
     command = [*kafka_server_command(found[0])[:-1], main_class, *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    for _ in range(3):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+        # A tool's admin client gives up after its 60 s default.api.timeout.ms; on a machine at
+        # load 30 a JVM tool once timed out waiting for any controller ("Timed out waiting for a
+        # node assignment. Call: listNodes"): asked again, not a refusal.
+        if "Timed out waiting for a node assignment" not in result.stdout + result.stderr:
+            break
     assert (result.returncode == 0) is ok, result.stdout + result.stderr
     return result.stdout + result.stderr
 
@@ -92,35 +103,6 @@ def _finalized(bootstrap: str) -> str:
     found = re.search(r"Feature: metadata.version\s.*?FinalizedVersionLevel: (\S+)", described)
     assert found is not None, described
     return found.group(1)
-
-
-class _Down:
-    """Samples which of `node_ids` have no running process, every 0.2 s from `start()` to the end
-    of its block: the roll must never have two nodes out at once."""
-
-    def __init__(self, cluster: LiveCluster, node_ids: range) -> None:
-        self.cluster, self.node_ids = cluster, node_ids
-        self.samples, self.most, self.seen = 0, 0, set[tuple[int, ...]]()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            gone = tuple(i for i in self.node_ids if self.cluster.live_pid(i) is None)
-            self.samples += 1
-            self.most = max(self.most, len(gone))
-            if gone:
-                self.seen.add(gone)
-
-    def __enter__(self) -> _Down:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def alter_min_isr(bootstrap: str, topic: str, *, min_isr: int) -> None:
@@ -169,15 +151,16 @@ def test_kafka_nodes_roll_held_at_min_isr_then_metadata_version_then_a_fourth_co
         assert first["metadataVersion"]["finalized"] == "4.0-IV3", first["metadataVersion"]
         controller_bootstrap = cluster.controllers(list(CONTROLLERS))
         pids = {i: cluster.pid(i) for i in range(6)}
-        with producing(bootstrap, TOPIC, cluster.acks):
+        with cluster.workload(bootstrap, TOPIC) as checker:
             cluster.more_acks("the producer's first acks")
 
             # 1. The roll, held at min ISR until the topic holding it is fixed.
-            down = _Down(cluster, range(6))
             create_topic(bootstrap, PINNED, assignments={0: [3, 4, 5]}, min_isr=3)
             cluster.wait("pinned-0 in sync on 3-5", lambda: cluster.partition(PINNED)["isr"] == [3, 4, 5], timeout_s=120)
+            # the active controller before the roll
+            leader = cluster.wait("the quorum in status", lambda: (cluster.status() or {}).get("quorum"),
+                                  timeout_s=60)["leaderId"]
             roll_started = time.monotonic()
-            down.start()
             cluster.edit(lambda doc: doc["spec"]["config"].update({"log.retention.hours": "100"}))
 
             def blocked() -> dict | None:
@@ -203,13 +186,15 @@ def test_kafka_nodes_roll_held_at_min_isr_then_metadata_version_then_a_fourth_co
             assert any(f"{PINNED}-0" in e and "min.insync.replicas=3" in e for e in cluster.events("RollBlocked"))
             alter_min_isr(bootstrap, PINNED, min_isr=2)  # the fix a user makes
             unblocked = time.monotonic()
+            cluster.wait("a broker restarted after the fix",
+                         lambda: set(_restarted(cluster)) - set(CONTROLLERS), timeout_s=300)
+            timings["fix -> first broker restart"] = time.monotonic() - unblocked
 
             def rolled() -> bool:
                 current = status()
                 return settled(current) and all(cluster.pid(i) != pids[i] for i in range(6))
 
-            with down:
-                cluster.wait("the roll to finish once pinned may lose a replica", rolled, timeout_s=900)
+            cluster.wait("the roll to finish once pinned may lose a replica", rolled, timeout_s=900)
             timings["brokers rolled after the fix"] = time.monotonic() - unblocked
             timings["roll"] = time.monotonic() - roll_started
             cluster.more_acks("acks after the roll")
@@ -281,8 +266,9 @@ def test_kafka_nodes_roll_held_at_min_isr_then_metadata_version_then_a_fourth_co
         assert "[kraftwerk local runtime] stopped by SIGTERM" in node_log, node_id
         assert "killed (SIGKILL)" not in node_log, node_id
     assert cluster.events("RollFinished")
-    # Never two nodes' processes gone at once, sampled all through the roll.
-    assert down.samples > 100 and down.most <= 1, (down.samples, down.seen)
+    # The checker (`cluster.workload`) found no two nodes down at once and no partition under min
+    # ISR because of the operator, from the first ack to the consumer's last delivered record.
+    assert checker.disruptions >= 7, checker.summary()  # six restarts and node 6's stop
     # The voter changes: Kafka's own tool lists the voters, and nothing restarted for them.
     assert re.search(r'CurrentVoters:\s+\[.*"id": 6\b', four), four
     voters_line = next(line for line in three.splitlines() if line.startswith("CurrentVoters:"))
@@ -298,5 +284,5 @@ def test_kafka_nodes_roll_held_at_min_isr_then_metadata_version_then_a_fourth_co
     assert not re.search(r"FinalizeMetadataVersion.*3\.9-IV0", refused_output), refused_output[-3000:]
     assert re.search(r"^Normal\s+FinalizeMetadataVersion\s+UpdateFeatures metadata.version 4.1-IV1 -> 4.0-IV3 "
                      r"\(a safe downgrade\)", cluster.log.read_text(), re.M)
-    print(f"acks {acked}, lost {len(lost)}; restarts {restarts}; "
-          + ", ".join(f"{what} {seconds:.0f} s" for what, seconds in timings.items()))
+    print(f"acks {acked}, lost {len(lost)}; restarts {restarts} (active controller before: {leader}); "
+          + ", ".join(f"{what} {seconds:.0f} s" for what, seconds in timings.items()) + f"; the checker: {checker.summary()}")
