@@ -336,3 +336,32 @@ def test_a_restarted_observer_that_remembers_the_leader_only_by_id_follows_it_ag
     cluster.advance(5_000)
     assert observer.role is Role.FOLLOWER and observer.leader_id == leader.node_id
     assert b"after-restart" in cluster[4].committed_values
+
+
+def test_a_follower_appends_and_delivers_fetched_batches_without_decoding_their_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Raft moves a follower's fetched batches by their headers; the records are decoded only when
+    the state machine reads them (on its own thread in a node), never on the way to the next Fetch."""
+    from kraft_engine.records import log_batch
+
+    cluster, leader = three_node_leader()
+    follower = next(i for i in (1, 2, 3) if i != leader.node_id)  # type: ignore[attr-defined]
+    decoded: list[int] = []
+    real_decode = log_batch.decode_records
+
+    def counting_decode(data: bytes) -> object:
+        decoded.append(len(data))
+        return real_decode(data)
+
+    monkeypatch.setattr(log_batch, "decode_records", counting_decode)
+    values = [f"value-{i}".encode() for i in range(500)]
+    leader.append(values, epoch=leader.epoch, now_ms=cluster.now_ms)  # type: ignore[attr-defined]
+    cluster.advance(1_000)
+    delivered = [b for b in cluster[follower].committed if b.base_offset <= leader.high_watermark - 1]  # type: ignore[attr-defined]
+    batch = next(b for b in delivered if b.last_offset - b.base_offset + 1 == len(values))
+    assert decoded == []  # appended, committed and delivered: not one batch decoded
+    assert batch.records == tuple(values)  # the state machine's first read decodes them
+    assert len(decoded) == 1
+    assert batch.records == tuple(values)  # and only once
+    assert len(decoded) == 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from kraft_engine.raft.messages import RaftResponse, SentRequest
 from kraft_engine.raft.quorum_state import ElectionState
@@ -102,7 +102,6 @@ class RequestFailure(Enum):
     UNSUPPORTED_VERSION = "unsupported version"
 
 
-@dataclass(frozen=True, slots=True)
 class CommittedBatch(Generic[RecordT]):
     """handleCommit: one committed batch (Kafka's `Batch<T>`).
 
@@ -110,36 +109,81 @@ class CommittedBatch(Generic[RecordT]):
     carries `control_records` (LeaderChange, Voters, KRaftVersion) and no data records; a state
     machine decodes the values into its own records with `with_records`, keeping the offsets.
     Record i sits at `base_offset + i`; a batch without records still says where it ended.
+
+    Raft delivers a batch read from its log (`of`) with its values still undecoded: they are
+    decoded on the first read of `records`, by the state machine on its own thread, not on raft's
+    loop (as `SnapshotLoad.batches`). A follower's loop then only moves bytes on the way to the
+    next Fetch: decoding the fence of 100k partitions there (ten 10,000-record batches) came
+    before every append and delayed its commit by as much.
     """
+
+    __slots__ = ("_records", "_undecoded", "append_timestamp_ms", "base_offset", "control_records", "epoch",
+                 "last_offset", "raw", "size_in_bytes")
 
     base_offset: int
     epoch: int
-    records: tuple[RecordT, ...]
     last_offset: int
-    append_timestamp_ms: int = -1
-    size_in_bytes: int = 0
-    control_records: tuple[Any, ...] = ()
-    raw: bytes = field(default=b"", repr=False)
+    append_timestamp_ms: int
+    size_in_bytes: int
+    control_records: tuple[Any, ...]
+    raw: bytes
+    _records: tuple[RecordT, ...] | None  # None until the values of `_undecoded` are read
+    _undecoded: LogBatch | None
 
-    def __post_init__(self) -> None:
-        if self.records and self.last_offset != self.base_offset + len(self.records) - 1:
+    def __init__(
+        self,
+        base_offset: int,
+        epoch: int,
+        records: tuple[RecordT, ...],
+        last_offset: int,
+        *,
+        append_timestamp_ms: int = -1,
+        size_in_bytes: int = 0,
+        control_records: tuple[Any, ...] = (),
+        raw: bytes = b"",
+    ) -> None:
+        if records and last_offset != base_offset + len(records) - 1:
             raise ValueError(
-                f"batch at {self.base_offset} holds {len(self.records)} records but claims last offset "
-                f"{self.last_offset}"
+                f"batch at {base_offset} holds {len(records)} records but claims last offset {last_offset}"
             )
+        self._set(base_offset=base_offset, epoch=epoch, last_offset=last_offset,
+                  append_timestamp_ms=append_timestamp_ms, size_in_bytes=size_in_bytes,
+                  control_records=control_records, raw=raw, _records=records, _undecoded=None)
+
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"CommittedBatch is immutable: cannot set {name}")
 
     @staticmethod
     def of(batch: LogBatch) -> CommittedBatch[bytes]:
-        return CommittedBatch(
-            base_offset=batch.base_offset,
-            epoch=batch.epoch,
-            records=batch.records,
-            last_offset=batch.last_offset,
-            append_timestamp_ms=batch.append_timestamp_ms,
-            size_in_bytes=batch.size_in_bytes,
-            control_records=batch.control_records,
-            raw=batch.raw,
-        )
+        """The batch as raft delivers it: its values decoded from `batch` on the first read."""
+        committed: CommittedBatch[bytes] = CommittedBatch.__new__(CommittedBatch)
+        committed._set(base_offset=batch.base_offset, epoch=batch.epoch, last_offset=batch.last_offset,
+                       append_timestamp_ms=batch.append_timestamp_ms, size_in_bytes=batch.size_in_bytes,
+                       control_records=batch.control_records, raw=batch.raw,
+                       _records=() if batch.is_control else None, _undecoded=None if batch.is_control else batch)
+        return committed
+
+    @property
+    def records(self) -> tuple[RecordT, ...]:
+        records: tuple[RecordT, ...] | None = self._records
+        if records is None:
+            # Two threads may both decode: the values are equal, and either one is kept.
+            undecoded = self._undecoded
+            if undecoded is None:  # the other thread decoded them in between
+                return self.records
+            records = cast("tuple[RecordT, ...]", undecoded.records)
+            self._set(_records=records, _undecoded=None)
+        return records
+
+    @property
+    def record_count(self) -> int:
+        """How many records `records` holds, without decoding them."""
+        records = self._records
+        return len(records) if records is not None else self.last_offset - self.base_offset + 1
 
     def with_records(self, records: tuple[OtherRecordT, ...]) -> CommittedBatch[OtherRecordT]:
         """The same batch holding `records` (the decoded form of this batch's values)."""
@@ -153,6 +197,23 @@ class CommittedBatch(Generic[RecordT]):
             control_records=self.control_records,
             raw=self.raw,
         )
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.base_offset, self.epoch, self.records, self.last_offset, self.append_timestamp_ms,
+                self.size_in_bytes, self.control_records, self.raw)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CommittedBatch):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((self.base_offset, self.epoch, self.last_offset))
+
+    def __repr__(self) -> str:
+        return (f"CommittedBatch(base_offset={self.base_offset}, epoch={self.epoch}, records={self.records!r}, "
+                f"last_offset={self.last_offset}, append_timestamp_ms={self.append_timestamp_ms}, "
+                f"size_in_bytes={self.size_in_bytes}, control_records={self.control_records!r})")
 
 
 class SnapshotLoad:

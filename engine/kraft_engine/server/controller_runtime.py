@@ -119,12 +119,13 @@ class ControllerRuntime:
             ),
             on_fatal=self._on_fatal,
         )
-        driver.add_listener(self.service.handle_raft_event)
+        # Committed records are decoded where they are applied: on the controller's thread.
+        driver.add_listener(self.service.handle_raft_event, reads_records_on_loop=False)
         # The voters can change at runtime (KIP-853): the feature check "every controller has
         # registered" and broker-config node lookups must follow them, not the voters at start.
         self._controller = controller
         self._quorum_node_ids = frozenset(driver.raft.committed_voters.ids)
-        driver.add_listener(self._follow_voters)
+        driver.add_listener(self._follow_voters, reads_records_on_loop=False)
         self.incarnation_id = uuid.uuid4()
         self.registration_schedule = RegistrationSchedule(rng=random.Random())
         self._registration_task: asyncio.Task[None] | None = None

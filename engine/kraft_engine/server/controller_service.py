@@ -726,7 +726,7 @@ class ControllerService:
             parts.append(own[2])
             offset = own[1] + 1
         records = parts[0] if len(parts) == 1 else RecordParts(parts)
-        if len(records) != len(batch.records):
+        if len(records) != batch.record_count:  # counted, not decoded: the values are not needed
             return None
         offset = batch.base_offset
         while offset <= batch.last_offset:

@@ -237,6 +237,9 @@ class RaftDriver:
         self._election_started_ms: int | None = None
         self._last_role: Role | None = None
         self._listeners: list[Callable[[ListenerEvent], None]] = []
+        # Whether anything reads committed records on this loop (the stand-in store, a broker's
+        # metadata listener): then fetched batches are decoded on a worker thread first.
+        self._records_read_on_loop = store is not None
         # One fsync at a time, on its own thread (never queued behind other work on the loop's
         # default executor); the newest requested flush waits in `_flush_wanted`.
         self._fsync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-fsync")
@@ -338,9 +341,14 @@ class RaftDriver:
             self._inbound.pop(token, None)
 
     # -- the state machine's writes -------------------------------------------------------------
-    def add_listener(self, listener: Callable[[ListenerEvent], None]) -> None:
-        """Another raft listener (e.g. the quorum controller); events arrive in raft order."""
+    def add_listener(self, listener: Callable[[ListenerEvent], None], *, reads_records_on_loop: bool = True) -> None:
+        """Another raft listener (e.g. the quorum controller); events arrive in raft order, on this
+        loop. One that reads a `CommittedBatch`'s records on this loop says so: the driver then
+        decodes fetched batches on a worker thread before its core sees them. One that only
+        queues them for its own thread (the quorum controller) leaves them undecoded until that
+        thread reads them, and a follower's Fetch, append, fsync and next Fetch never wait for it."""
         self._listeners.append(listener)
+        self._records_read_on_loop = self._records_read_on_loop or reads_records_on_loop
 
     @property
     def high_watermark(self) -> int | None:
@@ -801,7 +809,11 @@ class RaftDriver:
                 result = RequestFailure.UNSUPPORTED_VERSION
             except (ConnectionFailed, ConnectionLost, OSError):
                 result = RequestFailure.DISCONNECTED
-        if not isinstance(result, RequestFailure) and int(message.request.__api_key__) == _FETCH_API_KEY:
+        if (
+            self._records_read_on_loop
+            and not isinstance(result, RequestFailure)
+            and int(message.request.__api_key__) == _FETCH_API_KEY
+        ):
             await _decode_fetched_off_loop(result)
         if self._stopped:
             return
@@ -852,10 +864,11 @@ class RaftDriver:
 async def _decode_fetched_off_loop(response: Any) -> None:
     """Decode a Fetch response's large batches on a worker thread before the core sees it.
 
-    The follower's core appends the fetched batches to its log and its listener reads them back;
-    both decode the records of each batch (a fence at 100k partitions is ten 10,000-record
-    batches), which on raft's loop delayed its Fetch, Vote and BeginQuorumEpoch handling. Decoded
-    here first, those reads on the loop find the records remembered by their bytes
+    Only for a node whose listeners read committed records on the loop (a broker's metadata
+    listener; see `RaftDriver.add_listener`): the core appends fetched batches by their headers,
+    but such a listener decodes the records of each (a fence at 100k partitions is ten
+    10,000-record batches), which on raft's loop delayed its Fetch, Vote and BeginQuorumEpoch
+    handling. Decoded here first, those reads find the records remembered by their bytes
     (`records.batches.remember_batches`). Only one Fetch is in flight per peer and the response
     reaches the core after this, so the order of responses is unchanged."""
     if int(response.error_code) != 0:
