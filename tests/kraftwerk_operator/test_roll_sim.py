@@ -148,6 +148,37 @@ def test_a_dead_broker_is_restarted_first_without_gates() -> None:
     assert sim.violations == []
 
 
+def test_a_dead_broker_restarted_first_that_stays_down_does_not_hold_the_roll() -> None:
+    """The operator saw the dead broker running between two of its failed starts, so the roll
+    restarted it first; it keeps failing. Waiting for its recovery would hold the roll for as long as
+    it stays down (the Koperator #533 deadlock): the controllers roll, the live brokers stay gated
+    (broker 4 is out of its ISRs), and the roll does not finish while broker 4 is down."""
+    cluster, sim = bootstrap(5)
+    rng = random.Random(0)
+    sim.crash(4, crash_loops=0)
+    sim.nodes[4].failed = False  # seen running for a moment, not ready
+    sim.nodes[4].running = True
+    sim.nodes[4].recover_left = 10_000
+    sim.nodes[4].crash_on_start = 10_000  # every start from now on fails
+    for p in sim.partitions:
+        if 4 in p.isr and len(p.isr) > 1:
+            p.isr.remove(4)
+    cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"config": {"log.retention.hours": "2"}})})
+    restarted = []
+    for _ in range(30):
+        result = reconcile(cluster, sim, rng)
+        for action in result.actions:
+            if isinstance(action, RestartNode):
+                restarted.append(action.node.node_id)
+            sim.apply(action)
+        cluster = publish(cluster, result)
+        sim.tick()
+    assert restarted[0] == 4 and restarted.count(4) == 1, restarted
+    assert sorted(restarted[1:]) == [0, 1, 2], restarted  # the controllers; brokers 3 held by URP
+    assert cluster.status is not None and cluster.status.operation is not None, "the roll ended with broker 4 down"
+    assert sim.violations == []
+
+
 @pytest.mark.parametrize(
     ("broken", "expected"),
     [

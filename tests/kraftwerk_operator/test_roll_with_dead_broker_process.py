@@ -81,6 +81,9 @@ def test_a_roll_with_a_dead_broker_restarts_no_live_broker_below_min_isr_and_say
     assert failed == [], failed[:5]
     assert acked > 60 and lost == [], f"{len(lost)} acknowledged record(s) not read back, first {lost[:5]}"
     restarts = [int(e.split("node ", 1)[1].split(":", 1)[0]) for e in cluster.events("RestartNode")]
-    # Each live node once, controllers first; broker 5 came back by its own (failed, then good) starts.
-    assert sorted(restarts) == [0, 1, 2, 3, 4] and sorted(restarts[:3]) == [0, 1, 2], restarts
+    # Each live node once, controllers first; broker 5 came back by its own (failed, then good) starts,
+    # or by one RestartNode when the operator saw it running between two of its failed starts (a node
+    # already down is restarted first, and the roll does not wait for its recovery).
+    live = [r for r in restarts if r != 5]
+    assert sorted(live) == [0, 1, 2, 3, 4] and sorted(live[:3]) == [0, 1, 2] and restarts.count(5) <= 1, restarts
     assert [e for e in cluster.events("RunbookClosed") if "stuck-roll" in e], cluster.log.read_text()[-3000:]

@@ -321,6 +321,19 @@ class _Roll:
             grace_period_ms=grace_ms, reason=f"node {node_id}: controlled restart (SIGTERM, {grace_ms} ms grace): {reason}",
         )
         self.events.append(Event(EventType.NORMAL, "RestartNode", action.reason))
+        if self.down(node):
+            # Already down when restarted: the restart cannot reduce availability (no gate held it),
+            # and waiting for its recovery would hold the roll for as long as the node stays down,
+            # the deadlock Koperator #533 describes. It counts as done at once; the gates of the
+            # nodes after it still see it down, and the roll ends only once it runs.
+            if node_id not in self.done:
+                self.done.append(node_id)
+            roll = self._status(pending=self._pending(candidates), current=None, phase="gating",
+                                restarted_at=None, blocked_since=None)
+            return RollDecision(actions=(action,), events=tuple(self.events),
+                                operation=self._operation(step="restarting", roll=roll, blockers=[]),
+                                waiting=f"node {node_id} was down and is restarted; the roll goes on without "
+                                        "waiting for its recovery", step="roll")
         roll = self._status(pending=self._pending(candidates), current=node_id, phase="awaiting-recovery",
                             restarted_at=_rfc3339_text(self.now_ms), blocked_since=None)
         return RollDecision(actions=(action,), events=tuple(self.events),
