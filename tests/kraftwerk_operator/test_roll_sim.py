@@ -122,19 +122,24 @@ def test_a_roll_held_by_a_partition_at_min_isr_waits_says_why_and_proceeds_once_
     assert ready is not None and ready.status is ConditionStatus.TRUE
 
 
-def test_a_dead_broker_is_restarted_first_without_gates() -> None:
+def _roll_with_broker_4_dead(*, starts_fail: bool, reconciles: int) -> tuple[object, object, list[int]]:
+    """Broker 4 crashed; its pod is there but not ready (seen running, never recovering); a config
+    change starts a roll. With `starts_fail` every start from then on fails too. Returns the cluster,
+    the simulation and the RestartNode order."""
     cluster, sim = bootstrap(5)
     rng = random.Random(0)
     sim.crash(4, crash_loops=0)
-    sim.nodes[4].failed = False  # its pod is there but not ready: running, never recovering
+    sim.nodes[4].failed = False
     sim.nodes[4].running = True
     sim.nodes[4].recover_left = 10_000
+    if starts_fail:
+        sim.nodes[4].crash_on_start = 10_000
     for p in sim.partitions:
         if 4 in p.isr and len(p.isr) > 1:
             p.isr.remove(4)
     cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"config": {"log.retention.hours": "2"}})})
-    restarted = []
-    for _ in range(14):
+    restarted: list[int] = []
+    for _ in range(reconciles):
         result = reconcile(cluster, sim, rng)
         for action in result.actions:
             if isinstance(action, RestartNode):
@@ -142,6 +147,11 @@ def test_a_dead_broker_is_restarted_first_without_gates() -> None:
             sim.apply(action)
         cluster = publish(cluster, result)
         sim.tick()
+    return cluster, sim, restarted
+
+
+def test_a_dead_broker_is_restarted_first_without_gates() -> None:
+    _, sim, restarted = _roll_with_broker_4_dead(starts_fail=False, reconciles=14)
     # URP is above 0 (broker 4 is out of its ISRs), so every gate is closed, yet the dead broker
     # restarts, first, and the roll then goes on.
     assert restarted[0] == 4 and {0, 1, 2} <= set(restarted)
@@ -153,26 +163,7 @@ def test_a_dead_broker_restarted_first_that_stays_down_does_not_hold_the_roll() 
     restarted it first; it keeps failing. Waiting for its recovery would hold the roll for as long as
     it stays down (the Koperator #533 deadlock): the controllers roll, the live brokers stay gated
     (broker 4 is out of its ISRs), and the roll does not finish while broker 4 is down."""
-    cluster, sim = bootstrap(5)
-    rng = random.Random(0)
-    sim.crash(4, crash_loops=0)
-    sim.nodes[4].failed = False  # seen running for a moment, not ready
-    sim.nodes[4].running = True
-    sim.nodes[4].recover_left = 10_000
-    sim.nodes[4].crash_on_start = 10_000  # every start from now on fails
-    for p in sim.partitions:
-        if 4 in p.isr and len(p.isr) > 1:
-            p.isr.remove(4)
-    cluster = cluster.model_copy(update={"spec": cluster.spec.model_copy(update={"config": {"log.retention.hours": "2"}})})
-    restarted = []
-    for _ in range(30):
-        result = reconcile(cluster, sim, rng)
-        for action in result.actions:
-            if isinstance(action, RestartNode):
-                restarted.append(action.node.node_id)
-            sim.apply(action)
-        cluster = publish(cluster, result)
-        sim.tick()
+    cluster, sim, restarted = _roll_with_broker_4_dead(starts_fail=True, reconciles=30)
     assert restarted[0] == 4 and restarted.count(4) == 1, restarted
     assert sorted(restarted[1:]) == [0, 1, 2], restarted  # the controllers; brokers 3 held by URP
     assert cluster.status is not None and cluster.status.operation is not None, "the roll ended with broker 4 down"
